@@ -1,0 +1,332 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+var seq atomic.Int64
+
+func name(prefix string) string { return fmt.Sprintf("%s-%d", prefix, seq.Add(1)) }
+
+const ns = "default"
+
+func goodGatewaySpec() v1.GatewaySpec {
+	return v1.GatewaySpec{
+		Tunnels: []v1.Tunnel{{
+			Name:         "hq",
+			Peer:         v1.Peer{Address: "198.51.100.7", Subnets: []string{"192.168.10.0/24"}},
+			PreSharedKey: v1.SecretKeyRef{Name: "hq-psk"},
+		}},
+		Exposures: []v1.Exposure{{
+			Name:   "web",
+			Target: v1.Target{Address: "10.250.0.20", Ports: []v1.PortSpec{{Port: 443}}},
+		}},
+		ReverseExposures: []v1.ReverseExposure{{
+			Name: "erp", Tunnel: "hq",
+			Target: v1.Target{Address: "192.168.10.5", Ports: []v1.PortSpec{{Port: 8443}}},
+		}},
+	}
+}
+
+// TestGatewayAdmission creates IPsecGateways on the real API server: the good one is
+// accepted (with defaults filled), each bad one is refused with its message.
+func TestGatewayAdmission(t *testing.T) {
+	testenv.Need(t)
+	cases := []struct {
+		name   string
+		mutate func(s *v1.GatewaySpec)
+		want   string // substring of the API server's refusal; empty = accepted
+	}{
+		{"good", func(s *v1.GatewaySpec) {}, ""},
+		{"peer address not an IP", func(s *v1.GatewaySpec) { s.Tunnels[0].Peer.Address = "peer.example" }, "peer.address must be an IPv4 address"},
+		{"peer address IPv6", func(s *v1.GatewaySpec) { s.Tunnels[0].Peer.Address = "2001:db8::1" }, "peer.address must be an IPv4 address"},
+		{"peer subnet not a CIDR", func(s *v1.GatewaySpec) { s.Tunnels[0].Peer.Subnets = []string{"192.168.10.0"} }, "each peer subnet must be an IPv4 network in CIDR notation"},
+		{"peer subnet host bits", func(s *v1.GatewaySpec) { s.Tunnels[0].Peer.Subnets = []string{"192.168.10.1/24"} }, "no host bits set"},
+		{"no peer subnets", func(s *v1.GatewaySpec) { s.Tunnels[0].Peer.Subnets = nil }, "spec.tunnels[0].peer.subnets: Required value"},
+		{"port 0", func(s *v1.GatewaySpec) { s.Exposures[0].Target.Ports[0].Port = 0 }, "should be greater than or equal to 1"},
+		{"port 65536", func(s *v1.GatewaySpec) { s.Exposures[0].Target.Ports[0].Port = 65536 }, "should be less than or equal to 65535"},
+		{"protocol not an enum value", func(s *v1.GatewaySpec) { s.Exposures[0].Target.Ports[0].Protocol = "SCTP" }, `supported values: "TCP", "UDP"`},
+		{"mode not an enum value", func(s *v1.GatewaySpec) { s.Tunnels[0].Mode = "bridge" }, `supported values: "snat", "routed"`},
+		{"dpd action not an enum value", func(s *v1.GatewaySpec) { s.Tunnels[0].DPD.Action = "hold" }, `supported values: "restart", "clear", "trap"`},
+		{"duplicate tunnel names", func(s *v1.GatewaySpec) { s.Tunnels = append(s.Tunnels, s.Tunnels[0]) }, "tunnel names must be unique"},
+		{"duplicate exposure names", func(s *v1.GatewaySpec) { s.Exposures = append(s.Exposures, s.Exposures[0]) }, "exposure names must be unique"},
+		{"duplicate reverse exposure names", func(s *v1.GatewaySpec) {
+			s.ReverseExposures = append(s.ReverseExposures, s.ReverseExposures[0])
+		}, "reverse exposure names must be unique"},
+		{"reverse exposure names an unknown tunnel", func(s *v1.GatewaySpec) { s.ReverseExposures[0].Tunnel = "branch" }, "every reverseExposures[].tunnel must name a tunnel listed in spec.tunnels"},
+		{"target address not an IP", func(s *v1.GatewaySpec) { s.Exposures[0].Target.Address = "10.250.0" }, "target.address must be an IPv4 address"},
+		{"virtual IP not an IP", func(s *v1.GatewaySpec) { s.Exposures[0].VirtualIP = "100.64.3.999" }, "virtualIP must be an IPv4 address"},
+		{"reverse virtual IP not an IP", func(s *v1.GatewaySpec) { s.ReverseExposures[0].VirtualIP = "vip" }, "virtualIP must be an IPv4 address"},
+		{"floating IP not an IP", func(s *v1.GatewaySpec) { s.Endpoint = &v1.Endpoint{FloatingIP: "203.0.113.300"} }, "endpoint.floatingIP must be an IPv4 address"},
+		{"tunnel name not a DNS label", func(s *v1.GatewaySpec) { s.Tunnels[0].Name = "HQ_1" }, "spec.tunnels[0].name: Invalid value"},
+		{"no tunnels", func(s *v1.GatewaySpec) { s.Tunnels = []v1.Tunnel{}; s.ReverseExposures = nil }, "spec.tunnels: Invalid value: 0: spec.tunnels in body should have at least 1 items"},
+		{"lifetime not a duration", func(s *v1.GatewaySpec) { s.Tunnels[0].IKE.Lifetime = "4 hours" }, "spec.tunnels[0].ike.lifetime"},
+		{"proposal injecting syntax", func(s *v1.GatewaySpec) { s.Tunnels[0].ESP.Proposals = []string{"aes256 }"} }, "spec.tunnels[0].esp.proposals[0]"},
+		{"peer id injecting syntax", func(s *v1.GatewaySpec) { s.Tunnels[0].Peer.ID = "hq\n}" }, "spec.tunnels[0].peer.id"},
+	}
+	ctx := context.Background()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			gw := &v1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Name: name("gw"), Namespace: ns}, Spec: goodGatewaySpec()}
+			tc.mutate(&gw.Spec)
+			err := env.Client.Create(ctx, gw)
+			expectAdmission(t, err, tc.want)
+		})
+	}
+}
+
+func TestGatewayDefaults(t *testing.T) {
+	testenv.Need(t)
+	ctx := context.Background()
+	gw := &v1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Name: name("gw"), Namespace: ns}, Spec: goodGatewaySpec()}
+	if err := env.Client.Create(ctx, gw); err != nil {
+		t.Fatal(err)
+	}
+	tun := gw.Spec.Tunnels[0]
+	if tun.Mode != v1.TunnelModeSNAT || tun.PreSharedKey.Key != "psk" || tun.IKE.Lifetime != "4h" ||
+		tun.ESP.Lifetime != "1h" || tun.DPD.Delay != "30s" || tun.DPD.Action != "restart" ||
+		len(tun.IKE.Proposals) == 0 || len(tun.ESP.Proposals) == 0 {
+		t.Fatalf("defaults not applied: %+v", tun)
+	}
+	if gw.Spec.Exposures[0].Target.Ports[0].Protocol != v1.ProtocolTCP {
+		t.Fatalf("port protocol default not applied: %+v", gw.Spec.Exposures[0].Target.Ports)
+	}
+}
+
+func TestVPNGatewayAdmission(t *testing.T) {
+	testenv.Need(t)
+	ctx := context.Background()
+	cases := []struct {
+		name     string
+		protocol v1.VPNProtocol
+		mutate   func(s *v1.GatewaySpec)
+		want     string
+	}{
+		{"default protocol", "", nil, ""},
+		{"wireguard is accepted by the schema", v1.VPNProtocolWireGuard, nil, ""},
+		{"unknown protocol", "openvpn", nil, `supported values: "ipsec", "wireguard"`},
+		{"reverse exposure names an unknown tunnel", "", func(s *v1.GatewaySpec) { s.ReverseExposures[0].Tunnel = "x" }, "every reverseExposures[].tunnel must name a tunnel"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			gw := &v1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Name: name("vpn"), Namespace: ns},
+				Spec: v1.VPNGatewaySpec{GatewaySpec: goodGatewaySpec(), Protocol: tc.protocol}}
+			if tc.mutate != nil {
+				tc.mutate(&gw.Spec.GatewaySpec)
+			}
+			err := env.Client.Create(ctx, gw)
+			expectAdmission(t, err, tc.want)
+			if err == nil && tc.protocol == "" && gw.Spec.Protocol != v1.VPNProtocolIPsec {
+				t.Fatalf("protocol default = %q, want ipsec", gw.Spec.Protocol)
+			}
+		})
+	}
+}
+
+func crossTenant(n string) *v1.ClusterLink {
+	return &v1.ClusterLink{
+		ObjectMeta: metav1.ObjectMeta{Name: n, Annotations: map[string]string{v1.AnnotationCustomerAPIAccess: "none"}},
+		Spec: v1.ClusterLinkSpec{
+			ServiceClusterRouter: "shoot--diehl--diehl01",
+			ServiceClusterCIDR:   "10.234.0.0/16",
+			CredentialsSecretRef: &v1.SecretRef{Name: "clusterlink-" + n, Namespace: "bnerd-vpn-clusterlinks"},
+			CustomerProjectID:    "c0ffee00c0ffee00c0ffee00c0ffee00",
+		},
+	}
+}
+
+func sameTenant(n string) *v1.ClusterLink {
+	return &v1.ClusterLink{
+		ObjectMeta: metav1.ObjectMeta{Name: n},
+		Spec:       v1.ClusterLinkSpec{ServiceClusterRouter: "shoot--services--svc01", ServiceClusterCIDR: "10.251.0.0/16"},
+	}
+}
+
+func TestClusterLinkAdmission(t *testing.T) {
+	testenv.Need(t)
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		obj  func(n string) *v1.ClusterLink
+		want string
+	}{
+		{"same tenant", sameTenant, ""},
+		{"same tenant with pinned transit IP", func(n string) *v1.ClusterLink {
+			l := sameTenant(n)
+			l.Spec.TransitIP = "10.254.0.3"
+			return l
+		}, ""},
+		{"cross tenant", crossTenant, ""},
+		{"service cluster CIDR not a CIDR", func(n string) *v1.ClusterLink {
+			l := sameTenant(n)
+			l.Spec.ServiceClusterCIDR = "10.251.0.0"
+			return l
+		}, "serviceClusterCIDR must be an IPv4 network in CIDR notation"},
+		{"transit IP not an IP", func(n string) *v1.ClusterLink {
+			l := sameTenant(n)
+			l.Spec.TransitIP = "10.254.0.3/24"
+			return l
+		}, "transitIP must be an IPv4 address"},
+		{"empty router", func(n string) *v1.ClusterLink {
+			l := sameTenant(n)
+			l.Spec.ServiceClusterRouter = ""
+			return l
+		}, "spec.serviceClusterRouter"},
+		{"credentialsSecretRef without customerProjectID", func(n string) *v1.ClusterLink {
+			l := crossTenant(n)
+			l.Spec.CustomerProjectID = ""
+			return l
+		}, "customerProjectID is required when credentialsSecretRef is set"},
+		{"customerProjectID without credentialsSecretRef", func(n string) *v1.ClusterLink {
+			l := sameTenant(n)
+			l.Spec.CustomerProjectID = "c0ffee"
+			return l
+		}, "customerProjectID is only allowed on a cross-tenant link"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := env.Client.Create(ctx, tc.obj(name("link")))
+			expectAdmission(t, err, tc.want)
+		})
+	}
+}
+
+// TestClusterLinkTransitions checks the four cross-tenant update rules, plus an
+// ordinary update that must still pass.
+func TestClusterLinkTransitions(t *testing.T) {
+	testenv.Need(t)
+	ctx := context.Background()
+	cases := []struct {
+		name   string
+		start  func(n string) *v1.ClusterLink
+		mutate func(l *v1.ClusterLink)
+		want   string
+	}{
+		{"change customerProjectID", crossTenant, func(l *v1.ClusterLink) { l.Spec.CustomerProjectID = "deadbeef" },
+			"customerProjectID is immutable once set"},
+		{"remove customerProjectID", crossTenant, func(l *v1.ClusterLink) { l.Spec.CustomerProjectID = "" },
+			"customerProjectID is immutable once set"},
+		{"add credentialsSecretRef", sameTenant, func(l *v1.ClusterLink) {
+			l.Spec.CredentialsSecretRef = &v1.SecretRef{Name: "clusterlink-" + l.Name, Namespace: "bnerd-vpn-clusterlinks"}
+			l.Spec.CustomerProjectID = "c0ffee"
+		}, "credentialsSecretRef cannot be added to or removed from an existing ClusterLink"},
+		{"remove credentialsSecretRef", crossTenant, func(l *v1.ClusterLink) {
+			l.Spec.CredentialsSecretRef = nil
+			l.Spec.CustomerProjectID = ""
+		}, "credentialsSecretRef cannot be added to or removed from an existing ClusterLink"},
+		{"re-point credentialsSecretRef (schema allows; operator refuses)", crossTenant, func(l *v1.ClusterLink) {
+			l.Spec.CredentialsSecretRef.Name = "other"
+		}, ""},
+		{"change service cluster CIDR", crossTenant, func(l *v1.ClusterLink) { l.Spec.ServiceClusterCIDR = "10.235.0.0/16" }, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := tc.start(name("link"))
+			if err := env.Client.Create(ctx, l); err != nil {
+				t.Fatal(err)
+			}
+			tc.mutate(l)
+			expectAdmission(t, env.Client.Update(ctx, l), tc.want)
+		})
+	}
+}
+
+func expectAdmission(t *testing.T, err error, want string) {
+	t.Helper()
+	if want == "" {
+		if err != nil {
+			t.Fatalf("want accepted, got %v", err)
+		}
+		return
+	}
+	if err == nil {
+		t.Fatalf("want refusal containing %q, got accepted", want)
+	}
+	if !strings.Contains(err.Error(), want) {
+		t.Fatalf("refusal %q does not contain %q", err.Error(), want)
+	}
+}
+
+// TestKubectlShowsColumnsAndDescriptions runs the real kubectl against the control
+// plane: `get` shows the printer columns and `explain` the field descriptions.
+func TestKubectlShowsColumnsAndDescriptions(t *testing.T) {
+	testenv.Need(t)
+	kubectl := filepath.Join(env.BinDir, "kubectl")
+	if _, err := os.Stat(kubectl); err != nil {
+		t.Skipf("kubectl not built in %s: %v", env.BinDir, err)
+	}
+	kc, err := env.WriteKubeConfig(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	gw := &v1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Name: name("shown"), Namespace: ns}, Spec: goodGatewaySpec()}
+	if err := env.Client.Create(ctx, gw); err != nil {
+		t.Fatal(err)
+	}
+	gw.Status.FloatingIP = "203.0.113.10"
+	gw.Status.ServiceCIDR = "100.64.3.0/24"
+	gw.Status.NodeName = "vpn01-worker-a"
+	gw.Status.TunnelsReady = "1/1"
+	if err := env.Client.Status().Update(ctx, gw); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Create(ctx, sameTenant(name("shown-link"))); err != nil {
+		t.Fatal(err)
+	}
+
+	run := func(args ...string) string {
+		cmd := exec.Command(kubectl, append([]string{"--kubeconfig", kc}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+		}
+		t.Logf("$ kubectl %s\n%s", strings.Join(args, " "), out)
+		// kubectl wraps descriptions; compare with whitespace collapsed.
+		return strings.Join(strings.Fields(string(out)), " ")
+	}
+	out := run("get", "ipsecgw", "-n", ns, gw.Name)
+	for _, col := range []string{"READY", "FLOATING IP", "SERVICE CIDR", "NODE", "TUNNELS UP", "AGE", "203.0.113.10", "100.64.3.0/24", "vpn01-worker-a", "1/1"} {
+		if !strings.Contains(out, col) {
+			t.Errorf("kubectl get ipsecgw lacks %q", col)
+		}
+	}
+	out = run("get", "clink")
+	for _, col := range []string{"ROUTER", "CIDR", "TRANSIT IP", "READY", "shoot--services--svc01", "10.251.0.0/16"} {
+		if !strings.Contains(out, col) {
+			t.Errorf("kubectl get clink lacks %q", col)
+		}
+	}
+	out = run("explain", "ipsecgateway.spec.tunnels.peer")
+	for _, want := range []string{"IKE identity", "remote traffic selectors", "UDP 500 and 4500"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("kubectl explain lacks %q", want)
+		}
+	}
+	out = run("explain", "clusterlink.spec")
+	for _, want := range []string{"customerProjectID", "immutable once set", "clusterlink-<link name>"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("kubectl explain clusterlink.spec lacks %q", want)
+		}
+	}
+	out = run("explain", "vpngateway.spec.protocol")
+	if !strings.Contains(out, "wireguard") {
+		t.Errorf("kubectl explain vpngateway.spec.protocol lacks wireguard")
+	}
+}

@@ -1,0 +1,134 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ClusterLinkSpec is the desired fabric between the transit network and a service cluster.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.credentialsSecretRef) || has(self.customerProjectID)",message="customerProjectID is required when credentialsSecretRef is set: a cross-tenant link must name the customer project it expects"
+// +kubebuilder:validation:XValidation:rule="has(self.credentialsSecretRef) || !has(self.customerProjectID)",message="customerProjectID is only allowed on a cross-tenant link (one with credentialsSecretRef)"
+// +kubebuilder:validation:XValidation:rule="has(oldSelf.credentialsSecretRef) == has(self.credentialsSecretRef)",message="credentialsSecretRef cannot be added to or removed from an existing ClusterLink: switching between same-tenant and cross-tenant means deleting and recreating the link"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.customerProjectID) || (has(self.customerProjectID) && self.customerProjectID == oldSelf.customerProjectID)",message="customerProjectID is immutable once set: it can be neither changed nor removed"
+type ClusterLinkSpec struct {
+	// ServiceClusterRouter is the service cluster's Neutron router, by name or ID,
+	// resolved at every reconcile. The leg port on the transit network is attached to it.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	ServiceClusterRouter string `json:"serviceClusterRouter"`
+
+	// ServiceClusterCIDR is the service cluster's network, routed on the gateway
+	// cluster's router via the leg's transit IP.
+	// +kubebuilder:validation:MaxLength=18
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self) && cidr(self).ip().family() == 4 && cidr(self).masked() == cidr(self)",message="serviceClusterCIDR must be an IPv4 network in CIDR notation with no host bits set, such as 10.251.0.0/16"
+	ServiceClusterCIDR string `json:"serviceClusterCIDR"`
+
+	// TransitIP pins the leg's address on the transit subnet (for example to adopt a
+	// hand-made leg). Unset: the lowest free address from .3 upward.
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="transitIP must be an IPv4 address such as 10.254.0.3"
+	// +optional
+	TransitIP string `json:"transitIP,omitempty"`
+
+	// CredentialsSecretRef makes this a cross-tenant link: the customer's application
+	// credential, in the operator's credentials namespace, named clusterlink-<link name>.
+	// It can be neither added nor removed after creation.
+	// +optional
+	CredentialsSecretRef *SecretRef `json:"credentialsSecretRef,omitempty"`
+
+	// CustomerProjectID is the OpenStack project the customer credential must
+	// authenticate into; required with credentialsSecretRef, refused without it,
+	// immutable once set.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9-]+$`
+	// +optional
+	CustomerProjectID string `json:"customerProjectID,omitempty"`
+}
+
+// SecretRef names a Secret in a given namespace.
+type SecretRef struct {
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Namespace of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+}
+
+// ReverseRoute is a route on the service cluster's router back to a gateway's service
+// CIDR, so the service cluster can reach that gateway's reverse exposures.
+type ReverseRoute struct {
+	// ServiceCIDR of the gateway (the route's destination).
+	ServiceCIDR string `json:"serviceCIDR"`
+	// NextHop is the gateway's port fixed IP on the transit network.
+	NextHop string `json:"nextHop"`
+	// GatewayRef names the gateway as <Kind>/<namespace>/<name>.
+	GatewayRef string `json:"gatewayRef"`
+}
+
+// ClusterLinkStatus is the observed fabric of a ClusterLink.
+type ClusterLinkStatus struct {
+	// ObservedGeneration is the generation the operator last reconciled.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// TransitIP is the leg's address on the transit subnet, persisted before use.
+	// +optional
+	TransitIP string `json:"transitIP,omitempty"`
+	// LegPortID is the Neutron ID of the leg port.
+	// +optional
+	LegPortID string `json:"legPortID,omitempty"`
+	// RouterID is the resolved ID of spec.serviceClusterRouter.
+	// +optional
+	RouterID string `json:"routerID,omitempty"`
+	// CustomerProjectID is the project the leg was built in (cross-tenant links).
+	// +optional
+	CustomerProjectID string `json:"customerProjectID,omitempty"`
+	// ReverseRoutes are the routes on the service cluster's router to every gateway
+	// with reverse exposures.
+	// +optional
+	ReverseRoutes []ReverseRoute `json:"reverseRoutes,omitempty"`
+	// Conditions report each reconcile phase and the Ready summary.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ClusterLink plumbs a service cluster's router into the transit network: a leg port
+// attached to its router and a route on the gateway cluster's router, kept converged.
+// With credentialsSecretRef it links a service cluster in another OpenStack project.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=clink,categories=bnerd-vpn
+// +kubebuilder:printcolumn:name="Router",type=string,JSONPath=`.spec.serviceClusterRouter`
+// +kubebuilder:printcolumn:name="CIDR",type=string,JSONPath=`.spec.serviceClusterCIDR`
+// +kubebuilder:printcolumn:name="Transit IP",type=string,JSONPath=`.status.transitIP`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ClusterLink struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the desired link.
+	Spec ClusterLinkSpec `json:"spec"`
+	// Status is the link as the operator observed it.
+	// +optional
+	Status ClusterLinkStatus `json:"status,omitempty"`
+}
+
+// ClusterLinkList is a list of ClusterLinks.
+// +kubebuilder:object:root=true
+type ClusterLinkList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ClusterLink `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ClusterLink{}, &ClusterLinkList{})
+}

@@ -1,0 +1,228 @@
+package v1alpha1
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+func goodGateway() GatewaySpec {
+	return GatewaySpec{
+		Tunnels: []Tunnel{{
+			Name:         "hq",
+			Peer:         Peer{Address: "198.51.100.7", Subnets: []string{"192.168.10.0/24"}},
+			PreSharedKey: SecretKeyRef{Name: "hq-psk", Key: "psk"},
+			IKE:          IKEOptions{Proposals: []string{"aes256gcm16-prfsha384-ecp384"}, Lifetime: "4h"},
+			ESP:          ESPOptions{Proposals: []string{"aes256gcm16-ecp384"}, Lifetime: "1h"},
+			DPD:          DPDOptions{Delay: "30s", Action: "restart"},
+		}},
+		Exposures: []Exposure{{
+			Name:   "web",
+			Target: Target{Address: "10.250.0.20", Ports: []PortSpec{{Port: 443, Protocol: ProtocolTCP}}},
+		}},
+		ReverseExposures: []ReverseExposure{{
+			Name: "erp", Tunnel: "hq",
+			Target: Target{Address: "192.168.10.5", Ports: []PortSpec{{Port: 8443}}},
+		}},
+	}
+}
+
+func TestGatewayValidate(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(s *GatewaySpec)
+		want   string // substring of the error; empty = valid
+	}{
+		{"good", func(s *GatewaySpec) {}, ""},
+		{"pinned virtual IPs in range", func(s *GatewaySpec) {
+			s.Exposures[0].VirtualIP = "100.64.3.10"
+			s.ReverseExposures[0].VirtualIP = "100.64.3.254"
+		}, ""},
+		{"no tunnels", func(s *GatewaySpec) { s.Tunnels = nil }, "at least one tunnel"},
+		{"routed mode refused naming the version", func(s *GatewaySpec) { s.Tunnels[0].Mode = TunnelModeRouted }, "mode routed is not implemented in bnerd-vpn-operator v"},
+		{"unknown mode", func(s *GatewaySpec) { s.Tunnels[0].Mode = "bridge" }, "Unsupported value"},
+		{"duplicate tunnel", func(s *GatewaySpec) { s.Tunnels = append(s.Tunnels, s.Tunnels[0]) }, "Duplicate value"},
+		{"bad tunnel name", func(s *GatewaySpec) { s.Tunnels[0].Name = "Bad_Name" }, "DNS label"},
+		{"bad peer address", func(s *GatewaySpec) { s.Tunnels[0].Peer.Address = "2001:db8::1" }, "IPv4 address"},
+		{"injecting peer id", func(s *GatewaySpec) { s.Tunnels[0].Peer.ID = "x }\nsecrets {" }, "FQDN"},
+		{"no subnets", func(s *GatewaySpec) { s.Tunnels[0].Peer.Subnets = nil }, "at least one of the client's networks"},
+		{"subnet host bits", func(s *GatewaySpec) { s.Tunnels[0].Peer.Subnets = []string{"192.168.10.1/24"} }, "did you mean 192.168.10.0/24"},
+		{"overlapping subnets in one tunnel", func(s *GatewaySpec) {
+			s.Tunnels[0].Peer.Subnets = []string{"192.168.0.0/16", "192.168.10.0/24"}
+		}, "overlaps 192.168.0.0/16"},
+		{"overlapping subnets across tunnels", func(s *GatewaySpec) {
+			t2 := s.Tunnels[0]
+			t2.Name = "branch"
+			t2.Peer.Subnets = []string{"192.168.10.128/25"}
+			s.Tunnels = append(s.Tunnels, t2)
+		}, "could not tell which tunnel"},
+		{"missing psk ref", func(s *GatewaySpec) { s.Tunnels[0].PreSharedKey.Name = "" }, "pre-shared key"},
+		{"bad proposal", func(s *GatewaySpec) { s.Tunnels[0].IKE.Proposals = []string{"aes256;include /etc"} }, "strongSwan proposal"},
+		{"bad lifetime", func(s *GatewaySpec) { s.Tunnels[0].ESP.Lifetime = "1 hour" }, "number of seconds"},
+		{"bad floating ip", func(s *GatewaySpec) { s.Endpoint = &Endpoint{FloatingIP: "203.0.113"} }, "IPv4 address"},
+		{"exposure pin on .1", func(s *GatewaySpec) { s.Exposures[0].VirtualIP = "100.64.3.1" }, "reserved as the gateway's SNAT source"},
+		{"reverse pin on .1", func(s *GatewaySpec) { s.ReverseExposures[0].VirtualIP = "100.64.3.1" }, "reserved as the gateway's SNAT source"},
+		{"exposure pin in reverse range", func(s *GatewaySpec) { s.Exposures[0].VirtualIP = "100.64.3.200" }, ".10-.199"},
+		{"exposure pin below range", func(s *GatewaySpec) { s.Exposures[0].VirtualIP = "100.64.3.9" }, ".10-.199"},
+		{"reverse pin in forward range", func(s *GatewaySpec) { s.ReverseExposures[0].VirtualIP = "100.64.3.150" }, ".200-.254"},
+		{"reverse pin on broadcast", func(s *GatewaySpec) { s.ReverseExposures[0].VirtualIP = "100.64.3.255" }, ".200-.254"},
+		{"pins in two /24s", func(s *GatewaySpec) {
+			s.Exposures[0].VirtualIP = "100.64.3.10"
+			s.ReverseExposures[0].VirtualIP = "100.64.4.200"
+		}, "a gateway has one service CIDR"},
+		{"duplicate pins", func(s *GatewaySpec) {
+			e := s.Exposures[0]
+			e.Name = "web2"
+			s.Exposures[0].VirtualIP, e.VirtualIP = "100.64.3.10", "100.64.3.10"
+			s.Exposures = append(s.Exposures, e)
+		}, "already pinned at spec.exposures[0].virtualIP"},
+		{"duplicate exposure", func(s *GatewaySpec) { s.Exposures = append(s.Exposures, s.Exposures[0]) }, "Duplicate value"},
+		{"exposure target inside client subnet", func(s *GatewaySpec) { s.Exposures[0].Target.Address = "192.168.10.9" }, "use reverseExposures"},
+		{"port zero", func(s *GatewaySpec) { s.Exposures[0].Target.Ports[0].Port = 0 }, "between 1 and 65535"},
+		{"port too high", func(s *GatewaySpec) { s.Exposures[0].Target.Ports[0].Port = 70000 }, "between 1 and 65535"},
+		{"duplicate port", func(s *GatewaySpec) {
+			s.Exposures[0].Target.Ports = append(s.Exposures[0].Target.Ports, PortSpec{Port: 443})
+		}, "443/TCP"},
+		{"bad protocol", func(s *GatewaySpec) { s.Exposures[0].Target.Ports[0].Protocol = "SCTP" }, "Unsupported value"},
+		{"reverse exposure names unknown tunnel", func(s *GatewaySpec) { s.ReverseExposures[0].Tunnel = "nope" }, "spec.reverseExposures[0].tunnel: Not found"},
+		{"reverse target outside tunnel subnets", func(s *GatewaySpec) { s.ReverseExposures[0].Target.Address = "10.9.9.9" }, "not inside any peer subnet"},
+		{"duplicate reverse exposure", func(s *GatewaySpec) { s.ReverseExposures = append(s.ReverseExposures, s.ReverseExposures[0]) }, "Duplicate value"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := goodGateway()
+			tc.mutate(&s)
+			errs := s.Validate()
+			if tc.want == "" {
+				if len(errs) != 0 {
+					t.Fatalf("want valid, got %v", errs.ToAggregate())
+				}
+				return
+			}
+			if len(errs) == 0 {
+				t.Fatalf("want an error containing %q, got none", tc.want)
+			}
+			if got := errs.ToAggregate().Error(); !strings.Contains(got, tc.want) {
+				t.Fatalf("error %q does not contain %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestVPNGatewayProtocol(t *testing.T) {
+	s := VPNGatewaySpec{GatewaySpec: goodGateway()}
+	if errs := s.Validate(); len(errs) != 0 {
+		t.Fatalf("default protocol must be valid: %v", errs)
+	}
+	s.Protocol = VPNProtocolIPsec
+	if errs := s.Validate(); len(errs) != 0 {
+		t.Fatalf("ipsec must be valid: %v", errs)
+	}
+	s.Protocol = VPNProtocolWireGuard
+	errs := s.Validate()
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "protocol wireguard is not implemented in bnerd-vpn-operator v") {
+		t.Fatalf("wireguard must be refused naming the version, got %v", errs)
+	}
+}
+
+func TestPlaintextExposures(t *testing.T) {
+	s := goodGateway()
+	if errs := s.PlaintextExposures(); len(errs) != 0 {
+		t.Fatalf("HTTPS must pass: %v", errs)
+	}
+	s.Exposures = append(s.Exposures,
+		Exposure{Name: "http", Target: Target{Address: "10.250.0.21", Ports: []PortSpec{{Port: 80}}}},
+		Exposure{Name: "ldap", Target: Target{Address: "10.250.0.22", Ports: []PortSpec{{Port: 636}, {Port: 389}}}},
+		Exposure{Name: "all", Target: Target{Address: "10.250.0.23"}},
+		Exposure{Name: "optin", AllowPlaintext: true, Target: Target{Address: "10.250.0.24", Ports: []PortSpec{{Port: 80}}}},
+	)
+	errs := s.PlaintextExposures()
+	got := errs.ToAggregate().Error()
+	for _, want := range []string{`"http" port 80 is HTTP`, `"ldap" port 389 is LDAP`, `"all" forwards every port`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in %q", want, got)
+		}
+	}
+	if strings.Contains(got, "optin") || strings.Contains(got, "636") {
+		t.Errorf("opt-in exposure or TLS port flagged: %q", got)
+	}
+	if len(errs) != 3 {
+		t.Errorf("want 3 findings, got %d", len(errs))
+	}
+}
+
+func TestClusterLinkValidate(t *testing.T) {
+	ref := &SecretRef{Name: "clusterlink-x", Namespace: "bnerd-vpn-clusterlinks"}
+	cases := []struct {
+		name string
+		spec ClusterLinkSpec
+		want string
+	}{
+		{"same tenant", ClusterLinkSpec{ServiceClusterRouter: "r", ServiceClusterCIDR: "10.251.0.0/16"}, ""},
+		{"pinned transit ip", ClusterLinkSpec{ServiceClusterRouter: "r", ServiceClusterCIDR: "10.251.0.0/16", TransitIP: "10.254.0.3"}, ""},
+		{"cross tenant", ClusterLinkSpec{ServiceClusterRouter: "r", ServiceClusterCIDR: "10.234.0.0/16", CredentialsSecretRef: ref, CustomerProjectID: "abc"}, ""},
+		{"no router", ClusterLinkSpec{ServiceClusterCIDR: "10.251.0.0/16"}, "router"},
+		{"bad cidr", ClusterLinkSpec{ServiceClusterRouter: "r", ServiceClusterCIDR: "10.251.0.1/16"}, "host bits"},
+		{"transit ip on .1", ClusterLinkSpec{ServiceClusterRouter: "r", ServiceClusterCIDR: "10.251.0.0/16", TransitIP: "10.254.0.1"}, "router leg"},
+		{"transit ip on .2", ClusterLinkSpec{ServiceClusterRouter: "r", ServiceClusterCIDR: "10.251.0.0/16", TransitIP: "10.254.0.2"}, "DHCP"},
+		{"secret without project", ClusterLinkSpec{ServiceClusterRouter: "r", ServiceClusterCIDR: "10.234.0.0/16", CredentialsSecretRef: ref}, "must name the customer project"},
+		{"project without secret", ClusterLinkSpec{ServiceClusterRouter: "r", ServiceClusterCIDR: "10.234.0.0/16", CustomerProjectID: "abc"}, "only a cross-tenant link"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := tc.spec.Validate()
+			checkErrs(t, errs, tc.want)
+		})
+	}
+}
+
+func checkErrs(t *testing.T, errs field.ErrorList, want string) {
+	t.Helper()
+	if want == "" {
+		if len(errs) != 0 {
+			t.Fatalf("want valid, got %v", errs.ToAggregate())
+		}
+		return
+	}
+	if len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), want) {
+		t.Fatalf("want an error containing %q, got %v", want, errs.ToAggregate())
+	}
+}
+
+// FuzzGatewayValidate feeds arbitrary JSON-decoded specs to Validate: it must never
+// panic, and whatever it accepts must have every pinned virtual IP inside its range.
+func FuzzGatewayValidate(f *testing.F) {
+	good, _ := json.Marshal(goodGateway())
+	f.Add(good)
+	f.Add([]byte(`{"tunnels":[{"name":"a","peer":{"address":"1.2.3.4","subnets":["10.0.0.0/8"]},"preSharedKey":{"name":"s"}}],"exposures":[{"name":"e","virtualIP":"100.64.0.1","target":{"address":"x"}}]}`))
+	f.Add([]byte(`{"tunnels":[],"reverseExposures":[{"name":"r","tunnel":"","virtualIP":"::1"}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var s GatewaySpec
+		if err := json.Unmarshal(data, &s); err != nil {
+			return
+		}
+		if len(s.Validate()) != 0 {
+			return
+		}
+		for _, e := range s.Exposures {
+			if e.VirtualIP == "" {
+				continue
+			}
+			a, _ := parseIPv4(e.VirtualIP)
+			if o := a.As4()[3]; o < ExposureFirstOctet || o > ExposureLastOctet {
+				t.Fatalf("accepted exposure pin %s outside range", e.VirtualIP)
+			}
+		}
+		for _, r := range s.ReverseExposures {
+			if r.VirtualIP == "" {
+				continue
+			}
+			a, _ := parseIPv4(r.VirtualIP)
+			if o := a.As4()[3]; o < ReverseFirstOctet {
+				t.Fatalf("accepted reverse pin %s outside range", r.VirtualIP)
+			}
+		}
+	})
+}

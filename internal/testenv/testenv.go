@@ -1,0 +1,154 @@
+// Package testenv starts a real kube-apiserver and etcd (controller-runtime's envtest)
+// with this project's CRDs installed, for integration tests. The binaries are built from
+// the Go module proxy by hack/controlplane.sh into a per-version cache.
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+)
+
+// RequireEnv, when set to 1, turns a missing control plane into a test failure instead
+// of a skip. The project's test command sets it, so CI can never pass by skipping.
+const RequireEnv = "BNERD_REQUIRE_ENVTEST"
+
+// Env is a running control plane.
+type Env struct {
+	Config *rest.Config
+	Client client.Client
+	Scheme *k8sruntime.Scheme
+	BinDir string
+	env    *envtest.Environment
+}
+
+// RepoRoot is the module root, found from this source file.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// BinDir locates the kube-apiserver, etcd and kubectl binaries: $KUBEBUILDER_ASSETS, or
+// the cache hack/controlplane.sh fills (asked in its "print only" mode so the path has one
+// definition). It returns "" when they are missing.
+func BinDir() string {
+	if d := os.Getenv("KUBEBUILDER_ASSETS"); d != "" {
+		return d
+	}
+	out, err := exec.Command("bash", filepath.Join(RepoRoot(), "hack", "controlplane.sh"), "--print-dir").Output()
+	if err != nil {
+		return ""
+	}
+	d := strings.TrimSpace(string(out))
+	for _, b := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(d, b)); err != nil {
+			return ""
+		}
+	}
+	return d
+}
+
+// NewScheme returns a scheme with the core Kubernetes types and this project's API.
+func NewScheme() *k8sruntime.Scheme {
+	s := k8sruntime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := apiextensionsv1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// Start starts a control plane with the CRDs of config/crd installed. It returns an
+// error the caller reports; Skip reports whether it is a skip (binaries missing and not
+// required) rather than a failure.
+func Start() (*Env, error) {
+	dir := BinDir()
+	if dir == "" {
+		return nil, ErrNoControlPlane
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: dir,
+		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "config", "crd")},
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("starting the control plane from %s: %w", dir, err)
+	}
+	scheme := NewScheme()
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
+	return &Env{Config: cfg, Client: c, Scheme: scheme, BinDir: dir, env: env}, nil
+}
+
+// ErrNoControlPlane means the binaries are not built.
+var ErrNoControlPlane = fmt.Errorf("kube-apiserver/etcd not found: run `make controlplane` (or set KUBEBUILDER_ASSETS)")
+
+// KubeConfig is a kubeconfig file's content for the running control plane.
+func (e *Env) KubeConfig() []byte { return e.env.KubeConfig }
+
+// WriteKubeConfig writes the kubeconfig into dir and returns its path.
+func (e *Env) WriteKubeConfig(dir string) (string, error) {
+	p := filepath.Join(dir, "kubeconfig")
+	return p, os.WriteFile(p, e.env.KubeConfig, 0o600)
+}
+
+// Stop stops the control plane.
+func (e *Env) Stop() error { return e.env.Stop() }
+
+// Main runs a package's tests against one control plane shared by the package: use it
+// as `func TestMain(m *testing.M) { testenv.Main(m, &env) }`. Without binaries the tests
+// are skipped with the reason, unless RequireEnv is set, which makes that a failure.
+func Main(m *testing.M, out **Env) {
+	e, err := Start()
+	if err != nil {
+		if err == ErrNoControlPlane && os.Getenv(RequireEnv) != "1" {
+			fmt.Fprintf(os.Stderr, "SKIP: %v\n", err)
+			skipAll = err.Error()
+			os.Exit(m.Run())
+		}
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+		os.Exit(1)
+	}
+	*out = e
+	code := m.Run()
+	if err := e.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "stopping the control plane: %v\n", err)
+	}
+	os.Exit(code)
+}
+
+var skipAll string
+
+// Need skips the calling test when Main found no control plane.
+func Need(t testing.TB) {
+	t.Helper()
+	if skipAll != "" {
+		t.Skip(skipAll)
+	}
+}
+
+// Codecs decodes YAML manifests into typed objects of the scheme.
+func Codecs(s *k8sruntime.Scheme) serializer.CodecFactory { return serializer.NewCodecFactory(s) }
