@@ -1,0 +1,139 @@
+// Package operatorconfig is the operator's own configuration: which OpenStack networks,
+// router and pools it manages, and the knobs the specification names. Every field has a
+// flag and an environment variable; the environment is what the Helm chart sets.
+package operatorconfig
+
+import (
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is the operator's configuration.
+type Config struct {
+	// Namespace is the operator's own namespace (POD_NAMESPACE). Gateway NetworkPolicies
+	// admit any port from it.
+	Namespace string
+	// GatewayNetwork is the transit network (name or ID) carrying gateway ports and
+	// ClusterLink legs.
+	GatewayNetwork string
+	// ExternalNetwork is the network floating IPs are allocated from (name or ID).
+	ExternalNetwork string
+	// Router is the gateway cluster's own router (name or ID): reverse-exposure routes
+	// and ClusterLink forward routes go on it.
+	Router string
+	// ServiceCIDRPool is the pool each gateway's /24 is carved from.
+	ServiceCIDRPool netip.Prefix
+	// InternalSourceCIDRs are the fabric's source networks admitted to reverse exposures
+	// by the gateway security group.
+	InternalSourceCIDRs []netip.Prefix
+	// GatewayNetworkPolicy toggles the per-gateway <name>-nic1 NetworkPolicy.
+	GatewayNetworkPolicy bool
+	// GatewayImage runs strongSwan; AgentImage runs the gateway agent's roles.
+	GatewayImage string
+	AgentImage   string
+	// NADTemplate is a Go text/template for the NetworkAttachmentDefinition's CNI config;
+	// empty means the built-in host-device-by-MAC template.
+	NADTemplate string
+	// ClusterLinkCredentialsNamespace is the only namespace customer credential Secrets
+	// are read from.
+	ClusterLinkCredentialsNamespace string
+	// ResyncInterval is the periodic re-reconcile of every object.
+	ResyncInterval time.Duration
+	// MaxConcurrentReconciles per controller.
+	MaxConcurrentReconciles int
+}
+
+// Defaults from the specification.
+const (
+	DefaultServiceCIDRPool                 = "100.64.0.0/16"
+	DefaultClusterLinkCredentialsNamespace = "bnerd-vpn-clusterlinks"
+	DefaultResyncInterval                  = 5 * time.Minute
+	DefaultGatewayNetwork                  = "vpn-transit"
+	DefaultGatewayImage                    = "ghcr.io/bnerd/bnerd-vpn-gateway:v0.1.0"
+	DefaultAgentImage                      = "ghcr.io/bnerd/bnerd-vpn-gateway:v0.1.0"
+)
+
+// Default returns the configuration with every default applied and nothing read.
+func Default() Config {
+	return Config{
+		GatewayNetwork:                  DefaultGatewayNetwork,
+		ServiceCIDRPool:                 netip.MustParsePrefix(DefaultServiceCIDRPool),
+		GatewayNetworkPolicy:            true,
+		GatewayImage:                    DefaultGatewayImage,
+		AgentImage:                      DefaultAgentImage,
+		ClusterLinkCredentialsNamespace: DefaultClusterLinkCredentialsNamespace,
+		ResyncInterval:                  DefaultResyncInterval,
+		MaxConcurrentReconciles:         4,
+	}
+}
+
+// Load reads the environment, then the flags (a flag wins over its variable).
+func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	c := Default()
+	var pool, internal, resync, netpol, conc string
+	env := func(name, def string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	fs.StringVar(&c.Namespace, "namespace", env("POD_NAMESPACE", ""), "operator namespace (POD_NAMESPACE)")
+	fs.StringVar(&c.GatewayNetwork, "gateway-network", env("IPSEC_GATEWAY_NETWORK", c.GatewayNetwork), "transit network name or ID (IPSEC_GATEWAY_NETWORK)")
+	fs.StringVar(&c.ExternalNetwork, "external-network", env("IPSEC_EXTERNAL_NETWORK", ""), "floating IP network name or ID (IPSEC_EXTERNAL_NETWORK)")
+	fs.StringVar(&c.Router, "router", env("IPSEC_ROUTER_ID", ""), "gateway cluster router name or ID (IPSEC_ROUTER_ID)")
+	fs.StringVar(&pool, "service-cidr-pool", env("IPSEC_SERVICE_CIDR_POOL", DefaultServiceCIDRPool), "pool of gateway /24s (IPSEC_SERVICE_CIDR_POOL)")
+	fs.StringVar(&internal, "internal-source-cidrs", env("IPSEC_INTERNAL_SOURCE_CIDRS", ""), "comma-separated fabric source CIDRs admitted to reverse exposures (IPSEC_INTERNAL_SOURCE_CIDRS)")
+	fs.StringVar(&netpol, "gateway-network-policy", env("IPSEC_GATEWAY_NETWORKPOLICY_ENABLED", "true"), "create the <name>-nic1 NetworkPolicy (IPSEC_GATEWAY_NETWORKPOLICY_ENABLED)")
+	fs.StringVar(&c.GatewayImage, "gateway-image", env("IPSEC_GATEWAY_IMAGE", c.GatewayImage), "strongSwan image (IPSEC_GATEWAY_IMAGE)")
+	fs.StringVar(&c.AgentImage, "agent-image", env("IPSEC_AGENT_IMAGE", c.AgentImage), "gateway agent image (IPSEC_AGENT_IMAGE)")
+	fs.StringVar(&c.NADTemplate, "nad-template", env("IPSEC_NAD_TEMPLATE", ""), "NetworkAttachmentDefinition config template (IPSEC_NAD_TEMPLATE)")
+	fs.StringVar(&c.ClusterLinkCredentialsNamespace, "clusterlink-credentials-namespace", env("IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE", c.ClusterLinkCredentialsNamespace), "namespace of ClusterLink customer credentials (IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE)")
+	fs.StringVar(&resync, "resync-interval", env("IPSEC_RESYNC_INTERVAL", c.ResyncInterval.String()), "periodic resync (IPSEC_RESYNC_INTERVAL)")
+	fs.StringVar(&conc, "max-concurrent-reconciles", env("IPSEC_MAX_CONCURRENT_RECONCILES", strconv.Itoa(c.MaxConcurrentReconciles)), "workers per controller (IPSEC_MAX_CONCURRENT_RECONCILES)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+
+	var err error
+	if c.ServiceCIDRPool, err = netip.ParsePrefix(pool); err != nil || !c.ServiceCIDRPool.Addr().Is4() || c.ServiceCIDRPool.Bits() > 24 || c.ServiceCIDRPool.Masked() != c.ServiceCIDRPool {
+		return c, fmt.Errorf("service CIDR pool %q: must be an IPv4 network of /24 or larger with no host bits set", pool)
+	}
+	if c.InternalSourceCIDRs, err = ParseCIDRList(internal); err != nil {
+		return c, fmt.Errorf("internal source CIDRs: %w", err)
+	}
+	if c.GatewayNetworkPolicy, err = strconv.ParseBool(netpol); err != nil {
+		return c, fmt.Errorf("gateway network policy switch %q: %w", netpol, err)
+	}
+	if c.ResyncInterval, err = time.ParseDuration(resync); err != nil || c.ResyncInterval <= 0 {
+		return c, fmt.Errorf("resync interval %q: must be a positive duration", resync)
+	}
+	if c.MaxConcurrentReconciles, err = strconv.Atoi(conc); err != nil || c.MaxConcurrentReconciles < 1 {
+		return c, fmt.Errorf("max concurrent reconciles %q: must be a positive integer", conc)
+	}
+	return c, nil
+}
+
+// ParseCIDRList parses a comma-separated list of IPv4 CIDRs; blanks are ignored.
+func ParseCIDRList(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil || !p.Addr().Is4() || p.Masked() != p {
+			return nil, fmt.Errorf("%q is not an IPv4 network in CIDR notation", f)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}

@@ -1,0 +1,47 @@
+package operatorconfig
+
+import (
+	"flag"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLoadDefaultsEnvAndFlags(t *testing.T) {
+	env := map[string]string{
+		"POD_NAMESPACE":                           "bnerd-vpn",
+		"IPSEC_INTERNAL_SOURCE_CIDRS":             "10.254.0.0/24, 10.251.0.0/16",
+		"IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE": "creds",
+		"IPSEC_RESYNC_INTERVAL":                   "30s",
+	}
+	c, err := Load(flag.NewFlagSet("t", flag.ContinueOnError), []string{"--router", "r1"}, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Namespace != "bnerd-vpn" || c.Router != "r1" || c.ClusterLinkCredentialsNamespace != "creds" ||
+		c.ResyncInterval != 30*time.Second || len(c.InternalSourceCIDRs) != 2 ||
+		c.ServiceCIDRPool.String() != "100.64.0.0/16" || !c.GatewayNetworkPolicy {
+		t.Fatalf("unexpected config %+v", c)
+	}
+}
+
+func TestLoadRefusesBadValues(t *testing.T) {
+	for env, want := range map[string]string{
+		"IPSEC_SERVICE_CIDR_POOL=100.64.0.0/25":       "/24 or larger",
+		"IPSEC_INTERNAL_SOURCE_CIDRS=10.0.0.1/8":      "not an IPv4 network",
+		"IPSEC_GATEWAY_NETWORKPOLICY_ENABLED=perhaps": "network policy",
+		"IPSEC_RESYNC_INTERVAL=-1s":                   "positive duration",
+		"IPSEC_MAX_CONCURRENT_RECONCILES=0":           "positive integer",
+	} {
+		k, v, _ := strings.Cut(env, "=")
+		_, err := Load(flag.NewFlagSet("t", flag.ContinueOnError), nil, func(n string) string {
+			if n == k {
+				return v
+			}
+			return ""
+		})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: want error containing %q, got %v", env, want, err)
+		}
+	}
+}
