@@ -87,7 +87,11 @@ func Start() (*Env, error) {
 	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: dir,
-		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "config", "crd")},
+		// The project's CRDs, and the Multus NAD CRD the gateway workload needs.
+		CRDDirectoryPaths: []string{
+			filepath.Join(RepoRoot(), "config", "crd"),
+			filepath.Join(RepoRoot(), "config", "thirdparty"),
+		},
 		ErrorIfCRDPathMissing: true,
 	}
 	cfg, err := env.Start()
