@@ -1,0 +1,96 @@
+package sim
+
+func (s *Server) routes() {
+	m := s.mux
+	id := identityPrefix + "/v3"
+	m.HandleFunc("GET "+identityPrefix+"/{$}", s.handleIdentityVersions)
+	m.HandleFunc("GET "+identityPrefix, s.handleIdentityVersions)
+	m.HandleFunc("GET "+id+"/{$}", s.handleIdentityV3)
+	m.HandleFunc("GET "+id, s.handleIdentityV3)
+	m.HandleFunc("POST "+id+"/auth/tokens", s.handleIssueToken)
+	m.HandleFunc("GET "+id+"/auth/tokens", s.handleValidateToken)
+	m.HandleFunc("DELETE "+id+"/auth/tokens", s.handleRevokeToken)
+	m.Handle("GET "+id+"/projects/{id}", s.authed(svcIdentity, s.handleGetProject))
+
+	// Version documents are public, as in Neutron and Nova.
+	m.HandleFunc("GET "+networkPrefix+"/{$}", s.handleNetworkVersions)
+	m.HandleFunc("GET "+networkPrefix, s.handleNetworkVersions)
+	m.HandleFunc("GET "+computePrefix+"/{$}", s.handleComputeVersions)
+	m.HandleFunc("GET "+computePrefix+"/v2.1/{$}", s.handleComputeV21)
+	m.HandleFunc("GET "+computePrefix+"/v2.1", s.handleComputeV21)
+
+	n := func(pattern string, h hfn) {
+		method, path, _ := cut(pattern)
+		m.Handle(method+" "+neutronBase+path, s.authed(svcNetwork, h))
+	}
+	n("GET /extensions", s.handleExtensions)
+	n("GET /networks", s.listNetworks)
+	n("POST /networks", s.createNetwork)
+	n("GET /networks/{id}", s.getNetwork)
+	n("PUT /networks/{id}", s.updateNetwork)
+	n("DELETE /networks/{id}", s.deleteNetworkHandler)
+	n("GET /subnets", s.listSubnets)
+	n("POST /subnets", s.createSubnet)
+	n("GET /subnets/{id}", s.getSubnet)
+	n("DELETE /subnets/{id}", s.deleteSubnet)
+	n("GET /ports", s.listPorts)
+	n("POST /ports", s.createPort)
+	n("GET /ports/{id}", s.getPort)
+	n("PUT /ports/{id}", s.updatePort)
+	n("DELETE /ports/{id}", s.deletePortHandler)
+	n("GET /security-groups", s.listSGs)
+	n("POST /security-groups", s.createSG)
+	n("GET /security-groups/{id}", s.getSG)
+	n("PUT /security-groups/{id}", s.updateSG)
+	n("DELETE /security-groups/{id}", s.deleteSG)
+	n("GET /security-group-rules", s.listRules)
+	n("POST /security-group-rules", s.createRule)
+	n("GET /security-group-rules/{id}", s.getRule)
+	n("DELETE /security-group-rules/{id}", s.deleteRule)
+	n("GET /floatingips", s.listFIPs)
+	n("POST /floatingips", s.createFIP)
+	n("GET /floatingips/{id}", s.getFIP)
+	n("PUT /floatingips/{id}", s.updateFIP)
+	n("DELETE /floatingips/{id}", s.deleteFIP)
+	n("GET /routers", s.listRouters)
+	n("POST /routers", s.createRouter)
+	n("GET /routers/{id}", s.getRouter)
+	n("PUT /routers/{id}", s.updateRouter)
+	n("DELETE /routers/{id}", s.deleteRouter)
+	n("PUT /routers/{id}/add_router_interface", s.addRouterInterface)
+	n("PUT /routers/{id}/remove_router_interface", s.removeRouterInterface)
+	n("PUT /routers/{id}/add_extraroutes", s.extraRoutes(true))
+	n("PUT /routers/{id}/remove_extraroutes", s.extraRoutes(false))
+	n("GET /rbac-policies", s.listRBAC)
+	n("POST /rbac-policies", s.createRBAC)
+	n("GET /rbac-policies/{id}", s.getRBAC)
+	n("DELETE /rbac-policies/{id}", s.deleteRBAC)
+	for _, res := range []string{"networks", "subnets", "ports", "routers", "security-groups", "floatingips"} {
+		for pat, h := range s.tagHandlers(res) {
+			method, sub, _ := cut(pat)
+			n(method+" /"+res+"/{id}"+sub, h)
+		}
+	}
+
+	c := func(pattern string, h hfn) {
+		method, path, _ := cut(pattern)
+		m.Handle(method+" "+computePrefix+"/v2.1"+path, s.authed(svcCompute, h))
+	}
+	c("GET /servers", s.listServers)
+	c("GET /servers/detail", s.listServers)
+	c("GET /servers/{id}", s.getServer)
+	c("GET /servers/{id}/os-interface", s.listInterfaces)
+	c("POST /servers/{id}/os-interface", s.attachInterface)
+	c("GET /servers/{id}/os-interface/{port}", s.getInterface)
+	c("DELETE /servers/{id}/os-interface/{port}", s.detachInterface)
+
+}
+
+func cut(pattern string) (method, path string, ok bool) {
+	for i := 0; i < len(pattern); i++ {
+		if pattern[i] == ' ' {
+			return pattern[:i], pattern[i+1:], true
+		}
+	}
+	return "", pattern, false
+}
