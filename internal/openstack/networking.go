@@ -1,0 +1,675 @@
+package openstack
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/attributestags"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/external"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/extraroutes"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/floatingips"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/routers"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/rbacpolicies"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/groups"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/rules"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/subnets"
+)
+
+// NewNetworking wraps a Neutron service client.
+func NewNetworking(c *gophercloud.ServiceClient) Networking { return &networking{c: c} }
+
+type networking struct {
+	c *gophercloud.ServiceClient
+}
+
+var _ Networking = (*networking)(nil)
+
+// --- networks and subnets ---
+
+type networkWithExternal struct {
+	networks.Network
+	external.NetworkExternalExt
+}
+
+func toNetwork(n networkWithExternal) Network {
+	return Network{
+		ID: n.ID, Name: n.Name, ProjectID: projectOf(n.ProjectID, n.TenantID),
+		Shared: n.Shared, External: n.External, Subnets: n.Subnets, Tags: n.Tags,
+	}
+}
+
+func (n *networking) GetNetwork(ctx context.Context, id string) (*Network, error) {
+	if id == "" {
+		return nil, fmt.Errorf("get network: %w: empty ID", ErrNotFound)
+	}
+	var out networkWithExternal
+	if err := networks.Get(ctx, n.c, id).ExtractInto(&out); err != nil {
+		return nil, wrapErr("get network "+id, err)
+	}
+	res := toNetwork(out)
+	return &res, nil
+}
+
+func (n *networking) ResolveNetwork(ctx context.Context, nameOrID string) (*Network, error) {
+	if nameOrID == "" {
+		return nil, fmt.Errorf("resolve network: %w: empty name", ErrNotFound)
+	}
+	if looksLikeID(nameOrID) {
+		net, err := n.GetNetwork(ctx, nameOrID)
+		if err == nil || !IsNotFound(err) {
+			return net, err
+		}
+	}
+	pages, err := networks.List(n.c, networks.ListOpts{Name: nameOrID}).AllPages(ctx)
+	if err != nil {
+		return nil, wrapErr("list networks named "+nameOrID, err)
+	}
+	var all []networkWithExternal
+	if err := networks.ExtractNetworksInto(pages, &all); err != nil {
+		return nil, wrapErr("list networks named "+nameOrID, err)
+	}
+	switch len(all) {
+	case 0:
+		return nil, fmt.Errorf("resolve network %q: %w", nameOrID, ErrNotFound)
+	case 1:
+		res := toNetwork(all[0])
+		return &res, nil
+	default:
+		return nil, fmt.Errorf("resolve network %q: %w: %d networks carry that name", nameOrID, ErrAmbiguous, len(all))
+	}
+}
+
+func toSubnet(s subnets.Subnet) Subnet {
+	return Subnet{ID: s.ID, Name: s.Name, NetworkID: s.NetworkID, CIDR: s.CIDR,
+		GatewayIP: s.GatewayIP, ProjectID: projectOf(s.ProjectID, s.TenantID)}
+}
+
+func (n *networking) GetSubnet(ctx context.Context, id string) (*Subnet, error) {
+	s, err := subnets.Get(ctx, n.c, id).Extract()
+	if err != nil {
+		return nil, wrapErr("get subnet "+id, err)
+	}
+	res := toSubnet(*s)
+	return &res, nil
+}
+
+func (n *networking) ListSubnets(ctx context.Context, networkID string) ([]Subnet, error) {
+	if networkID == "" {
+		return nil, fmt.Errorf("list subnets: %w", ErrUnfiltered)
+	}
+	pages, err := subnets.List(n.c, subnets.ListOpts{NetworkID: networkID}).AllPages(ctx)
+	if err != nil {
+		return nil, wrapErr("list subnets of network "+networkID, err)
+	}
+	all, err := subnets.ExtractSubnets(pages)
+	if err != nil {
+		return nil, wrapErr("list subnets of network "+networkID, err)
+	}
+	out := make([]Subnet, 0, len(all))
+	for _, s := range all {
+		out = append(out, toSubnet(s))
+	}
+	return out, nil
+}
+
+// --- ports ---
+
+func toPort(p ports.Port) Port {
+	out := Port{
+		ID: p.ID, Name: p.Name, Description: p.Description, NetworkID: p.NetworkID,
+		MACAddress: p.MACAddress, DeviceID: p.DeviceID, DeviceOwner: p.DeviceOwner,
+		SecurityGroups: p.SecurityGroups, Tags: p.Tags,
+		ProjectID: projectOf(p.ProjectID, p.TenantID), Status: p.Status,
+	}
+	for _, ip := range p.FixedIPs {
+		out.FixedIPs = append(out.FixedIPs, FixedIP{SubnetID: ip.SubnetID, IPAddress: ip.IPAddress})
+	}
+	for _, ap := range p.AllowedAddressPairs {
+		out.AllowedAddressPairs = append(out.AllowedAddressPairs, AddressPair{IPAddress: ap.IPAddress, MACAddress: ap.MACAddress})
+	}
+	return out
+}
+
+// withTags adds "tags" to a create body: Neutron's tag-creation extension
+// sets them atomically with the object, which gophercloud's create options
+// do not expose.
+func withTags(body map[string]any, key string, tags []string, err error) (map[string]any, error) {
+	if err != nil || len(tags) == 0 {
+		return body, err
+	}
+	inner, ok := body[key].(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("unexpected create body shape for %s", key)
+	}
+	inner["tags"] = tags
+	return body, nil
+}
+
+type portCreate struct {
+	ports.CreateOpts
+	tags []string
+}
+
+func (o portCreate) ToPortCreateMap() (map[string]any, error) {
+	m, err := o.CreateOpts.ToPortCreateMap()
+	return withTags(m, "port", o.tags, err)
+}
+
+func (n *networking) CreatePort(ctx context.Context, opts CreatePortOpts) (*Port, error) {
+	co := ports.CreateOpts{NetworkID: opts.NetworkID, Name: opts.Name, Description: opts.Description}
+	if opts.SubnetID != "" || opts.IPAddress != "" {
+		co.FixedIPs = []ports.IP{{SubnetID: opts.SubnetID, IPAddress: opts.IPAddress}}
+	}
+	if opts.SecurityGroups != nil {
+		sgs := append([]string{}, opts.SecurityGroups...)
+		co.SecurityGroups = &sgs
+	}
+	p, err := ports.Create(ctx, n.c, portCreate{CreateOpts: co, tags: sanitizeTags(opts.Tags)}).Extract()
+	if err != nil {
+		op := "create port on network " + opts.NetworkID
+		if opts.IPAddress != "" {
+			op += " at " + opts.IPAddress
+		}
+		return nil, wrapErr(op, err)
+	}
+	res := toPort(*p)
+	return &res, nil
+}
+
+func (n *networking) GetPort(ctx context.Context, id string) (*Port, error) {
+	if id == "" {
+		return nil, fmt.Errorf("get port: %w: empty ID", ErrNotFound)
+	}
+	p, err := ports.Get(ctx, n.c, id).Extract()
+	if err != nil {
+		return nil, wrapErr("get port "+id, err)
+	}
+	res := toPort(*p)
+	return &res, nil
+}
+
+func (n *networking) ListPorts(ctx context.Context, opts ListPortsOpts) ([]Port, error) {
+	if opts.empty() {
+		return nil, fmt.Errorf("list ports: %w", ErrUnfiltered)
+	}
+	lo := ports.ListOpts{
+		Tags: tagFilter(opts.Tags), NetworkID: opts.NetworkID,
+		DeviceID: opts.DeviceID, ProjectID: opts.ProjectID,
+	}
+	if opts.IPAddress != "" || opts.SubnetID != "" {
+		lo.FixedIPs = []ports.FixedIPOpts{{IPAddress: opts.IPAddress, SubnetID: opts.SubnetID}}
+	}
+	pages, err := ports.List(n.c, lo).AllPages(ctx)
+	if err != nil {
+		return nil, wrapErr("list ports", err)
+	}
+	all, err := ports.ExtractPorts(pages)
+	if err != nil {
+		return nil, wrapErr("list ports", err)
+	}
+	out := make([]Port, 0, len(all))
+	for _, p := range all {
+		out = append(out, toPort(p))
+	}
+	return out, nil
+}
+
+func (n *networking) updatePort(ctx context.Context, op, id string, uo ports.UpdateOpts) (*Port, error) {
+	p, err := ports.Update(ctx, n.c, id, uo).Extract()
+	if err != nil {
+		return nil, wrapErr(op+" of port "+id, err)
+	}
+	res := toPort(*p)
+	return &res, nil
+}
+
+func (n *networking) UpdatePortAllowedAddressPairs(ctx context.Context, portID string, pairs []AddressPair) (*Port, error) {
+	aap := make([]ports.AddressPair, 0, len(pairs))
+	for _, p := range pairs {
+		aap = append(aap, ports.AddressPair{IPAddress: p.IPAddress, MACAddress: p.MACAddress})
+	}
+	return n.updatePort(ctx, "update allowed address pairs", portID, ports.UpdateOpts{AllowedAddressPairs: &aap})
+}
+
+func (n *networking) UpdatePortSecurityGroups(ctx context.Context, portID string, securityGroupIDs []string) (*Port, error) {
+	sgs := append([]string{}, securityGroupIDs...)
+	return n.updatePort(ctx, "update security groups", portID, ports.UpdateOpts{SecurityGroups: &sgs})
+}
+
+// replaceTags allows an empty list (clear all tags), which gophercloud's
+// ReplaceAllOpts rejects as missing input.
+type replaceTags struct{ tags []string }
+
+func (o replaceTags) ToAttributeTagsReplaceAllMap() (map[string]any, error) {
+	if o.tags == nil {
+		return map[string]any{"tags": []string{}}, nil
+	}
+	return map[string]any{"tags": o.tags}, nil
+}
+
+func (n *networking) ReplacePortTags(ctx context.Context, portID string, tags []string) ([]string, error) {
+	got, err := attributestags.ReplaceAll(ctx, n.c, "ports", portID, replaceTags{tags: sanitizeTags(tags)}).Extract()
+	if err != nil {
+		return nil, wrapErr("replace tags of port "+portID, err)
+	}
+	return got, nil
+}
+
+func (n *networking) DeletePort(ctx context.Context, id string) error {
+	return wrapErr("delete port "+id, ports.Delete(ctx, n.c, id).ExtractErr())
+}
+
+// --- security groups ---
+
+func toRule(r rules.SecGroupRule) SecurityGroupRule {
+	return SecurityGroupRule{
+		ID: r.ID, SecurityGroupID: r.SecGroupID, Direction: r.Direction, EtherType: r.EtherType,
+		Protocol: r.Protocol, PortRangeMin: r.PortRangeMin, PortRangeMax: r.PortRangeMax,
+		RemoteIPPrefix: r.RemoteIPPrefix, Description: r.Description,
+	}
+}
+
+func toSecurityGroup(g groups.SecGroup) SecurityGroup {
+	out := SecurityGroup{ID: g.ID, Name: g.Name, Description: g.Description,
+		ProjectID: projectOf(g.ProjectID, g.TenantID), Tags: g.Tags}
+	for _, r := range g.Rules {
+		out.Rules = append(out.Rules, toRule(r))
+	}
+	return out
+}
+
+type secGroupCreate struct {
+	groups.CreateOpts
+	tags []string
+}
+
+func (o secGroupCreate) ToSecGroupCreateMap() (map[string]any, error) {
+	m, err := o.CreateOpts.ToSecGroupCreateMap()
+	return withTags(m, "security_group", o.tags, err)
+}
+
+func (n *networking) CreateSecurityGroup(ctx context.Context, opts CreateSecurityGroupOpts) (*SecurityGroup, error) {
+	g, err := groups.Create(ctx, n.c, secGroupCreate{
+		CreateOpts: groups.CreateOpts{Name: opts.Name, Description: opts.Description},
+		tags:       sanitizeTags(opts.Tags),
+	}).Extract()
+	if err != nil {
+		return nil, wrapErr("create security group "+opts.Name, err)
+	}
+	res := toSecurityGroup(*g)
+	return &res, nil
+}
+
+func (n *networking) GetSecurityGroup(ctx context.Context, id string) (*SecurityGroup, error) {
+	if id == "" {
+		return nil, fmt.Errorf("get security group: %w: empty ID", ErrNotFound)
+	}
+	g, err := groups.Get(ctx, n.c, id).Extract()
+	if err != nil {
+		return nil, wrapErr("get security group "+id, err)
+	}
+	res := toSecurityGroup(*g)
+	return &res, nil
+}
+
+func (n *networking) ListSecurityGroups(ctx context.Context, tags []string) ([]SecurityGroup, error) {
+	if len(tags) == 0 {
+		return nil, fmt.Errorf("list security groups: %w", ErrUnfiltered)
+	}
+	pages, err := groups.List(n.c, groups.ListOpts{Tags: tagFilter(tags)}).AllPages(ctx)
+	if err != nil {
+		return nil, wrapErr("list security groups", err)
+	}
+	all, err := groups.ExtractGroups(pages)
+	if err != nil {
+		return nil, wrapErr("list security groups", err)
+	}
+	out := make([]SecurityGroup, 0, len(all))
+	for _, g := range all {
+		out = append(out, toSecurityGroup(g))
+	}
+	return out, nil
+}
+
+func (n *networking) DeleteSecurityGroup(ctx context.Context, id string) error {
+	return wrapErr("delete security group "+id, groups.Delete(ctx, n.c, id).ExtractErr())
+}
+
+func (n *networking) CreateSecurityGroupRule(ctx context.Context, opts CreateSecurityGroupRuleOpts) (*SecurityGroupRule, error) {
+	r, err := rules.Create(ctx, n.c, rules.CreateOpts{
+		SecGroupID: opts.SecurityGroupID, Direction: rules.RuleDirection(opts.Direction),
+		EtherType: rules.RuleEtherType(opts.EtherType), Protocol: rules.RuleProtocol(opts.Protocol),
+		PortRangeMin: opts.PortRangeMin, PortRangeMax: opts.PortRangeMax,
+		RemoteIPPrefix: opts.RemoteIPPrefix, Description: opts.Description,
+	}).Extract()
+	if err != nil {
+		return nil, wrapErr("create rule in security group "+opts.SecurityGroupID, err)
+	}
+	res := toRule(*r)
+	return &res, nil
+}
+
+func (n *networking) DeleteSecurityGroupRule(ctx context.Context, id string) error {
+	return wrapErr("delete security group rule "+id, rules.Delete(ctx, n.c, id).ExtractErr())
+}
+
+// --- floating IPs ---
+
+func toFloatingIP(f floatingips.FloatingIP) FloatingIP {
+	return FloatingIP{
+		ID: f.ID, FloatingIPAddress: f.FloatingIP, FloatingNetworkID: f.FloatingNetworkID,
+		PortID: f.PortID, FixedIPAddress: f.FixedIP, Tags: f.Tags,
+		ProjectID: projectOf(f.ProjectID, f.TenantID), Status: f.Status,
+	}
+}
+
+type floatingIPCreate struct {
+	floatingips.CreateOpts
+	tags []string
+}
+
+func (o floatingIPCreate) ToFloatingIPCreateMap() (map[string]any, error) {
+	m, err := o.CreateOpts.ToFloatingIPCreateMap()
+	return withTags(m, "floatingip", o.tags, err)
+}
+
+func (n *networking) CreateFloatingIP(ctx context.Context, opts CreateFloatingIPOpts) (*FloatingIP, error) {
+	f, err := floatingips.Create(ctx, n.c, floatingIPCreate{
+		CreateOpts: floatingips.CreateOpts{
+			FloatingNetworkID: opts.FloatingNetworkID, FloatingIP: opts.FloatingIPAddress,
+			PortID: opts.PortID, Description: opts.Description,
+		},
+		tags: sanitizeTags(opts.Tags),
+	}).Extract()
+	if err != nil {
+		op := "create floating IP on network " + opts.FloatingNetworkID
+		if opts.FloatingIPAddress != "" {
+			op += " at " + opts.FloatingIPAddress
+		}
+		return nil, wrapErr(op, err)
+	}
+	res := toFloatingIP(*f)
+	return &res, nil
+}
+
+func (n *networking) GetFloatingIP(ctx context.Context, id string) (*FloatingIP, error) {
+	if id == "" {
+		return nil, fmt.Errorf("get floating IP: %w: empty ID", ErrNotFound)
+	}
+	f, err := floatingips.Get(ctx, n.c, id).Extract()
+	if err != nil {
+		return nil, wrapErr("get floating IP "+id, err)
+	}
+	res := toFloatingIP(*f)
+	return &res, nil
+}
+
+func (n *networking) FindFloatingIPByAddress(ctx context.Context, address string) (*FloatingIP, error) {
+	all, err := n.ListFloatingIPs(ctx, ListFloatingIPsOpts{FloatingIPAddress: address})
+	if err != nil {
+		return nil, err
+	}
+	switch len(all) {
+	case 0:
+		return nil, fmt.Errorf("find floating IP %s: %w", address, ErrNotFound)
+	case 1:
+		return &all[0], nil
+	default:
+		return nil, fmt.Errorf("find floating IP %s: %w: %d matches", address, ErrAmbiguous, len(all))
+	}
+}
+
+func (n *networking) ListFloatingIPs(ctx context.Context, opts ListFloatingIPsOpts) ([]FloatingIP, error) {
+	if len(opts.Tags) == 0 && opts.PortID == "" && opts.FloatingIPAddress == "" {
+		return nil, fmt.Errorf("list floating IPs: %w", ErrUnfiltered)
+	}
+	pages, err := floatingips.List(n.c, floatingips.ListOpts{
+		Tags: tagFilter(opts.Tags), PortID: opts.PortID, FloatingIP: opts.FloatingIPAddress,
+	}).AllPages(ctx)
+	if err != nil {
+		return nil, wrapErr("list floating IPs", err)
+	}
+	all, err := floatingips.ExtractFloatingIPs(pages)
+	if err != nil {
+		return nil, wrapErr("list floating IPs", err)
+	}
+	out := make([]FloatingIP, 0, len(all))
+	for _, f := range all {
+		out = append(out, toFloatingIP(f))
+	}
+	return out, nil
+}
+
+func (n *networking) AssociateFloatingIP(ctx context.Context, floatingIPID, portID string) (*FloatingIP, error) {
+	if portID == "" {
+		return nil, fmt.Errorf("associate floating IP %s: empty port ID", floatingIPID)
+	}
+	f, err := floatingips.Update(ctx, n.c, floatingIPID, floatingips.UpdateOpts{PortID: &portID}).Extract()
+	if err != nil {
+		return nil, wrapErr("associate floating IP "+floatingIPID+" with port "+portID, err)
+	}
+	res := toFloatingIP(*f)
+	return &res, nil
+}
+
+func (n *networking) DisassociateFloatingIP(ctx context.Context, floatingIPID string) (*FloatingIP, error) {
+	// gophercloud turns an empty port ID into JSON null, which is how
+	// Neutron spells "disassociate".
+	none := ""
+	f, err := floatingips.Update(ctx, n.c, floatingIPID, floatingips.UpdateOpts{PortID: &none}).Extract()
+	if err != nil {
+		return nil, wrapErr("disassociate floating IP "+floatingIPID, err)
+	}
+	res := toFloatingIP(*f)
+	return &res, nil
+}
+
+func (n *networking) DeleteFloatingIP(ctx context.Context, id string) error {
+	return wrapErr("delete floating IP "+id, floatingips.Delete(ctx, n.c, id).ExtractErr())
+}
+
+// --- routers ---
+
+func toRouter(r routers.Router) Router {
+	out := Router{ID: r.ID, Name: r.Name, ProjectID: projectOf(r.ProjectID, r.TenantID), Tags: r.Tags}
+	for _, rt := range r.Routes {
+		out.Routes = append(out.Routes, Route{Destination: rt.DestinationCIDR, NextHop: rt.NextHop})
+	}
+	return out
+}
+
+func (n *networking) GetRouter(ctx context.Context, id string) (*Router, error) {
+	if id == "" {
+		return nil, fmt.Errorf("get router: %w: empty ID", ErrNotFound)
+	}
+	r, err := routers.Get(ctx, n.c, id).Extract()
+	if err != nil {
+		return nil, wrapErr("get router "+id, err)
+	}
+	res := toRouter(*r)
+	return &res, nil
+}
+
+func (n *networking) ResolveRouter(ctx context.Context, nameOrID string) (*Router, error) {
+	if nameOrID == "" {
+		return nil, fmt.Errorf("resolve router: %w: empty name", ErrNotFound)
+	}
+	if looksLikeID(nameOrID) {
+		r, err := n.GetRouter(ctx, nameOrID)
+		if err == nil || !IsNotFound(err) {
+			return r, err
+		}
+	}
+	all, err := n.listRouters(ctx, routers.ListOpts{Name: nameOrID}, "list routers named "+nameOrID)
+	if err != nil {
+		return nil, err
+	}
+	switch len(all) {
+	case 0:
+		return nil, fmt.Errorf("resolve router %q: %w", nameOrID, ErrNotFound)
+	case 1:
+		return &all[0], nil
+	default:
+		return nil, fmt.Errorf("resolve router %q: %w: %d routers carry that name", nameOrID, ErrAmbiguous, len(all))
+	}
+}
+
+func (n *networking) ListRouters(ctx context.Context, projectID string) ([]Router, error) {
+	if projectID == "" {
+		return nil, fmt.Errorf("list routers: %w", ErrUnfiltered)
+	}
+	return n.listRouters(ctx, routers.ListOpts{ProjectID: projectID}, "list routers of project "+projectID)
+}
+
+func (n *networking) listRouters(ctx context.Context, lo routers.ListOpts, op string) ([]Router, error) {
+	pages, err := routers.List(n.c, lo).AllPages(ctx)
+	if err != nil {
+		return nil, wrapErr(op, err)
+	}
+	all, err := routers.ExtractRouters(pages)
+	if err != nil {
+		return nil, wrapErr(op, err)
+	}
+	out := make([]Router, 0, len(all))
+	for _, r := range all {
+		out = append(out, toRouter(r))
+	}
+	return out, nil
+}
+
+func (n *networking) AddRouterInterface(ctx context.Context, routerID, portID string) error {
+	_, err := routers.AddInterface(ctx, n.c, routerID, routers.AddInterfaceOpts{PortID: portID}).Extract()
+	return wrapErr("add port "+portID+" to router "+routerID, err)
+}
+
+func (n *networking) RemoveRouterInterface(ctx context.Context, routerID, portID string) error {
+	_, err := routers.RemoveInterface(ctx, n.c, routerID, routers.RemoveInterfaceOpts{PortID: portID}).Extract()
+	return wrapErr("remove port "+portID+" from router "+routerID, err)
+}
+
+func toGCRoutes(routes []Route) *[]routers.Route {
+	out := make([]routers.Route, 0, len(routes))
+	for _, r := range routes {
+		out = append(out, routers.Route{DestinationCIDR: r.Destination, NextHop: r.NextHop})
+	}
+	return &out
+}
+
+func describeRoutes(routes []Route) string {
+	parts := make([]string, 0, len(routes))
+	for _, r := range routes {
+		parts = append(parts, r.Destination+" via "+r.NextHop)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (n *networking) AddRouterRoutes(ctx context.Context, routerID string, routes []Route) (*Router, error) {
+	r, err := extraroutes.Add(ctx, n.c, routerID, extraroutes.Opts{Routes: toGCRoutes(routes)}).Extract()
+	if err != nil {
+		return nil, wrapErr("add routes ["+describeRoutes(routes)+"] to router "+routerID, err)
+	}
+	res := toRouter(*r)
+	return &res, nil
+}
+
+func (n *networking) RemoveRouterRoutes(ctx context.Context, routerID string, routes []Route) (*Router, error) {
+	r, err := extraroutes.Remove(ctx, n.c, routerID, extraroutes.Opts{Routes: toGCRoutes(routes)}).Extract()
+	if err != nil {
+		return nil, wrapErr("remove routes ["+describeRoutes(routes)+"] from router "+routerID, err)
+	}
+	res := toRouter(*r)
+	return &res, nil
+}
+
+// --- RBAC ---
+
+func toRBAC(p rbacpolicies.RBACPolicy) RBACPolicy {
+	return RBACPolicy{
+		ID: p.ID, ObjectID: p.ObjectID, ObjectType: p.ObjectType, Action: string(p.Action),
+		TargetProject: p.TargetTenant, ProjectID: projectOf(p.ProjectID, p.TenantID),
+	}
+}
+
+func (n *networking) ShareNetwork(ctx context.Context, networkID, targetProjectID string) (*RBACPolicy, error) {
+	p, err := rbacpolicies.Create(ctx, n.c, rbacpolicies.CreateOpts{
+		Action: rbacpolicies.ActionAccessShared, ObjectType: RBACObjectNetwork,
+		ObjectID: networkID, TargetTenant: targetProjectID,
+	}).Extract()
+	if err != nil {
+		return nil, wrapErr("share network "+networkID+" with project "+targetProjectID, err)
+	}
+	res := toRBAC(*p)
+	return &res, nil
+}
+
+func (n *networking) ListRBACPolicies(ctx context.Context, opts ListRBACPoliciesOpts) ([]RBACPolicy, error) {
+	if opts.ObjectID == "" && opts.TargetProject == "" {
+		return nil, fmt.Errorf("list RBAC policies: %w", ErrUnfiltered)
+	}
+	pages, err := rbacpolicies.List(n.c, rbacpolicies.ListOpts{
+		ObjectID: opts.ObjectID, ObjectType: opts.ObjectType,
+		TargetTenant: opts.TargetProject, Action: rbacpolicies.PolicyAction(opts.Action),
+	}).AllPages(ctx)
+	if err != nil {
+		return nil, wrapErr("list RBAC policies", err)
+	}
+	all, err := rbacpolicies.ExtractRBACPolicies(pages)
+	if err != nil {
+		return nil, wrapErr("list RBAC policies", err)
+	}
+	out := make([]RBACPolicy, 0, len(all))
+	for _, p := range all {
+		out = append(out, toRBAC(p))
+	}
+	return out, nil
+}
+
+func (n *networking) DeleteRBACPolicy(ctx context.Context, id string) error {
+	return wrapErr("delete RBAC policy "+id, rbacpolicies.Delete(ctx, n.c, id).ExtractErr())
+}
+
+// --- helpers ---
+
+// sanitizeTags applies SanitizeTag (idempotent) so a tag written and the
+// same tag used as a filter always match, and a comma can never split one
+// filter tag into two.
+func sanitizeTags(tags []string) []string {
+	if len(tags) == 0 {
+		return nil
+	}
+	out := make([]string, len(tags))
+	for i, t := range tags {
+		out[i] = SanitizeTag(t)
+	}
+	return out
+}
+
+func tagFilter(tags []string) string { return strings.Join(sanitizeTags(tags), ",") }
+
+func projectOf(projectID, tenantID string) string {
+	if projectID != "" {
+		return projectID
+	}
+	return tenantID
+}
+
+// looksLikeID reports whether s has the shape of an OpenStack UUID, with or
+// without dashes. A name may have that shape too, so callers still fall
+// back to a name lookup on 404.
+func looksLikeID(s string) bool {
+	hex := 0
+	for _, r := range s {
+		switch {
+		case r >= '0' && r <= '9', r >= 'a' && r <= 'f', r >= 'A' && r <= 'F':
+			hex++
+		case r == '-':
+		default:
+			return false
+		}
+	}
+	return hex == 32
+}

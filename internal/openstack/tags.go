@@ -1,0 +1,156 @@
+package openstack
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Tags every operator-made OpenStack object carries. Together they name the
+// Kubernetes owner, so a crashed reconcile can adopt what it already made
+// instead of creating a duplicate, and a human can tell who made it.
+const (
+	TagManaged     = "bnerd-vpn-operator"
+	TagKindPrefix  = "bnerd.net/kind="
+	TagOwnerPrefix = "bnerd.net/owner="
+	TagUIDPrefix   = "bnerd.net/uid="
+
+	// MaxTagLength is Neutron's limit on one tag.
+	MaxTagLength = 255
+	// MaxNameLength keeps generated names readable in CLI tables and
+	// within DNS-label size should they ever become dns_name.
+	MaxNameLength = 63
+)
+
+// Owner identifies the Kubernetes object an OpenStack object belongs to.
+// Namespace is empty for cluster-scoped kinds (ClusterLink).
+type Owner struct {
+	Kind      string
+	Namespace string
+	Name      string
+	UID       string
+}
+
+func (o Owner) key() string {
+	if o.Namespace == "" {
+		return o.Name
+	}
+	return o.Namespace + "/" + o.Name
+}
+
+// Tags returns the full, deterministic tag set for objects o owns.
+func (o Owner) Tags() []string {
+	return []string{
+		TagManaged,
+		SanitizeTag(TagKindPrefix + o.Kind),
+		SanitizeTag(TagOwnerPrefix + o.key()),
+		SanitizeTag(TagUIDPrefix + o.UID),
+	}
+}
+
+// Selector returns the tags a lookup filters by to find objects o owns.
+// The UID, not the name, decides ownership: a CR deleted and recreated under
+// the same name is a different owner.
+func (o Owner) Selector() []string {
+	return []string{TagManaged, SanitizeTag(TagUIDPrefix + o.UID)}
+}
+
+// OwnedBy reports whether tags carry o's selector.
+func (o Owner) OwnedBy(tags []string) bool {
+	return HasTags(tags, o.Selector()...)
+}
+
+// OwnerFromTags reads the owner back from an object's tags; ok is false for
+// objects this operator did not tag.
+func OwnerFromTags(tags []string) (o Owner, ok bool) {
+	managed := false
+	for _, t := range tags {
+		switch {
+		case t == TagManaged:
+			managed = true
+		case strings.HasPrefix(t, TagKindPrefix):
+			o.Kind = strings.TrimPrefix(t, TagKindPrefix)
+		case strings.HasPrefix(t, TagOwnerPrefix):
+			key := strings.TrimPrefix(t, TagOwnerPrefix)
+			if ns, name, found := strings.Cut(key, "/"); found {
+				o.Namespace, o.Name = ns, name
+			} else {
+				o.Name = key
+			}
+		case strings.HasPrefix(t, TagUIDPrefix):
+			o.UID = strings.TrimPrefix(t, TagUIDPrefix)
+		}
+	}
+	return o, managed && o.UID != ""
+}
+
+// HasTags reports whether have contains every tag in want.
+func HasTags(have []string, want ...string) bool {
+	set := make(map[string]struct{}, len(have))
+	for _, t := range have {
+		set[t] = struct{}{}
+	}
+	for _, t := range want {
+		if _, ok := set[t]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// SanitizeTag makes s a valid Neutron tag that also survives a tag filter:
+// commas (the filter separator) and control characters become '_', and a
+// changed or over-long tag is cut and suffixed with a hash of the original so
+// distinct inputs stay distinct. The result depends only on s.
+func SanitizeTag(s string) string {
+	clean := strings.Map(func(r rune) rune {
+		if r == ',' || unicode.IsControl(r) || r == utf8.RuneError {
+			return '_'
+		}
+		return r
+	}, s)
+	if clean == s && utf8.RuneCountInString(s) <= MaxTagLength {
+		return s
+	}
+	// A replaced character could make two inputs collide; the hash of the
+	// original keeps them apart.
+	return truncateWithHash(clean, s, MaxTagLength)
+}
+
+// ResourceName builds "bnerd-vpn-<kind>-<namespace>-<name>" (namespace
+// omitted when empty), shortened with a hash suffix beyond MaxNameLength.
+// Names are for humans; the operator finds objects by tag or ID.
+func ResourceName(kind, namespace, name string) string {
+	parts := []string{"bnerd-vpn", strings.ToLower(kind)}
+	if namespace != "" {
+		parts = append(parts, namespace)
+	}
+	parts = append(parts, name)
+	full := strings.Join(parts, "-")
+	clean := strings.Map(func(r rune) rune {
+		if r < utf8.RuneSelf && (r == '-' || r == '.' || r == '_' ||
+			(r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9')) {
+			return r
+		}
+		return '_'
+	}, full)
+	if clean == full && len(full) <= MaxNameLength {
+		return full
+	}
+	return truncateWithHash(clean, full, MaxNameLength)
+}
+
+// truncateWithHash cuts s so that s + "-" + 8 hex digits of sha256(orig)
+// fits max runes.
+func truncateWithHash(s, orig string, max int) string {
+	sum := sha256.Sum256([]byte(orig))
+	suffix := "-" + hex.EncodeToString(sum[:4])
+	keep := max - len(suffix)
+	runes := []rune(s)
+	if len(runes) > keep {
+		runes = runes[:keep]
+	}
+	return strings.TrimRight(string(runes), "-") + suffix
+}
