@@ -5,7 +5,7 @@
 set -euo pipefail
 
 pkgs=(strongswan-swanctl strongswan-charon charon-systemd libcharon-extra-plugins
-      libstrongswan-extra-plugins nftables iptables iproute2 tcpdump iperf3 curl openssl
+      libstrongswan-extra-plugins libstrongswan-standard-plugins nftables iptables iproute2 tcpdump iperf3 curl openssl
       iputils-ping)
 
 if [[ $(id -u) != 0 ]]; then

@@ -128,7 +128,7 @@ func (e *Env) Stop() error { return e.env.Stop() }
 func Main(m *testing.M, out **Env) {
 	e, err := Start()
 	if err != nil {
-		if err == ErrNoControlPlane && os.Getenv(RequireEnv) != "1" {
+		if err == ErrNoControlPlane && !Required() {
 			fmt.Fprintf(os.Stderr, "SKIP: %v\n", err)
 			skipAll = err.Error()
 			os.Exit(m.Run())
@@ -146,6 +146,9 @@ func Main(m *testing.M, out **Env) {
 
 var skipAll string
 
+// Required reports whether a missing control plane must fail rather than skip.
+func Required() bool { return os.Getenv(RequireEnv) == "1" }
+
 // Need skips the calling test when Main found no control plane.
 func Need(t testing.TB) {
 	t.Helper()
@@ -156,3 +159,18 @@ func Need(t testing.TB) {
 
 // Codecs decodes YAML manifests into typed objects of the scheme.
 func Codecs(s *k8sruntime.Scheme) serializer.CodecFactory { return serializer.NewCodecFactory(s) }
+
+// RequireDataplaneEnv, when set to 1, turns a dataplane test's missing prerequisite
+// (root, a Debian package) into a failure. The project's test command sets it when run as
+// root, which is how CI runs, so the dataplane tests can never pass there by skipping.
+const RequireDataplaneEnv = "BNERD_REQUIRE_DATAPLANE"
+
+// SkipDataplane skips a dataplane test for reason, or fails it when the environment
+// requires the dataplane tests to run.
+func SkipDataplane(t testing.TB, reason string) {
+	t.Helper()
+	if os.Getenv(RequireDataplaneEnv) == "1" {
+		t.Fatalf("%s (and %s=1 requires the dataplane tests to run)", reason, RequireDataplaneEnv)
+	}
+	t.Skip(reason)
+}

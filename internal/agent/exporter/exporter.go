@@ -1,0 +1,157 @@
+// Package exporter publishes tunnel and NAT metrics for Prometheus. Tunnel metrics are
+// read from charon over VICI at scrape time; NAT metrics come from the state file the
+// init-nat role writes.
+package exporter
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"bnerd.net/vpn-operator/internal/agent/vici"
+)
+
+// NATState is what init-nat records after every apply, for the exporter.
+type NATState struct {
+	ApplyErrors          uint64  `json:"applyErrors"`
+	Applies              uint64  `json:"applies"`
+	LastApplySeconds     float64 `json:"lastApplySeconds"`
+	DriftRepairs         uint64  `json:"driftRepairs"`
+	LastApplyUnixSeconds int64   `json:"lastApplyUnixSeconds"`
+}
+
+// WriteNATState replaces path atomically.
+func WriteNATState(path string, st NATState) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// Source lists SAs; *vici.Loader's socket via ListFunc in production.
+type Source func(ctx context.Context) (map[string][]vici.IKESA, error)
+
+// Collector is a prometheus.Collector over charon and the NAT state file.
+type Collector struct {
+	Tunnels      func() []string
+	SAs          Source
+	NATStateFile string
+	Rekeys       func() map[string]uint64
+
+	mu sync.Mutex
+	// Byte and packet counters must be monotonic although each child SA starts from
+	// zero; deltas are accumulated per child SA unique ID.
+	last   map[string][4]uint64
+	totals map[string]*[4]uint64
+}
+
+var (
+	descUp          = prometheus.NewDesc("bnerd_ipsec_tunnel_up", "1 when the tunnel has an established IKE SA and an installed child SA.", []string{"tunnel"}, nil)
+	descIKESAs      = prometheus.NewDesc("bnerd_ipsec_ike_sas", "IKE SAs of the tunnel.", []string{"tunnel"}, nil)
+	descChildSAs    = prometheus.NewDesc("bnerd_ipsec_child_sas", "Installed child SAs of the tunnel.", []string{"tunnel"}, nil)
+	descBytes       = prometheus.NewDesc("bnerd_ipsec_bytes_total", "ESP payload bytes of the tunnel's child SAs.", []string{"tunnel", "direction"}, nil)
+	descPackets     = prometheus.NewDesc("bnerd_ipsec_packets_total", "ESP packets of the tunnel's child SAs.", []string{"tunnel", "direction"}, nil)
+	descEstablished = prometheus.NewDesc("bnerd_ipsec_established_seconds", "Seconds since the tunnel's newest IKE SA was established.", []string{"tunnel"}, nil)
+	descRekeys      = prometheus.NewDesc("bnerd_ipsec_rekeys_total", "IKE and child SA rekeys seen since the exporter started.", []string{"tunnel"}, nil)
+	descScrapeErr   = prometheus.NewDesc("bnerd_ipsec_vici_up", "1 when charon answered over VICI during this scrape.", nil, nil)
+	descNATErrors   = prometheus.NewDesc("bnerd_gateway_nat_apply_errors_total", "Failed NAT ruleset applies.", nil, nil)
+	descNATApplies  = prometheus.NewDesc("bnerd_gateway_nat_applies_total", "NAT ruleset applies.", nil, nil)
+	descNATDur      = prometheus.NewDesc("bnerd_gateway_nat_apply_duration_seconds", "Duration of the last NAT ruleset apply.", nil, nil)
+	descNATDrift    = prometheus.NewDesc("bnerd_gateway_nat_drift_repairs_total", "NAT table repairs after drift.", nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descUp, descIKESAs, descChildSAs, descBytes, descPackets, descEstablished, descRekeys, descScrapeErr, descNATErrors, descNATApplies, descNATDur, descNATDrift} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sas, err := c.SAs(ctx)
+	viciUp := 1.0
+	if err != nil {
+		viciUp = 0
+		sas = nil
+	}
+	ch <- prometheus.MustNewConstMetric(descScrapeErr, prometheus.GaugeValue, viciUp)
+	var rekeys map[string]uint64
+	if c.Rekeys != nil {
+		rekeys = c.Rekeys()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.last == nil {
+		c.last = map[string][4]uint64{}
+		c.totals = map[string]*[4]uint64{}
+	}
+	for _, name := range c.Tunnels() {
+		var ike, child float64
+		est := -1.0
+		tot := c.totals[name]
+		if tot == nil {
+			tot = &[4]uint64{}
+			c.totals[name] = tot
+		}
+		for _, sa := range sas[name] {
+			ike++
+			for _, cs := range sa.Children {
+				if cs.Name != name {
+					continue
+				}
+				if cs.State == "INSTALLED" {
+					child++
+				}
+				cur := [4]uint64{cs.BytesIn, cs.BytesOut, cs.PacketsIn, cs.PacketsOut}
+				prev := c.last[cs.UniqueID]
+				for i := range cur {
+					if cur[i] >= prev[i] {
+						tot[i] += cur[i] - prev[i]
+					}
+				}
+				c.last[cs.UniqueID] = cur
+			}
+			if sa.State == "ESTABLISHED" && (est < 0 || float64(sa.EstablishedSeconds) < est) {
+				est = float64(sa.EstablishedSeconds)
+			}
+		}
+		up := 0.0
+		if est >= 0 && child > 0 {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, up, name)
+		ch <- prometheus.MustNewConstMetric(descIKESAs, prometheus.GaugeValue, ike, name)
+		ch <- prometheus.MustNewConstMetric(descChildSAs, prometheus.GaugeValue, child, name)
+		ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(tot[0]), name, "in")
+		ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(tot[1]), name, "out")
+		ch <- prometheus.MustNewConstMetric(descPackets, prometheus.CounterValue, float64(tot[2]), name, "in")
+		ch <- prometheus.MustNewConstMetric(descPackets, prometheus.CounterValue, float64(tot[3]), name, "out")
+		if est >= 0 {
+			ch <- prometheus.MustNewConstMetric(descEstablished, prometheus.GaugeValue, est, name)
+		}
+		ch <- prometheus.MustNewConstMetric(descRekeys, prometheus.CounterValue, float64(rekeys[name]), name)
+	}
+	if c.NATStateFile != "" {
+		if b, err := os.ReadFile(c.NATStateFile); err == nil {
+			var st NATState
+			if json.Unmarshal(b, &st) == nil {
+				ch <- prometheus.MustNewConstMetric(descNATErrors, prometheus.CounterValue, float64(st.ApplyErrors))
+				ch <- prometheus.MustNewConstMetric(descNATApplies, prometheus.CounterValue, float64(st.Applies))
+				ch <- prometheus.MustNewConstMetric(descNATDur, prometheus.GaugeValue, st.LastApplySeconds)
+				ch <- prometheus.MustNewConstMetric(descNATDrift, prometheus.CounterValue, float64(st.DriftRepairs))
+			}
+		}
+	}
+}

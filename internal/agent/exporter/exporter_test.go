@@ -1,0 +1,73 @@
+package exporter
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"bnerd.net/vpn-operator/internal/agent/vici"
+)
+
+// value gathers reg and returns the sample of name whose labels include want.
+func value(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := want[lp.GetName()]; ok && v != lp.GetValue() {
+					continue metric
+				}
+			}
+			if m.Counter != nil {
+				return m.Counter.GetValue()
+			}
+			return m.Gauge.GetValue()
+		}
+	}
+	t.Fatalf("no sample %s %v", name, want)
+	return 0
+}
+
+func TestCountersStayMonotonicAcrossRekeys(t *testing.T) {
+	sas := map[string][]vici.IKESA{"t1": {{Name: "t1", State: "ESTABLISHED", EstablishedSeconds: 5,
+		Children: []vici.ChildSA{{Name: "t1", UniqueID: "1", State: "INSTALLED", BytesIn: 1000, BytesOut: 500}}}}}
+	state := filepath.Join(t.TempDir(), "nat.json")
+	if err := WriteNATState(state, NATState{ApplyErrors: 2, Applies: 7, LastApplySeconds: 0.01}); err != nil {
+		t.Fatal(err)
+	}
+	c := &Collector{
+		Tunnels:      func() []string { return []string{"t1", "t2"} },
+		SAs:          func(context.Context) (map[string][]vici.IKESA, error) { return sas, nil },
+		NATStateFile: state,
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	in1 := map[string]string{"tunnel": "t1", "direction": "in"}
+	if v := value(t, reg, "bnerd_ipsec_bytes_total", in1); v != 1000 {
+		t.Errorf("bytes in %v", v)
+	}
+	if v := value(t, reg, "bnerd_ipsec_tunnel_up", map[string]string{"tunnel": "t1"}); v != 1 {
+		t.Errorf("t1 up %v", v)
+	}
+	if v := value(t, reg, "bnerd_ipsec_tunnel_up", map[string]string{"tunnel": "t2"}); v != 0 {
+		t.Errorf("t2 up %v", v)
+	}
+	if v := value(t, reg, "bnerd_gateway_nat_apply_errors_total", nil); v != 2 {
+		t.Errorf("nat errors %v", v)
+	}
+	// rekey: the new child SA starts from zero, the total keeps growing
+	sas["t1"][0].Children = []vici.ChildSA{{Name: "t1", UniqueID: "2", State: "INSTALLED", BytesIn: 300, BytesOut: 100}}
+	if v := value(t, reg, "bnerd_ipsec_bytes_total", in1); v != 1300 {
+		t.Errorf("bytes in after rekey %v, want 1300", v)
+	}
+}

@@ -1,0 +1,144 @@
+package nat
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"bnerd.net/vpn-operator/internal/gatewayconfig"
+)
+
+// Benchmarks run by hand as root, each inside its own network namespace:
+//
+//	go test -run XXX -bench . -benchtime 5x ./internal/agent/nat
+//
+// They compare the agent's map-based nftables table with the original design's
+// iptables script (one DNAT rule per exposure port, applied with iptables-restore).
+
+func benchNetns(b *testing.B, f func()) {
+	b.Helper()
+	inNetns(b, f)
+}
+
+func BenchmarkFullApply(b *testing.B) {
+	for _, n := range []int{100, 1000, 10000} {
+		b.Run(fmt.Sprintf("nft-maps/%d", n), func(b *testing.B) {
+			benchNetns(b, func() {
+				m := model(n)
+				p, err := New(Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					p.Invalidate() // every iteration rewrites chains, sets and maps
+					if full, err := p.Sync(context.Background(), m); err != nil || !full {
+						b.Fatalf("full=%v err=%v", full, err)
+					}
+				}
+			})
+		})
+		b.Run(fmt.Sprintf("iptables-restore/%d", n), func(b *testing.B) {
+			benchNetns(b, func() {
+				script := iptablesScript(model(n))
+				for i := 0; i < b.N; i++ {
+					restore(b, script, false)
+				}
+			})
+		})
+	}
+}
+
+func BenchmarkAddOneWith10000(b *testing.B) {
+	b.Run("nft-maps", func(b *testing.B) {
+		benchNetns(b, func() {
+			p, err := New(Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			base := model(10000)
+			if _, err := p.Sync(context.Background(), base); err != nil {
+				b.Fatal(err)
+			}
+			plus := model(10001)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				m := base
+				if i%2 == 0 {
+					m = plus
+				}
+				if full, err := p.Sync(context.Background(), m); err != nil || full {
+					b.Fatalf("full=%v err=%v", full, err)
+				}
+			}
+		})
+	})
+	b.Run("iptables-restore-noflush", func(b *testing.B) {
+		benchNetns(b, func() {
+			restore(b, iptablesScript(model(10000)), false)
+			one := "*nat\n-A PREROUTING -i ipsec0 -d 100.64.39.16/32 -p tcp --dport 443 -j DNAT --to-destination 203.0.113.20:443\nCOMMIT\n"
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				restore(b, one, true)
+			}
+		})
+	})
+}
+
+func BenchmarkDriftCheck(b *testing.B) {
+	for _, n := range []int{100, 10000} {
+		for _, elements := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%d/elements=%v", n, elements), func(b *testing.B) {
+				benchNetns(b, func() {
+					p, err := New(Options{})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := p.Sync(context.Background(), model(n)); err != nil {
+						b.Fatal(err)
+					}
+					d := NewDriftChecker(p)
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						if msg, err := d.Check(elements); msg != "" || err != nil {
+							b.Fatalf("%q %v", msg, err)
+						}
+					}
+				})
+			})
+		}
+	}
+}
+
+// iptablesScript renders the same model as the original design's iptables script:
+// one DNAT rule per exposure port, walked linearly by every new connection.
+func iptablesScript(m *gatewayconfig.NAT) string {
+	var w strings.Builder
+	w.WriteString("*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n")
+	for _, pm := range m.ExposurePorts {
+		fmt.Fprintf(&w, "-A PREROUTING -i ipsec0 -d %s/32 -p %s --dport %d -j DNAT --to-destination %s:%d\n", pm.VirtualIP, pm.Protocol, pm.Port, pm.Target, pm.TargetPort)
+	}
+	for _, am := range m.ReverseAll {
+		fmt.Fprintf(&w, "-A PREROUTING ! -i ipsec0 -d %s/32 -j DNAT --to-destination %s\n", am.VirtualIP, am.Target)
+	}
+	fmt.Fprintf(&w, "-A POSTROUTING -m conntrack --ctstate DNAT -d %s -j SNAT --to-source %s\n", m.PeerSubnets[0], m.ReverseSNATAddress)
+	fmt.Fprintf(&w, "-A POSTROUTING -m conntrack --ctstate DNAT -s %s -j SNAT --to-source %s\n", m.PeerSubnets[0], m.ForwardSNATAddress)
+	w.WriteString("COMMIT\n*mangle\n:FORWARD ACCEPT [0:0]\n-A FORWARD -p tcp --tcp-flags SYN,RST SYN -j TCPMSS --clamp-mss-to-pmtu\nCOMMIT\n")
+	fmt.Fprintf(&w, "*filter\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A FORWARD -d %s ! -o ipsec0 -j DROP\n-A OUTPUT -d %s ! -o ipsec0 -j DROP\nCOMMIT\n", m.PeerSubnets[0], m.PeerSubnets[0])
+	return w.String()
+}
+
+func restore(b *testing.B, script string, noflush bool) {
+	b.Helper()
+	args := []string{}
+	if noflush {
+		args = append(args, "--noflush")
+	}
+	cmd := exec.Command("iptables-restore", args...)
+	cmd.Stdin = strings.NewReader(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("iptables-restore: %v %s", err, out)
+	}
+}

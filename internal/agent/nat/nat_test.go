@@ -1,0 +1,195 @@
+package nat
+
+import (
+	"bnerd.net/vpn-operator/internal/testenv"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/vishvananda/netns"
+	"sigs.k8s.io/knftables"
+
+	"bnerd.net/vpn-operator/internal/gatewayconfig"
+)
+
+func model(n int) *gatewayconfig.NAT {
+	m := &gatewayconfig.NAT{
+		PeerSubnets:        []string{"198.51.100.0/24"},
+		ForwardSNATAddress: "203.0.113.5",
+		ReverseSNATAddress: "100.64.7.1",
+		MSSClamp:           gatewayconfig.MSSClamp{Enabled: true},
+	}
+	for i := 0; i < n; i++ {
+		vip := fmt.Sprintf("100.%d.%d.%d", 64+i/65536, (i/256)%256, i%256)
+		m.ExposurePorts = append(m.ExposurePorts, gatewayconfig.PortMapping{VirtualIP: vip, Protocol: "tcp", Port: 443, Target: "203.0.113.20", TargetPort: 443, Owner: fmt.Sprintf("e%d", i)})
+	}
+	m.ReverseAll = []gatewayconfig.AddrMapping{{VirtualIP: "100.64.7.201", Target: "198.51.100.10", Owner: "r"}}
+	return m
+}
+
+func TestIncrementalTouchesOnlyChangedElements(t *testing.T) {
+	fake := knftables.NewFake(knftables.IPv4Family, DefaultTable)
+	p, err := NewWithInterface(fake, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	full, err := p.Sync(ctx, model(50))
+	if err != nil || !full {
+		t.Fatalf("first sync: full=%v err=%v", full, err)
+	}
+	dump := fake.Dump()
+	for _, want := range []string{"oifname != \"ipsec0\" counter drop", "dnat ip to ip daddr . meta l4proto . th dport map @exposure_ports", "snat ip to 203.0.113.5", "snat ip to 100.64.7.1", "maxseg size set rt mtu", "maxseg size set 1360"} {
+		if !strings.Contains(dump, want) {
+			t.Errorf("ruleset lacks %q:\n%s", want, dump)
+		}
+	}
+
+	m := model(51)
+	m.ExposurePorts[0].Target = "203.0.113.21" // changed value
+	full, err = p.Sync(ctx, m)
+	if err != nil || full {
+		t.Fatalf("second sync: full=%v err=%v", full, err)
+	}
+	tx := fake.LastTransaction.String()
+	// one delete + one add for the changed element, one add for the new one; nothing else
+	if got := fake.LastTransaction.NumOperations(); got != 3 {
+		t.Errorf("incremental transaction has %d operations, want 3:\n%s", got, tx)
+	}
+	for _, forbidden := range []string{"flush", "table", "chain", "rule"} {
+		for _, line := range strings.Split(tx, "\n") {
+			if strings.HasPrefix(line, "add "+forbidden) || strings.HasPrefix(line, forbidden) || strings.HasPrefix(line, "delete "+forbidden) {
+				t.Errorf("incremental transaction touches %s: %s", forbidden, line)
+			}
+		}
+	}
+	els, _ := fake.ListElements(ctx, "map", MapExposurePorts)
+	if len(els) != 51 {
+		t.Errorf("map has %d elements, want 51", len(els))
+	}
+
+	// unchanged model: no transaction at all
+	before := fake.LastTransaction
+	if _, err := p.Sync(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if fake.LastTransaction != before {
+		t.Error("unchanged model ran a transaction")
+	}
+
+	// a rule parameter change forces a full, still single, transaction
+	m2 := model(51)
+	m2.ForwardSNATAddress = "203.0.113.6"
+	if full, err := p.Sync(ctx, m2); err != nil || !full {
+		t.Fatalf("rule change: full=%v err=%v", full, err)
+	}
+	if !strings.Contains(fake.Dump(), "snat ip to 203.0.113.6") || strings.Contains(fake.Dump(), "snat ip to 203.0.113.5") {
+		t.Errorf("rules not rewritten:\n%s", fake.Dump())
+	}
+}
+
+func TestXFRMGuardRules(t *testing.T) {
+	fake := knftables.NewFake(knftables.IPv4Family, DefaultTable)
+	p, err := NewWithInterface(fake, Options{Guard: GuardXFRM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Sync(context.Background(), model(1)); err != nil {
+		t.Fatal(err)
+	}
+	d := fake.Dump()
+	if !strings.Contains(d, "rt ipsec missing counter drop") || !strings.Contains(d, "meta ipsec exists ip saddr @peer_subnets dnat") || strings.Contains(d, "ipsec0") {
+		t.Errorf("xfrm ruleset:\n%s", d)
+	}
+}
+
+func TestOptionsRejectInjection(t *testing.T) {
+	for _, o := range []Options{{TunnelInterface: `ipsec0" accept #`}, {Guard: "none"}, {TunnelMTU: 10}} {
+		if _, err := NewWithInterface(knftables.NewFake(knftables.IPv4Family, DefaultTable), o); err == nil {
+			t.Errorf("options %+v accepted", o)
+		}
+	}
+}
+
+// inNetns runs f on a locked OS thread in a fresh network namespace, so nft and netlink
+// act there only.
+func inNetns(t testing.TB, f func()) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testenv.SkipDataplane(t, "needs root for a network namespace")
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		testenv.SkipDataplane(t, "needs the nft binary (Debian package nftables)")
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		ns, err := netns.New()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer ns.Close()
+		f()
+	}()
+	<-done
+}
+
+func TestRealTableDriftRepair(t *testing.T) {
+	inNetns(t, func() {
+		ctx := context.Background()
+		p, err := New(Options{})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		m := model(100)
+		if _, err := p.Sync(ctx, m); err != nil {
+			t.Errorf("sync: %v", err)
+			return
+		}
+		d := NewDriftChecker(p)
+		if msg, err := d.Check(true); msg != "" || err != nil {
+			t.Errorf("fresh table reported drift %q %v", msg, err)
+		}
+		nft := func(args ...string) {
+			if out, err := exec.Command("nft", args...).CombinedOutput(); err != nil {
+				t.Errorf("nft %v: %v %s", args, err, out)
+			}
+		}
+		for _, tamper := range [][]string{
+			{"delete", "element", "ip", DefaultTable, MapExposurePorts, "{ 100.64.0.5 . tcp . 443 }"},
+			{"flush", "chain", "ip", DefaultTable, ChainForward},
+			{"add", "rule", "ip", DefaultTable, ChainGuard, "accept"},
+			{"delete", "table", "ip", DefaultTable},
+			{"delete", "element", "ip", DefaultTable, SetPeerSubnets, "{ 198.51.100.0/24 }"},
+		} {
+			nft(tamper...)
+			msg, err := d.Check(true)
+			if err != nil || msg == "" {
+				t.Errorf("tamper %v not detected (%q, %v)", tamper, msg, err)
+				continue
+			}
+			p.Invalidate()
+			if _, err := p.Sync(ctx, m); err != nil {
+				t.Errorf("repair after %v: %v", tamper, err)
+			}
+			if msg, _ := d.Check(true); msg != "" {
+				t.Errorf("after repair of %v still drift: %s", tamper, msg)
+			}
+		}
+		// incremental on the real table
+		m2 := model(101)
+		if full, err := p.Sync(ctx, m2); err != nil || full {
+			t.Errorf("incremental: full=%v %v", full, err)
+		}
+		if msg, _ := d.Check(true); msg != "" {
+			t.Errorf("after incremental: %s", msg)
+		}
+	})
+}

@@ -1,0 +1,97 @@
+package routing
+
+import (
+	"bnerd.net/vpn-operator/internal/testenv"
+	"net"
+	"os"
+	"runtime"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// inNewNetns runs f on a locked thread inside a fresh network namespace.
+func inNewNetns(t *testing.T, f func()) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testenv.SkipDataplane(t, "needs root to create a network namespace")
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // the thread is discarded, never returned to the pool
+		orig, err := netns.Get()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer orig.Close()
+		ns, err := netns.New()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer ns.Close()
+		f()
+		_ = netns.Set(orig)
+	}()
+	<-done
+}
+
+func TestApplyIdempotent(t *testing.T) {
+	inNewNetns(t, func() {
+		la := netlink.NewLinkAttrs()
+		la.Name = "net1"
+		// veth rather than dummy: the dummy module is not always available
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "net1-peer"}); err != nil {
+			t.Error(err)
+			return
+		}
+		l, _ := netlink.LinkByName("net1")
+		_ = netlink.LinkSetUp(l)
+		if pl, err := netlink.LinkByName("net1-peer"); err == nil {
+			_ = netlink.LinkSetUp(pl)
+		}
+		lo, _ := netlink.LinkByName("lo")
+		_ = netlink.LinkSetUp(lo)
+		_ = netlink.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP("203.0.113.5"), Mask: net.CIDRMask(32, 32)}})
+		p := Params{
+			Interface: "net1", TunnelInterface: "ipsec0", PortFixedIP: "203.0.113.5", SubnetCIDR: "203.0.113.0/24",
+			SubnetGatewayIP: "203.0.113.1", PeerAddresses: []string{"192.0.2.2"}, ServiceGatewayAddress: "100.64.7.1",
+		}
+		for i := 0; i < 2; i++ {
+			if err := Apply(p); err != nil {
+				t.Errorf("apply %d: %v", i, err)
+				return
+			}
+		}
+		rules, _ := netlink.RuleListFiltered(netlink.FAMILY_V4, &netlink.Rule{Table: 100}, netlink.RT_FILTER_TABLE)
+		if len(rules) != 4 {
+			t.Errorf("want 4 rules in table 100 after two applies, got %d: %v", len(rules), rules)
+		}
+		for _, r := range rules {
+			if r.Priority <= 220 {
+				t.Errorf("rule %v sorts before charon's table 220", r)
+			}
+		}
+		routes, _ := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: 100}, netlink.RT_FILTER_TABLE)
+		if len(routes) != 2 {
+			t.Errorf("want connected + default route in table 100, got %v", routes)
+		}
+		// a peer removed from the config loses its rule
+		p.PeerAddresses = nil
+		if err := Apply(p); err != nil {
+			t.Error(err)
+		}
+		rules, _ = netlink.RuleListFiltered(netlink.FAMILY_V4, &netlink.Rule{Table: 100}, netlink.RT_FILTER_TABLE)
+		if len(rules) != 3 {
+			t.Errorf("stale peer rule kept: %v", rules)
+		}
+		// a reply sourced from the port's address is routed via the subnet gateway on net1
+		got, err := netlink.RouteGetWithOptions(net.ParseIP("198.18.0.1"), &netlink.RouteGetOptions{SrcAddr: net.ParseIP("203.0.113.5")})
+		if err != nil || len(got) != 1 || !got[0].Gw.Equal(net.ParseIP("203.0.113.1")) || got[0].LinkIndex != l.Attrs().Index {
+			t.Errorf("route from the port address: %v %v", got, err)
+		}
+	})
+}

@@ -1,0 +1,132 @@
+// Package status turns charon's SAs into the gateway object's status.tunnels and
+// status.tunnelsReady and writes them only when they changed.
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/agent/vici"
+	"bnerd.net/vpn-operator/internal/gatewayconfig"
+)
+
+// Tunnel states reported in status.
+const (
+	StateUp         = "Up"
+	StateConnecting = "Connecting"
+	StateDown       = "Down"
+)
+
+// Compute derives each configured tunnel's state from the SAs charon reports. now is
+// injected so EstablishedAt is reproducible; it is truncated to whole seconds, the
+// precision the API server keeps.
+func Compute(tunnels []string, sas map[string][]vici.IKESA, now time.Time) ([]v1alpha1.TunnelState, string) {
+	out := make([]v1alpha1.TunnelState, 0, len(tunnels))
+	up := 0
+	for _, name := range tunnels {
+		st := v1alpha1.TunnelState{Name: name, State: StateDown, Message: "no IKE SA"}
+		var newest *vici.IKESA
+		for i := range sas[name] {
+			sa := &sas[name][i]
+			st.IKESAs++
+			for _, c := range sa.Children {
+				if c.Name == name && c.State == "INSTALLED" {
+					st.ChildSAs++
+				}
+			}
+			if sa.State == "ESTABLISHED" && (newest == nil || sa.EstablishedSeconds < newest.EstablishedSeconds) {
+				newest = sa
+			}
+		}
+		switch {
+		case newest != nil && st.ChildSAs > 0:
+			st.State, st.Message = StateUp, ""
+			t := metav1.NewTime(now.Add(-time.Duration(newest.EstablishedSeconds) * time.Second).Truncate(time.Second).UTC())
+			st.EstablishedAt = &t
+			up++
+		case newest != nil:
+			st.State, st.Message = StateConnecting, "IKE SA established, no child SA installed"
+		case st.IKESAs > 0:
+			st.State, st.Message = StateConnecting, "IKE SA negotiating"
+		}
+		out = append(out, st)
+	}
+	return out, fmt.Sprintf("%d/%d", up, len(tunnels))
+}
+
+// Equal compares reported tunnel states. EstablishedAt may jitter by a second between
+// polls (charon reports whole seconds of age), which is not a change.
+func Equal(a, b []v1alpha1.TunnelState) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if x.Name != y.Name || x.State != y.State || x.IKESAs != y.IKESAs || x.ChildSAs != y.ChildSAs || x.Message != y.Message {
+			return false
+		}
+		if (x.EstablishedAt == nil) != (y.EstablishedAt == nil) {
+			return false
+		}
+		if x.EstablishedAt != nil {
+			d := x.EstablishedAt.Sub(y.EstablishedAt.Time)
+			if d > 2*time.Second || d < -2*time.Second {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Writer patches the status subresource of one gateway object.
+type Writer struct {
+	Client    client.Client
+	Kind      string
+	Namespace string
+	Name      string
+}
+
+func (w *Writer) object() (client.Object, func() *v1alpha1.GatewayStatus, error) {
+	switch w.Kind {
+	case gatewayconfig.KindIPsecGateway:
+		o := &v1alpha1.IPsecGateway{}
+		return o, func() *v1alpha1.GatewayStatus { return &o.Status }, nil
+	case gatewayconfig.KindVPNGateway:
+		o := &v1alpha1.VPNGateway{}
+		return o, func() *v1alpha1.GatewayStatus { return &o.Status }, nil
+	}
+	return nil, nil, fmt.Errorf("unknown gateway kind %q", w.Kind)
+}
+
+// Write stores tunnels and ready unless the object already says the same. It sends a
+// JSON merge patch of only those two fields, without a resourceVersion precondition: the
+// status agent owns them, so a concurrent operator write to other status fields is
+// neither clobbered nor a conflict.
+func (w *Writer) Write(ctx context.Context, tunnels []v1alpha1.TunnelState, ready string) (bool, error) {
+	obj, st, err := w.object()
+	if err != nil {
+		return false, err
+	}
+	if err := w.Client.Get(ctx, types.NamespacedName{Namespace: w.Namespace, Name: w.Name}, obj); err != nil {
+		return false, fmt.Errorf("reading %s %s/%s: %w", w.Kind, w.Namespace, w.Name, err)
+	}
+	cur := st()
+	if cur.TunnelsReady == ready && Equal(cur.Tunnels, tunnels) {
+		return false, nil
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"tunnels": tunnels, "tunnelsReady": ready}})
+	if err != nil {
+		return false, err
+	}
+	if err := w.Client.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return false, fmt.Errorf("patching status of %s %s/%s: %w", w.Kind, w.Namespace, w.Name, err)
+	}
+	return true, nil
+}

@@ -1,0 +1,85 @@
+package vici
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	govici "github.com/strongswan/govici/vici"
+
+	"bnerd.net/vpn-operator/internal/gatewayconfig"
+)
+
+const sample = `connections {
+  hq {
+    version = 2
+    remote_addrs = 198.51.100.7
+    proposals = aes256gcm16-prfsha384-ecp384,aes256-sha384-ecp384
+    local {
+      id = "192.0.2.44"
+    }
+    children {
+      hq {
+        local_ts = 100.64.3.0/24
+        remote_ts = 192.168.10.0/24,192.168.20.0/24
+        start_action = start
+      }
+    }
+  }
+  branch {
+    remote_addrs = 203.0.113.9
+  }
+}
+`
+
+func TestConnectionsConvertsListsAndSections(t *testing.T) {
+	conns, err := Connections(sample)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(conns) != 2 || conns[0].Name != "hq" || conns[1].Name != "branch" {
+		t.Fatalf("connections: %+v", conns)
+	}
+	hq := conns[0].Message.Get("hq").(*govici.Message)
+	if got := hq.Get("proposals"); !reflect.DeepEqual(got, []string{"aes256gcm16-prfsha384-ecp384", "aes256-sha384-ecp384"}) {
+		t.Errorf("proposals %#v", got)
+	}
+	if got := hq.Get("version"); got != "2" {
+		t.Errorf("version %#v", got)
+	}
+	child := hq.Get("children").(*govici.Message).Get("hq").(*govici.Message)
+	if got := child.Get("remote_ts"); !reflect.DeepEqual(got, []string{"192.168.10.0/24", "192.168.20.0/24"}) {
+		t.Errorf("remote_ts %#v", got)
+	}
+	if got := hq.Get("local").(*govici.Message).Get("id"); got != "192.0.2.44" {
+		t.Errorf("quoted id not unquoted: %#v", got)
+	}
+	// the hash follows content: one changed value changes only that connection's hash
+	again, _ := Connections(strings.Replace(sample, "203.0.113.9", "203.0.113.10", 1))
+	if again[0].Hash != conns[0].Hash || again[1].Hash == conns[1].Hash {
+		t.Error("hash does not track per-connection content")
+	}
+}
+
+func TestConnectionsFromRenderer(t *testing.T) {
+	cfg := &gatewayconfig.Config{
+		Version: 1, Gateway: gatewayconfig.GatewayRef{Kind: "IPsecGateway", Namespace: "ns", Name: "gw"},
+		ServiceCIDR: "100.64.7.0/24", GatewayAddress: "100.64.7.1", PortFixedIP: "203.0.113.5",
+		SubnetCIDR: "203.0.113.0/24", SubnetGatewayIP: "203.0.113.1", FloatingIP: "192.0.2.100",
+		Tunnels: []gatewayconfig.Tunnel{{Name: "t1", PeerAddress: "192.0.2.2", PeerID: "192.0.2.2",
+			RemoteSubnets: []string{"198.51.100.0/24"}, IKEProposals: []string{"aes128gcm16-prfsha256-x25519"},
+			ESPProposals: []string{"aes128gcm16-x25519"}, IKERekeySeconds: 3600, ESPRekeySeconds: 600, DPDDelaySeconds: 5, DPDAction: "restart"}},
+	}
+	text, err := gatewayconfig.RenderSwanctl(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns, err := Connections(text)
+	if err != nil || len(conns) != 1 {
+		t.Fatalf("%v %v", conns, err)
+	}
+	children := conns[0].Message.Get("t1").(*govici.Message).Get("children").(*govici.Message)
+	if keys := children.Keys(); !reflect.DeepEqual(keys, []string{"t1", "t1" + gatewayconfig.FailClosedChildSuffix}) {
+		t.Errorf("children %v", keys)
+	}
+}

@@ -1,0 +1,163 @@
+// Package gatewayconfig is the contract between the operator and a gateway pod: the
+// rendered configuration the reconciler writes into the gateway's ConfigMap and Secret,
+// and the pure renderers (swanctl.conf, secrets, strongswan.conf, the NAT model) the
+// gateway agent consumes. Nothing here performs I/O.
+package gatewayconfig
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Keys of the gateway's ConfigMap and Secret.
+const (
+	// ConfigMapKeyConfig holds the JSON-encoded Config.
+	ConfigMapKeyConfig = "gateway.json"
+	// ConfigMapKeySwanctl holds RenderSwanctl's output (no secrets).
+	ConfigMapKeySwanctl = "swanctl.conf"
+	// SecretKeySecrets holds RenderSecrets' output.
+	SecretKeySecrets = "secrets.conf"
+)
+
+// FormatVersion is bumped on any incompatible change of Config; the agent refuses a
+// version it does not know rather than guessing.
+const FormatVersion = 1
+
+// Gateway kinds accepted by Build.
+const (
+	KindIPsecGateway = "IPsecGateway"
+	KindVPNGateway   = "VPNGateway"
+)
+
+// Errors Build wraps. ErrIncomplete means the status lacks an allocation the operator has
+// not made yet (wait and retry); ErrInvalid means the spec or status can never render
+// (terminal until the object changes).
+var (
+	ErrIncomplete = errors.New("gateway status incomplete")
+	ErrInvalid    = errors.New("gateway configuration invalid")
+)
+
+// Config is everything a gateway pod needs. Field names are part of the ConfigMap format.
+type Config struct {
+	Version int        `json:"version"`
+	Gateway GatewayRef `json:"gateway"`
+
+	// ServiceCIDR is the gateway's /24; GatewayAddress is its .1 (reverse-exposure SNAT
+	// source).
+	ServiceCIDR    string `json:"serviceCIDR"`
+	GatewayAddress string `json:"gatewayAddress"`
+
+	// PortFixedIP, SubnetCIDR and SubnetGatewayIP describe the dedicated port (NIC2) for
+	// policy routing; PortFixedIP is also the SNAT source towards exposure targets.
+	PortFixedIP     string `json:"portFixedIP"`
+	SubnetCIDR      string `json:"subnetCIDR"`
+	SubnetGatewayIP string `json:"subnetGatewayIP"`
+
+	// FloatingIP is every tunnel's IKE local identity.
+	FloatingIP string `json:"floatingIP"`
+
+	Tunnels          []Tunnel          `json:"tunnels"`
+	Exposures        []Exposure        `json:"exposures"`
+	ReverseExposures []ReverseExposure `json:"reverseExposures"`
+	MSSClamp         MSSClamp          `json:"mssClamp"`
+}
+
+// GatewayRef names the custom resource the config was rendered from.
+type GatewayRef struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// Tunnel is one IKEv2 connection with one tunnel-mode child SA.
+type Tunnel struct {
+	Name          string   `json:"name"`
+	PeerAddress   string   `json:"peerAddress"`
+	PeerID        string   `json:"peerID"`
+	RemoteSubnets []string `json:"remoteSubnets"`
+	IKEProposals  []string `json:"ikeProposals"`
+	ESPProposals  []string `json:"espProposals"`
+	// Rekey intervals and DPD delay in seconds.
+	IKERekeySeconds int64  `json:"ikeRekeySeconds"`
+	ESPRekeySeconds int64  `json:"espRekeySeconds"`
+	DPDDelaySeconds int64  `json:"dpdDelaySeconds"`
+	DPDAction       string `json:"dpdAction"`
+}
+
+// Port is one transport port; Protocol is "tcp" or "udp".
+type Port struct {
+	Protocol string `json:"protocol"`
+	Port     int32  `json:"port"`
+}
+
+// Exposure is one of our services the client reaches. Empty Ports means every port and
+// protocol.
+type Exposure struct {
+	Name          string `json:"name"`
+	VirtualIP     string `json:"virtualIP"`
+	TargetAddress string `json:"targetAddress"`
+	Ports         []Port `json:"ports"`
+}
+
+// ReverseExposure is one of the client's services our side reaches through Tunnel.
+type ReverseExposure struct {
+	Name          string `json:"name"`
+	Tunnel        string `json:"tunnel"`
+	VirtualIP     string `json:"virtualIP"`
+	TargetAddress string `json:"targetAddress"`
+	Ports         []Port `json:"ports"`
+}
+
+// MSSClamp configures TCP MSS clamping of forwarded SYNs. MSS 0 clamps to the route's
+// path MTU; a positive value sets that MSS.
+type MSSClamp struct {
+	Enabled bool  `json:"enabled"`
+	MSS     int32 `json:"mss"`
+}
+
+// PeerSubnets returns the union of every tunnel's remote subnets, sorted and deduplicated.
+func (c *Config) PeerSubnets() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, t := range c.Tunnels {
+		for _, s := range t.RemoteSubnets {
+			if !seen[s] {
+				seen[s] = true
+				out = append(out, s)
+			}
+		}
+	}
+	sortStrings(out)
+	return out
+}
+
+// Marshal encodes cfg for the ConfigMap. The output is deterministic.
+func Marshal(cfg *Config) ([]byte, error) {
+	if cfg == nil {
+		return nil, fmt.Errorf("%w: nil config", ErrInvalid)
+	}
+	b, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// Unmarshal decodes and validates a Config read from the ConfigMap. It refuses unknown
+// fields and format versions so a newer operator cannot be half-understood.
+func Unmarshal(data []byte) (*Config, error) {
+	var cfg Config
+	dec := json.NewDecoder(bytesReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cfg); err != nil {
+		return nil, fmt.Errorf("%w: decoding %s: %v", ErrInvalid, ConfigMapKeyConfig, err)
+	}
+	if cfg.Version != FormatVersion {
+		return nil, fmt.Errorf("%w: format version %d, this agent understands %d", ErrInvalid, cfg.Version, FormatVersion)
+	}
+	if err := Validate(&cfg); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}

@@ -1,0 +1,263 @@
+package gatewayconfig
+
+import (
+	"encoding/base64"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// FailClosedChildSuffix names each tunnel's drop shunt. '_' cannot occur in a tunnel name,
+// so the child names of two tunnels never collide.
+const FailClosedChildSuffix = "_failclosed"
+
+// SecretSectionPrefix prefixes each tunnel's section in secrets.conf.
+const SecretSectionPrefix = "ike-"
+
+type writer struct {
+	b      strings.Builder
+	indent int
+}
+
+func (w *writer) open(name string) {
+	w.line(name + " {")
+	w.indent++
+}
+
+func (w *writer) close() {
+	w.indent--
+	w.line("}")
+}
+
+func (w *writer) kv(k, v string) { w.line(k + " = " + v) }
+
+func (w *writer) line(s string) {
+	w.b.WriteString(strings.Repeat("  ", w.indent))
+	w.b.WriteString(s)
+	w.b.WriteByte('\n')
+}
+
+// RenderSwanctl renders the connections section of swanctl.conf: one IKEv2 connection per
+// tunnel with a tunnel-mode child from the service CIDR to the peer's subnets, and a drop
+// shunt from anywhere to those subnets so that, while charon runs, nothing reaches them
+// unencrypted when the child SA is missing. It never contains secrets.
+func RenderSwanctl(cfg *Config) (string, error) {
+	if err := Validate(cfg); err != nil {
+		return "", err
+	}
+	w := &writer{}
+	w.line(fmt.Sprintf("# Rendered for %s %s/%s. Secrets are loaded separately.", cfg.Gateway.Kind, cfg.Gateway.Namespace, cfg.Gateway.Name))
+	w.open("connections")
+	for _, t := range cfg.Tunnels {
+		w.open(t.Name)
+		w.kv("version", "2")
+		w.kv("local_addrs", "%any")
+		w.kv("remote_addrs", t.PeerAddress)
+		// NAT-T is forced: behind the floating IP's 1:1 NAT only UDP 500/4500 is opened.
+		w.kv("encap", "yes")
+		w.kv("proposals", strings.Join(t.IKEProposals, ","))
+		w.kv("rekey_time", fmt.Sprintf("%ds", t.IKERekeySeconds))
+		w.kv("dpd_delay", fmt.Sprintf("%ds", t.DPDDelaySeconds))
+		w.open("local")
+		w.kv("auth", "psk")
+		w.kv("id", quote(cfg.FloatingIP))
+		w.close()
+		w.open("remote")
+		w.kv("auth", "psk")
+		w.kv("id", quote(t.PeerID))
+		w.close()
+		w.open("children")
+		w.open(t.Name)
+		w.kv("mode", "tunnel")
+		w.kv("local_ts", cfg.ServiceCIDR)
+		w.kv("remote_ts", strings.Join(t.RemoteSubnets, ","))
+		w.kv("esp_proposals", strings.Join(t.ESPProposals, ","))
+		w.kv("rekey_time", fmt.Sprintf("%ds", t.ESPRekeySeconds))
+		w.kv("dpd_action", t.DPDAction)
+		w.kv("start_action", "start")
+		w.kv("close_action", dpdActions[t.DPDAction])
+		w.close()
+		// The shunt's local selector is wider than the tunnel child's, so the child's
+		// IPsec policy wins while it is installed and the drop policy catches the rest.
+		w.open(t.Name + FailClosedChildSuffix)
+		w.kv("mode", "drop")
+		w.kv("local_ts", "0.0.0.0/0")
+		w.kv("remote_ts", strings.Join(t.RemoteSubnets, ","))
+		w.kv("start_action", "trap")
+		w.close()
+		w.close() // children
+		w.close() // connection
+	}
+	w.close()
+	return w.b.String(), nil
+}
+
+// RenderSecrets renders the secrets section of swanctl.conf with one IKE pre-shared key
+// per tunnel, keyed by tunnel name in psks. Keys are written base64-encoded (strongSwan's
+// 0s prefix), so no key content can break the file's syntax.
+func RenderSecrets(cfg *Config, psks map[string]string) (string, error) {
+	if err := Validate(cfg); err != nil {
+		return "", err
+	}
+	w := &writer{}
+	w.open("secrets")
+	for _, t := range cfg.Tunnels {
+		psk, ok := psks[t.Name]
+		if !ok || psk == "" {
+			return "", fmt.Errorf("%w: tunnel %s: no pre-shared key", ErrIncomplete, t.Name)
+		}
+		if len(psk) > 4096 {
+			return "", invalidf("tunnel %s: pre-shared key longer than 4096 bytes", t.Name)
+		}
+		w.open(SecretSectionPrefix + t.Name)
+		w.kv("id-local", quote(cfg.FloatingIP))
+		w.kv("id-remote", quote(t.PeerID))
+		w.kv("secret", "0s"+base64.StdEncoding.EncodeToString([]byte(psk)))
+		w.close()
+	}
+	w.close()
+	return w.b.String(), nil
+}
+
+// SharedSecret is one IKE PSK parsed back from secrets.conf.
+type SharedSecret struct {
+	Section string
+	Owners  []string
+	Secret  []byte
+}
+
+// ParseSecrets reads RenderSecrets' output back (for the agent's VICI load-shared).
+// Errors never quote secret values.
+func ParseSecrets(text string) ([]SharedSecret, error) {
+	root, err := ParseSettings(text)
+	if err != nil {
+		return nil, fmt.Errorf("%w: secrets: malformed file", ErrInvalid)
+	}
+	sec := root.Sub("secrets")
+	if sec == nil {
+		return nil, fmt.Errorf("%w: secrets: no secrets section", ErrInvalid)
+	}
+	var out []SharedSecret
+	for _, s := range sec.Sections {
+		if !strings.HasPrefix(s.Name, SecretSectionPrefix) {
+			return nil, fmt.Errorf("%w: secrets: unexpected section %q", ErrInvalid, s.Name)
+		}
+		ss := SharedSecret{Section: s.Name}
+		for _, kv := range s.Keys {
+			switch {
+			case kv.Key == "id" || strings.HasPrefix(kv.Key, "id-"):
+				ss.Owners = append(ss.Owners, kv.Value)
+			case kv.Key == "secret":
+				v, err := decodeSecret(kv.Value)
+				if err != nil {
+					return nil, fmt.Errorf("%w: secrets: section %s: undecodable secret", ErrInvalid, s.Name)
+				}
+				ss.Secret = v
+			}
+		}
+		if len(ss.Secret) == 0 || len(ss.Owners) == 0 {
+			return nil, fmt.Errorf("%w: secrets: section %s needs ids and a secret", ErrInvalid, s.Name)
+		}
+		out = append(out, ss)
+	}
+	return out, nil
+}
+
+func decodeSecret(v string) ([]byte, error) {
+	switch {
+	case strings.HasPrefix(v, "0s"):
+		return base64.StdEncoding.DecodeString(v[2:])
+	case strings.HasPrefix(v, "0x"):
+		var out []byte
+		_, err := fmt.Sscanf(v[2:], "%x", &out)
+		return out, err
+	default:
+		return []byte(v), nil
+	}
+}
+
+// DataplaneMode selects the charon kernel backend.
+type DataplaneMode string
+
+const (
+	// DataplaneKernel uses the kernel's XFRM/ESP (production).
+	DataplaneKernel DataplaneMode = "kernel"
+	// DataplaneLibipsec does ESP in userspace over the ipsec0 TUN device (tests, and
+	// kernels without ESP).
+	DataplaneLibipsec DataplaneMode = "libipsec"
+)
+
+// StrongswanOptions parameterise strongswan.conf.
+type StrongswanOptions struct {
+	Mode DataplaneMode
+	// VICISocket is the charon control socket path (default /var/run/charon.vici).
+	VICISocket string
+	// LogFile, when set, adds a file logger (tests); otherwise charon logs to stderr.
+	LogFile string
+}
+
+var rePath = regexp.MustCompile(`^/[A-Za-z0-9/._-]{0,255}$`)
+
+// RenderStrongswanConf renders a standalone strongswan.conf (no includes) for charon or
+// charon-systemd. With libipsec, kernel-libipsec must precede kernel-netlink: the first
+// registered IPsec backend wins and kernel-netlink still handles addresses and routes.
+func RenderStrongswanConf(opts StrongswanOptions) (string, error) {
+	sock := opts.VICISocket
+	if sock == "" {
+		sock = "/var/run/charon.vici"
+	}
+	if !rePath.MatchString(sock) || strings.Contains(sock, "..") {
+		return "", invalidf("vici socket path %q", sock)
+	}
+	if opts.LogFile != "" && (!rePath.MatchString(opts.LogFile) || strings.Contains(opts.LogFile, "..")) {
+		return "", invalidf("log file path %q", opts.LogFile)
+	}
+	var load string
+	switch opts.Mode {
+	case DataplaneKernel:
+		load = "random nonce openssl pem pkcs1 x509 kdf vici kernel-netlink socket-default"
+	case DataplaneLibipsec:
+		load = "random nonce openssl pem pkcs1 x509 kdf vici kernel-libipsec kernel-netlink socket-default"
+	default:
+		return "", invalidf("dataplane mode %q must be %s or %s", opts.Mode, DataplaneKernel, DataplaneLibipsec)
+	}
+	w := &writer{}
+	w.line("# Standalone: read through STRONGSWAN_CONF, no includes.")
+	w.open("charon")
+	w.kv("load", load)
+	w.kv("install_virtual_ip", "no")
+	w.open("plugins")
+	w.open("vici")
+	w.kv("socket", "unix://"+sock)
+	w.close()
+	w.close()
+	if opts.LogFile != "" {
+		w.open("filelog")
+		w.open("main")
+		w.kv("path", opts.LogFile)
+		w.kv("time_format", "%H:%M:%S")
+		w.kv("flush_line", "yes")
+		w.kv("default", "1")
+		w.close()
+		w.close()
+	} else {
+		w.open("filelog")
+		w.open("stderr")
+		w.kv("default", "1")
+		w.close()
+		w.close()
+	}
+	w.close()
+	return w.b.String(), nil
+}
+
+// ConnectionNames lists the connection names RenderSwanctl produces for cfg, sorted.
+func ConnectionNames(cfg *Config) []string {
+	out := make([]string, 0, len(cfg.Tunnels))
+	for _, t := range cfg.Tunnels {
+		out = append(out, t.Name)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,632 @@
+// Package dataplane is the gateway dataplane end-to-end test: real charon daemons with
+// kernel-libipsec in network namespaces, configured by the agent over VICI from the
+// operator's renderers, with nftables NAT, the fail-closed guard and packet captures.
+// It needs root and the Debian packages hack/install-deps.sh installs; without them it
+// skips and says why.
+package dataplane
+
+import (
+	"bnerd.net/vpn-operator/internal/testenv"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/gatewayconfig"
+)
+
+// Addresses: TEST-NET and CGNAT space only, all inside namespaces this test creates.
+const (
+	clientAddr  = "198.51.100.10"
+	clientNet   = "198.51.100.0/24"
+	peerLAN     = "198.51.100.1"
+	peerWAN     = "192.0.2.2"
+	routerWAN   = "192.0.2.1"
+	floatingIP  = "192.0.2.100"
+	routerLAN   = "203.0.113.1"
+	portFixedIP = "203.0.113.5"
+	backendAddr = "203.0.113.20"
+	fabricAddr  = "203.0.113.30"
+	serviceCIDR = "100.64.7.0/24"
+	psk         = "e2e-psk-not-a-real-secret-0123456789"
+)
+
+type env struct {
+	t      *testing.T
+	dir    string
+	prefix string
+	bin    struct{ agent, helper string }
+	procs  map[string]*exec.Cmd
+	gw     *gatewayconfig.Config
+	obj    *v1alpha1.IPsecGateway
+}
+
+func (e *env) ns(role string) string { return e.prefix + role }
+
+// sh runs a command in namespace ns (empty: the test's own) and returns its output.
+func (e *env) sh(ns string, args ...string) (string, error) {
+	if ns != "" {
+		args = append([]string{"ip", "netns", "exec", ns}, args...)
+	}
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	return string(out), err
+}
+
+func (e *env) must(ns string, args ...string) string {
+	e.t.Helper()
+	out, err := e.sh(ns, args...)
+	if err != nil {
+		e.t.Fatalf("%s: %v: %v\n%s", ns, args, err, out)
+	}
+	return out
+}
+
+// start runs a long-lived process in ns; its output goes to <dir>/<name>.log.
+func (e *env) start(name, ns string, env []string, args ...string) *exec.Cmd {
+	e.t.Helper()
+	logf, err := os.Create(filepath.Join(e.dir, name+".log"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cmd := exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), env...)
+	if err := cmd.Start(); err != nil {
+		e.t.Fatalf("starting %s: %v", name, err)
+	}
+	e.procs[name] = cmd
+	return cmd
+}
+
+// stop ends a process this test started, by its PID.
+func (e *env) stop(name string, sig syscall.Signal) {
+	cmd := e.procs[name]
+	if cmd == nil {
+		return
+	}
+	delete(e.procs, name)
+	_ = cmd.Process.Signal(sig)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+func (e *env) logOf(name string) string {
+	b, _ := os.ReadFile(filepath.Join(e.dir, name+".log"))
+	return string(b)
+}
+
+// eventually polls cond until it holds; the generous limit only bounds a hung test.
+func (e *env) eventually(what string, cond func() bool) {
+	e.t.Helper()
+	for i := 0; i < 1200; i++ {
+		if cond() {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	e.t.Fatalf("never happened: %s", what)
+}
+
+func requirements(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.SkipDataplane(t, "dataplane e2e needs root (network namespaces, nftables, charon)")
+	}
+	for _, b := range []string{"charon-systemd", "swanctl", "nft", "tcpdump", "ip", "curl", "ping", "go"} {
+		if _, err := exec.LookPath(b); err != nil {
+			testenv.SkipDataplane(t, "dataplane e2e needs "+b+"; run hack/install-deps.sh")
+		}
+	}
+	if _, err := os.Stat("/usr/lib/ipsec/plugins/libstrongswan-kernel-libipsec.so"); err != nil {
+		testenv.SkipDataplane(t, "dataplane e2e needs strongSwan's kernel-libipsec plugin (libcharon-extra-plugins)")
+	}
+}
+
+func gatewayObject() *v1alpha1.IPsecGateway {
+	return &v1alpha1.IPsecGateway{
+		Spec: v1alpha1.GatewaySpec{
+			Tunnels: []v1alpha1.Tunnel{{
+				Name: "t1",
+				Peer: v1alpha1.Peer{Address: peerWAN, Subnets: []string{clientNet}},
+				IKE:  v1alpha1.IKEOptions{Proposals: []string{"aes128gcm16-prfsha256-x25519"}, Lifetime: "1h"},
+				ESP:  v1alpha1.ESPOptions{Proposals: []string{"aes128gcm16-x25519"}, Lifetime: "30m"},
+				DPD:  v1alpha1.DPDOptions{Delay: "5s", Action: "restart"},
+			}},
+			Exposures: []v1alpha1.Exposure{
+				{Name: "web", Target: v1alpha1.Target{Address: backendAddr, Ports: []v1alpha1.PortSpec{{Port: 8443, Protocol: v1alpha1.ProtocolTCP}}}},
+				{Name: "stream", Target: v1alpha1.Target{Address: backendAddr, Ports: []v1alpha1.PortSpec{{Port: 9000, Protocol: v1alpha1.ProtocolTCP}}}},
+				{Name: "backend-all", Target: v1alpha1.Target{Address: backendAddr}, AllowPlaintext: true},
+			},
+			ReverseExposures: []v1alpha1.ReverseExposure{
+				{Name: "client-svc", Tunnel: "t1", Target: v1alpha1.Target{Address: clientAddr, Ports: []v1alpha1.PortSpec{{Port: 8080, Protocol: v1alpha1.ProtocolTCP}}}},
+				{Name: "client-all", Tunnel: "t1", Target: v1alpha1.Target{Address: clientAddr}},
+			},
+		},
+		Status: v1alpha1.GatewayStatus{
+			ServiceCIDR: serviceCIDR, ServiceCIDRGatewayAddress: "100.64.7.1", FloatingIP: floatingIP,
+			PortFixedIP: portFixedIP, SubnetCIDR: "203.0.113.0/24", SubnetGatewayIP: routerLAN,
+			Exposures: []v1alpha1.AllocatedAddress{
+				{Name: "web", VirtualIP: "100.64.7.10"}, {Name: "stream", VirtualIP: "100.64.7.11"}, {Name: "backend-all", VirtualIP: "100.64.7.12"},
+			},
+			ReverseExposures: []v1alpha1.AllocatedAddress{{Name: "client-svc", VirtualIP: "100.64.7.200"}, {Name: "client-all", VirtualIP: "100.64.7.201"}},
+		},
+	}
+}
+
+// render writes the gateway's ConfigMap and Secret content as the operator renders it.
+func (e *env) render() {
+	e.t.Helper()
+	cfg, err := gatewayconfig.Build(gatewayconfig.Input{Kind: gatewayconfig.KindIPsecGateway, Namespace: "tenant", Name: "e2e", Spec: &e.obj.Spec, Status: &e.obj.Status})
+	if err != nil {
+		e.t.Fatalf("Build: %v", err)
+	}
+	js, err := gatewayconfig.Marshal(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	sw, err := gatewayconfig.RenderSwanctl(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	sec, err := gatewayconfig.RenderSecrets(cfg, map[string]string{"t1": psk})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cdir := filepath.Join(e.dir, "config")
+	_ = os.MkdirAll(cdir, 0o755)
+	// secrets and swanctl first: the config file is what the NAT role keys on
+	for name, content := range map[string]string{gatewayconfig.SecretKeySecrets: sec, gatewayconfig.ConfigMapKeySwanctl: sw, gatewayconfig.ConfigMapKeyConfig: string(js)} {
+		tmp := filepath.Join(cdir, "."+name)
+		if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+			e.t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(cdir, name)); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	e.gw = cfg
+}
+
+func (e *env) topology() {
+	t := e.t
+	for _, r := range []string{"c", "p", "r", "g", "b", "f"} {
+		e.must("", "ip", "netns", "add", e.ns(r))
+		t.Cleanup(func() { _, _ = e.sh("", "ip", "netns", "del", e.ns(r)) })
+		e.must(e.ns(r), "ip", "link", "set", "lo", "up")
+		e.must(e.ns(r), "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv4.ip_forward=1")
+	}
+	link := func(a, an, b, bn string) {
+		e.must("", "ip", "link", "add", an, "netns", e.ns(a), "type", "veth", "peer", "name", bn, "netns", e.ns(b))
+		e.must(e.ns(a), "ip", "link", "set", an, "up")
+		e.must(e.ns(b), "ip", "link", "set", bn, "up")
+	}
+	link("c", "c0", "p", "lan0")
+	link("p", "wan0", "r", "wan0")
+	e.must(e.ns("r"), "ip", "link", "add", "br0", "type", "bridge")
+	e.must(e.ns("r"), "ip", "link", "set", "br0", "up")
+	for _, x := range []struct{ role, name string }{{"g", "net1"}, {"b", "b0"}, {"f", "f0"}} {
+		link("r", "to-"+x.role, x.role, x.name)
+		e.must(e.ns("r"), "ip", "link", "set", "to-"+x.role, "master", "br0")
+	}
+	addr := func(role, dev, a string) { e.must(e.ns(role), "ip", "addr", "add", a, "dev", dev) }
+	addr("c", "c0", clientAddr+"/24")
+	addr("p", "lan0", peerLAN+"/24")
+	addr("p", "wan0", peerWAN+"/24")
+	addr("r", "wan0", routerWAN+"/24")
+	addr("r", "wan0", floatingIP+"/32")
+	addr("r", "br0", routerLAN+"/24")
+	addr("g", "net1", portFixedIP+"/32") // static IPAM hands out a bare /32
+	addr("b", "b0", backendAddr+"/24")
+	addr("f", "f0", fabricAddr+"/24")
+	e.must(e.ns("c"), "ip", "route", "add", "default", "via", peerLAN)
+	e.must(e.ns("b"), "ip", "route", "add", "default", "via", routerLAN)
+	e.must(e.ns("f"), "ip", "route", "add", "default", "via", routerLAN)
+	// The client's router sends everything else to the internet, and the internet knows
+	// the client's subnet: a plaintext leak from the gateway would reach the wire.
+	e.must(e.ns("p"), "ip", "route", "add", "default", "via", routerWAN)
+	e.must(e.ns("r"), "ip", "route", "add", clientNet, "via", peerWAN)
+	// The cloud router: the service CIDR is routed to the gateway's port, and the
+	// floating IP is 1:1 NAT to the port's fixed IP.
+	e.must(e.ns("r"), "ip", "route", "add", serviceCIDR, "via", portFixedIP)
+	e.nft("r", `table ip fip {
+  chain pre { type nat hook prerouting priority dstnat; policy accept;
+    ip daddr `+floatingIP+` dnat to `+portFixedIP+`
+  }
+  chain post { type nat hook postrouting priority srcnat; policy accept;
+    oifname "wan0" ip saddr `+portFixedIP+` snat to `+floatingIP+`
+  }
+}`)
+	// The client site guards its own side, so the outer-link capture measures ours.
+	e.nft("p", `table ip site_guard {
+  chain forward_guard { type filter hook forward priority filter; policy accept;
+    oifname "wan0" ip daddr 100.64.0.0/10 drop
+  }
+}`)
+}
+
+func (e *env) nft(role, rules string) {
+	e.t.Helper()
+	cmd := exec.Command("ip", "netns", "exec", e.ns(role), "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		e.t.Fatalf("nft in %s: %v\n%s", role, err, out)
+	}
+}
+
+func (e *env) sock(role string) string { return filepath.Join(e.dir, role, "charon.vici") }
+
+func (e *env) swanctl(role string, args ...string) (string, error) {
+	return e.sh(e.ns(role), append([]string{"swanctl"}, append(args, "--uri", "unix://"+e.sock(role))...)...)
+}
+
+// startCharon runs charon-systemd in role's namespace with a strongswan.conf from the
+// production renderer in libipsec mode.
+func (e *env) startCharon(role string) {
+	e.t.Helper()
+	d := filepath.Join(e.dir, role)
+	_ = os.MkdirAll(d, 0o755)
+	_ = os.Remove(e.sock(role))
+	conf, err := gatewayconfig.RenderStrongswanConf(gatewayconfig.StrongswanOptions{Mode: gatewayconfig.DataplaneLibipsec, VICISocket: e.sock(role), LogFile: filepath.Join(d, "charon.log")})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d, "strongswan.conf"), []byte(conf), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	e.start("charon-"+role, e.ns(role), []string{"STRONGSWAN_CONF=" + filepath.Join(d, "strongswan.conf")}, "charon-systemd")
+	e.eventually("charon in "+role+" answers", func() bool { _, err := e.swanctl(role, "--stats"); return err == nil })
+}
+
+// The client site's peer: written by hand, as the client's own administrator would.
+func (e *env) configurePeer() {
+	conf := fmt.Sprintf(`connections {
+  gw {
+    version = 2
+    local_addrs = %s
+    remote_addrs = %s
+    encap = yes
+    unique = replace
+    proposals = aes128gcm16-prfsha256-x25519
+    dpd_delay = 5s
+    local {
+      auth = psk
+      id = %s
+    }
+    remote {
+      auth = psk
+      id = %s
+    }
+    children {
+      gw {
+        local_ts = %s
+        remote_ts = %s
+        esp_proposals = aes128gcm16-x25519
+        dpd_action = clear
+      }
+    }
+  }
+}
+secrets {
+  ike-gw {
+    id-a = %s
+    id-b = %s
+    secret = "%s"
+  }
+}
+`, peerWAN, floatingIP, peerWAN, floatingIP, clientNet, serviceCIDR, peerWAN, floatingIP, psk)
+	f := filepath.Join(e.dir, "p", "swanctl.conf")
+	if err := os.WriteFile(f, []byte(conf), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	if out, err := e.swanctl("p", "--load-creds", "--noprompt", "--file", f); err != nil {
+		e.t.Fatalf("peer creds: %v %s", err, out)
+	}
+	if out, err := e.swanctl("p", "--load-conns", "--file", f); err != nil {
+		e.t.Fatalf("peer conns: %v %s", err, out)
+	}
+}
+
+func (e *env) startAgents() {
+	cfg := filepath.Join(e.dir, "config", gatewayconfig.ConfigMapKeyConfig)
+	e.start("init-nat", e.ns("g"), nil, e.bin.agent, "init-nat", "--config-file", cfg, "--interface", "net1",
+		"--tunnel-interface", "ipsec0", "--state-file", filepath.Join(e.dir, "nat-state.json"))
+	e.start("loader", e.ns("g"), nil, e.bin.agent, "strongswan-loader", "--config-file", cfg, "--vici-socket", e.sock("g"), "--interval", "1s")
+}
+
+func (e *env) stopAgents() {
+	e.stop("init-nat", syscall.SIGTERM)
+	e.stop("loader", syscall.SIGTERM)
+}
+
+var reUniqueID = regexp.MustCompile(`t1: #(\d+), ESTABLISHED`)
+
+// ikeID returns the gateway's established IKE SA unique ID for t1 with an installed
+// child SA, or "".
+func (e *env) ikeID() string {
+	out, err := e.swanctl("g", "--list-sas", "--ike", "t1")
+	if err != nil || !strings.Contains(out, "INSTALLED") {
+		return ""
+	}
+	if m := reUniqueID.FindStringSubmatch(out); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+func (e *env) curl(role string, url string) string {
+	out, _ := e.sh(e.ns(role), "curl", "-sk", "--max-time", "3", url)
+	return strings.TrimSpace(out)
+}
+
+// capture starts tcpdump in role on dev; the returned func stops it and yields the file.
+func (e *env) capture(name, role, dev string, snaplen int) func() string {
+	e.t.Helper()
+	f := filepath.Join(e.dir, name+".pcap")
+	e.start("tcpdump-"+name, e.ns(role), nil, "tcpdump", "-ni", dev, "-s", strconv.Itoa(snaplen), "--immediate-mode", "-U", "-w", f)
+	e.eventually("tcpdump "+name+" listening", func() bool { return strings.Contains(e.logOf("tcpdump-"+name), "listening on") })
+	return func() string {
+		time.Sleep(300 * time.Millisecond)
+		e.stop("tcpdump-"+name, syscall.SIGTERM)
+		return f
+	}
+}
+
+func readPcap(t *testing.T, file string, filter ...string) []string {
+	args := append([]string{"-nr", file, "-v"}, filter...)
+	out, err := exec.Command("tcpdump", args...).Output()
+	if err != nil {
+		t.Fatalf("reading %s: %v", file, err)
+	}
+	var lines []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.TrimSpace(l) != "" {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+func buildBinaries(t *testing.T, dir string) (string, string) {
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		t.Fatalf("locating module: %v", err)
+	}
+	agent, helper := filepath.Join(dir, "vpn-gateway-agent"), filepath.Join(dir, "testhelper")
+	for out, pkg := range map[string]string{agent: "./cmd/vpn-gateway-agent", helper: "./test/e2e/dataplane/testhelper"} {
+		cmd := exec.Command("go", "build", "-o", out, pkg)
+		cmd.Dir = strings.TrimSpace(string(root))
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+		}
+	}
+	return agent, helper
+}
+
+// newEnv builds the topology, starts both charons, the agents and the services, and
+// waits for the SA. The outer-link capture runs from before the agents start.
+func newEnv(t *testing.T) (*env, string, func() string) {
+	requirements(t)
+	dir, err := os.MkdirTemp("", "bnerd-dataplane-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs kept in %s", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
+	_ = os.Chmod(dir, 0o755)
+	rnd := make([]byte, 3)
+	_, _ = rand.Read(rnd)
+	e := &env{t: t, dir: dir, prefix: "bdp" + hex.EncodeToString(rnd) + "-", procs: map[string]*exec.Cmd{}, obj: gatewayObject()}
+	t.Cleanup(func() {
+		for name := range e.procs {
+			e.stop(name, syscall.SIGKILL)
+		}
+	})
+	e.bin.agent, e.bin.helper = buildBinaries(t, dir)
+	e.topology()
+	e.render()
+
+	e.startCharon("p")
+	e.configurePeer()
+	e.startCharon("g")
+	outer := e.capture("outer", "p", "wan0", 256)
+	e.startAgents()
+
+	e.start("backend-https", e.ns("b"), nil, e.bin.helper, "https", backendAddr+":8443")
+	e.start("backend-sink", e.ns("b"), nil, e.bin.helper, "sink", backendAddr+":9000")
+	e.start("client-http", e.ns("c"), nil, e.bin.helper, "http", clientAddr+":8080")
+
+	var firstID string
+	e.eventually("SA t1 established with an installed child SA", func() bool { firstID = e.ikeID(); return firstID != "" })
+	t.Logf("SA up, IKE SA #%s", firstID)
+	return e, firstID, outer
+}
+
+func TestDataplane(t *testing.T) {
+	e, firstID, outer := newEnv(t)
+	dir := e.dir
+	t.Run("exposure reaches the TLS backend with the port's fixed IP as source", func(t *testing.T) {
+		syn := e.capture("syn-gw", "g", "net1", 128)
+		synClient := e.capture("syn-client", "c", "c0", 128)
+		var body string
+		e.eventually("HTTPS through 100.64.7.10", func() bool { body = e.curl("c", "https://100.64.7.10:8443/"); return body != "" })
+		if body != "backend saw "+portFixedIP {
+			t.Errorf("backend answered %q, want the SNAT source %s", body, portFixedIP)
+		}
+		synFile, synClientFile := syn(), synClient()
+		checkMSS(t, readPcap(t, synFile, "tcp[tcpflags] & tcp-syn != 0 and dst port 8443"), 1360)
+		checkMSS(t, readPcap(t, synClientFile, "tcp[tcpflags] & tcp-syn != 0 and src port 8443"), 1360)
+	})
+
+	t.Run("reverse exposure lands on the client service from .1", func(t *testing.T) {
+		var body string
+		e.eventually("HTTP through 100.64.7.200", func() bool { body = e.curl("f", "http://100.64.7.200:8080/"); return body != "" })
+		if body != "client saw 100.64.7.1" {
+			t.Errorf("client service answered %q, want source 100.64.7.1", body)
+		}
+	})
+
+	t.Run("exposure added and agents restarted under a running stream", func(t *testing.T) {
+		sender := e.start("sender", e.ns("c"), nil, e.bin.helper, "send", "100.64.7.11:9000", "12", "2000000")
+		e.obj.Spec.Exposures = append(e.obj.Spec.Exposures, v1alpha1.Exposure{Name: "web-b", Target: v1alpha1.Target{Address: backendAddr, Ports: []v1alpha1.PortSpec{{Port: 8443, Protocol: v1alpha1.ProtocolTCP}}}})
+		e.obj.Status.Exposures = append(e.obj.Status.Exposures, v1alpha1.AllocatedAddress{Name: "web-b", VirtualIP: "100.64.7.13"})
+		time.Sleep(2 * time.Second)
+		e.render()
+		e.eventually("new exposure 100.64.7.13 reachable", func() bool { return e.curl("c", "https://100.64.7.13:8443/") == "backend saw "+portFixedIP })
+		if !strings.Contains(e.logOf("init-nat"), "full=false") {
+			t.Errorf("exposure change did not take the incremental path:\n%s", e.logOf("init-nat"))
+		}
+		e.stopAgents()
+		time.Sleep(time.Second)
+		e.startAgents()
+		if err := sender.Wait(); err != nil {
+			t.Fatalf("sender failed: %v\n%s", err, e.logOf("sender"))
+		}
+		delete(e.procs, "sender")
+		sent := strings.TrimSpace(e.logOf("sender"))
+		n := strings.TrimPrefix(sent, "sent ")
+		e.eventually("sink reports the stream", func() bool { return strings.Contains(e.logOf("backend-sink"), "sink received") })
+		if want := "sink received " + n + " ok=true"; !strings.Contains(e.logOf("backend-sink"), want) {
+			t.Errorf("stream damaged: sender %q, sink %q", sent, e.logOf("backend-sink"))
+		}
+		if id := e.ikeID(); id != firstID {
+			t.Errorf("IKE SA changed from #%s to #%s across an exposure change and agent restart", firstID, id)
+		}
+	})
+
+	t.Run("drifted table is repaired", func(t *testing.T) {
+		e.must(e.ns("g"), "nft", "delete", "table", "ip", "bnerd-gw")
+		e.eventually("table restored", func() bool {
+			out, err := e.sh(e.ns("g"), "nft", "list", "chain", "ip", "bnerd-gw", "guard")
+			return err == nil && strings.Contains(out, "drop")
+		})
+	})
+
+	t.Run("no plaintext on the wire while the SA is torn down, rekeyed, and charon is killed", func(t *testing.T) {
+		pingFabric := e.start("ping-fabric", e.ns("f"), nil, "ping", "-n", "-i", "0.2", "100.64.7.201")
+		pingClient := e.start("ping-client", e.ns("c"), nil, "ping", "-n", "-i", "0.2", "100.64.7.12")
+		_, _ = pingFabric, pingClient
+		time.Sleep(time.Second)
+
+		if out, err := e.swanctl("g", "--terminate", "--ike", "t1"); err != nil {
+			t.Errorf("terminate: %v %s", err, out)
+		}
+		var id string
+		e.eventually("SA re-established by the loader after termination", func() bool { id = e.ikeID(); return id != "" && id != firstID })
+
+		if out, err := e.swanctl("g", "--rekey", "--child", "t1"); err != nil {
+			t.Errorf("child rekey: %v %s", err, out)
+		}
+		if out, err := e.swanctl("g", "--rekey", "--ike", "t1"); err != nil {
+			t.Errorf("IKE rekey: %v %s", err, out)
+		}
+		time.Sleep(2 * time.Second)
+
+		e.stop("charon-g", syscall.SIGKILL)
+		time.Sleep(3 * time.Second) // ipsec0 and table 220 are gone; the guard alone holds
+		e.startCharon("g")
+		e.eventually("SA re-established after charon was killed", func() bool { return e.ikeID() != "" })
+		time.Sleep(time.Second)
+		e.stop("ping-fabric", syscall.SIGINT)
+		e.stop("ping-client", syscall.SIGINT)
+
+		guard := e.must(e.ns("g"), "nft", "list", "chain", "ip", "bnerd-gw", "forward")
+		if !regexp.MustCompile(`oifname != "ipsec0" counter packets [1-9]`).MatchString(guard) {
+			t.Errorf("guard never dropped anything while charon was dead; was traffic flowing?\n%s", guard)
+		}
+		if !strings.Contains(e.logOf("ping-fabric"), "bytes from 100.64.7.201") {
+			t.Errorf("fabric pings never crossed the tunnel:\n%s", e.logOf("ping-fabric"))
+		}
+	})
+
+	t.Run("exporter reports the tunnel up with growing byte counters", func(t *testing.T) {
+		e.start("exporter", e.ns("g"), nil, e.bin.agent, "ipsec-exporter", "--config-file", filepath.Join(dir, "config", gatewayconfig.ConfigMapKeyConfig),
+			"--vici-socket", e.sock("g"), "--listen", "127.0.0.1:9903", "--nat-state-file", filepath.Join(dir, "nat-state.json"))
+		scrape := func() string {
+			out, _ := e.sh(e.ns("g"), "curl", "-s", "--max-time", "3", "http://127.0.0.1:9903/metrics")
+			return out
+		}
+		var m1 string
+		e.eventually("metrics served", func() bool { m1 = scrape(); return strings.Contains(m1, "bnerd_ipsec_tunnel_up") })
+		if !strings.Contains(m1, `bnerd_ipsec_tunnel_up{tunnel="t1"} 1`) {
+			t.Errorf("tunnel not up in metrics:\n%s", m1)
+		}
+		e.must(e.ns("c"), "ping", "-n", "-c", "5", "-i", "0.2", "100.64.7.12")
+		m2 := scrape()
+		b1, b2 := metricValue(m1, `bnerd_ipsec_bytes_total{direction="in",tunnel="t1"}`), metricValue(m2, `bnerd_ipsec_bytes_total{direction="in",tunnel="t1"}`)
+		if !(b2 > b1) {
+			t.Errorf("bytes in did not grow: %v -> %v", b1, b2)
+		}
+		if !strings.Contains(m2, "bnerd_gateway_nat_apply_duration_seconds") {
+			t.Errorf("NAT metrics missing:\n%s", m2)
+		}
+	})
+
+	stopOuter := outer()
+	all := readPcap(t, stopOuter, "ip")
+	// While charon is dead the gateway's kernel answers arriving ESP-in-UDP with ICMP
+	// port unreachable; those quote only the outer header and are allowed.
+	bad := readPcap(t, stopOuter, "ip and not (udp port 500 or udp port 4500) and not (icmp[0] = 3 and icmp[17] = 17 and (icmp[30:2] = 4500 or icmp[30:2] = 500))")
+	inner := readPcap(t, stopOuter, "net 198.51.100.0/24 or net 100.64.0.0/10 or net 203.0.113.0/24")
+	esp := readPcap(t, stopOuter, "udp port 4500 and udp[8:4] != 0")
+	t.Logf("outer link: %d IPv4 packets, %d ESP-in-UDP, %d other, %d with inner addresses", len(all), len(esp), len(bad), len(inner))
+	if len(bad) != 0 || len(inner) != 0 {
+		t.Errorf("outer link carried non-IKE/ESP or inner-address packets:\n%s\n%s", strings.Join(first(bad, 10), "\n"), strings.Join(first(inner, 10), "\n"))
+	}
+	if len(esp) < 100 {
+		t.Errorf("only %d ESP-in-UDP packets on the outer link; traffic did not use the tunnel", len(esp))
+	}
+}
+
+func first(s []string, n int) []string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+var reMSS = regexp.MustCompile(`mss (\d+)`)
+
+func checkMSS(t *testing.T, lines []string, max int) {
+	t.Helper()
+	seen := 0
+	for _, l := range lines {
+		for _, m := range reMSS.FindAllStringSubmatch(l, -1) {
+			seen++
+			if v, _ := strconv.Atoi(m[1]); v > max {
+				t.Errorf("SYN with MSS %d > %d: %s", v, max, l)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Errorf("no SYN with an MSS option captured:\n%s", strings.Join(lines, "\n"))
+	}
+}
+
+func metricValue(text, series string) float64 {
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, series+" ") {
+			v, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(l, series)), 64)
+			return v
+		}
+	}
+	return -1
+}
