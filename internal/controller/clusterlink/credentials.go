@@ -1,0 +1,203 @@
+package clusterlink
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+
+	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/openstack"
+)
+
+// SecretNamePrefix is the only Secret name a ClusterLink may use: clusterlink-<name>.
+const SecretNamePrefix = "clusterlink-"
+
+// PrivilegedRoles are the roles a customer credential must not carry: admin reaches
+// every project under legacy policy, service and advsvc skip the per-project filter.
+var PrivilegedRoles = []string{"admin", "service", "advsvc"}
+
+// refusal remembers a Secret version the operator refused, so it does not
+// authenticate with the same version again.
+type refusal struct {
+	version string
+	reason  string
+	message string
+}
+
+// credResult is the outcome of resolving a cross-tenant link's customer credential.
+// reason is empty on success.
+type credResult struct {
+	clients *openstack.Clients
+	project string
+	reason  string
+	message string
+	requeue time.Duration
+	// err is a transient failure worth a backoff rather than a fixed requeue.
+	err error
+}
+
+func (c credResult) ok() bool { return c.reason == "" }
+
+// secretVersion is the identity the cache and the refusal memory key on.
+func secretVersion(s *corev1.Secret) string { return string(s.UID) + "/" + s.ResourceVersion }
+
+// customerCredential walks the checks of the specification in order. Every check that
+// can be made without a Secret read comes before the read, and every check that can be
+// made without authenticating comes before authentication. Messages name the Secret
+// and project IDs only.
+func (r *Reconciler) customerCredential(ctx context.Context, lc *linkCtx) credResult {
+	link := lc.link
+	ref := link.Spec.CredentialsSecretRef
+	name := "secret " + lc.secret
+	fixed := func(reason, format string, args ...any) credResult {
+		return credResult{reason: reason, message: name + ": " + fmt.Sprintf(format, args...), requeue: CredentialRequeue}
+	}
+	if ref.Namespace != r.d.Config.ClusterLinkCredentialsNamespace {
+		return fixed(v1.ReasonSecretNamespaceNotAllowed,
+			"namespace %q is not the operator's credentials namespace %q; customer credentials are read only from there",
+			ref.Namespace, r.d.Config.ClusterLinkCredentialsNamespace)
+	}
+	if want := SecretNamePrefix + link.Name; ref.Name != want {
+		return fixed(v1.ReasonSecretNameNotAllowed,
+			"a ClusterLink may only use the Secret written for it, %s/%s; the Secret was not read", ref.Namespace, want)
+	}
+	if link.Spec.CustomerProjectID != "" && link.Spec.CustomerProjectID == r.d.OperatorProjectID {
+		return fixed(v1.ReasonCredentialsAreOperatorProject,
+			"spec.customerProjectID %s is the operator's own project; a cross-tenant link must name the customer's project", link.Spec.CustomerProjectID)
+	}
+
+	secret := &corev1.Secret{}
+	if err := r.reader.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, secret); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fixed(v1.ReasonSecretNotFound, "not found")
+		}
+		return credResult{reason: v1.ReasonSecretNotFound, message: name + ": cannot be read: " + apiErrText(err), requeue: CredentialRequeue, err: err}
+	}
+	version := secretVersion(secret)
+
+	r.mu.Lock()
+	ref0, refused := r.refusals[link.UID]
+	if refused && ref0.version != version {
+		delete(r.refusals, link.UID)
+		refused = false
+	}
+	r.mu.Unlock()
+	if refused {
+		return credResult{reason: ref0.reason, message: ref0.message, requeue: r.d.Config.ResyncInterval}
+	}
+
+	get := func(k string) string { return strings.TrimSpace(string(secret.Data[k])) }
+	var missing []string
+	for _, k := range []string{openstack.EnvAppCredentialID, openstack.EnvAppCredentialSecret} {
+		if get(k) == "" {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) > 0 {
+		return fixed(v1.ReasonCredentialsInvalid, "missing required key(s) %s (an application credential is required)", strings.Join(missing, ", "))
+	}
+	// Values of the Secret are compared, never quoted: the point of the check is that
+	// an attacker-chosen endpoint is never contacted, and naming it helps no one.
+	if v := get(openstack.EnvAuthURL); v != "" && strings.TrimRight(v, "/") != strings.TrimRight(r.d.AuthURL, "/") {
+		return fixed(v1.ReasonCredentialsInvalid, "%s is not the operator's own Keystone endpoint %s", openstack.EnvAuthURL, r.d.AuthURL)
+	}
+	if v := get(openstack.EnvRegionName); v != "" && v != r.d.Region {
+		return fixed(v1.ReasonCredentialsInvalid, "%s is not the operator's own region %q", openstack.EnvRegionName, r.d.Region)
+	}
+	cred := openstack.Credential{
+		AuthURL:             r.d.AuthURL,
+		Region:              r.d.Region,
+		AppCredentialID:     get(openstack.EnvAppCredentialID),
+		AppCredentialSecret: get(openstack.EnvAppCredentialSecret),
+	}
+	if iface := get(openstack.EnvInterface); iface != "" {
+		cred.Interface = iface
+	}
+
+	clients, err := r.cache.Get(ctx, string(link.UID), version, cred)
+	if err != nil {
+		res := fixed(v1.ReasonAuthFailed, "authentication failed: %s", err.Error())
+		if openstack.IsTransient(err) {
+			res.err = err
+		}
+		return res
+	}
+	info, err := clients.Identity.TokenInfo(ctx)
+	if err != nil {
+		r.cache.Forget(string(link.UID))
+		return fixed(v1.ReasonAuthFailed, "reading the token: %s", err.Error())
+	}
+
+	r.mu.Lock()
+	checked := r.verified[link.UID] == version
+	r.mu.Unlock()
+	refuse := func(reason, msg string) credResult {
+		r.cache.Forget(string(link.UID))
+		r.mu.Lock()
+		r.refusals[link.UID] = refusal{version: version, reason: reason, message: msg}
+		delete(r.verified, link.UID)
+		r.mu.Unlock()
+		return credResult{reason: reason, message: msg, requeue: r.d.Config.ResyncInterval}
+	}
+	// Roles are fixed when an application credential is created, so they are checked
+	// once per Secret version, not on every token renewal.
+	if !checked {
+		if len(info.Roles) == 0 {
+			r.cache.Forget(string(link.UID))
+			return fixed(v1.ReasonAuthFailed, "the token carries no roles, so its privilege cannot be checked; use a member-scoped application credential")
+		}
+		if bad := privileged(info.Roles); len(bad) > 0 {
+			return refuse(v1.ReasonCredentialsPrivileged, fmt.Sprintf(
+				"%s: the credential's token carries the privileged role(s) %s; use a member-scoped application credential (update the Secret to retry)",
+				name, strings.Join(bad, ", ")))
+		}
+	}
+	if info.ProjectID == r.d.OperatorProjectID {
+		r.cache.Forget(string(link.UID))
+		return fixed(v1.ReasonCredentialsAreOperatorProject, "authenticates into the operator's own project %s; a cross-tenant link needs the customer's credential", info.ProjectID)
+	}
+	if want := link.Spec.CustomerProjectID; want != "" && info.ProjectID != want {
+		return refuse(v1.ReasonCredentialsProjectMismatch, fmt.Sprintf(
+			"%s: the credential authenticates into project %s, but spec.customerProjectID is %s; nothing was shared, created or attached (update the Secret to retry)",
+			name, info.ProjectID, want))
+	}
+	r.mu.Lock()
+	r.verified[link.UID] = version
+	r.mu.Unlock()
+	return credResult{clients: clients, project: info.ProjectID}
+}
+
+// privileged returns the roles that make a credential too powerful, in any case;
+// roles that only contain such a word (load-balancer_admin) are fine.
+func privileged(roles []string) []string {
+	var out []string
+	for _, role := range roles {
+		if slices.ContainsFunc(PrivilegedRoles, func(p string) bool { return strings.EqualFold(p, role) }) {
+			out = append(out, role)
+		}
+	}
+	return out
+}
+
+func apiErrText(err error) string {
+	if se, ok := err.(apierrors.APIStatus); ok {
+		return string(se.Status().Reason) + ": " + se.Status().Message
+	}
+	return err.Error()
+}
+
+// forgetLink drops everything remembered about a link.
+func (r *Reconciler) forgetLink(uid types.UID) {
+	r.cache.Forget(string(uid))
+	r.claims.Release(string(uid))
+	r.mu.Lock()
+	delete(r.refusals, uid)
+	delete(r.verified, uid)
+	r.mu.Unlock()
+}

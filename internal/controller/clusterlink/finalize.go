@@ -1,0 +1,210 @@
+package clusterlink
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/openstack"
+)
+
+// finalize unwinds a deleting link in reverse order and releases the finalizer only
+// when nothing is left behind, or when a human abandoned the customer side.
+func (r *Reconciler) finalize(ctx context.Context, lc *linkCtx) (ctrl.Result, error) {
+	link := lc.link
+	if !controllerutil.ContainsFinalizer(link, v1.FinalizerClusterLink) {
+		return ctrl.Result{}, nil
+	}
+	before := slices.Clone(link.Status.Conditions)
+	res, done, err := r.unwind(ctx, lc)
+	transitionEvents(lc, before)
+	if done {
+		r.emit(lc)
+		controllerutil.RemoveFinalizer(link, v1.FinalizerClusterLink)
+		if uerr := r.d.Client.Update(ctx, link); uerr != nil {
+			return ctrl.Result{}, uerr
+		}
+		r.forgetLink(link.UID)
+		lc.log.Info("ClusterLink unwound; finalizer released")
+		return ctrl.Result{}, nil
+	}
+	lc.set.False(v1.ConditionReady, v1.ReasonDeleting, "deletion is waiting: see the other conditions")
+	if werr := r.writeStatus(ctx, lc); werr != nil && err == nil {
+		err = werr
+	}
+	r.emit(lc)
+	return res, err
+}
+
+func (r *Reconciler) unwind(ctx context.Context, lc *linkCtx) (ctrl.Result, bool, error) {
+	link := lc.link
+	st := &link.Status
+
+	// 1. The gateway route goes first, always, on the operator's credential: it cuts
+	// the data path whatever happens to the customer side.
+	if err := r.removeForwardRoutes(ctx, lc, st.TransitIP); err != nil {
+		lc.set.False(v1.ConditionRouteInstalled, v1.ReasonEnsureRouteFailed, lc.opPrefix()+"removing the gateway route: "+err.Error())
+		res, ferr := r.failed(err)
+		return res, false, ferr
+	}
+	if st.TransitIP != "" {
+		lc.set.False(v1.ConditionRouteInstalled, v1.ReasonDeleting, "the gateway route was removed: the link is being deleted")
+	}
+
+	if st.LegPortID == "" && st.TransitIP == "" && len(st.ReverseRoutes) == 0 {
+		// Nothing was ever built (for example an unattested or invalid link).
+		return ctrl.Result{}, true, nil
+	}
+
+	if lc.cross {
+		cr := r.customerCredential(ctx, lc)
+		reason, msg := cr.reason, cr.message
+		if cr.ok() {
+			if pinned := st.CustomerProjectID; pinned != "" && pinned != cr.project {
+				reason = v1.ReasonCredentialsProjectMismatch
+				msg = fmt.Sprintf("secret %s: the credential authenticates into project %s, but this link's leg was built in project %s; it is never used to clean up another project",
+					lc.secret, cr.project, pinned)
+			}
+		}
+		if reason != "" {
+			if link.Annotations[v1.AnnotationAbandonCustomerResources] == "true" {
+				r.abandon(lc, reason)
+				return ctrl.Result{}, true, nil
+			}
+			held := v1.ReasonCredentialsUnavailable
+			if reason == v1.ReasonCredentialsProjectMismatch {
+				held = reason
+			} else {
+				msg = reason + ": " + msg
+			}
+			lc.set.False(v1.ConditionCredentialsResolved, held, fmt.Sprintf(
+				"the customer side cannot be cleaned up, so the finalizer is held: %s; fix the Secret, or annotate the ClusterLink %s=true to leave the customer-side resources behind",
+				msg, v1.AnnotationAbandonCustomerResources))
+			requeue := cr.requeue
+			if requeue == 0 {
+				requeue = CredentialRequeue
+			}
+			return ctrl.Result{RequeueAfter: requeue}, false, cr.err
+		}
+		lc.leg, lc.projectID = cr.clients, cr.project
+	} else {
+		lc.leg, lc.projectID = r.d.Operator, r.d.OperatorProjectID
+	}
+
+	// 2. Reverse routes, the attachment, the port: on the credential of the leg's project.
+	if err := r.unwindLeg(ctx, lc); err != nil {
+		lc.set.False(v1.ConditionLegAttached, v1.ReasonEnsureRouterHasPortFailed, lc.legPrefix()+"unwinding the leg: "+err.Error())
+		res, ferr := r.failed(err)
+		if ferr == nil {
+			res = ctrl.Result{RequeueAfter: CredentialRequeue}
+		}
+		return res, false, ferr
+	}
+	return ctrl.Result{}, true, nil
+}
+
+func (r *Reconciler) unwindLeg(ctx context.Context, lc *linkCtx) error {
+	link := lc.link
+	st := &link.Status
+	net := lc.leg.Networking
+
+	var rt *openstack.Router
+	var err error
+	if st.RouterID != "" {
+		rt, err = net.GetRouter(ctx, st.RouterID)
+	} else {
+		rt, err = net.ResolveRouter(ctx, link.Spec.ServiceClusterRouter)
+	}
+	switch {
+	case err == nil:
+	case openstack.IsNotFound(err):
+		rt = nil
+	default:
+		return fmt.Errorf("reading router %s: %w", link.Spec.ServiceClusterRouter, err)
+	}
+	if rt != nil {
+		if err := removeReverseRoutes(ctx, net, rt, st.ReverseRoutes); err != nil {
+			return fmt.Errorf("removing reverse routes from router %s: %w", rt.Name, err)
+		}
+	}
+	if len(st.ReverseRoutes) > 0 {
+		lc.eventf(corev1.EventTypeNormal, "ReverseRoutesRemoved", "removed %d reverse route(s)", len(st.ReverseRoutes))
+	}
+	st.ReverseRoutes = nil
+
+	own := owner(link)
+	var port *openstack.Port
+	if st.LegPortID != "" {
+		p, err := net.GetPort(ctx, st.LegPortID)
+		switch {
+		case err == nil && own.OwnedBy(p.Tags):
+			port = p
+		case err == nil, openstack.IsNotFound(err):
+		default:
+			return fmt.Errorf("reading leg port %s: %w", st.LegPortID, err)
+		}
+	}
+	if port == nil {
+		ps, err := net.ListPorts(ctx, openstack.ListPortsOpts{Tags: own.Selector()})
+		if err != nil {
+			return fmt.Errorf("looking up the leg port by tag: %w", err)
+		}
+		if len(ps) > 0 {
+			port = &ps[0]
+		}
+	}
+	if port != nil {
+		if port.DeviceOwner == OwnerRouterInterface && port.DeviceID != "" {
+			if err := net.RemoveRouterInterface(ctx, port.DeviceID, port.ID); err != nil && !openstack.IsNotFound(err) {
+				return fmt.Errorf("detaching leg port %s from router %s: %w", port.ID, port.DeviceID, err)
+			}
+			lc.eventf(corev1.EventTypeNormal, "LegDetached", "detached leg port %s from router %s", port.ID, port.DeviceID)
+		}
+		if err := net.DeletePort(ctx, port.ID); err != nil && !openstack.IsNotFound(err) {
+			return fmt.Errorf("deleting leg port %s: %w", port.ID, err)
+		}
+		lc.eventf(corev1.EventTypeNormal, "LegPortDeleted", "deleted leg port %s", port.ID)
+	}
+	st.LegPortID = ""
+	return nil
+}
+
+// abandon records, as a Warning Event and a log line, exactly what stays behind in the
+// customer's project when a human released a link whose customer side is unreachable.
+func (r *Reconciler) abandon(lc *linkCtx, reason string) {
+	st := lc.link.Status
+	port := "leg port (ID unknown)"
+	if st.LegPortID != "" {
+		port = "leg port " + st.LegPortID
+	}
+	if st.TransitIP != "" {
+		port += " at transit IP " + st.TransitIP
+	}
+	router := "router " + lc.link.Spec.ServiceClusterRouter
+	if st.RouterID != "" && st.RouterID != lc.link.Spec.ServiceClusterRouter {
+		router += " (" + st.RouterID + ")"
+	}
+	routes := "none"
+	if len(st.ReverseRoutes) > 0 {
+		var parts []string
+		for _, x := range st.ReverseRoutes {
+			parts = append(parts, x.ServiceCIDR+" via "+x.NextHop+" ("+x.GatewayRef+")")
+		}
+		routes = strings.Join(parts, ", ")
+	}
+	project := st.CustomerProjectID
+	if project == "" {
+		project = lc.link.Spec.CustomerProjectID
+	}
+	note := fmt.Sprintf("%s=true: releasing the finalizer without cleaning the customer side (credential unavailable: %s); left behind in project %s: %s, its attachment to %s, reverse routes: %s",
+		v1.AnnotationAbandonCustomerResources, reason, project, port, router, routes)
+	lc.eventf(corev1.EventTypeWarning, "CustomerResourcesAbandoned", "%s", note)
+	lc.log.Info("abandoning customer-side resources", "project", project, "legPortID", st.LegPortID,
+		"transitIP", st.TransitIP, "router", lc.link.Spec.ServiceClusterRouter, "routerID", st.RouterID, "reverseRoutes", routes)
+}

@@ -1,0 +1,108 @@
+package clusterlink
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+)
+
+func gatewaySpec(reverse bool) v1.GatewaySpec {
+	s := v1.GatewaySpec{
+		Tunnels: []v1.Tunnel{{
+			Name:         "hq",
+			Peer:         v1.Peer{Address: "198.51.100.7", Subnets: []string{"192.168.10.0/24"}},
+			PreSharedKey: v1.SecretKeyRef{Name: "hq-psk"},
+		}},
+		Exposures: []v1.Exposure{{Name: "web", Target: v1.Target{Address: "10.250.0.20", Ports: []v1.PortSpec{{Port: 443}}}}},
+	}
+	if reverse {
+		s.ReverseExposures = []v1.ReverseExposure{{Name: "erp", Tunnel: "hq",
+			Target: v1.Target{Address: "192.168.10.5", Ports: []v1.PortSpec{{Port: 8443}}}}}
+	}
+	return s
+}
+
+func ensureNS(t *testing.T, ns string) { ensureNamespace(t, ns) }
+
+// ipsecGateway creates an IPsecGateway and fills the status fields the gateway
+// reconciler would (service CIDR and transit port address).
+func ipsecGateway(t *testing.T, ns, name string, reverse bool, cidr, portIP string) *v1.IPsecGateway {
+	t.Helper()
+	ensureNS(t, ns)
+	ctx := context.Background()
+	gw := &v1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: gatewaySpec(reverse)}
+	if err := env.Client.Create(ctx, gw); err != nil {
+		t.Fatal(err)
+	}
+	gw.Status.ServiceCIDR, gw.Status.PortFixedIP = cidr, portIP
+	if err := env.Client.Status().Update(ctx, gw); err != nil {
+		t.Fatal(err)
+	}
+	return gw
+}
+
+func vpnGateway(t *testing.T, ns, name string, reverse bool, cidr, portIP string) *v1.VPNGateway {
+	t.Helper()
+	ensureNS(t, ns)
+	ctx := context.Background()
+	gw := &v1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: v1.VPNGatewaySpec{GatewaySpec: gatewaySpec(reverse)}}
+	if err := env.Client.Create(ctx, gw); err != nil {
+		t.Fatal(err)
+	}
+	gw.Status.ServiceCIDR, gw.Status.PortFixedIP = cidr, portIP
+	if err := env.Client.Status().Update(ctx, gw); err != nil {
+		t.Fatal(err)
+	}
+	return gw
+}
+
+// setReverse adds or clears an IPsecGateway's reverse exposures.
+func setReverse(t *testing.T, ns, name string, reverse bool) {
+	t.Helper()
+	ctx := context.Background()
+	for range 10 {
+		gw := &v1.IPsecGateway{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, gw); err != nil {
+			t.Fatal(err)
+		}
+		gw.Spec.ReverseExposures = gatewaySpec(reverse).ReverseExposures
+		err := env.Client.Update(ctx, gw)
+		if err == nil {
+			return
+		}
+		if !apierrors.IsConflict(err) {
+			t.Fatal(err)
+		}
+	}
+	t.Fatal("update kept conflicting")
+}
+
+func setPortIP(t *testing.T, ns, name, ip string) {
+	t.Helper()
+	ctx := context.Background()
+	gw := &v1.IPsecGateway{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, gw); err != nil {
+		t.Fatal(err)
+	}
+	gw.Status.PortFixedIP = ip
+	if err := env.Client.Status().Update(ctx, gw); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func deleteIPsecGateway(t *testing.T, ns, name string) {
+	t.Helper()
+	err := env.Client.Delete(context.Background(), &v1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func gwCIDR(i int) string { return fmt.Sprintf("100.64.%d.0/24", i) }
+func gwIP(i int) string   { return fmt.Sprintf("10.254.0.%d", 100+i) }

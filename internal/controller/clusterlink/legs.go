@@ -1,0 +1,434 @@
+package clusterlink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/ipam"
+	"bnerd.net/vpn-operator/internal/openstack"
+)
+
+// OwnerKind is the kind written into the tags of every OpenStack object a ClusterLink owns.
+const OwnerKind = "ClusterLink"
+
+// OwnerRouterInterface is Neutron's device_owner of a router interface port.
+const OwnerRouterInterface = "network:router_interface"
+
+type transitNet struct {
+	network *openstack.Network
+	subnet  openstack.Subnet
+	prefix  netip.Prefix
+}
+
+func owner(link *v1.ClusterLink) openstack.Owner {
+	return openstack.Owner{Kind: OwnerKind, Name: link.Name, UID: string(link.UID)}
+}
+
+// transitNetwork resolves the configured transit network and its one IPv4 subnet
+// once; both are estate-level constants.
+func (r *Reconciler) transitNetwork(ctx context.Context) (*transitNet, error) {
+	r.netMu.Lock()
+	defer r.netMu.Unlock()
+	if r.transit != nil {
+		return r.transit, nil
+	}
+	n, err := r.d.Operator.Networking.ResolveNetwork(ctx, r.d.Config.GatewayNetwork)
+	if err != nil {
+		return nil, fmt.Errorf("resolving the transit network %q: %w", r.d.Config.GatewayNetwork, err)
+	}
+	subs, err := r.d.Operator.Networking.ListSubnets(ctx, n.ID)
+	if err != nil {
+		return nil, fmt.Errorf("listing the subnets of the transit network %s: %w", n.ID, err)
+	}
+	var v4 []openstack.Subnet
+	var prefix netip.Prefix
+	for _, s := range subs {
+		if p, err := netip.ParsePrefix(s.CIDR); err == nil && p.Addr().Is4() {
+			v4 = append(v4, s)
+			prefix = p
+		}
+	}
+	if len(v4) != 1 {
+		return nil, fmt.Errorf("the transit network %s has %d IPv4 subnets; ClusterLink needs exactly one", n.ID, len(v4))
+	}
+	r.transit = &transitNet{network: n, subnet: v4[0], prefix: prefix.Masked()}
+	return r.transit, nil
+}
+
+func stop(r *Reconciler, err error) (ctrl.Result, bool, error) {
+	res, err := r.failed(err)
+	return res, false, err
+}
+
+// ensureShared shares the transit network with the customer project (RBAC
+// access_as_shared, exactly that project), on every reconcile. A refusal or a rule
+// someone else owns is fine as long as the customer can already see the network.
+func (r *Reconciler) ensureShared(ctx context.Context, lc *linkCtx, tn *transitNet) (ctrl.Result, bool, error) {
+	op := r.d.Operator.Networking
+	netID, project := tn.network.ID, lc.projectID
+	pols, err := op.ListRBACPolicies(ctx, openstack.ListRBACPoliciesOpts{
+		ObjectID: netID, ObjectType: openstack.RBACObjectNetwork, TargetProject: project, Action: openstack.RBACActionAccessAsShared,
+	})
+	if err != nil {
+		lc.set.False(v1.ConditionTransitNetworkShared, v1.ReasonEnsureNetworkSharedFailed, lc.opPrefix()+"listing RBAC policies: "+err.Error())
+		return stop(r, err)
+	}
+	for _, p := range pols {
+		if p.ObjectID == netID && p.TargetProject == project && p.Action == openstack.RBACActionAccessAsShared {
+			lc.set.True(v1.ConditionTransitNetworkShared, v1.ReasonShared,
+				fmt.Sprintf("transit network %s is shared with project %s (RBAC policy %s)", netID, project, p.ID))
+			return ctrl.Result{}, true, nil
+		}
+	}
+	pol, err := op.ShareNetwork(ctx, netID, project)
+	if err == nil {
+		lc.eventf(corev1.EventTypeNormal, "TransitNetworkShared", "shared transit network %s with project %s (RBAC policy %s)", netID, project, pol.ID)
+		lc.set.True(v1.ConditionTransitNetworkShared, v1.ReasonShared,
+			fmt.Sprintf("transit network %s is shared with project %s (RBAC policy %s)", netID, project, pol.ID))
+		return ctrl.Result{}, true, nil
+	}
+	if !openstack.IsForbidden(err) && !openstack.IsConflict(err) {
+		lc.set.False(v1.ConditionTransitNetworkShared, v1.ReasonEnsureNetworkSharedFailed, lc.opPrefix()+err.Error())
+		return stop(r, err)
+	}
+	// Refused, or a rule owned by someone else exists (409 DuplicateRbacPolicy): what
+	// counts is whether the customer can see the network.
+	if _, verr := lc.leg.Networking.GetNetwork(ctx, netID); verr != nil {
+		if !openstack.IsNotFound(verr) {
+			lc.set.False(v1.ConditionTransitNetworkShared, v1.ReasonNetworkVisibilityCheckFailed,
+				fmt.Sprintf("%schecking whether project %s can see transit network %s after the share was refused (%s): %s",
+					lc.legPrefix(), project, netID, err.Error(), verr.Error()))
+			return stop(r, verr)
+		}
+		lc.set.False(v1.ConditionTransitNetworkShared, v1.ReasonTransitNetworkNotShared, fmt.Sprintf(
+			"%ssharing transit network %s with project %s failed (%s) and the project cannot see it; an OpenStack admin runs once: "+
+				"openstack network rbac create --type network --action access_as_shared --target-project %s %s",
+			lc.opPrefix(), netID, project, err.Error(), project, netID))
+		return r.resync(), false, nil
+	}
+	lc.set.True(v1.ConditionTransitNetworkShared, v1.ReasonShared,
+		fmt.Sprintf("transit network %s is visible to project %s through a rule the operator does not own", netID, project))
+	return ctrl.Result{}, true, nil
+}
+
+// listedClaims reads every ClusterLink's transit IP (status and pin) from the API
+// server, keyed by UID, plus the UIDs' names for messages.
+func (r *Reconciler) listedClaims(ctx context.Context) (map[string][]netip.Addr, map[string]string, error) {
+	var list v1.ClusterLinkList
+	if err := r.reader.List(ctx, &list); err != nil {
+		return nil, nil, err
+	}
+	claims := map[string][]netip.Addr{}
+	names := map[string]string{}
+	for _, l := range list.Items {
+		uid := string(l.UID)
+		names[uid] = l.Name
+		for _, s := range []string{l.Status.TransitIP, l.Spec.TransitIP} {
+			if a, err := netip.ParseAddr(s); err == nil {
+				claims[uid] = append(claims[uid], a)
+			}
+		}
+	}
+	return claims, names, nil
+}
+
+func adoptable(p *openstack.Port, routerID string) bool {
+	_, tagged := openstack.OwnerFromTags(p.Tags)
+	return !tagged && p.DeviceID == routerID && p.DeviceOwner == OwnerRouterInterface
+}
+
+// ensureTransitIP allocates the leg's transit IP and writes it to status before any
+// port is made at it. Cross-tenant legs without a pin take the address Neutron gives
+// the customer's port (a customer may not choose addresses on a network it does not
+// own), so their allocation is recorded in ensureLeg.
+func (r *Reconciler) ensureTransitIP(ctx context.Context, lc *linkCtx, tn *transitNet) (ctrl.Result, bool, error) {
+	link := lc.link
+	uid := string(link.UID)
+	if cur := link.Status.TransitIP; cur != "" {
+		a, err := netip.ParseAddr(cur)
+		if err != nil {
+			lc.set.False(v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocationFailed, fmt.Sprintf("status.transitIP %q is not an address", cur))
+			return ctrl.Result{}, false, nil
+		}
+		r.claims.Hold(uid, a)
+		if pin := link.Spec.TransitIP; pin != "" && pin != cur {
+			lc.set.False(v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocationFailed, fmt.Sprintf(
+				"spec.transitIP %s differs from the allocated %s; the leg stays at %s (recreate the ClusterLink to move it)", pin, cur, cur))
+			return ctrl.Result{}, true, nil
+		}
+		lc.set.True(v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocated, "transit IP "+cur)
+		return ctrl.Result{}, true, nil
+	}
+	if lc.cross && link.Spec.TransitIP == "" {
+		if conditionMissing(lc, v1.ConditionTransitIPAllocated) {
+			lc.set.Unknown(v1.ConditionTransitIPAllocated, v1.ReasonInProgress, "the customer's leg port will take the address Neutron allocates")
+		}
+		return ctrl.Result{}, true, nil
+	}
+
+	fail := func(err error) (ctrl.Result, bool, error) {
+		lc.set.False(v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocationFailed, lc.opPrefix()+err.Error())
+		return stop(r, err)
+	}
+	// A port tagged for this link exists when a previous reconcile created it and
+	// crashed before recording it: adopt its address.
+	own, err := lc.leg.Networking.ListPorts(ctx, openstack.ListPortsOpts{Tags: owner(link).Selector(), NetworkID: tn.network.ID})
+	if err != nil {
+		return fail(err)
+	}
+	for _, p := range own {
+		if ip := p.FixedIPOn(tn.subnet.ID); ip != "" {
+			a, _ := netip.ParseAddr(ip)
+			r.claims.Hold(uid, a)
+			link.Status.TransitIP, link.Status.LegPortID = ip, p.ID
+			if err := r.persist(ctx, lc); err != nil {
+				return ctrl.Result{}, false, err
+			}
+			lc.set.True(v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocated, "transit IP "+ip+" (from this link's own port "+p.ID+")")
+			return ctrl.Result{}, true, nil
+		}
+	}
+
+	ports, err := r.d.Operator.Networking.ListPorts(ctx, openstack.ListPortsOpts{NetworkID: tn.network.ID})
+	if err != nil {
+		return fail(err)
+	}
+	occupied := map[netip.Addr]*openstack.Port{}
+	for i := range ports {
+		for _, f := range ports[i].FixedIPs {
+			if a, err := netip.ParseAddr(f.IPAddress); err == nil {
+				occupied[a] = &ports[i]
+			}
+		}
+	}
+	listed, names, err := r.listedClaims(ctx)
+	if err != nil {
+		return ctrl.Result{}, false, err
+	}
+	routerID := lc.router.ID
+	a, err := r.claims.Allocate(uid, listed, func(claimed func(netip.Addr) (string, bool)) (netip.Addr, error) {
+		if pin := link.Spec.TransitIP; pin != "" {
+			a, err := netip.ParseAddr(pin)
+			if err != nil {
+				return a, err
+			}
+			if err := ipam.CheckTransitIP(tn.prefix, a); err != nil {
+				return a, err
+			}
+			if o, taken := claimed(a); taken {
+				n := names[o]
+				if n == "" {
+					n = "uid " + o
+				}
+				return a, fmt.Errorf("spec.transitIP %s is already claimed by ClusterLink %s", a, n)
+			}
+			if p := occupied[a]; p != nil && !adoptable(p, routerID) {
+				return a, fmt.Errorf("spec.transitIP %s is held by port %s (device %q), which is not an untagged leg attached to router %s", a, p.ID, p.DeviceID, routerID)
+			}
+			return a, nil
+		}
+		return ipam.NextTransitIP(tn.prefix, func(a netip.Addr) bool {
+			if _, taken := claimed(a); taken {
+				return false
+			}
+			p := occupied[a]
+			return p == nil || adoptable(p, routerID)
+		})
+	})
+	if err != nil {
+		lc.set.False(v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocationFailed, err.Error())
+		return r.resync(), false, nil
+	}
+	link.Status.TransitIP = a.String()
+	if err := r.persist(ctx, lc); err != nil {
+		r.claims.Release(uid)
+		link.Status.TransitIP = ""
+		return ctrl.Result{}, false, err
+	}
+	lc.eventf(corev1.EventTypeNormal, "TransitIPAllocated", "allocated transit IP %s", a)
+	lc.set.True(v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocated, "transit IP "+a.String())
+	return ctrl.Result{}, true, nil
+}
+
+func conditionMissing(lc *linkCtx, t string) bool {
+	for _, c := range lc.link.Status.Conditions {
+		if c.Type == t {
+			return false
+		}
+	}
+	return true
+}
+
+// ensureLeg finds the leg port (by status ID, then by tag, then an adoptable hand-made
+// port at the transit IP), creates it as a last resort, records it, and attaches it to
+// the service cluster's router.
+func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx, tn *transitNet) (ctrl.Result, bool, error) {
+	link := lc.link
+	net := lc.leg.Networking
+	own := owner(link)
+	fail := func(reason string, err error, format string, args ...any) (ctrl.Result, bool, error) {
+		lc.set.False(v1.ConditionLegAttached, reason, lc.legPrefix()+fmt.Sprintf(format, args...))
+		r.waiting(lc, v1.ConditionLegAttached, v1.ConditionRouteInstalled, v1.ConditionReverseRoutesInstalled)
+		if conditionMissing(lc, v1.ConditionReverseRoutesInstalled) || lc.link.Status.ReverseRoutes == nil {
+			lc.set.False(v1.ConditionReverseRoutesInstalled, v1.ReasonEnsureReverseRoutesFailed, "the leg is not attached, so the service cluster's router cannot reach any gateway port")
+		}
+		if err == nil {
+			return r.resync(), false, nil
+		}
+		return stop(r, err)
+	}
+
+	var port *openstack.Port
+	if id := link.Status.LegPortID; id != "" {
+		p, err := net.GetPort(ctx, id)
+		switch {
+		case err == nil && own.OwnedBy(p.Tags):
+			port = p
+		case err == nil, openstack.IsNotFound(err):
+		default:
+			return fail(v1.ReasonEnsureLegPortFailed, err, "reading leg port %s: %s", id, err.Error())
+		}
+	}
+	if port == nil {
+		ps, err := net.ListPorts(ctx, openstack.ListPortsOpts{Tags: own.Selector(), NetworkID: tn.network.ID})
+		if err != nil {
+			return fail(v1.ReasonEnsureLegPortFailed, err, "looking up the leg port by tag: %s", err.Error())
+		}
+		for i := range ps {
+			if port == nil || ps[i].FixedIPOn(tn.subnet.ID) == link.Status.TransitIP {
+				port = &ps[i]
+			}
+		}
+	}
+	adoptIP := link.Status.TransitIP
+	if lc.cross {
+		adoptIP = link.Spec.TransitIP
+	}
+	if port == nil && adoptIP != "" {
+		ps, err := net.ListPorts(ctx, openstack.ListPortsOpts{NetworkID: tn.network.ID, IPAddress: adoptIP})
+		if err != nil {
+			return fail(v1.ReasonEnsureLegPortFailed, err, "looking up ports at %s: %s", adoptIP, err.Error())
+		}
+		for i := range ps {
+			p := &ps[i]
+			if !adoptable(p, lc.router.ID) {
+				if !lc.cross {
+					// Our leg is gone and someone else holds its address: a route via
+					// it would deliver this link's traffic to them.
+					_ = r.removeForwardRoutes(ctx, lc, adoptIP)
+				}
+				return fail(v1.ReasonEnsureLegPortFailed, nil,
+					"transit IP %s is held by port %s (device %q), which is not an untagged leg attached to router %s; free the address or recreate the link",
+					adoptIP, p.ID, p.DeviceID, lc.router.Name)
+			}
+			tags := slices.Clone(p.Tags)
+			for _, t := range own.Tags() {
+				if !slices.Contains(tags, t) {
+					tags = append(tags, t)
+				}
+			}
+			if _, err := net.ReplacePortTags(ctx, p.ID, tags); err != nil {
+				return fail(v1.ReasonEnsureLegPortFailed, err, "tagging hand-made leg port %s for adoption: %s", p.ID, err.Error())
+			}
+			p.Tags = tags
+			port = p
+			lc.eventf(corev1.EventTypeNormal, "LegPortAdopted", "adopted hand-made leg port %s at %s on router %s", p.ID, adoptIP, lc.router.Name)
+			break
+		}
+	}
+	if port == nil {
+		opts := openstack.CreatePortOpts{
+			NetworkID:   tn.network.ID,
+			SubnetID:    tn.subnet.ID,
+			Name:        openstack.ResourceName(OwnerKind, "", link.Name),
+			Description: "ClusterLink " + link.Name + ": leg of router " + lc.router.Name + " on the transit network",
+			Tags:        own.Tags(),
+		}
+		if lc.cross {
+			opts.IPAddress = link.Spec.TransitIP
+		} else {
+			opts.IPAddress = link.Status.TransitIP
+		}
+		p, err := net.CreatePort(ctx, opts)
+		if err != nil {
+			return fail(v1.ReasonEnsureLegPortFailed, err, "creating the leg port: %s", err.Error())
+		}
+		port = p
+		lc.eventf(corev1.EventTypeNormal, "LegPortCreated", "created leg port %s at %s", p.ID, p.FixedIPOn(tn.subnet.ID))
+	}
+	ip := port.FixedIPOn(tn.subnet.ID)
+	if ip == "" {
+		return fail(v1.ReasonEnsureLegPortFailed, nil, "leg port %s has no address on the transit subnet %s", port.ID, tn.subnet.ID)
+	}
+	if cur := link.Status.TransitIP; cur != "" && ip != cur {
+		if lc.cross {
+			return r.transitIPMismatch(ctx, lc, port, cur, ip)
+		}
+		return fail(v1.ReasonEnsureLegPortFailed, nil, "leg port %s sits at %s, but status.transitIP is %s", port.ID, ip, cur)
+	}
+	record := link.Status.LegPortID != port.ID
+	if link.Status.TransitIP == "" {
+		a, _ := netip.ParseAddr(ip)
+		r.claims.Hold(string(link.UID), a)
+		link.Status.TransitIP = ip
+		lc.set.True(v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocated, "transit IP "+ip+" (allocated by Neutron to the customer's leg port)")
+		record = true
+	}
+	if record {
+		link.Status.LegPortID = port.ID
+		if err := r.persist(ctx, lc); err != nil {
+			return ctrl.Result{}, false, err
+		}
+	}
+	lc.port = port
+
+	switch {
+	case port.DeviceID == lc.router.ID:
+	case port.DeviceID != "":
+		return fail(v1.ReasonEnsureRouterHasPortFailed, nil, "leg port %s is attached to device %s, not router %s", port.ID, port.DeviceID, lc.router.ID)
+	default:
+		if err := net.AddRouterInterface(ctx, lc.router.ID, port.ID); err != nil {
+			return fail(v1.ReasonEnsureRouterHasPortFailed, err, "attaching leg port %s to router %s: %s", port.ID, lc.router.Name, err.Error())
+		}
+		lc.eventf(corev1.EventTypeNormal, "LegAttached", "attached leg port %s (%s) to router %s", port.ID, ip, lc.router.Name)
+	}
+	lc.attached = true
+	lc.set.True(v1.ConditionLegAttached, v1.ReasonAttached,
+		fmt.Sprintf("leg port %s (%s) is attached to router %s (%s)", port.ID, ip, lc.router.Name, lc.router.ID))
+	return ctrl.Result{}, true, nil
+}
+
+// transitIPMismatch handles a cross-tenant leg that came back at another address: the
+// old address may be handed to someone else, so the route via it goes at once; the
+// recreated port goes too, and nothing is routed to the new one.
+func (r *Reconciler) transitIPMismatch(ctx context.Context, lc *linkCtx, port *openstack.Port, old, got string) (ctrl.Result, bool, error) {
+	var problems []string
+	if err := r.removeForwardRoutes(ctx, lc, old); err != nil {
+		problems = append(problems, "also failed to remove the gateway route via "+old+": operator credential: "+err.Error())
+	}
+	if err := lc.leg.Networking.DeletePort(ctx, port.ID); err != nil && !openstack.IsNotFound(err) {
+		problems = append(problems, "also failed to delete the recreated port "+port.ID+": "+lc.legPrefix()+err.Error())
+	}
+	lc.link.Status.LegPortID = ""
+	msg := fmt.Sprintf("%sthe leg port came back at %s instead of status.transitIP %s (it was removed out of band and recreated); "+
+		"the gateway route via %s was removed and the recreated port %s deleted, and no route to %s is installed; recreate the ClusterLink to link the service cluster again",
+		lc.legPrefix(), got, old, old, port.ID, got)
+	for _, p := range problems {
+		msg += "; " + p
+	}
+	lc.set.False(v1.ConditionLegAttached, v1.ReasonTransitIPMismatch, msg)
+	lc.set.False(v1.ConditionRouteInstalled, v1.ReasonEnsureRouteFailed, lc.opPrefix()+"no gateway route: the leg's transit IP changed (TransitIPMismatch)")
+	lc.set.False(v1.ConditionReverseRoutesInstalled, v1.ReasonEnsureReverseRoutesFailed, lc.legPrefix()+"the leg is gone (TransitIPMismatch)")
+	lc.eventf(corev1.EventTypeWarning, v1.ReasonTransitIPMismatch, "%s", msg)
+	if len(problems) > 0 {
+		return ctrl.Result{}, false, errors.New("transit IP mismatch cleanup incomplete")
+	}
+	return ctrl.Result{}, false, nil
+}

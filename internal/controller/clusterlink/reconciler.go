@@ -1,0 +1,323 @@
+// Package clusterlink reconciles ClusterLinks: a leg port on the transit network
+// attached to a service cluster's router, a route on the gateway cluster's router to
+// the service cluster's CIDR, and the reverse routes on the service cluster's router to
+// every gateway with reverse exposures. Cross-tenant links do the customer-side half
+// with the customer's own application credential, after the checks the specification
+// demands of it.
+package clusterlink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/conditions"
+	"bnerd.net/vpn-operator/internal/ipam"
+	"bnerd.net/vpn-operator/internal/openstack"
+	"bnerd.net/vpn-operator/internal/operatorconfig"
+)
+
+// CredentialRequeue is the fixed retry of the credential reasons a human fixes by
+// editing the Secret or the link (SecretNotFound, CredentialsInvalid, AuthFailed, ...).
+const CredentialRequeue = 15 * time.Second
+
+// Deps is everything the reconciler needs from the outside world.
+type Deps struct {
+	// Client reads and writes Kubernetes objects (the manager's cached client).
+	Client client.Client
+	// APIReader reads without the cache; the transit-IP claim list uses it so that a
+	// just-persisted allocation is never missed. Nil means Client.
+	APIReader client.Reader
+	// Operator is the operator's own OpenStack client set.
+	Operator *openstack.Clients
+	// OperatorProjectID is the project the operator's credential is scoped to.
+	OperatorProjectID string
+	// AuthURL and Region are the operator's own Keystone endpoint and region; a
+	// customer Secret may only repeat them.
+	AuthURL string
+	Region  string
+	// CustomerClients authenticates a customer credential (production:
+	// openstack.NewClients with fixed options; tests point it at the simulator).
+	CustomerClients openstack.Builder
+	// Config is the operator configuration (transit network, router, credentials
+	// namespace, resync interval).
+	Config operatorconfig.Config
+	// Clock stamps conditions; nil means time.Now.
+	Clock conditions.Clock
+	// Recorder emits Kubernetes Events; nil disables them.
+	Recorder events.EventRecorder
+}
+
+// Reconciler reconciles ClusterLinks.
+type Reconciler struct {
+	d      Deps
+	reader client.Reader
+	claims *ipam.TransitClaims
+	cache  *openstack.ClientCache
+
+	mu       sync.Mutex
+	refusals map[types.UID]refusal // per link: a refused Secret version
+	verified map[types.UID]string  // per link: Secret version whose token passed the checks
+
+	netMu   sync.Mutex
+	transit *transitNet // resolved once; the transit network does not move
+}
+
+// New builds a Reconciler.
+func New(deps Deps) *Reconciler {
+	r := &Reconciler{
+		d:        deps,
+		reader:   deps.APIReader,
+		claims:   ipam.NewTransitClaims(),
+		refusals: map[types.UID]refusal{},
+		verified: map[types.UID]string{},
+	}
+	if r.reader == nil {
+		r.reader = deps.Client
+	}
+	build := deps.CustomerClients
+	if build == nil {
+		build = func(ctx context.Context, c openstack.Credential) (*openstack.Clients, error) {
+			return openstack.NewClients(ctx, c, openstack.ClientOptions{})
+		}
+	}
+	r.cache = openstack.NewClientCache(build)
+	if r.d.Config.ResyncInterval <= 0 {
+		r.d.Config.ResyncInterval = operatorconfig.DefaultResyncInterval
+	}
+	if r.d.Config.ClusterLinkCredentialsNamespace == "" {
+		r.d.Config.ClusterLinkCredentialsNamespace = operatorconfig.DefaultClusterLinkCredentialsNamespace
+	}
+	return r
+}
+
+// Claims exposes the in-memory transit-IP claims (diagnostics and tests).
+func (r *Reconciler) Claims() *ipam.TransitClaims { return r.claims }
+
+// SetupWithManager registers the controller: ClusterLinks themselves, and both gateway
+// kinds mapped onto every ClusterLink when their reverse-route inputs change.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.d.Client == nil {
+		r.d.Client = mgr.GetClient()
+	}
+	if r.d.APIReader == nil {
+		r.reader = mgr.GetAPIReader()
+	}
+	workers := r.d.Config.MaxConcurrentReconciles
+	if workers < 1 {
+		workers = 1
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("clusterlink").
+		For(&v1.ClusterLink{}).
+		Watches(&v1.IPsecGateway{}, r.fanOut(), gatewayPredicate()).
+		Watches(&v1.VPNGateway{}, r.fanOut(), gatewayPredicate()).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		Complete(r)
+}
+
+// linkCtx carries one reconcile's state.
+type linkCtx struct {
+	link   *v1.ClusterLink
+	orig   *v1.ClusterLinkStatus
+	set    conditions.Setter
+	log    logr.Logger
+	cross  bool
+	secret string // "<ns>/<name>" of a cross-tenant link's Secret, for messages
+
+	leg       *openstack.Clients // customer client on a cross-tenant link, else operator
+	projectID string             // the project the leg lives in
+	router    *openstack.Router  // the service cluster's router
+	port      *openstack.Port    // the leg port
+	attached  bool
+	events    []linkEvent
+}
+
+type linkEvent struct {
+	typ, reason, note string
+}
+
+func (lc *linkCtx) eventf(typ, reason, format string, args ...any) {
+	lc.events = append(lc.events, linkEvent{typ, reason, fmt.Sprintf(format, args...)})
+}
+
+// legPrefix and opPrefix name the credential that failed a step on a cross-tenant
+// link, as the specification asks; a same-tenant link has one credential only.
+func (lc *linkCtx) legPrefix() string {
+	if !lc.cross {
+		return ""
+	}
+	return "customer credential (secret " + lc.secret + "): "
+}
+
+func (lc *linkCtx) opPrefix() string {
+	if !lc.cross {
+		return ""
+	}
+	return "operator credential: "
+}
+
+// +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=clusterlinks,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=clusterlinks/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=ipsecgateways;vpngateways,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile converges one ClusterLink.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	link := &v1.ClusterLink{}
+	if err := r.d.Client.Get(ctx, req.NamespacedName, link); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	lc := &linkCtx{
+		link:  link,
+		orig:  link.Status.DeepCopy(),
+		set:   conditions.Setter{Conditions: &link.Status.Conditions, Generation: link.Generation, Now: r.d.Clock},
+		log:   log.FromContext(ctx).WithValues("clusterlink", link.Name),
+		cross: link.Spec.CredentialsSecretRef != nil,
+	}
+	if lc.cross {
+		lc.secret = link.Spec.CredentialsSecretRef.Namespace + "/" + link.Spec.CredentialsSecretRef.Name
+	}
+
+	if !link.DeletionTimestamp.IsZero() {
+		res, err := r.finalize(ctx, lc)
+		return res, err
+	}
+	if !controllerutil.ContainsFinalizer(link, v1.FinalizerClusterLink) {
+		controllerutil.AddFinalizer(link, v1.FinalizerClusterLink)
+		if err := r.d.Client.Update(ctx, link); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+
+	res, err := r.converge(ctx, lc)
+	link.Status.ObservedGeneration = link.Generation
+	r.summarize(lc)
+	if werr := r.writeStatus(ctx, lc); werr != nil {
+		return ctrl.Result{}, errors.Join(err, werr)
+	}
+	r.emit(lc)
+	return res, err
+}
+
+// summarize derives Ready from the phase conditions.
+func (r *Reconciler) summarize(lc *linkCtx) {
+	types := []string{v1.ConditionValidated}
+	if lc.cross {
+		types = append(types, v1.ConditionTenantIsolationAttested, v1.ConditionCredentialsResolved, v1.ConditionTransitNetworkShared)
+	} else {
+		for _, t := range []string{v1.ConditionTenantIsolationAttested, v1.ConditionCredentialsResolved, v1.ConditionTransitNetworkShared} {
+			lc.set.Remove(t)
+		}
+	}
+	types = append(types, v1.ConditionTransitIPAllocated, v1.ConditionLegAttached, v1.ConditionRouteInstalled, v1.ConditionReverseRoutesInstalled)
+	// A phase that failed names Ready before one that was merely not reached.
+	for _, t := range types {
+		if c := conditions.Get(lc.link.Status.Conditions, t); c != nil && c.Status == metav1.ConditionFalse {
+			lc.set.False(v1.ConditionReady, c.Reason, c.Type+": "+c.Message)
+			return
+		}
+	}
+	if blocking := conditions.Summary(lc.link.Status.Conditions, types...); blocking != nil {
+		lc.set.False(v1.ConditionReady, blocking.Reason, blocking.Type+": "+blocking.Message)
+		return
+	}
+	lc.set.True(v1.ConditionReady, v1.ReasonReconciled, "the service cluster is linked into the transit network")
+}
+
+// writeStatus writes the status when it changed; a conflict re-reads the object and
+// writes again, since this controller is the only writer of ClusterLink status.
+func (r *Reconciler) writeStatus(ctx context.Context, lc *linkCtx) error {
+	if equality.Semantic.DeepEqual(*lc.orig, lc.link.Status) {
+		return nil
+	}
+	if err := r.putStatus(ctx, lc.link); err != nil {
+		return err
+	}
+	lc.orig = lc.link.Status.DeepCopy()
+	return nil
+}
+
+func (r *Reconciler) putStatus(ctx context.Context, link *v1.ClusterLink) error {
+	var err error
+	for range 5 {
+		if err = r.d.Client.Status().Update(ctx, link); err == nil || !apierrors.IsConflict(err) {
+			return err
+		}
+		fresh := &v1.ClusterLink{}
+		if gerr := r.reader.Get(ctx, client.ObjectKeyFromObject(link), fresh); gerr != nil {
+			return gerr
+		}
+		st := link.Status.DeepCopy()
+		fresh.DeepCopyInto(link)
+		link.Status = *st
+	}
+	return err
+}
+
+// persist writes the status now: an allocation must be on record before anything
+// outside the API server depends on it.
+func (r *Reconciler) persist(ctx context.Context, lc *linkCtx) error {
+	return r.writeStatus(ctx, lc)
+}
+
+// emit turns condition transitions, and the explicit events gathered on the way, into
+// Kubernetes Events. Messages are built from names and IDs only, never Secret data.
+func (r *Reconciler) emit(lc *linkCtx) {
+	if r.d.Recorder == nil {
+		lc.events = nil
+		return
+	}
+	for _, e := range lc.events {
+		r.d.Recorder.Eventf(lc.link, nil, e.typ, e.reason, "Reconcile", "%s", e.note)
+	}
+	lc.events = nil
+}
+
+// transitionEvents records an Event for every condition whose status or reason moved.
+func transitionEvents(lc *linkCtx, before []metav1.Condition) {
+	for _, c := range lc.link.Status.Conditions {
+		if c.Type == v1.ConditionReady {
+			continue
+		}
+		var prev *metav1.Condition
+		for i := range before {
+			if before[i].Type == c.Type {
+				prev = &before[i]
+			}
+		}
+		if prev != nil && prev.Status == c.Status && prev.Reason == c.Reason {
+			continue
+		}
+		typ := corev1.EventTypeNormal
+		if c.Status == metav1.ConditionFalse {
+			typ = corev1.EventTypeWarning
+		}
+		note := c.Type + " " + string(c.Status)
+		if c.Message != "" {
+			note += ": " + c.Message
+		}
+		lc.eventf(typ, c.Reason, "%s", note)
+	}
+}
+
+func (r *Reconciler) resync() ctrl.Result {
+	return ctrl.Result{RequeueAfter: r.d.Config.ResyncInterval}
+}

@@ -1,0 +1,60 @@
+package clusterlink
+
+import (
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+)
+
+func (r *Reconciler) fanOut() handler.EventHandler {
+	return handler.EnqueueRequestsFromMapFunc(r.linkRequests)
+}
+
+// reverseKey is the part of a gateway that reverse routing depends on; "" when the
+// gateway contributes no reverse route.
+func reverseKey(obj client.Object) string {
+	return reverseKeyOf(obj, !obj.GetDeletionTimestamp().IsZero())
+}
+
+func reverseKeyOf(obj client.Object, deleting bool) string {
+	var (
+		spec *v1.GatewaySpec
+		st   *v1.GatewayStatus
+	)
+	switch g := obj.(type) {
+	case *v1.IPsecGateway:
+		spec, st = &g.Spec, &g.Status
+	case *v1.VPNGateway:
+		spec, st = &g.Spec.GatewaySpec, &g.Status
+	default:
+		return ""
+	}
+	rt, ok := reverseTarget(spec, st, deleting)
+	if !ok {
+		return ""
+	}
+	return rt.Destination + " via " + rt.NextHop
+}
+
+// GatewayPredicate lets through only gateway events that change the reverse-route set:
+// a gateway gaining or losing its last reverse exposure, its service CIDR or port
+// address changing, or its deletion. Everything else (tunnel state, conditions)
+// would fan out to every ClusterLink for nothing.
+func GatewayPredicate() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc: func(e event.CreateEvent) bool { return reverseKey(e.Object) != "" },
+		// The final object of a delete may already carry its deletion timestamp; what
+		// matters is whether it contributed a route before.
+		DeleteFunc: func(e event.DeleteEvent) bool { return reverseKeyOf(e.Object, false) != "" },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return reverseKey(e.ObjectOld) != reverseKey(e.ObjectNew)
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+func gatewayPredicate() builder.WatchesOption { return builder.WithPredicates(GatewayPredicate()) }
