@@ -2,13 +2,14 @@
 #
 #   make test      installs what the tests need (idempotent, cached), checks formatting and
 #                  vet, and runs every test. This is what CI runs.
+#   make sandbox   runs the local sandbox (the main job); SANDBOX_ARGS=--stay keeps it up.
 #   make generate  regenerates deepcopy code and CRDs with the pinned controller-gen.
 
 SHELL := /usr/bin/env bash
 GO    ?= go
 export GOFLAGS ?= -mod=mod
 
-.PHONY: all test deps controlplane generate fmt-check vet unit build
+.PHONY: all test deps controlplane generate fmt-check vet unit build sandbox
 
 all: build
 
@@ -38,6 +39,11 @@ test: deps controlplane fmt-check vet
 	KUBEBUILDER_ASSETS=$$(bash hack/controlplane.sh --print-dir) BNERD_REQUIRE_ENVTEST=1 \
 	  BNERD_REQUIRE_DATAPLANE=$$( [[ $$(id -u) == 0 ]] && echo 1 || echo 0 ) \
 	  $(GO) test -count=1 -timeout 45m ./...
+
+## sandbox: the local sandbox (control plane, OpenStack simulator, operator, an example
+## gateway); SANDBOX_ARGS=--stay keeps it running.
+sandbox: controlplane
+	KUBEBUILDER_ASSETS=$$(bash hack/controlplane.sh --print-dir) $(GO) run ./cmd/sandbox $(SANDBOX_ARGS)
 
 ## unit: the quick loop while developing (no control plane required: those tests skip).
 unit:

@@ -18,7 +18,7 @@ RUN apt-get update \
       libcharon-extra-plugins libstrongswan-extra-plugins nftables iproute2 ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/vpn-gateway-agent /usr/local/bin/vpn-gateway-agent
-# charon reads STRONGSWAN_CONF (rendered by RenderStrongswanConf, mounted from the
-# gateway's ConfigMap); the agent roles are selected by the container's args.
-ENV STRONGSWAN_CONF=/etc/bnerd/strongswan.conf
+# The container's args select the role. The strongswan container runs the `charon` role,
+# which renders strongswan.conf (RenderStrongswanConf, kernel dataplane) and execs
+# charon-systemd in the foreground; see internal/render's Deployment for every role's args.
 ENTRYPOINT ["/usr/local/bin/vpn-gateway-agent"]

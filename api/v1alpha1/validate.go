@@ -83,6 +83,7 @@ func (s *GatewaySpec) validate(p *field.Path) field.ErrorList {
 		path   *field.Path
 	}
 	var remote []owned
+	peerIDs := map[string]string{}
 	for i := range s.Tunnels {
 		t := &s.Tunnels[i]
 		ip := tp.Index(i)
@@ -107,6 +108,16 @@ func (s *GatewaySpec) validate(p *field.Path) field.ErrorList {
 		if t.Peer.ID != "" && (!ikeIdentity.MatchString(t.Peer.ID) || len(t.Peer.ID) > 253) {
 			errs = append(errs, field.Invalid(ip.Child("peer", "id"), t.Peer.ID, "must be an IP address, an FQDN or user@FQDN"))
 		}
+		// Two tunnels with one IKE identity would share one PSK entry and charon could not
+		// tell which connection a peer means.
+		peerID := t.Peer.ID
+		if peerID == "" {
+			peerID = t.Peer.Address
+		}
+		if other, dup := peerIDs[peerID]; dup {
+			errs = append(errs, field.Duplicate(ip.Child("peer", "id"), fmt.Sprintf("%s (also the identity of tunnel %q; peer.id defaults to peer.address)", peerID, other)))
+		}
+		peerIDs[peerID] = t.Name
 		if len(t.Peer.Subnets) == 0 {
 			errs = append(errs, field.Required(ip.Child("peer", "subnets"), "name at least one of the client's networks"))
 		}
@@ -116,6 +127,9 @@ func (s *GatewaySpec) validate(p *field.Path) field.ErrorList {
 			if err != nil {
 				errs = append(errs, field.Invalid(sp, sn, err.Error()))
 				continue
+			}
+			if a, err := netip.ParseAddr(t.Peer.Address); err == nil && pfx.Contains(a) {
+				errs = append(errs, field.Invalid(sp, sn, fmt.Sprintf("contains the peer's own address %s: the fail-closed guard would drop the tunnel's own IKE traffic", t.Peer.Address)))
 			}
 			for _, o := range remote {
 				if o.prefix.Overlaps(pfx) {

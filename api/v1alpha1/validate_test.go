@@ -58,6 +58,20 @@ func TestGatewayValidate(t *testing.T) {
 			t2.Peer.Subnets = []string{"192.168.10.128/25"}
 			s.Tunnels = append(s.Tunnels, t2)
 		}, "could not tell which tunnel"},
+		{"two tunnels with one peer identity", func(s *GatewaySpec) {
+			t2 := s.Tunnels[0]
+			t2.Name = "branch"
+			t2.Peer.Subnets = []string{"192.168.20.0/24"}
+			s.Tunnels = append(s.Tunnels, t2)
+		}, "also the identity of tunnel"},
+		{"two tunnels to one peer address with distinct identities", func(s *GatewaySpec) {
+			t2 := s.Tunnels[0]
+			t2.Name = "branch"
+			t2.Peer.ID = "branch.example.org"
+			t2.Peer.Subnets = []string{"192.168.20.0/24"}
+			s.Tunnels = append(s.Tunnels, t2)
+		}, ""},
+		{"peer address inside its own subnets", func(s *GatewaySpec) { s.Tunnels[0].Peer.Subnets = []string{"198.51.100.0/24"} }, "peer's own address"},
 		{"missing psk ref", func(s *GatewaySpec) { s.Tunnels[0].PreSharedKey.Name = "" }, "pre-shared key"},
 		{"bad proposal", func(s *GatewaySpec) { s.Tunnels[0].IKE.Proposals = []string{"aes256;include /etc"} }, "strongSwan proposal"},
 		{"bad lifetime", func(s *GatewaySpec) { s.Tunnels[0].ESP.Lifetime = "1 hour" }, "number of seconds"},

@@ -40,8 +40,10 @@ const usage = `usage: vpn-gateway-agent <role> [flags]
 
 roles:
   init-nat           policy routing on the port interface and the NAT/guard nftables table
+  charon             render strongswan.conf and run charon-systemd in the foreground
   strongswan-loader  load swanctl connections and shared keys into charon over VICI
-  status-agent       write tunnel state into the gateway object's status
+  status-agent       write tunnel state into the gateway object's status (with
+                     --load-secrets-file it also runs the loader, as in the gateway pod)
   ipsec-exporter     serve Prometheus metrics
 
 run "vpn-gateway-agent <role> -h" for the role's flags`
@@ -116,6 +118,8 @@ func main() {
 	switch role {
 	case "init-nat":
 		err = runInitNAT(ctx, args)
+	case "charon":
+		err = runCharon(args)
 	case "strongswan-loader":
 		err = runLoader(ctx, args)
 	case "status-agent":
@@ -273,16 +277,32 @@ func runLoader(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	l := &vici.Loader{Socket: *sock, Logf: log.Printf}
+	loadLoop(ctx, snaps, *sock, *interval, "")
+	return nil
+}
+
+// loadLoop keeps charon's connections and shared keys equal to the latest snapshot. With
+// secretsFile set, the keys come from that file (the gateway's Secret mounted as a
+// volume) instead of the snapshot, so the pod needs no API access to its Secret.
+func loadLoop(ctx context.Context, snaps <-chan source.Snapshot, sock string, interval time.Duration, secretsFile string) {
+	l := &vici.Loader{Socket: sock, Logf: log.Printf}
 	var cur source.Snapshot
-	tick := time.NewTicker(*interval)
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case cur = <-snaps:
 		case <-tick.C:
+		}
+		if secretsFile != "" {
+			data, err := os.ReadFile(secretsFile)
+			if err != nil {
+				log.Printf("load: reading shared keys: %v", err)
+				continue
+			}
+			cur.Secrets = string(data)
 		}
 		if !cur.Complete(true) {
 			continue
@@ -291,6 +311,27 @@ func runLoader(ctx context.Context, args []string) error {
 			log.Printf("load: %v", err)
 		}
 	}
+}
+
+// runCharon renders strongswan.conf for the pod's dataplane and replaces itself with
+// charon-systemd in the foreground, so charon is the container's main process and its
+// exit is the container's exit.
+func runCharon(args []string) error {
+	fs := flag.NewFlagSet("charon", flag.ExitOnError)
+	sock := fs.String("vici-socket", "/var/run/charon.vici", "charon's VICI socket")
+	dataplane := fs.String("dataplane", string(gatewayconfig.DataplaneKernel), "kernel (XFRM) or libipsec (userspace ESP over a TUN device)")
+	conf := fs.String("conf", "/var/run/charon/strongswan.conf", "where to write the rendered strongswan.conf")
+	bin := fs.String("charon", "/usr/sbin/charon-systemd", "charon binary to run")
+	_ = fs.Parse(args)
+	text, err := gatewayconfig.RenderStrongswanConf(gatewayconfig.StrongswanOptions{Mode: gatewayconfig.DataplaneMode(*dataplane), VICISocket: *sock})
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(*conf, []byte(text), 0o644); err != nil {
+		return err
+	}
+	env := append(os.Environ(), "STRONGSWAN_CONF="+*conf)
+	return syscall.Exec(*bin, []string{*bin}, env)
 }
 
 // tunnelNames tracks the tunnels of the latest valid config.
@@ -373,10 +414,18 @@ func runStatus(ctx context.Context, args []string) error {
 	c.register(fs, false)
 	sock := fs.String("vici-socket", "/var/run/charon.vici", "charon's VICI socket")
 	interval := fs.Duration("interval", 10*time.Second, "poll interval besides VICI events")
+	loadSecrets := fs.String("load-secrets-file", "", "also load the connections into charon, with the shared keys read from this file")
 	_ = fs.Parse(args)
 	snaps, err := c.run(ctx, false)
 	if err != nil {
 		return err
+	}
+	if *loadSecrets != "" {
+		loadSnaps, err := c.run(ctx, false)
+		if err != nil {
+			return err
+		}
+		go loadLoop(ctx, loadSnaps, *sock, 2*time.Second, *loadSecrets)
 	}
 	rc, err := c.restConfig()
 	if err != nil {

@@ -114,7 +114,11 @@ func (w *Writer) Write(ctx context.Context, tunnels []v1alpha1.TunnelState, read
 	if err != nil {
 		return false, err
 	}
-	if err := w.Client.Get(ctx, types.NamespacedName{Namespace: w.Namespace, Name: w.Name}, obj); err != nil {
+	// Read through the status subresource: the pod's Role grants get and patch on
+	// <kind>/status of its own gateway and nothing on the object itself.
+	obj.SetNamespace(w.Namespace)
+	obj.SetName(w.Name)
+	if err := w.Client.SubResource("status").Get(ctx, obj, obj); err != nil {
 		return false, fmt.Errorf("reading %s %s/%s: %w", w.Kind, w.Namespace, w.Name, err)
 	}
 	cur := st()

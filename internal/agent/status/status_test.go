@@ -51,10 +51,16 @@ func TestWriterWritesOnlyOnChange(t *testing.T) {
 		Status: v1alpha1.GatewayStatus{FloatingIP: "192.0.2.1", Conditions: []metav1.Condition{{Type: "Ready", Status: "True", Reason: "Ok", LastTransitionTime: metav1.Now()}}}}
 	patches := 0
 	c := fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(gw).WithStatusSubresource(gw).
-		WithInterceptorFuncs(interceptor.Funcs{SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
-			patches++
-			return cl.SubResource(sub).Patch(ctx, obj, p, opts...)
-		}}).Build()
+		WithInterceptorFuncs(interceptor.Funcs{
+			// The fake client cannot GET a status subresource; the real API server can
+			// (apiserver_test.go), so serve it from the object.
+			SubResourceGet: func(ctx context.Context, cl client.Client, sub string, obj, subObj client.Object, opts ...client.SubResourceGetOption) error {
+				return cl.Get(ctx, client.ObjectKeyFromObject(obj), subObj)
+			},
+			SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+				patches++
+				return cl.SubResource(sub).Patch(ctx, obj, p, opts...)
+			}}).Build()
 	w := &Writer{Client: c, Kind: "IPsecGateway", Namespace: "ns", Name: "gw"}
 	ctx := context.Background()
 	sas := map[string][]vici.IKESA{"t1": {{Name: "t1", State: "ESTABLISHED", EstablishedSeconds: 10, Children: []vici.ChildSA{{Name: "t1", State: "INSTALLED"}}}}}

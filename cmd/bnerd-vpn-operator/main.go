@@ -1,0 +1,161 @@
+// Command bnerd-vpn-operator reconciles IPsecGateways, VPNGateways and ClusterLinks.
+//
+// Configuration comes from flags or the environment (see internal/operatorconfig); the
+// OpenStack credential from OS_* variables, or from a clouds.yaml named by
+// OS_CLIENT_CONFIG_FILE and OS_CLOUD.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/controller/clusterlink"
+	"bnerd.net/vpn-operator/internal/controller/gateway"
+	"bnerd.net/vpn-operator/internal/openstack"
+	"bnerd.net/vpn-operator/internal/operatorconfig"
+	"bnerd.net/vpn-operator/internal/preflight"
+	"bnerd.net/vpn-operator/internal/version"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintf(os.Stderr, "bnerd-vpn-operator: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	fs := flag.NewFlagSet("bnerd-vpn-operator", flag.ContinueOnError)
+	metricsAddr := fs.String("metrics-bind-address", ":8080", "address of the operator's Prometheus metrics")
+	probeAddr := fs.String("health-probe-bind-address", ":8081", "address of the health and readiness probes")
+	leaderElect := fs.Bool("leader-elect", false, "elect a leader so only one replica reconciles")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(fs)
+	cfg, err := operatorconfig.Load(fs, os.Args[1:], os.Getenv)
+	if err != nil {
+		return err
+	}
+	if *showVersion {
+		fmt.Println(version.Version)
+		return nil
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := ctrl.Log.WithName("setup")
+	log.Info("starting", "version", version.Version)
+
+	cred, err := loadCredential()
+	if err != nil {
+		return err
+	}
+	ctx := ctrl.SetupSignalHandler()
+	authCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	// The credential is never logged; its redacted String() is safe, but there is no
+	// need for even that.
+	osClients, err := openstack.NewClients(authCtx, cred, openstack.ClientOptions{UserAgent: "bnerd-vpn-operator/" + version.Version})
+	if err != nil {
+		return fmt.Errorf("authenticating to OpenStack: %w", err)
+	}
+	token, err := osClients.Identity.TokenInfo(authCtx)
+	if err != nil {
+		return fmt.Errorf("reading the operator's OpenStack token: %w", err)
+	}
+	log.Info("authenticated to OpenStack", "project", token.ProjectID, "region", token.Region)
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := v1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: *metricsAddr},
+		HealthProbeBindAddress:  *probeAddr,
+		LeaderElection:          *leaderElect,
+		LeaderElectionID:        "bnerd-vpn-operator.ipsec.bnerd.net",
+		LeaderElectionNamespace: cfg.Namespace,
+		Cache:                   cache.Options{SyncPeriod: &cfg.ResyncInterval},
+	})
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+
+	gw := gateway.New(gateway.Deps{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		OpenStack: osClients,
+		Config:    cfg,
+		Log:       ctrl.Log.WithName("gateway"),
+	})
+	if err := gw.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the gateway controller: %w", err)
+	}
+	cl := clusterlink.New(clusterlink.Deps{
+		Client:            mgr.GetClient(),
+		APIReader:         mgr.GetAPIReader(),
+		Operator:          osClients,
+		OperatorProjectID: token.ProjectID,
+		AuthURL:           cred.AuthURL,
+		Region:            cred.Region,
+		CustomerClients: func(ctx context.Context, c openstack.Credential) (*openstack.Clients, error) {
+			return openstack.NewClients(ctx, c, openstack.ClientOptions{UserAgent: "bnerd-vpn-operator/" + version.Version})
+		},
+		Config:   cfg,
+		Recorder: mgr.GetEventRecorder("bnerd-vpn-operator"),
+	})
+	if err := cl.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the ClusterLink controller: %w", err)
+	}
+
+	// The preflight warns and never blocks: the operator cannot fix the cluster setting.
+	if err := mgr.Add(preflightRunnable{mgr}); err != nil {
+		return err
+	}
+	log.Info("starting the manager")
+	return mgr.Start(ctx)
+}
+
+type preflightRunnable struct{ mgr ctrl.Manager }
+
+func (p preflightRunnable) Start(ctx context.Context) error {
+	preflight.CheckCiliumExclusive(ctx, p.mgr.GetAPIReader(), ctrl.Log.WithName("preflight"))
+	return nil
+}
+
+// loadCredential reads the operator's OpenStack credential: a clouds.yaml when OS_CLOUD
+// is set (from OS_CLIENT_CONFIG_FILE, default ./clouds.yaml), else the OS_* variables.
+func loadCredential() (openstack.Credential, error) {
+	if cloud := os.Getenv("OS_CLOUD"); cloud != "" {
+		path := os.Getenv("OS_CLIENT_CONFIG_FILE")
+		if path == "" {
+			path = "clouds.yaml"
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return openstack.Credential{}, fmt.Errorf("reading clouds.yaml: %w", err)
+		}
+		return openstack.CredentialFromCloudsYAML(data, cloud)
+	}
+	return openstack.CredentialFromEnv(os.Getenv)
+}

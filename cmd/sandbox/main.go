@@ -1,0 +1,426 @@
+// Command sandbox runs the whole operator locally: a real kube-apiserver and etcd, the
+// OpenStack simulator seeded with a realistic estate, three nodes whose providerIDs match
+// seeded Nova servers, and the operator binary itself. It applies an example gateway,
+// shows its progress, prints what it produced in Kubernetes and OpenStack, and then (by
+// default) deletes it, checks that nothing is left behind and stops everything. With
+// --stay it keeps running and prints the KUBECONFIG and OS_* settings to explore with.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/openstack/sim"
+	"bnerd.net/vpn-operator/internal/testenv"
+)
+
+// The estate the sandbox seeds; examples/sim-estate.yaml holds the same names.
+const (
+	operatorCredential = "vpn-operator"
+	gatewayNetwork     = "vpn-transit"
+	externalNetwork    = "public"
+	operatorRouter     = "shoot--services--vpn01"
+	operatorNamespace  = "bnerd-vpn"
+	tenantNamespace    = "tenant-a"
+)
+
+var nodes = []struct{ name, serverID string }{
+	{"vpn01-worker-a", "11111111-1111-4111-8111-111111111111"},
+	{"vpn01-worker-b", "22222222-2222-4222-8222-222222222222"},
+	{"vpn01-worker-c", "33333333-3333-4333-8333-333333333333"},
+}
+
+func main() {
+	stay := flag.Bool("stay", false, "keep everything running after the gateway is Ready and print how to reach it")
+	timeout := flag.Duration("timeout", 3*time.Minute, "how long to wait for the gateway to become Ready")
+	seedPath := flag.String("seed", "examples/sim-estate.yaml", "simulator seed")
+	gatewayPath := flag.String("gateway", "examples/ipsecgateway.yaml", "gateway manifest to apply")
+	flag.Parse()
+
+	if err := run(*stay, *timeout, *seedPath, *gatewayPath); err != nil {
+		fmt.Fprintf(os.Stderr, "sandbox: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func step(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
+
+func run(stay bool, timeout time.Duration, seedPath, gatewayPath string) (err error) {
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	work, err := os.MkdirTemp("", "bnerd-sandbox-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+
+	step("building the operator")
+	opBin := filepath.Join(work, "bnerd-vpn-operator")
+	build := exec.CommandContext(ctx, "go", "build", "-o", opBin, "./cmd/bnerd-vpn-operator")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("building the operator: %w", err)
+	}
+
+	step("starting kube-apiserver and etcd")
+	env, err := testenv.Start()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		step("stopping the control plane")
+		if stopErr := env.Stop(); stopErr != nil && err == nil {
+			err = stopErr
+		}
+	}()
+	kubeconfig, err := env.WriteKubeConfig(work)
+	if err != nil {
+		return err
+	}
+	c := env.Client
+
+	step("starting the OpenStack simulator (seed %s)", seedPath)
+	seed, err := sim.LoadSeed(seedPath)
+	if err != nil {
+		return err
+	}
+	os1, err := sim.Start(seed)
+	if err != nil {
+		return err
+	}
+	defer os1.Close()
+	credID, credSecret, ok := os1.AppCredential(operatorCredential)
+	if !ok {
+		return fmt.Errorf("seed %s has no application credential %q", seedPath, operatorCredential)
+	}
+	osEnv := []string{
+		"OS_AUTH_URL=" + os1.AuthURL(),
+		"OS_REGION_NAME=" + os1.Region(),
+		"OS_AUTH_TYPE=v3applicationcredential",
+		"OS_APPLICATION_CREDENTIAL_ID=" + credID,
+		"OS_APPLICATION_CREDENTIAL_SECRET=" + credSecret,
+	}
+
+	step("creating namespaces, nodes and the pre-shared key")
+	if err := seedCluster(ctx, c); err != nil {
+		return err
+	}
+
+	step("starting the operator")
+	logPath := filepath.Join(work, "operator.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	op := exec.Command(opBin, "--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0")
+	op.Env = append(os.Environ(), osEnv...)
+	op.Env = append(op.Env,
+		"KUBECONFIG="+kubeconfig,
+		"POD_NAMESPACE="+operatorNamespace,
+		"IPSEC_GATEWAY_NETWORK="+gatewayNetwork,
+		"IPSEC_EXTERNAL_NETWORK="+externalNetwork,
+		"IPSEC_ROUTER_ID="+operatorRouter,
+		"IPSEC_INTERNAL_SOURCE_CIDRS=10.254.0.0/24",
+		"IPSEC_RESYNC_INTERVAL=1m",
+	)
+	op.Stdout, op.Stderr = logFile, logFile
+	if err := op.Start(); err != nil {
+		return err
+	}
+	defer func() {
+		_ = op.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = op.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = op.Process.Kill()
+			<-done
+		}
+	}()
+
+	step("applying %s", gatewayPath)
+	gw, err := applyGateway(ctx, c, gatewayPath)
+	if err != nil {
+		return err
+	}
+	key := client.ObjectKeyFromObject(gw)
+	if err := waitReady(ctx, c, key, timeout); err != nil {
+		fmt.Printf("\noperator log (%s):\n", logPath)
+		tail(logPath, 40)
+		return err
+	}
+
+	if err := c.Get(ctx, key, gw); err != nil {
+		return err
+	}
+	step("gateway status (conditions shown above)")
+	st := gw.Status.DeepCopy()
+	st.Conditions = nil
+	out, _ := sigsyaml.Marshal(st)
+	fmt.Println(indent(string(out)))
+	step("OpenStack objects the gateway produced")
+	printOpenStack(os1)
+
+	if stay {
+		// Written outside the work dir, which is removed on exit, so a second shell can
+		// keep using them while the sandbox runs.
+		keep, err := os.MkdirTemp("", "bnerd-sandbox-keep-")
+		if err != nil {
+			return err
+		}
+		envPath := filepath.Join(keep, "env")
+		kc := filepath.Join(keep, "kubeconfig")
+		_ = os.WriteFile(kc, env.KubeConfig(), 0o600)
+		lines := append([]string{"KUBECONFIG=" + kc}, osEnv...)
+		_ = os.WriteFile(envPath, []byte("export "+strings.Join(lines, "\nexport ")+"\n"), 0o600)
+		step("the sandbox stays up; press Ctrl-C to stop it")
+		fmt.Printf("    source %s\n", envPath)
+		fmt.Printf("    kubectl (built in %s) get ipsecgw -A\n", env.BinDir)
+		fmt.Printf("    operator log: %s\n", logPath)
+		<-ctx.Done()
+		return nil
+	}
+
+	step("deleting the gateway")
+	if err := c.Delete(ctx, gw); err != nil {
+		return err
+	}
+	if err := waitGone(ctx, c, key, timeout); err != nil {
+		return err
+	}
+	left := leftovers(os1)
+	if len(left) > 0 {
+		return fmt.Errorf("the gateway left OpenStack objects behind: %s", strings.Join(left, "; "))
+	}
+	step("the gateway is gone and left nothing in OpenStack; stopping")
+	return nil
+}
+
+func seedCluster(ctx context.Context, c client.Client) error {
+	for _, ns := range []string{operatorNamespace, tenantNamespace} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	for _, n := range nodes {
+		node := &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: map[string]string{"kubernetes.io/hostname": n.name}},
+			Spec:       corev1.NodeSpec{ProviderID: "openstack:///" + n.serverID},
+		}
+		if err := c.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		// No kubelet runs here, so the sandbox reports the nodes Ready itself.
+		node.Status.Conditions = []corev1.NodeCondition{{
+			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(),
+		}}
+		if err := c.Status().Update(ctx, node); err != nil {
+			return err
+		}
+	}
+	psk := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "hq-psk", Namespace: tenantNamespace},
+		StringData: map[string]string{"psk": "sandbox-only-" + fmt.Sprint(time.Now().UnixNano())},
+	}
+	if err := c.Create(ctx, psk); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+func applyGateway(ctx context.Context, c client.Client, path string) (*v1.IPsecGateway, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	gw := &v1.IPsecGateway{}
+	if err := yaml.NewYAMLOrJSONDecoder(f, 4096).Decode(gw); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if gw.Namespace == "" {
+		gw.Namespace = tenantNamespace
+	}
+	return gw, c.Create(ctx, gw)
+}
+
+// waitReady prints every change of the gateway's conditions until Ready is True.
+func waitReady(ctx context.Context, c client.Client, key client.ObjectKey, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	seen := map[string]string{}
+	start := time.Now()
+	for {
+		gw := &v1.IPsecGateway{}
+		if err := c.Get(ctx, key, gw); err != nil {
+			return err
+		}
+		for _, cond := range gw.Status.Conditions {
+			line := fmt.Sprintf("%s=%s %s %s", cond.Type, cond.Status, cond.Reason, cond.Message)
+			if seen[cond.Type] != line {
+				seen[cond.Type] = line
+				fmt.Printf("    %6.1fs  %-20s %-6s %-26s %s\n", time.Since(start).Seconds(), cond.Type, cond.Status, cond.Reason, cond.Message)
+			}
+		}
+		for _, cond := range gw.Status.Conditions {
+			if cond.Type == v1.ConditionReady && cond.Status == metav1.ConditionTrue && cond.ObservedGeneration == gw.Generation {
+				step("gateway %s is Ready after %.1fs", key, time.Since(start).Seconds())
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("gateway %s not Ready after %s", key, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func waitGone(ctx context.Context, c client.Client, key client.ObjectKey, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := c.Get(ctx, key, &v1.IPsecGateway{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the gateway's finalizer did not finish in time")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+const ownerTag = "bnerd-vpn-operator"
+
+func tagged(tags []string) bool {
+	for _, t := range tags {
+		if t == ownerTag {
+			return true
+		}
+	}
+	return false
+}
+
+func printOpenStack(s *sim.Server) {
+	for _, p := range s.Ports() {
+		if !tagged(p.Tags) {
+			continue
+		}
+		var ips []string
+		for _, f := range p.FixedIPs {
+			ips = append(ips, f.IPAddress)
+		}
+		var pairs []string
+		for _, a := range p.AllowedAddressPairs {
+			pairs = append(pairs, a.IPAddress)
+		}
+		fmt.Printf("    port %s  %s  mac %s  device %s  allowed-address-pairs %v\n", p.ID, strings.Join(ips, ","), p.MACAddress, p.DeviceID, pairs)
+	}
+	for _, f := range s.FloatingIPs() {
+		if tagged(f.Tags) {
+			fmt.Printf("    floating IP %s -> port %s\n", f.FloatingIPAddress, f.PortID)
+		}
+	}
+	for _, g := range s.SecurityGroups() {
+		if !tagged(g.Tags) {
+			continue
+		}
+		fmt.Printf("    security group %s\n", g.Name)
+		var rules []string
+		for _, r := range g.Rules {
+			if r.Direction != "ingress" {
+				continue
+			}
+			proto := r.Protocol
+			if proto == "" {
+				proto = "any"
+			}
+			rules = append(rules, fmt.Sprintf("      ingress %s %d-%d from %s", proto, r.PortRangeMin, r.PortRangeMax, r.RemoteIPPrefix))
+		}
+		sort.Strings(rules)
+		fmt.Println(strings.Join(rules, "\n"))
+	}
+	for _, r := range s.Routers() {
+		for _, rt := range r.Routes {
+			fmt.Printf("    router %s route %s via %s\n", r.Name, rt.Destination, rt.NextHop)
+		}
+	}
+	for _, n := range nodes {
+		if ifs := s.ServerInterfaces(n.serverID); len(ifs) > 0 {
+			fmt.Printf("    server %s (%s) interfaces %v\n", n.name, n.serverID, ifs)
+		}
+	}
+}
+
+func leftovers(s *sim.Server) []string {
+	var left []string
+	for _, p := range s.Ports() {
+		if tagged(p.Tags) {
+			left = append(left, "port "+p.ID)
+		}
+	}
+	for _, f := range s.FloatingIPs() {
+		if tagged(f.Tags) {
+			left = append(left, "floating IP "+f.FloatingIPAddress)
+		}
+	}
+	for _, g := range s.SecurityGroups() {
+		if tagged(g.Tags) {
+			left = append(left, "security group "+g.ID)
+		}
+	}
+	for _, r := range s.Routers() {
+		for _, rt := range r.Routes {
+			if strings.HasPrefix(rt.Destination, "100.64.") {
+				left = append(left, fmt.Sprintf("route %s via %s on %s", rt.Destination, rt.NextHop, r.Name))
+			}
+		}
+	}
+	return left
+}
+
+func indent(s string) string {
+	return "    " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n    ")
+}
+
+func tail(path string, n int) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	fmt.Println(indent(strings.Join(lines, "\n")))
+}

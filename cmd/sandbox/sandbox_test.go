@@ -1,0 +1,50 @@
+package main
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"bnerd.net/vpn-operator/internal/testenv"
+)
+
+// TestSandboxRunsToCompletion runs the README's sandbox command the way a user does and
+// checks that the example gateway became Ready, produced its OpenStack objects, and was
+// deleted without leaving any behind.
+func TestSandboxRunsToCompletion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the sandbox builds and runs the operator; skipped in -short mode")
+	}
+	if testenv.BinDir() == "" {
+		if testenv.Required() {
+			t.Fatal(testenv.ErrNoControlPlane)
+		}
+		t.Skip(testenv.ErrNoControlPlane)
+	}
+	root := testenv.RepoRoot()
+	bin := filepath.Join(t.TempDir(), "sandbox")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/sandbox")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the sandbox: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "--timeout", "2m")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	t.Logf("sandbox output:\n%s", out)
+	if err != nil {
+		t.Fatalf("sandbox failed: %v", err)
+	}
+	for _, want := range []string{
+		"gateway tenant-a/acme is Ready",
+		"floating IP 203.0.113.",
+		"ingress udp 500-500 from 198.51.100.7/32",
+		"route 100.64.0.0/24 via 10.254.0.",
+		"left nothing in OpenStack",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("sandbox output lacks %q", want)
+		}
+	}
+}

@@ -1,0 +1,187 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+
+	"github.com/go-logr/logr"
+
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/ipam"
+)
+
+// cidrPool returns the service CIDR allocator, rebuilt on first use from the status of
+// every gateway of both kinds in every namespace. Reading around the cache matters here:
+// a cache that has not synced yet would make taken /24s look free.
+func (r *Reconciler) cidrPool(ctx context.Context) (*ipam.ServiceCIDRPool, error) {
+	r.poolMu.Lock()
+	defer r.poolMu.Unlock()
+	if r.pool != nil {
+		return r.pool, nil
+	}
+	pool, err := ipam.NewServiceCIDRPool(r.Config.ServiceCIDRPool)
+	if err != nil {
+		return nil, err
+	}
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	type claim struct {
+		uid, cidr, who string
+		created        int64
+	}
+	var claims []claim
+	var ipsec v1alpha1.IPsecGatewayList
+	if err := reader.List(ctx, &ipsec); err != nil {
+		return nil, fmt.Errorf("listing IPsecGateways to rebuild allocations: %w", err)
+	}
+	for _, o := range ipsec.Items {
+		claims = append(claims, claim{string(o.UID), o.Status.ServiceCIDR, KindIPsecGateway + " " + o.Namespace + "/" + o.Name, o.CreationTimestamp.UnixNano()})
+	}
+	var vpn v1alpha1.VPNGatewayList
+	if err := reader.List(ctx, &vpn); err != nil {
+		return nil, fmt.Errorf("listing VPNGateways to rebuild allocations: %w", err)
+	}
+	for _, o := range vpn.Items {
+		claims = append(claims, claim{string(o.UID), o.Status.ServiceCIDR, KindVPNGateway + " " + o.Namespace + "/" + o.Name, o.CreationTimestamp.UnixNano()})
+	}
+	// The older gateway keeps a /24 that two statuses name (only possible after manual
+	// status edits); the younger one is told so by its Allocated condition.
+	sort.Slice(claims, func(i, j int) bool {
+		if claims[i].created != claims[j].created {
+			return claims[i].created < claims[j].created
+		}
+		return claims[i].uid < claims[j].uid
+	})
+	log := logr.FromContextOrDiscard(ctx)
+	for _, c := range claims {
+		if c.cidr == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(c.cidr)
+		if err == nil {
+			err = pool.Claim(c.uid, p)
+		}
+		if err != nil {
+			log.Info("WARNING: a gateway's recorded service CIDR could not be restored", "owner", c.who, "serviceCIDR", c.cidr, "error", err.Error())
+		}
+	}
+	r.pool = pool
+	log.Info("service CIDR allocations rebuilt from status", "pool", pool.Pool().String(), "allocated", pool.Len())
+	return pool, nil
+}
+
+// ensureAllocated gives the gateway its /24 and every exposure its virtual IP.
+func (r *Reconciler) ensureAllocated(ctx context.Context, g *gateway) (bool, error) {
+	pool, err := r.cidrPool(ctx)
+	if err != nil {
+		r.condFalse(g, v1alpha1.ConditionAllocated, v1alpha1.ReasonAllocationFailed, err.Error())
+		return false, err
+	}
+	uid := string(g.obj.GetUID())
+	var pins []string
+	for _, e := range g.spec.Exposures {
+		pins = append(pins, e.VirtualIP)
+	}
+	for _, e := range g.spec.ReverseExposures {
+		pins = append(pins, e.VirtualIP)
+	}
+	pinned, hasPins := ipam.PinnedCIDR(pins...)
+	fail := func(msg string) (bool, error) {
+		r.condFalse(g, v1alpha1.ConditionAllocated, v1alpha1.ReasonAllocationFailed, msg)
+		return false, nil
+	}
+
+	var cidr netip.Prefix
+	switch {
+	case g.status.ServiceCIDR != "":
+		cur, err := netip.ParsePrefix(g.status.ServiceCIDR)
+		if err != nil {
+			return fail(fmt.Sprintf("status.serviceCIDR %q is not a CIDR", g.status.ServiceCIDR))
+		}
+		if hasPins && pinned != cur {
+			return fail(fmt.Sprintf("pinned virtual IPs lie in %s, but the gateway's service CIDR is %s; a gateway's service CIDR never moves (pin addresses inside %s, or recreate the gateway)", pinned, cur, cur))
+		}
+		if err := pool.Claim(uid, cur); err != nil {
+			return fail(fmt.Sprintf("status.serviceCIDR %s: %v", cur, err))
+		}
+		cidr = cur
+	case hasPins:
+		if err := pool.Claim(uid, pinned); err != nil {
+			return fail(fmt.Sprintf("pinned virtual IPs need the service CIDR %s: %v", pinned, err))
+		}
+		cidr = pinned
+	default:
+		c, err := pool.Allocate(uid)
+		if err != nil {
+			return fail(err.Error())
+		}
+		cidr = c
+	}
+	// Recorded before the virtual IPs: the /24 is claimed, so it must survive a restart
+	// even if the exposures cannot be given addresses yet.
+	g.status.ServiceCIDR = cidr.String()
+	g.status.ServiceCIDRGatewayAddress = ipam.GatewayAddress(cidr).String()
+
+	fwdReq := make([]ipam.VIPRequest, 0, len(g.spec.Exposures))
+	for _, e := range g.spec.Exposures {
+		fwdReq = append(fwdReq, ipam.VIPRequest{Name: e.Name, Pinned: e.VirtualIP})
+	}
+	revReq := make([]ipam.VIPRequest, 0, len(g.spec.ReverseExposures))
+	for _, e := range g.spec.ReverseExposures {
+		revReq = append(revReq, ipam.VIPRequest{Name: e.Name, Pinned: e.VirtualIP})
+	}
+	fwd, err := ipam.AssignVIPs(cidr, ipam.ForwardRange, fwdReq, toAssignments(g.status.Exposures))
+	if err != nil {
+		return fail(allocMessage(err))
+	}
+	rev, err := ipam.AssignVIPs(cidr, ipam.ReverseRange, revReq, toAssignments(g.status.ReverseExposures))
+	if err != nil {
+		return fail(allocMessage(err))
+	}
+	g.status.Exposures = fromAssignments(fwd)
+	g.status.ReverseExposures = fromAssignments(rev)
+	r.condTrue(g, v1alpha1.ConditionAllocated, v1alpha1.ReasonAllocated,
+		fmt.Sprintf("service CIDR %s; %d exposure and %d reverse exposure virtual IPs", cidr, len(fwd), len(rev)))
+	return true, nil
+}
+
+func allocMessage(err error) string {
+	if errors.Is(err, ipam.ErrRangeExhausted) {
+		return err.Error() + "; the ranges never borrow from each other"
+	}
+	return err.Error()
+}
+
+func toAssignments(in []v1alpha1.AllocatedAddress) []ipam.VIPAssignment {
+	out := make([]ipam.VIPAssignment, 0, len(in))
+	for _, a := range in {
+		out = append(out, ipam.VIPAssignment{Name: a.Name, VirtualIP: a.VirtualIP})
+	}
+	return out
+}
+
+func fromAssignments(in []ipam.VIPAssignment) []v1alpha1.AllocatedAddress {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]v1alpha1.AllocatedAddress, 0, len(in))
+	for _, a := range in {
+		out = append(out, v1alpha1.AllocatedAddress{Name: a.Name, VirtualIP: a.VirtualIP})
+	}
+	return out
+}
+
+// releaseAllocation frees the gateway's /24 once its finalizer has cleaned up.
+func (r *Reconciler) releaseAllocation(g *gateway) {
+	r.poolMu.Lock()
+	pool := r.pool
+	r.poolMu.Unlock()
+	if pool != nil {
+		pool.Release(string(g.obj.GetUID()))
+	}
+}

@@ -1,0 +1,198 @@
+package gateway
+
+import (
+	"encoding/base64"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/gatewayconfig"
+	"bnerd.net/vpn-operator/internal/render"
+)
+
+// A gateway goes from nothing to Ready: every phase's OpenStack object exists, tagged,
+// and every Kubernetes object is owned by the gateway. A second reconcile of the
+// converged gateway makes no write to OpenStack or to the API server.
+func TestCreateToReadyAndSteadyState(t *testing.T) {
+	h := newHarness(t)
+	h.node("node-a", "openstack:///"+serverA, true, nil)
+	h.node("node-b", "openstack:///"+serverB, true, nil)
+	h.node("cp-0", "openstack:///"+serverC, true, map[string]string{"node-role.kubernetes.io/control-plane": ""})
+	h.psk("hq-psk", "correct horse battery staple")
+	h.start()
+	h.create("acme", spec(true))
+	gw := h.waitReady("acme")
+
+	st := gw.Status
+	if st.ServiceCIDR == "" || st.ServiceCIDRGatewayAddress != strings.TrimSuffix(st.ServiceCIDR, "0/24")+"1" {
+		t.Fatalf("service CIDR %q, gateway address %q", st.ServiceCIDR, st.ServiceCIDRGatewayAddress)
+	}
+	prefix := strings.TrimSuffix(st.ServiceCIDR, "0/24")
+	if len(st.Exposures) != 1 || st.Exposures[0].VirtualIP != prefix+"10" {
+		t.Fatalf("exposure VIPs %v", st.Exposures)
+	}
+	if len(st.ReverseExposures) != 1 || st.ReverseExposures[0].VirtualIP != prefix+"200" {
+		t.Fatalf("reverse VIPs %v", st.ReverseExposures)
+	}
+	if st.NodeName != "node-a" || st.ServerID != serverA {
+		t.Fatalf("node %q server %q: want node-a (first Ready worker by name) on %s", st.NodeName, st.ServerID, serverA)
+	}
+	if st.SubnetCIDR != "10.254.0.0/24" || st.SubnetGatewayIP != "10.254.0.1" || st.PortMACAddress == "" {
+		t.Fatalf("port facts %+v", st)
+	}
+	if st.TunnelsReady != "0/1" {
+		t.Fatalf("tunnelsReady %q", st.TunnelsReady)
+	}
+
+	// OpenStack: one of each, tagged, wired together.
+	ports, sgs, fips := h.tagged(gw.UID)
+	if ports != 1 || sgs != 1 || fips != 1 {
+		t.Fatalf("tagged objects: %d ports, %d security groups, %d floating IPs", ports, sgs, fips)
+	}
+	port, _ := h.sim.Port(st.PortID)
+	if port.DeviceID != serverA || len(port.SecurityGroups) != 1 || port.SecurityGroups[0] != st.SecurityGroupID {
+		t.Fatalf("port %+v", port)
+	}
+	if len(port.AllowedAddressPairs) != 1 || port.AllowedAddressPairs[0].IPAddress != st.ServiceCIDR {
+		t.Fatalf("allowed address pairs %v", port.AllowedAddressPairs)
+	}
+	if got := routesVia(h.operatorRouter(), st.PortFixedIP); len(got) != 1 || got[0].Destination != st.ServiceCIDR {
+		t.Fatalf("routes via the port: %v", got)
+	}
+	var fipFound bool
+	for _, f := range h.sim.FloatingIPs() {
+		if f.ID == st.FloatingIPID {
+			fipFound = f.PortID == st.PortID && f.FloatingIPAddress == st.FloatingIP
+		}
+	}
+	if !fipFound {
+		t.Fatal("floating IP not associated with the port")
+	}
+	want := []string{"tcp/8443 from 10.254.0.0/24", "udp/4500 from 198.51.100.7/32", "udp/500 from 198.51.100.7/32"}
+	if got := h.ingressRules(st.SecurityGroupID); strings.Join(got, ";") != strings.Join(want, ";") {
+		t.Fatalf("ingress rules %v, want %v", got, want)
+	}
+
+	// Kubernetes objects, all controlled by the gateway.
+	key := func(name string) client.ObjectKey { return client.ObjectKey{Namespace: h.ns, Name: name} }
+	var cm corev1.ConfigMap
+	mustGet(t, h, key(render.ConfigMapName("acme")), &cm)
+	cfg, err := gatewayconfig.Unmarshal([]byte(cm.Data[gatewayconfig.ConfigMapKeyConfig]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.FloatingIP != st.FloatingIP || cfg.PortFixedIP != st.PortFixedIP || len(cfg.Exposures) != 1 {
+		t.Fatalf("config %+v", cfg)
+	}
+	if strings.Contains(cm.Data[gatewayconfig.ConfigMapKeySwanctl], "correct horse") || strings.Contains(cm.Data[gatewayconfig.ConfigMapKeyConfig], "correct horse") {
+		t.Fatal("the ConfigMap carries the pre-shared key")
+	}
+	var sec corev1.Secret
+	mustGet(t, h, key(render.SecretName("acme")), &sec)
+	if !strings.Contains(string(sec.Data[gatewayconfig.SecretKeySecrets]), base64.StdEncoding.EncodeToString([]byte("correct horse battery staple"))) {
+		t.Fatal("the gateway Secret lacks the pre-shared key")
+	}
+	nad := &unstructured.Unstructured{}
+	nad.SetGroupVersionKind(render.NADGVK)
+	mustGet(t, h, key(render.NADName("acme")), nad)
+	conf, _, _ := unstructured.NestedString(nad.Object, "spec", "config")
+	if !strings.Contains(conf, `"hwaddr":"`+st.PortMACAddress+`"`) || !strings.Contains(conf, st.PortFixedIP+"/32") {
+		t.Fatalf("NAD config %s", conf)
+	}
+	var dep appsv1.Deployment
+	mustGet(t, h, key(render.DeploymentName("acme")), &dep)
+	if dep.Spec.Template.Spec.NodeName != "node-a" || dep.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType ||
+		!strings.Contains(dep.Spec.Template.Annotations[render.AnnotationNetworks], render.NADName("acme")) {
+		t.Fatalf("deployment %+v", dep.Spec)
+	}
+	var role rbacv1.Role
+	mustGet(t, h, key(render.RoleName("acme")), &role)
+	if role.Rules[1].Resources[0] != "ipsecgateways/status" || role.Rules[1].ResourceNames[0] != "acme" {
+		t.Fatalf("role %+v", role.Rules)
+	}
+	var rb rbacv1.RoleBinding
+	mustGet(t, h, key(render.RoleName("acme")), &rb)
+	var sa corev1.ServiceAccount
+	mustGet(t, h, key(render.ServiceAccountName("acme")), &sa)
+	var np networkingv1.NetworkPolicy
+	mustGet(t, h, key(render.NetworkPolicyName("acme")), &np)
+	for _, o := range []metav1.Object{&cm, &sec, nad, &dep, &role, &rb, &sa, &np} {
+		if !metav1.IsControlledBy(o, gw) {
+			t.Fatalf("%s is not controlled by the gateway", o.GetName())
+		}
+	}
+
+	// Every phase's transition was announced as an Event.
+	h.events.mu.Lock()
+	all := strings.Join(h.events.events, "\n")
+	h.events.mu.Unlock()
+	for _, reason := range []string{v1alpha1.ReasonValid, v1alpha1.ReasonAllocated, v1alpha1.ReasonPortReady, v1alpha1.ReasonSecurityGroup,
+		v1alpha1.ReasonFloatingIPReady, v1alpha1.ReasonRoutingReady, v1alpha1.ReasonNodeSelected, v1alpha1.ReasonPortAttached,
+		v1alpha1.ReasonWorkloadReady, v1alpha1.ReasonReconciled} {
+		if !strings.Contains(all, "Normal "+reason+" ") {
+			t.Errorf("no Normal event with reason %s in:\n%s", reason, all)
+		}
+	}
+
+	// Steady state: zero writes anywhere.
+	h.quiesce("acme")
+	h.sim.ResetCounters()
+	writes, events := h.writes.Load(), h.events.n.Load()
+	if err := h.reconcileOnce("acme"); err != nil {
+		t.Fatal(err)
+	}
+	c := h.sim.Counters()
+	if c.Writes != 0 {
+		t.Fatalf("converged reconcile made %d OpenStack writes: %v", c.Writes, c.ByRoute)
+	}
+	if d := h.writes.Load() - writes; d != 0 {
+		t.Fatalf("converged reconcile made %d API-server writes", d)
+	}
+	if d := h.events.n.Load() - events; d != 0 {
+		t.Fatalf("converged reconcile emitted %d events", d)
+	}
+	t.Logf("steady-state reconcile: %d OpenStack reads %v", c.Reads, c.ByRoute)
+
+	// A VPNGateway with protocol ipsec is the same gateway under another kind.
+	vgw := &v1alpha1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: "acme-vpn"},
+		Spec: v1alpha1.VPNGatewaySpec{GatewaySpec: spec(false), Protocol: v1alpha1.VPNProtocolIPsec}}
+	if err := env.Client.Create(h.ctx, vgw); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "VPNGateway Ready", func() (bool, string) {
+		mustGet(t, h, types.NamespacedName{Namespace: h.ns, Name: "acme-vpn"}, vgw)
+		return isReady(vgw.Status.Conditions, vgw.Generation), condOf(vgw.Status.Conditions, v1alpha1.ConditionReady)
+	})
+	if vgw.Status.ServiceCIDR == st.ServiceCIDR {
+		t.Fatal("the VPNGateway got the IPsecGateway's service CIDR")
+	}
+	mustGet(t, h, key(render.RoleName("acme-vpn")), &role)
+	if role.Rules[1].Resources[0] != "vpngateways/status" {
+		t.Fatalf("VPNGateway role %+v", role.Rules)
+	}
+}
+
+func isReady(conds []metav1.Condition, gen int64) bool {
+	for _, c := range conds {
+		if c.Type == v1alpha1.ConditionReady {
+			return c.Status == metav1.ConditionTrue && c.ObservedGeneration == gen
+		}
+	}
+	return false
+}
+
+func mustGet(t *testing.T, h *harness, key client.ObjectKey, obj client.Object) {
+	t.Helper()
+	if err := env.Client.Get(h.ctx, key, obj); err != nil {
+		t.Fatalf("get %T %s: %v", obj, key, err)
+	}
+}

@@ -1,0 +1,221 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/openstack"
+)
+
+// finalize removes everything the gateway made in OpenStack, in reverse order of
+// creation, then releases its allocations and the finalizer. The Kubernetes objects go
+// with the garbage collector (owner references). Any failure keeps the finalizer and is
+// retried: nothing tagged for the gateway is ever stranded silently.
+func (r *Reconciler) finalize(ctx context.Context, g *gateway) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(g.obj, v1alpha1.FinalizerGateway) {
+		return ctrl.Result{}, nil
+	}
+	if err := r.cleanupOpenStack(ctx, g); err != nil {
+		r.condFalse(g, v1alpha1.ConditionReady, v1alpha1.ReasonDeleting, "cleaning up OpenStack resources: "+err.Error())
+		if perr := r.persist(ctx, g); perr != nil {
+			logr.FromContextOrDiscard(ctx).Error(perr, "recording the deletion failure")
+		}
+		return ctrl.Result{}, err
+	}
+	r.releaseAllocation(g)
+	base := g.obj.DeepCopyObject().(client.Object)
+	controllerutil.RemoveFinalizer(g.obj, v1alpha1.FinalizerGateway)
+	if err := r.Client.Patch(ctx, g.obj, client.MergeFrom(base)); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	logr.FromContextOrDiscard(ctx).Info("gateway cleaned up")
+	return ctrl.Result{}, nil
+}
+
+func (r *Reconciler) cleanupOpenStack(ctx context.Context, g *gateway) error {
+	log := logr.FromContextOrDiscard(ctx)
+	owner := g.owner()
+	ports, err := r.findOwnedPorts(ctx, g)
+	if err != nil {
+		return err
+	}
+
+	// 1. Routes via the port, on every router of the project. A route to this gateway's
+	// service CIDR via a recorded address goes even when the port is already gone; a
+	// route to anything else only while the port still holds that address (once freed,
+	// the address may be another gateway's).
+	type nexthop struct {
+		ip       string
+		anyRoute bool
+	}
+	var hops []nexthop
+	projectID := ""
+	for _, p := range ports {
+		projectID = p.ProjectID
+		for _, ip := range p.FixedIPs {
+			hops = append(hops, nexthop{ip.IPAddress, true})
+		}
+	}
+	if g.status.PortFixedIP != "" {
+		hops = append(hops, nexthop{g.status.PortFixedIP, false})
+	}
+	if len(hops) > 0 {
+		routers, err := r.projectRouters(ctx, projectID)
+		if err != nil {
+			return err
+		}
+		for _, rt := range routers {
+			var stale []openstack.Route
+			for _, x := range rt.Routes {
+				for _, h := range hops {
+					if x.NextHop == h.ip && (h.anyRoute || x.Destination == g.status.ServiceCIDR) {
+						stale = append(stale, x)
+						break
+					}
+				}
+			}
+			if len(stale) > 0 {
+				log.Info("removing routes via the gateway port", "router", rt.ID, "routes", fmt.Sprint(stale))
+				if _, err := r.net().RemoveRouterRoutes(ctx, rt.ID, stale); err != nil && !openstack.IsNotFound(err) {
+					return err
+				}
+			}
+		}
+	}
+
+	// 2. Detach the port from whichever server holds it.
+	for _, p := range ports {
+		if p.DeviceID == "" {
+			continue
+		}
+		log.Info("detaching gateway port", "port", p.ID, "server", p.DeviceID)
+		if err := r.OpenStack.Compute.DetachPort(ctx, p.DeviceID, p.ID); err != nil && !openstack.IsNotFound(err) {
+			return err
+		}
+		if _, err := openstack.WaitForPortDevice(ctx, r.net(), p.ID, "", r.PortWait); err != nil && !openstack.IsNotFound(err) {
+			return err
+		}
+	}
+
+	// 3. Floating IPs: a pinned one is only disassociated (it is the user's); allocated
+	// ones are released.
+	portIDs := map[string]bool{}
+	for _, p := range ports {
+		portIDs[p.ID] = true
+	}
+	if g.spec.Endpoint != nil && g.spec.Endpoint.FloatingIP != "" {
+		f, err := r.net().FindFloatingIPByAddress(ctx, g.spec.Endpoint.FloatingIP)
+		switch {
+		case err == nil && portIDs[f.PortID] && !owner.OwnedBy(f.Tags):
+			if _, err := r.net().DisassociateFloatingIP(ctx, f.ID); err != nil && !openstack.IsNotFound(err) {
+				return err
+			}
+		case err != nil && !openstack.IsNotFound(err):
+			return err
+		}
+	}
+	fips, err := r.net().ListFloatingIPs(ctx, openstack.ListFloatingIPsOpts{Tags: owner.Selector()})
+	if err != nil {
+		return err
+	}
+	for _, f := range fips {
+		if err := r.net().DeleteFloatingIP(ctx, f.ID); err != nil && !openstack.IsNotFound(err) {
+			return err
+		}
+	}
+
+	// 4. The port itself.
+	for _, p := range ports {
+		if err := r.net().DeletePort(ctx, p.ID); err != nil && !openstack.IsNotFound(err) {
+			return err
+		}
+	}
+	// A tag lookup after the deletes catches a port a lost create response left behind.
+	if g.status.PortID != "" {
+		more, err := r.net().ListPorts(ctx, openstack.ListPortsOpts{Tags: owner.Selector()})
+		if err != nil {
+			return err
+		}
+		for _, p := range more {
+			if p.DeviceID != "" {
+				return fmt.Errorf("port %s is still attached to server %s", p.ID, p.DeviceID)
+			}
+			if err := r.net().DeletePort(ctx, p.ID); err != nil && !openstack.IsNotFound(err) {
+				return err
+			}
+		}
+	}
+
+	// 5. The security group, once no port uses it.
+	sgs, err := r.net().ListSecurityGroups(ctx, owner.Selector())
+	if err != nil {
+		return err
+	}
+	for _, sg := range sgs {
+		if err := r.net().DeleteSecurityGroup(ctx, sg.ID); err != nil && !openstack.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// projectRouters lists the routers to sweep: every router of the project, plus the
+// configured router in case it lives elsewhere.
+func (r *Reconciler) projectRouters(ctx context.Context, projectID string) ([]openstack.Router, error) {
+	if projectID == "" {
+		id, err := r.operatorProjectID(ctx)
+		if err != nil {
+			return nil, err
+		}
+		projectID = id
+	}
+	routers, err := r.net().ListRouters(ctx, projectID)
+	if err != nil {
+		return nil, err
+	}
+	if r.Config.Router != "" {
+		id, err := r.operatorRouterID(ctx)
+		if err != nil && !openstack.IsNotFound(err) {
+			return nil, err
+		}
+		found := id == ""
+		for _, rt := range routers {
+			if rt.ID == id {
+				found = true
+			}
+		}
+		if !found {
+			rt, err := r.net().GetRouter(ctx, id)
+			if err != nil && !openstack.IsNotFound(err) {
+				return nil, err
+			}
+			if err == nil {
+				routers = append(routers, *rt)
+			}
+		}
+	}
+	return routers, nil
+}
+
+func (r *Reconciler) operatorProjectID(ctx context.Context) (string, error) {
+	r.resolveMu.Lock()
+	defer r.resolveMu.Unlock()
+	if r.projectID != "" {
+		return r.projectID, nil
+	}
+	if r.OpenStack.Identity == nil {
+		return "", fmt.Errorf("no identity client to find the operator's project")
+	}
+	ti, err := r.OpenStack.Identity.TokenInfo(ctx)
+	if err != nil {
+		return "", err
+	}
+	r.projectID = ti.ProjectID
+	return ti.ProjectID, nil
+}

@@ -1,0 +1,493 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/openstack"
+	"bnerd.net/vpn-operator/internal/openstack/sim"
+	"bnerd.net/vpn-operator/internal/operatorconfig"
+	"bnerd.net/vpn-operator/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	// client-go's reflectors log through the global logger; keep it quiet.
+	ctrllog.SetLogger(logr.Discard())
+	testenv.Main(m, &env)
+}
+
+// Servers of examples/sim-estate.yaml, in the operator's project.
+const (
+	serverA = "11111111-1111-4111-8111-111111111111"
+	serverB = "22222222-2222-4222-8222-222222222222"
+	serverC = "33333333-3333-4333-8333-333333333333"
+)
+
+const pollTimeout = 60 * time.Second
+
+// eventually polls cond until it holds or the generous timeout passes. It asserts an
+// outcome, never how fast it came.
+func eventually(t testing.TB, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(pollTimeout)
+	var last string
+	for {
+		ok, msg := cond()
+		if ok {
+			return
+		}
+		last = msg
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached: %s", what, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+type logCapture struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (c *logCapture) logger() logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		c.mu.Lock()
+		c.lines = append(c.lines, prefix+" "+args)
+		c.mu.Unlock()
+	}, funcr.Options{})
+}
+
+func (c *logCapture) count(substr string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, l := range c.lines {
+		if strings.Contains(l, substr) {
+			n++
+		}
+	}
+	return n
+}
+
+type countingRecorder struct {
+	n      atomic.Int64
+	mu     sync.Mutex
+	events []string
+}
+
+func (r *countingRecorder) Eventf(_ runtime.Object, typ, reason, format string, args ...any) {
+	r.n.Add(1)
+	r.mu.Lock()
+	r.events = append(r.events, typ+" "+reason+" "+fmt.Sprintf(format, args...))
+	r.mu.Unlock()
+}
+
+// harness is one test's world: a simulator, a namespace, nodes and (optionally) a
+// running manager with the reconciler.
+type harness struct {
+	t       *testing.T
+	ctx     context.Context
+	sim     *sim.Server
+	os      *openstack.Clients
+	ns      string
+	cfg     operatorconfig.Config
+	logs    *logCapture
+	events  *countingRecorder
+	writes  atomic.Int64 // API-server writes through the reconciler's client
+	r       *Reconciler
+	stopMgr func()
+	nodes   []string
+	// lastReconcile is when the manager last finished a reconcile (unix nanos).
+	lastReconcile atomic.Int64
+}
+
+var nsCounter atomic.Int64
+
+func testConfig() operatorconfig.Config {
+	cfg := operatorconfig.Default()
+	cfg.Namespace = "bnerd-vpn-system"
+	cfg.GatewayNetwork = "vpn-transit"
+	cfg.ExternalNetwork = "public"
+	cfg.Router = "shoot--services--vpn01"
+	cfg.InternalSourceCIDRs = []netip.Prefix{netip.MustParsePrefix("10.254.0.0/24")}
+	// Long enough that no periodic resync disturbs a measurement.
+	cfg.ResyncInterval = 30 * time.Minute
+	cfg.MaxConcurrentReconciles = 4
+	return cfg
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	testenv.Need(t)
+	seed, err := sim.LoadSeed(filepath.Join(testenv.RepoRoot(), "examples", "sim-estate.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sim.Start(seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	id, secret, ok := s.AppCredential("vpn-operator")
+	if !ok {
+		t.Fatal("seed has no vpn-operator application credential")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	clients, err := openstack.NewClients(ctx, openstack.Credential{
+		AuthURL: s.AuthURL(), Region: s.Region(), AppCredentialID: id, AppCredentialSecret: secret,
+	}, openstack.ClientOptions{Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{
+		t: t, ctx: ctx, sim: s, os: clients, cfg: testConfig(),
+		ns:     fmt.Sprintf("gw-test-%d-%d", time.Now().UnixNano()%100000, nsCounter.Add(1)),
+		logs:   &logCapture{},
+		events: &countingRecorder{},
+	}
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: h.ns}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.cleanup)
+	return h
+}
+
+// cleanup runs after the manager is stopped: it removes what would disturb the next
+// test (gateways would be seen by the next allocator; nodes by the next node choice).
+func (h *harness) cleanup() {
+	if h.stopMgr != nil {
+		h.stopMgr()
+	}
+	ctx := context.Background()
+	for _, kind := range []string{KindIPsecGateway, KindVPNGateway} {
+		r := &Reconciler{Deps: Deps{Client: env.Client}}
+		gws, _ := r.listGateways(ctx, kind, client.InNamespace(h.ns))
+		for _, g := range gws {
+			g.obj.SetFinalizers(nil)
+			_ = env.Client.Update(ctx, g.obj)
+			_ = env.Client.Delete(ctx, g.obj)
+		}
+	}
+	for _, n := range h.nodes {
+		_ = env.Client.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}})
+	}
+}
+
+func (h *harness) deps() Deps {
+	return Deps{
+		OpenStack:          h.os,
+		Config:             h.cfg,
+		Recorder:           h.events,
+		Log:                h.logs.logger(),
+		PortWait:           openstack.WaitOpts{Timeout: 30 * time.Second, Interval: 20 * time.Millisecond},
+		SkipNameValidation: true,
+		Observe:            func(string, types.NamespacedName, error) { h.lastReconcile.Store(time.Now().UnixNano()) },
+	}
+}
+
+// countingClient counts every write the reconciler makes to the API server.
+func (h *harness) countingClient(c client.WithWatch) client.WithWatch {
+	return interceptor.NewClient(c, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			h.writes.Add(1)
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			h.writes.Add(1)
+			return c.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			h.writes.Add(1)
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			h.writes.Add(1)
+			return c.Delete(ctx, obj, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			h.writes.Add(1)
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			h.writes.Add(1)
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+}
+
+// start runs a manager with a fresh reconciler (a restarted operator: nothing in
+// memory but what it rebuilds from the API).
+func (h *harness) start() *Reconciler {
+	h.t.Helper()
+	if h.stopMgr != nil {
+		h.stopMgr()
+	}
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                 env.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{h.ns: {}}},
+		NewClient: func(cfg *rest.Config, opts client.Options) (client.Client, error) {
+			c, err := client.NewWithWatch(cfg, opts)
+			if err != nil {
+				return nil, err
+			}
+			return h.countingClient(c), nil
+		},
+		Logger: h.logs.logger(),
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	r := New(h.deps())
+	if err := r.SetupWithManager(mgr); err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(ctx); err != nil {
+			h.t.Errorf("manager: %v", err)
+		}
+	}()
+	h.stopMgr = func() {
+		cancel()
+		<-done
+		h.stopMgr = nil
+	}
+	h.r = r
+	return r
+}
+
+func (h *harness) node(name, providerID string, ready bool, labels map[string]string) {
+	h.t.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Spec: corev1.NodeSpec{ProviderID: providerID}}
+	if err := env.Client.Create(h.ctx, n); err != nil {
+		h.t.Fatal(err)
+	}
+	h.nodes = append(h.nodes, name)
+	h.setReady(name, ready)
+}
+
+func (h *harness) setReady(name string, ready bool) {
+	h.t.Helper()
+	var n corev1.Node
+	if err := env.Client.Get(h.ctx, client.ObjectKey{Name: name}, &n); err != nil {
+		h.t.Fatal(err)
+	}
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(), Reason: "Test"}}
+	if err := env.Client.Status().Update(h.ctx, &n); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) psk(name, value string) {
+	h.t.Helper()
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: name}, Data: map[string][]byte{"psk": []byte(value)}}
+	if err := env.Client.Create(h.ctx, s); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			var cur corev1.Secret
+			_ = env.Client.Get(h.ctx, client.ObjectKeyFromObject(s), &cur)
+			cur.Data = s.Data
+			if err := env.Client.Update(h.ctx, &cur); err != nil {
+				h.t.Fatal(err)
+			}
+			return
+		}
+		h.t.Fatal(err)
+	}
+}
+
+// spec is a valid gateway spec with one tunnel, one TLS exposure and (optionally) one
+// reverse exposure.
+func spec(reverse bool) v1alpha1.GatewaySpec {
+	s := v1alpha1.GatewaySpec{
+		Tunnels: []v1alpha1.Tunnel{{
+			Name:         "hq",
+			Peer:         v1alpha1.Peer{Address: "198.51.100.7", Subnets: []string{"192.168.10.0/24"}},
+			PreSharedKey: v1alpha1.SecretKeyRef{Name: "hq-psk", Key: "psk"},
+		}},
+		Exposures: []v1alpha1.Exposure{{
+			Name:   "portal",
+			Target: v1alpha1.Target{Address: "10.250.0.20", Ports: []v1alpha1.PortSpec{{Port: 443, Protocol: v1alpha1.ProtocolTCP}}},
+		}},
+	}
+	if reverse {
+		s.ReverseExposures = []v1alpha1.ReverseExposure{{
+			Name: "erp", Tunnel: "hq",
+			Target: v1alpha1.Target{Address: "192.168.10.5", Ports: []v1alpha1.PortSpec{{Port: 8443, Protocol: v1alpha1.ProtocolTCP}}},
+		}}
+	}
+	return s
+}
+
+func (h *harness) create(name string, s v1alpha1.GatewaySpec) *v1alpha1.IPsecGateway {
+	h.t.Helper()
+	gw := &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: name}, Spec: s}
+	if err := env.Client.Create(h.ctx, gw); err != nil {
+		h.t.Fatal(err)
+	}
+	return gw
+}
+
+func (h *harness) get(name string) *v1alpha1.IPsecGateway {
+	h.t.Helper()
+	var gw v1alpha1.IPsecGateway
+	if err := env.Client.Get(h.ctx, client.ObjectKey{Namespace: h.ns, Name: name}, &gw); err != nil {
+		h.t.Fatal(err)
+	}
+	return &gw
+}
+
+// mutate applies fn to the gateway's spec, retrying on conflicts.
+func (h *harness) mutate(name string, fn func(*v1alpha1.GatewaySpec)) {
+	h.t.Helper()
+	eventually(h.t, "spec update", func() (bool, string) {
+		gw := h.get(name)
+		fn(&gw.Spec)
+		if err := env.Client.Update(h.ctx, gw); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+}
+
+func condOf(conds []metav1.Condition, typ string) string {
+	c := meta.FindStatusCondition(conds, typ)
+	if c == nil {
+		return typ + "=<none>"
+	}
+	return fmt.Sprintf("%s=%s/%s (gen %d): %s", typ, c.Status, c.Reason, c.ObservedGeneration, c.Message)
+}
+
+// waitCond waits for a condition of the gateway's current generation.
+func (h *harness) waitCond(name, typ string, status metav1.ConditionStatus, reason string) *v1alpha1.IPsecGateway {
+	h.t.Helper()
+	var gw *v1alpha1.IPsecGateway
+	eventually(h.t, fmt.Sprintf("%s %s=%s/%s", name, typ, status, reason), func() (bool, string) {
+		gw = h.get(name)
+		c := meta.FindStatusCondition(gw.Status.Conditions, typ)
+		ok := c != nil && c.Status == status && (reason == "" || c.Reason == reason) && c.ObservedGeneration == gw.Generation
+		return ok, condOf(gw.Status.Conditions, typ) + " | " + condOf(gw.Status.Conditions, v1alpha1.ConditionReady)
+	})
+	return gw
+}
+
+func (h *harness) waitReady(name string) *v1alpha1.IPsecGateway {
+	h.t.Helper()
+	return h.waitCond(name, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReconciled)
+}
+
+func uidTag(uid types.UID) string { return openstack.TagUIDPrefix + string(uid) }
+
+// tagged counts the simulator's objects carrying the gateway's UID tag.
+func (h *harness) tagged(uid types.UID) (ports, sgs, fips int) {
+	tag := uidTag(uid)
+	for _, p := range h.sim.Ports() {
+		if contains(p.Tags, tag) {
+			ports++
+		}
+	}
+	for _, g := range h.sim.SecurityGroups() {
+		if contains(g.Tags, tag) {
+			sgs++
+		}
+	}
+	for _, f := range h.sim.FloatingIPs() {
+		if contains(f.Tags, tag) {
+			fips++
+		}
+	}
+	return
+}
+
+func (h *harness) operatorRouter() sim.Router {
+	h.t.Helper()
+	rt, ok := h.sim.RouterByName("shoot--services--vpn01")
+	if !ok {
+		h.t.Fatal("no operator router in the seed")
+	}
+	return rt
+}
+
+func routesVia(rt sim.Router, nexthop string) []sim.Route {
+	var out []sim.Route
+	for _, r := range rt.Routes {
+		if r.NextHop == nexthop {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// ingressRules lists a security group's ingress rules as "proto/port from cidr".
+func (h *harness) ingressRules(sgID string) []string {
+	h.t.Helper()
+	sg, ok := h.sim.SecurityGroup(sgID)
+	if !ok {
+		h.t.Fatalf("security group %s not found", sgID)
+	}
+	var out []string
+	for _, r := range sg.Rules {
+		if r.Direction != "ingress" {
+			continue
+		}
+		out = append(out, keyOf(openstack.SecurityGroupRule{Protocol: r.Protocol, PortRangeMin: r.PortRangeMin, PortRangeMax: r.PortRangeMax, RemoteIPPrefix: r.RemoteIPPrefix}).String())
+	}
+	sort.Strings(out)
+	return out
+}
+
+// quiesce waits until the manager has settled: its cache shows the gateway as the API
+// server has it and no reconcile finished for a while. Measurements start from there.
+func (h *harness) quiesce(name string) {
+	h.t.Helper()
+	eventually(h.t, "manager quiet", func() (bool, string) {
+		live := h.get(name)
+		var cached v1alpha1.IPsecGateway
+		if err := h.r.Client.Get(h.ctx, client.ObjectKeyFromObject(live), &cached); err != nil {
+			return false, err.Error()
+		}
+		idle := time.Since(time.Unix(0, h.lastReconcile.Load()))
+		return cached.ResourceVersion == live.ResourceVersion && idle > time.Second, fmt.Sprintf("cache %s, live %s, idle %s", cached.ResourceVersion, live.ResourceVersion, idle)
+	})
+}
+
+// reconcileOnce runs one reconcile of the gateway directly (outside the manager's queue).
+func (h *harness) reconcileOnce(name string) error {
+	_, err := h.r.reconcile(h.ctx, KindIPsecGateway, types.NamespacedName{Namespace: h.ns, Name: name})
+	return err
+}

@@ -1,0 +1,151 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/openstack"
+)
+
+var providerIDRe = regexp.MustCompile(`^openstack://[^/]*/([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$`)
+
+// ErrProviderIDUnparseable: a node's providerID does not name an OpenStack server.
+var ErrProviderIDUnparseable = errors.New("providerID does not name an OpenStack server")
+
+// ParseProviderID returns the Nova server ID of openstack:///<uuid> or
+// openstack://<region>/<uuid>.
+func ParseProviderID(pid string) (string, error) {
+	m := providerIDRe.FindStringSubmatch(pid)
+	if m == nil {
+		return "", fmt.Errorf("%w: %q (want openstack:///<server-uuid>)", ErrProviderIDUnparseable, pid)
+	}
+	return m[1], nil
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func controlPlane(n *corev1.Node) bool {
+	for _, l := range []string{"node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"} {
+		if _, ok := n.Labels[l]; ok {
+			return true
+		}
+	}
+	for _, t := range n.Spec.Taints {
+		if (t.Key == "node-role.kubernetes.io/control-plane" || t.Key == "node-role.kubernetes.io/master") && t.Effect != corev1.TaintEffectPreferNoSchedule {
+			return true
+		}
+	}
+	return false
+}
+
+// eligible: a node a new gateway may be placed on.
+func eligible(n *corev1.Node) bool {
+	return nodeReady(n) && !n.Spec.Unschedulable && !controlPlane(n) && n.DeletionTimestamp.IsZero()
+}
+
+// SelectNode keeps current while that node exists and is Ready (a gateway must not
+// bounce between nodes), else picks the first eligible node by name.
+func SelectNode(nodes []corev1.Node, current string) (string, bool) {
+	for i := range nodes {
+		if nodes[i].Name == current && current != "" && nodeReady(&nodes[i]) && nodes[i].DeletionTimestamp.IsZero() {
+			return current, true
+		}
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	for i := range nodes {
+		if eligible(&nodes[i]) {
+			return nodes[i].Name, true
+		}
+	}
+	return "", false
+}
+
+// ensureNodeSelected persists the node choice before anything is attached to it.
+func (r *Reconciler) ensureNodeSelected(ctx context.Context, g *gateway) (bool, error) {
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes); err != nil {
+		r.condFalse(g, v1alpha1.ConditionNodeSelected, v1alpha1.ReasonNoEligibleNode, "listing nodes: "+err.Error())
+		return false, err
+	}
+	name, ok := SelectNode(nodes.Items, g.status.NodeName)
+	if !ok {
+		r.condFalse(g, v1alpha1.ConditionNodeSelected, v1alpha1.ReasonNoEligibleNode,
+			"no Ready, schedulable, non-control-plane node; waiting for one")
+		return false, nil
+	}
+	if prev := g.status.NodeName; prev != name {
+		logr.FromContextOrDiscard(ctx).Info("gateway node selected", "node", name, "previous", prev)
+		if prev != "" && r.Recorder != nil {
+			r.Recorder.Eventf(g.obj, corev1.EventTypeWarning, "NodeChanged", "node %s is gone or not Ready; moving the gateway to %s", prev, name)
+		}
+	}
+	g.status.NodeName = name
+	r.condTrue(g, v1alpha1.ConditionNodeSelected, v1alpha1.ReasonNodeSelected, "gateway is pinned to node "+name)
+	return true, nil
+}
+
+// ensurePortAttached converges the port's Nova attachment to the selected node's
+// server: nothing when it is already there; detach (from whichever server holds it) and
+// wait before attaching when it moved.
+func (r *Reconciler) ensurePortAttached(ctx context.Context, g *gateway) (bool, error) {
+	log := logr.FromContextOrDiscard(ctx)
+	fail := func(err error) (bool, error) {
+		r.condFalse(g, v1alpha1.ConditionPortAttached, v1alpha1.ReasonPortAttachFailed, err.Error())
+		return false, err
+	}
+	var node corev1.Node
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: g.status.NodeName}, &node); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.condFalse(g, v1alpha1.ConditionPortAttached, v1alpha1.ReasonPortAttachFailed, "node "+g.status.NodeName+" is gone")
+			return false, nil
+		}
+		return fail(err)
+	}
+	serverID, err := ParseProviderID(node.Spec.ProviderID)
+	if err != nil {
+		r.condFalse(g, v1alpha1.ConditionPortAttached, v1alpha1.ReasonProviderIDUnparseable,
+			fmt.Sprintf("node %s: %v", node.Name, err))
+		return false, nil
+	}
+	port := g.port
+	if port.DeviceID != serverID {
+		if port.DeviceID != "" {
+			log.Info("detaching gateway port from its previous server", "port", port.ID, "server", port.DeviceID)
+			if err := r.OpenStack.Compute.DetachPort(ctx, port.DeviceID, port.ID); err != nil && !openstack.IsNotFound(err) {
+				return fail(err)
+			}
+			if _, err := openstack.WaitForPortDevice(ctx, r.net(), port.ID, "", r.PortWait); err != nil {
+				return fail(err)
+			}
+		}
+		log.Info("attaching gateway port", "port", port.ID, "server", serverID, "node", node.Name)
+		if _, err := r.OpenStack.Compute.AttachPort(ctx, serverID, port.ID); err != nil {
+			return fail(err)
+		}
+		p, err := openstack.WaitForPortDevice(ctx, r.net(), port.ID, serverID, r.PortWait)
+		if err != nil {
+			return fail(err)
+		}
+		g.port = p
+	}
+	g.status.ServerID = serverID
+	r.condTrue(g, v1alpha1.ConditionPortAttached, v1alpha1.ReasonPortAttached,
+		fmt.Sprintf("port %s is attached to server %s (node %s)", port.ID, serverID, node.Name))
+	return true, nil
+}

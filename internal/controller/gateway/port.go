@@ -1,0 +1,153 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/go-logr/logr"
+
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/openstack"
+)
+
+func (r *Reconciler) net() openstack.Networking { return r.OpenStack.Networking }
+
+// gatewayNetworkID resolves the configured gateway network once; names are resolved at
+// most once per process, IDs are used as they are.
+func (r *Reconciler) gatewayNetworkID(ctx context.Context) (string, error) {
+	r.resolveMu.Lock()
+	defer r.resolveMu.Unlock()
+	if r.networkID != "" {
+		return r.networkID, nil
+	}
+	if r.Config.GatewayNetwork == "" {
+		return "", fmt.Errorf("no gateway network configured")
+	}
+	n, err := r.net().ResolveNetwork(ctx, r.Config.GatewayNetwork)
+	if err != nil {
+		return "", err
+	}
+	r.networkID = n.ID
+	return n.ID, nil
+}
+
+func (r *Reconciler) externalNetworkID(ctx context.Context) (string, error) {
+	r.resolveMu.Lock()
+	defer r.resolveMu.Unlock()
+	if r.externalID != "" {
+		return r.externalID, nil
+	}
+	if r.Config.ExternalNetwork == "" {
+		return "", fmt.Errorf("no external network configured for floating IPs (IPSEC_EXTERNAL_NETWORK)")
+	}
+	n, err := r.net().ResolveNetwork(ctx, r.Config.ExternalNetwork)
+	if err != nil {
+		return "", err
+	}
+	r.externalID = n.ID
+	return n.ID, nil
+}
+
+func (r *Reconciler) operatorRouterID(ctx context.Context) (string, error) {
+	r.resolveMu.Lock()
+	defer r.resolveMu.Unlock()
+	if r.routerID != "" {
+		return r.routerID, nil
+	}
+	if r.Config.Router == "" {
+		return "", fmt.Errorf("no router configured (IPSEC_ROUTER_ID)")
+	}
+	rt, err := r.net().ResolveRouter(ctx, r.Config.Router)
+	if err != nil {
+		return "", err
+	}
+	r.routerID = rt.ID
+	return rt.ID, nil
+}
+
+// findOwnedPorts returns the gateway's ports: the one status names (by ID) if it is
+// still tagged for this gateway, else every port carrying the gateway's tags.
+func (r *Reconciler) findOwnedPorts(ctx context.Context, g *gateway) ([]openstack.Port, error) {
+	owner := g.owner()
+	if id := g.status.PortID; id != "" {
+		p, err := r.net().GetPort(ctx, id)
+		switch {
+		case err == nil && owner.OwnedBy(p.Tags):
+			return []openstack.Port{*p}, nil
+		case err != nil && !openstack.IsNotFound(err):
+			return nil, err
+		}
+	}
+	return r.net().ListPorts(ctx, openstack.ListPortsOpts{Tags: owner.Selector()})
+}
+
+// ensurePort creates or adopts the gateway's dedicated port. It is found by ID or by
+// the gateway's tags only, and it is created with its tags in the create request, so a
+// crash anywhere leaves at most one port to adopt.
+func (r *Reconciler) ensurePort(ctx context.Context, g *gateway) (bool, error) {
+	log := logr.FromContextOrDiscard(ctx)
+	fail := func(err error) (bool, error) {
+		r.condFalse(g, v1alpha1.ConditionPortReady, v1alpha1.ReasonPortFailed, err.Error())
+		return false, err
+	}
+	ports, err := r.findOwnedPorts(ctx, g)
+	if err != nil {
+		return fail(err)
+	}
+	var port *openstack.Port
+	if len(ports) > 0 {
+		// Only a lost create response can make two: keep the one in use (or the first
+		// created) and remove the others.
+		sort.SliceStable(ports, func(i, j int) bool {
+			return ports[i].ID == g.status.PortID || (ports[i].DeviceID != "" && ports[j].DeviceID == "")
+		})
+		port = &ports[0]
+		for _, extra := range ports[1:] {
+			if extra.DeviceID != "" {
+				continue
+			}
+			log.Info("deleting a duplicate gateway port", "port", extra.ID)
+			if err := r.net().DeletePort(ctx, extra.ID); err != nil && !openstack.IsNotFound(err) {
+				return fail(err)
+			}
+		}
+	} else {
+		netID, err := r.gatewayNetworkID(ctx)
+		if err != nil {
+			return fail(err)
+		}
+		owner := g.owner()
+		port, err = r.net().CreatePort(ctx, openstack.CreatePortOpts{
+			NetworkID:   netID,
+			Name:        openstack.ResourceName(g.kind, owner.Namespace, owner.Name),
+			Description: "bnerd-vpn-operator: dedicated port of " + g.String(),
+			Tags:        owner.Tags(),
+			// No group until the gateway's own is ready: nothing is admitted before.
+			SecurityGroups: []string{},
+		})
+		if err != nil {
+			return fail(err)
+		}
+		log.Info("created gateway port", "port", port.ID)
+	}
+	g.port = port
+	if len(port.FixedIPs) == 0 {
+		return fail(fmt.Errorf("port %s has no fixed IP", port.ID))
+	}
+	fixed := port.FixedIPs[0]
+	if g.status.PortID != port.ID || g.status.PortFixedIP != fixed.IPAddress || g.status.SubnetCIDR == "" || g.status.SubnetGatewayIP == "" {
+		sn, err := r.net().GetSubnet(ctx, fixed.SubnetID)
+		if err != nil {
+			return fail(err)
+		}
+		g.status.SubnetCIDR = sn.CIDR
+		g.status.SubnetGatewayIP = sn.GatewayIP
+	}
+	g.status.PortID = port.ID
+	g.status.PortFixedIP = fixed.IPAddress
+	g.status.PortMACAddress = port.MACAddress
+	r.condTrue(g, v1alpha1.ConditionPortReady, v1alpha1.ReasonPortReady,
+		fmt.Sprintf("port %s holds %s on %s", port.ID, fixed.IPAddress, g.status.SubnetCIDR))
+	return true, nil
+}

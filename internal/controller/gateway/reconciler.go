@@ -1,0 +1,286 @@
+// Package gateway reconciles IPsecGateways and VPNGateways: a /24 and virtual IPs, a
+// dedicated Neutron port with its security group, floating IP and (for reverse
+// exposures) routing, the port hot-attached to the pinned node's server, and the gateway
+// pod with its configuration. Each phase is one ensure-function with one condition,
+// run in order, its result persisted to status before the next phase depends on it.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/conditions"
+	"bnerd.net/vpn-operator/internal/ipam"
+	"bnerd.net/vpn-operator/internal/openstack"
+	"bnerd.net/vpn-operator/internal/operatorconfig"
+)
+
+// EventRecorder is the subset of client-go's record.EventRecorder the reconciler uses.
+type EventRecorder interface {
+	Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any)
+}
+
+// Deps are the reconciler's collaborators. Zero-valued optional fields are filled by
+// SetupWithManager from the manager.
+type Deps struct {
+	// Client reads (from the cache) and writes the API server. Required.
+	Client client.Client
+	// APIReader reads around the cache; used once to rebuild the allocations from every
+	// gateway's status. Default: the manager's API reader.
+	APIReader client.Reader
+	// OpenStack is the operator's own client set (Networking and Compute). Required.
+	OpenStack *openstack.Clients
+	// Config is the operator configuration.
+	Config operatorconfig.Config
+	// Recorder emits Events. Default: the manager's recorder.
+	Recorder EventRecorder
+	// Log is the base logger. Default: the manager's logger.
+	Log logr.Logger
+	// Clock stamps conditions; nil is time.Now.
+	Clock conditions.Clock
+	// PortWait bounds waiting for Nova to finish attaching or detaching the port.
+	// Default: poll every 2s for up to 2 minutes.
+	PortWait openstack.WaitOpts
+	// SkipNameValidation lets several managers in one process (tests) register the
+	// same controller names.
+	SkipNameValidation bool
+	// Observe, when set, is called after every reconcile (benchmarks and tests count
+	// reconciles with it).
+	Observe func(kind string, key types.NamespacedName, err error)
+}
+
+// Reconciler reconciles both gateway kinds.
+type Reconciler struct {
+	Deps
+
+	poolMu sync.Mutex
+	pool   *ipam.ServiceCIDRPool
+
+	resolveMu  sync.Mutex
+	networkID  string
+	externalID string
+	routerID   string
+	projectID  string
+}
+
+// New returns a reconciler; register it with SetupWithManager.
+func New(deps Deps) *Reconciler {
+	return &Reconciler{Deps: deps}
+}
+
+// ConditionTypes are the gateway's phase conditions in reconcile order; Ready summarises
+// them.
+var ConditionTypes = []string{
+	v1alpha1.ConditionValidated,
+	v1alpha1.ConditionAllocated,
+	v1alpha1.ConditionPortReady,
+	v1alpha1.ConditionSecurityGroupReady,
+	v1alpha1.ConditionFloatingIPReady,
+	v1alpha1.ConditionRoutingReady,
+	v1alpha1.ConditionNodeSelected,
+	v1alpha1.ConditionPortAttached,
+	v1alpha1.ConditionWorkloadReady,
+}
+
+// kindReconciler binds the shared reconciler to one kind for controller-runtime.
+type kindReconciler struct {
+	r    *Reconciler
+	kind string
+}
+
+func (k kindReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	res, err := k.r.reconcile(ctx, k.kind, req.NamespacedName)
+	if k.r.Observe != nil {
+		k.r.Observe(k.kind, req.NamespacedName, err)
+	}
+	return res, err
+}
+
+// outcome of a phase: done means carry on with the next phase.
+type phase struct {
+	cond string
+	run  func(ctx context.Context, g *gateway) (done bool, err error)
+}
+
+func (r *Reconciler) phases() []phase {
+	return []phase{
+		{v1alpha1.ConditionValidated, r.ensureValidated},
+		{v1alpha1.ConditionAllocated, r.ensureAllocated},
+		{v1alpha1.ConditionPortReady, r.ensurePort},
+		{v1alpha1.ConditionSecurityGroupReady, r.ensureSecurityGroup},
+		{v1alpha1.ConditionFloatingIPReady, r.ensureFloatingIP},
+		{v1alpha1.ConditionRoutingReady, r.ensureRouting},
+		{v1alpha1.ConditionNodeSelected, r.ensureNodeSelected},
+		{v1alpha1.ConditionPortAttached, r.ensurePortAttached},
+		{v1alpha1.ConditionWorkloadReady, r.ensureWorkload},
+	}
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, kind string, key types.NamespacedName) (ctrl.Result, error) {
+	log := r.Log.WithValues("kind", kind, "gateway", key.String())
+	ctx = logr.NewContext(ctx, log)
+	obj := newObject(kind)
+	if err := r.Client.Get(ctx, key, obj); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	g, err := viewOf(obj)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !obj.GetDeletionTimestamp().IsZero() {
+		return r.finalize(ctx, g)
+	}
+	if !controllerutil.ContainsFinalizer(obj, v1alpha1.FinalizerGateway) {
+		base := obj.DeepCopyObject().(client.Object)
+		controllerutil.AddFinalizer(obj, v1alpha1.FinalizerGateway)
+		if err := r.Client.Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+			return ctrl.Result{}, err
+		}
+		g.base = obj.DeepCopyObject().(client.Object)
+	}
+
+	var runErr error
+	for _, p := range r.phases() {
+		done, err := p.run(ctx, g)
+		if err != nil {
+			runErr = fmt.Errorf("%s: %w", p.cond, err)
+			break
+		}
+		if !done {
+			break
+		}
+		// The next phase may act on this one's result: record it first.
+		if perr := r.persist(ctx, g); perr != nil {
+			return ctrl.Result{}, perr
+		}
+	}
+	r.summarize(g)
+	if g.status.TunnelsReady == "" {
+		g.status.TunnelsReady = fmt.Sprintf("0/%d", len(g.spec.Tunnels))
+	}
+	if err := r.persist(ctx, g); err != nil {
+		return ctrl.Result{}, errors.Join(runErr, err)
+	}
+	if runErr != nil {
+		if d := openstack.RetryAfter(runErr); d > 0 {
+			log.Info("OpenStack asked to retry later", "after", d, "error", runErr.Error())
+			return ctrl.Result{RequeueAfter: d}, nil
+		}
+		return ctrl.Result{}, runErr
+	}
+	return ctrl.Result{RequeueAfter: r.Config.ResyncInterval}, nil
+}
+
+// summarize derives Ready from the phase conditions.
+func (r *Reconciler) summarize(g *gateway) {
+	blocking := conditions.Summary(g.status.Conditions, ConditionTypes...)
+	if blocking == nil {
+		r.setCond(g, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReconciled, "every phase is converged")
+	} else {
+		r.setCond(g, v1alpha1.ConditionReady, metav1.ConditionFalse, blocking.Reason, blocking.Type+": "+blocking.Message)
+	}
+	g.status.ObservedGeneration = g.obj.GetGeneration()
+}
+
+// setCond records a condition and, when it changed, an Event: a state change is news,
+// a repeated one is not (a converged gateway emits nothing).
+func (r *Reconciler) setCond(g *gateway, condType string, status metav1.ConditionStatus, reason, message string) {
+	prev := conditions.Get(g.status.Conditions, condType)
+	s := conditions.Setter{Conditions: &g.status.Conditions, Generation: g.obj.GetGeneration(), Now: r.Clock}
+	if !s.Set(condType, status, reason, message) {
+		return
+	}
+	if prev != nil && prev.Status == status && prev.Reason == reason && prev.Message == message {
+		return // only the observed generation moved
+	}
+	if r.Recorder == nil {
+		return
+	}
+	typ := corev1.EventTypeNormal
+	if status == metav1.ConditionFalse {
+		typ = corev1.EventTypeWarning
+	}
+	r.Recorder.Eventf(g.obj, typ, reason, "%s=%s: %s", condType, status, message)
+}
+
+func (r *Reconciler) condTrue(g *gateway, condType, reason, message string) {
+	r.setCond(g, condType, metav1.ConditionTrue, reason, message)
+}
+
+func (r *Reconciler) condFalse(g *gateway, condType, reason, message string) {
+	r.setCond(g, condType, metav1.ConditionFalse, reason, message)
+}
+
+// persist writes the status when it differs from what the API server has. The patch
+// carries the resourceVersion: a concurrent writer makes it fail with a conflict, and
+// the retry starts from a fresh read instead of overwriting (an allocation is never
+// silently lost or doubled).
+func (r *Reconciler) persist(ctx context.Context, g *gateway) error {
+	baseStatus := statusOf(g.base)
+	if equality.Semantic.DeepEqual(*baseStatus, *g.status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, g.obj, client.MergeFromWithOptions(g.base, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsConflict(err) {
+			return fmt.Errorf("status changed concurrently, retrying from a fresh read: %w", err)
+		}
+		return fmt.Errorf("writing status: %w", err)
+	}
+	g.base = g.obj.DeepCopyObject().(client.Object)
+	return nil
+}
+
+func statusOf(obj client.Object) *v1alpha1.GatewayStatus {
+	switch o := obj.(type) {
+	case *v1alpha1.IPsecGateway:
+		return &o.Status
+	case *v1alpha1.VPNGateway:
+		return &o.Status
+	}
+	return &v1alpha1.GatewayStatus{}
+}
+
+// ensureValidated refuses a spec the schema could not judge, before any OpenStack call.
+func (r *Reconciler) ensureValidated(ctx context.Context, g *gateway) (bool, error) {
+	if errs := g.validate(); len(errs) > 0 {
+		reason := v1alpha1.ReasonInvalidSpec
+		if onlyUnsupported(errs.ToAggregate().Errors()) {
+			reason = v1alpha1.ReasonUnsupported
+		}
+		r.condFalse(g, v1alpha1.ConditionValidated, reason, errs.ToAggregate().Error())
+		return false, nil
+	}
+	if errs := g.spec.PlaintextExposures(); len(errs) > 0 {
+		r.condFalse(g, v1alpha1.ConditionValidated, v1alpha1.ReasonPlaintextExposure, errs.ToAggregate().Error())
+		return false, nil
+	}
+	r.condTrue(g, v1alpha1.ConditionValidated, v1alpha1.ReasonValid, "spec is valid")
+	return true, nil
+}
+
+// onlyUnsupported reports whether every error is a refusal of a planned feature (routed
+// tunnels, WireGuard) rather than a mistake in the spec.
+func onlyUnsupported(errs []error) bool {
+	for _, e := range errs {
+		s := e.Error()
+		if !strings.Contains(s, "is not implemented in") {
+			return false
+		}
+	}
+	return len(errs) > 0
+}

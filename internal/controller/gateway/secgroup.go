@@ -1,0 +1,185 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/openstack"
+)
+
+// ruleKey identifies an ingress rule by what it admits; descriptions do not count, so
+// identical rules from two sources collapse to one.
+type ruleKey struct {
+	Protocol string
+	Min, Max int
+	Remote   string
+}
+
+func (k ruleKey) String() string {
+	proto := k.Protocol
+	if proto == "" {
+		proto = "any"
+	}
+	if k.Min == 0 {
+		return fmt.Sprintf("%s from %s", proto, k.Remote)
+	}
+	return fmt.Sprintf("%s/%d from %s", proto, k.Min, k.Remote)
+}
+
+// DesiredIngressRules is the gateway security group's ingress: IKE (UDP 500) and NAT-T
+// (UDP 4500) from each tunnel's peer only, never from anywhere and never bare ESP (NAT-T
+// is mandatory behind the floating IP); and, once internal source CIDRs are configured,
+// each reverse exposure's ports from each of them (every protocol when the reverse
+// exposure lists no ports).
+func DesiredIngressRules(spec *v1alpha1.GatewaySpec, internal []netip.Prefix) []ruleKey {
+	set := map[ruleKey]bool{}
+	for _, t := range spec.Tunnels {
+		a, err := netip.ParseAddr(t.Peer.Address)
+		if err != nil || !a.Is4() {
+			continue
+		}
+		remote := netip.PrefixFrom(a, 32).String()
+		for _, port := range []int{500, 4500} {
+			set[ruleKey{Protocol: openstack.ProtocolUDP, Min: port, Max: port, Remote: remote}] = true
+		}
+	}
+	for _, re := range spec.ReverseExposures {
+		for _, cidr := range internal {
+			if len(re.Target.Ports) == 0 {
+				set[ruleKey{Remote: cidr.String()}] = true
+				continue
+			}
+			for _, p := range re.Target.Ports {
+				proto := strings.ToLower(string(p.Protocol))
+				if proto == "" {
+					proto = openstack.ProtocolTCP
+				}
+				set[ruleKey{Protocol: proto, Min: int(p.Port), Max: int(p.Port), Remote: cidr.String()}] = true
+			}
+		}
+	}
+	out := make([]ruleKey, 0, len(set))
+	for k := range set {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out
+}
+
+func keyOf(r openstack.SecurityGroupRule) ruleKey {
+	return ruleKey{Protocol: r.Protocol, Min: r.PortRangeMin, Max: r.PortRangeMax, Remote: r.RemoteIPPrefix}
+}
+
+func (r *Reconciler) findSecurityGroup(ctx context.Context, g *gateway) (*openstack.SecurityGroup, []openstack.SecurityGroup, error) {
+	owner := g.owner()
+	if id := g.status.SecurityGroupID; id != "" {
+		sg, err := r.net().GetSecurityGroup(ctx, id)
+		switch {
+		case err == nil && owner.OwnedBy(sg.Tags):
+			return sg, nil, nil
+		case err != nil && !openstack.IsNotFound(err):
+			return nil, nil, err
+		}
+	}
+	sgs, err := r.net().ListSecurityGroups(ctx, owner.Selector())
+	if err != nil || len(sgs) == 0 {
+		return nil, nil, err
+	}
+	return &sgs[0], sgs[1:], nil
+}
+
+// ensureSecurityGroup converges the gateway's own security group and applies it (and
+// only it) to the port.
+func (r *Reconciler) ensureSecurityGroup(ctx context.Context, g *gateway) (bool, error) {
+	fail := func(err error) (bool, error) {
+		r.condFalse(g, v1alpha1.ConditionSecurityGroupReady, v1alpha1.ReasonSecurityGroupFail, err.Error())
+		return false, err
+	}
+	sg, extras, err := r.findSecurityGroup(ctx, g)
+	if err != nil {
+		return fail(err)
+	}
+	owner := g.owner()
+	if sg == nil {
+		sg, err = r.net().CreateSecurityGroup(ctx, openstack.CreateSecurityGroupOpts{
+			Name:        openstack.ResourceName(g.kind, owner.Namespace, owner.Name),
+			Description: "bnerd-vpn-operator: ingress of " + g.String(),
+			Tags:        owner.Tags(),
+		})
+		if err != nil {
+			return fail(err)
+		}
+	}
+	// Only a lost create response makes a second group; it was never applied to the port
+	// by this reconciler unless the port says so.
+	for _, x := range extras {
+		if contains(g.port.SecurityGroups, x.ID) {
+			continue
+		}
+		if err := r.net().DeleteSecurityGroup(ctx, x.ID); err != nil && !openstack.IsNotFound(err) {
+			return fail(err)
+		}
+	}
+	// Record the group before touching its rules, so the next reconcile finds it by ID.
+	g.status.SecurityGroupID = sg.ID
+
+	want := DesiredIngressRules(g.spec, r.Config.InternalSourceCIDRs)
+	wantSet := map[ruleKey]bool{}
+	for _, k := range want {
+		wantSet[k] = true
+	}
+	have := map[ruleKey]bool{}
+	for _, rule := range sg.Rules {
+		if rule.Direction != openstack.DirectionIngress {
+			continue // egress is Neutron's default allow; the gateway pod needs it
+		}
+		k := keyOf(rule)
+		if rule.EtherType != openstack.EtherTypeIPv4 || !wantSet[k] || have[k] {
+			if err := r.net().DeleteSecurityGroupRule(ctx, rule.ID); err != nil && !openstack.IsNotFound(err) {
+				return fail(err)
+			}
+			continue
+		}
+		have[k] = true
+	}
+	for _, k := range want {
+		if have[k] {
+			continue
+		}
+		_, err := r.net().CreateSecurityGroupRule(ctx, openstack.CreateSecurityGroupRuleOpts{
+			SecurityGroupID: sg.ID,
+			Direction:       openstack.DirectionIngress,
+			EtherType:       openstack.EtherTypeIPv4,
+			Protocol:        k.Protocol,
+			PortRangeMin:    k.Min,
+			PortRangeMax:    k.Max,
+			RemoteIPPrefix:  k.Remote,
+		})
+		if err != nil && !openstack.IsConflict(err) {
+			return fail(err)
+		}
+	}
+	if len(g.port.SecurityGroups) != 1 || g.port.SecurityGroups[0] != sg.ID {
+		p, err := r.net().UpdatePortSecurityGroups(ctx, g.port.ID, []string{sg.ID})
+		if err != nil {
+			return fail(err)
+		}
+		g.port = p
+	}
+	r.condTrue(g, v1alpha1.ConditionSecurityGroupReady, v1alpha1.ReasonSecurityGroup,
+		fmt.Sprintf("security group %s admits %d ingress rules", sg.ID, len(want)))
+	return true, nil
+}
+
+func contains(list []string, v string) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,180 @@
+package gateway
+
+import (
+	"context"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/conditions"
+	"bnerd.net/vpn-operator/internal/operatorconfig"
+	"bnerd.net/vpn-operator/internal/render"
+)
+
+// indexPSKSecret indexes gateways by the names of the Secrets their tunnels read, so a
+// rotated key reaches exactly the gateways that use it.
+const indexPSKSecret = "ipsec.bnerd.net/psk-secret"
+
+// SetupWithManager registers one controller per kind (IPsecGateway and VPNGateway),
+// both backed by this reconciler and its one allocator.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Client == nil {
+		r.Client = mgr.GetClient()
+	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorderFor("bnerd-vpn-operator") //nolint:staticcheck // the events/v1 recorder needs a different call shape everywhere
+	}
+	if r.Log.GetSink() == nil {
+		r.Log = mgr.GetLogger().WithName("gateway")
+	}
+	if r.Config.ResyncInterval <= 0 {
+		r.Config.ResyncInterval = operatorconfig.DefaultResyncInterval
+	}
+	if r.Config.MaxConcurrentReconciles <= 0 {
+		r.Config.MaxConcurrentReconciles = 1
+	}
+	_, nadErr := mgr.GetRESTMapper().RESTMapping(render.NADGVK.GroupKind(), render.NADGVK.Version)
+
+	for _, kind := range []string{KindIPsecGateway, KindVPNGateway} {
+		kind := kind
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), newObject(kind), indexPSKSecret, func(o client.Object) []string {
+			g, err := viewOf(o)
+			if err != nil {
+				return nil
+			}
+			return pskSecretNames(g.spec)
+		}); err != nil {
+			return err
+		}
+		b := ctrl.NewControllerManagedBy(mgr).
+			Named(strings.ToLower(kind)).
+			For(newObject(kind)).
+			Owns(&corev1.ConfigMap{}).
+			Owns(&corev1.Secret{}).
+			Owns(&corev1.ServiceAccount{}).
+			Owns(&rbacv1.Role{}).
+			Owns(&rbacv1.RoleBinding{}).
+			Owns(&appsv1.Deployment{}).
+			Owns(&networkingv1.NetworkPolicy{}).
+			Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.mapNode(kind)), builder.WithPredicates(nodeChanged)).
+			Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.mapSecret(kind))).
+			WithOptions(controller.Options{
+				MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles,
+				SkipNameValidation:      &r.SkipNameValidation,
+			})
+		if nadErr == nil {
+			nad := &unstructured.Unstructured{}
+			nad.SetGroupVersionKind(render.NADGVK)
+			b = b.Owns(nad)
+		} else {
+			r.Log.Info("WARNING: the NetworkAttachmentDefinition CRD (Multus) is not installed; gateway NADs cannot be created or watched", "error", nadErr.Error())
+		}
+		if err := b.Complete(kindReconciler{r: r, kind: kind}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// listGateways lists one kind's gateways, optionally filtered.
+func (r *Reconciler) listGateways(ctx context.Context, kind string, opts ...client.ListOption) ([]*gateway, error) {
+	var out []*gateway
+	switch kind {
+	case KindVPNGateway:
+		var l v1alpha1.VPNGatewayList
+		if err := r.Client.List(ctx, &l, opts...); err != nil {
+			return nil, err
+		}
+		for i := range l.Items {
+			g, _ := viewOf(&l.Items[i])
+			out = append(out, g)
+		}
+	default:
+		var l v1alpha1.IPsecGatewayList
+		if err := r.Client.List(ctx, &l, opts...); err != nil {
+			return nil, err
+		}
+		for i := range l.Items {
+			g, _ := viewOf(&l.Items[i])
+			out = append(out, g)
+		}
+	}
+	return out, nil
+}
+
+func requestOf(g *gateway) reconcile.Request {
+	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: g.obj.GetNamespace(), Name: g.obj.GetName()}}
+}
+
+// mapNode wakes the gateways pinned to a node that changed, and those still waiting for
+// a node or stuck on their node's providerID.
+func (r *Reconciler) mapNode(kind string) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		gws, err := r.listGateways(ctx, kind)
+		if err != nil {
+			r.Log.Error(err, "listing gateways for a node change")
+			return nil
+		}
+		var out []reconcile.Request
+		for _, g := range gws {
+			gen := g.obj.GetGeneration()
+			if g.status.NodeName == o.GetName() || g.status.NodeName == "" ||
+				!conditions.IsTrue(g.status.Conditions, v1alpha1.ConditionNodeSelected, gen) ||
+				!conditions.IsTrue(g.status.Conditions, v1alpha1.ConditionPortAttached, gen) {
+				out = append(out, requestOf(g))
+			}
+		}
+		return out
+	}
+}
+
+// mapSecret wakes the gateways whose tunnels read their keys from the Secret.
+func (r *Reconciler) mapSecret(kind string) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		gws, err := r.listGateways(ctx, kind, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexPSKSecret: o.GetName()})
+		if err != nil {
+			r.Log.Error(err, "listing gateways for a Secret change")
+			return nil
+		}
+		out := make([]reconcile.Request, 0, len(gws))
+		for _, g := range gws {
+			out = append(out, requestOf(g))
+		}
+		return out
+	}
+}
+
+// nodeChanged passes node events that can change a gateway's placement: not the
+// heartbeats that update every node's status all the time.
+var nodeChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*corev1.Node)
+		n, ok2 := e.ObjectNew.(*corev1.Node)
+		if !ok1 || !ok2 {
+			return true
+		}
+		return nodeReady(o) != nodeReady(n) ||
+			o.Spec.Unschedulable != n.Spec.Unschedulable ||
+			o.Spec.ProviderID != n.Spec.ProviderID ||
+			controlPlane(o) != controlPlane(n) ||
+			o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero()
+	},
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}

@@ -1,0 +1,300 @@
+package render
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"text/template"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"bnerd.net/vpn-operator/internal/gatewayconfig"
+)
+
+// ConfigMap carries the gateway's rendered configuration; it never holds a secret. An
+// exposure change only changes this object: the agent reloads it without a pod restart.
+func ConfigMap(g Gateway, cfg *gatewayconfig.Config) (*corev1.ConfigMap, error) {
+	js, err := gatewayconfig.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	swan, err := gatewayconfig.RenderSwanctl(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: objectMeta(g, ConfigMapName(g.Name)),
+		Data: map[string]string{
+			gatewayconfig.ConfigMapKeyConfig:  string(js),
+			gatewayconfig.ConfigMapKeySwanctl: swan,
+		},
+	}, nil
+}
+
+// Secret carries the rendered secrets section (the IKE pre-shared keys).
+func Secret(g Gateway, secretsConf string) *corev1.Secret {
+	return &corev1.Secret{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: objectMeta(g, SecretName(g.Name)),
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{gatewayconfig.SecretKeySecrets: []byte(secretsConf)},
+	}
+}
+
+// NADGVK is the Multus NetworkAttachmentDefinition's kind. It is written as unstructured
+// so the operator needs no Multus Go module.
+var NADGVK = schema.GroupVersionKind{Group: "k8s.cni.cncf.io", Version: "v1", Kind: "NetworkAttachmentDefinition"}
+
+// DefaultNADTemplate moves the dedicated port's device, found by its MAC (interface
+// names are not stable across nodes), into the pod with the port's fixed IP as a /32.
+const DefaultNADTemplate = `{
+  "cniVersion": "0.3.1",
+  "name": "{{ .Name }}",
+  "type": "host-device",
+  "hwaddr": "{{ .MACAddress }}",
+  "ipam": {
+    "type": "static",
+    "addresses": [{ "address": "{{ .FixedIP }}/32" }]
+  }
+}`
+
+// NADInput are the values a NAD template may use.
+type NADInput struct {
+	Name            string
+	Namespace       string
+	MACAddress      string
+	FixedIP         string
+	SubnetCIDR      string
+	SubnetGatewayIP string
+}
+
+// NAD renders the NetworkAttachmentDefinition from tmpl (DefaultNADTemplate when
+// empty). The result must be JSON; it is stored compacted so that whitespace in the
+// template never looks like drift.
+func NAD(g Gateway, tmpl string, in NADInput) (*unstructured.Unstructured, error) {
+	if _, err := net.ParseMAC(in.MACAddress); err != nil {
+		return nil, fmt.Errorf("NAD: port MAC %q: %w", in.MACAddress, err)
+	}
+	if a, err := netip.ParseAddr(in.FixedIP); err != nil || !a.Is4() {
+		return nil, fmt.Errorf("NAD: port fixed IP %q is not an IPv4 address", in.FixedIP)
+	}
+	if tmpl == "" {
+		tmpl = DefaultNADTemplate
+	}
+	t, err := template.New("nad").Option("missingkey=error").Parse(tmpl)
+	if err != nil {
+		return nil, fmt.Errorf("NAD template: %w", err)
+	}
+	in.Name = NADName(g.Name)
+	in.Namespace = g.Namespace
+	var buf bytes.Buffer
+	if err := t.Execute(&buf, in); err != nil {
+		return nil, fmt.Errorf("NAD template: %w", err)
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, buf.Bytes()); err != nil {
+		return nil, fmt.Errorf("NAD template does not render JSON: %w", err)
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(NADGVK)
+	m := objectMeta(g, NADName(g.Name))
+	u.SetName(m.Name)
+	u.SetNamespace(m.Namespace)
+	u.SetLabels(m.Labels)
+	u.SetOwnerReferences(m.OwnerReferences)
+	if err := unstructured.SetNestedField(u.Object, compact.String(), "spec", "config"); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// ServiceAccount is the gateway pod's identity.
+func ServiceAccount(g Gateway) *corev1.ServiceAccount {
+	return &corev1.ServiceAccount{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
+		ObjectMeta: objectMeta(g, ServiceAccountName(g.Name)),
+	}
+}
+
+// Role lets the pod read its own ConfigMap and write its own gateway's status, nothing
+// else: resourceNames pin both to this gateway.
+func Role(g Gateway, group string) *rbacv1.Role {
+	return &rbacv1.Role{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+		ObjectMeta: objectMeta(g, RoleName(g.Name)),
+		Rules: []rbacv1.PolicyRule{
+			{
+				APIGroups:     []string{""},
+				Resources:     []string{"configmaps"},
+				ResourceNames: []string{ConfigMapName(g.Name)},
+				Verbs:         []string{"get", "list", "watch"},
+			},
+			{
+				APIGroups:     []string{group},
+				Resources:     []string{g.Resource + "/status"},
+				ResourceNames: []string{g.Name},
+				Verbs:         []string{"get", "patch", "update"},
+			},
+		},
+	}
+}
+
+// RoleBinding binds Role to ServiceAccount.
+func RoleBinding(g Gateway) *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+		ObjectMeta: objectMeta(g, RoleName(g.Name)),
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: RoleName(g.Name)},
+		Subjects: []rbacv1.Subject{{
+			Kind: rbacv1.ServiceAccountKind, Name: ServiceAccountName(g.Name), Namespace: g.Namespace,
+		}},
+	}
+}
+
+// Workload is what the Deployment depends on. Nothing here changes with exposures, so an
+// exposure change never rolls the pod; a node change (NodeName) or a replaced port
+// (PortMAC) does.
+type Workload struct {
+	Gateway      Gateway
+	NodeName     string
+	PortMAC      string
+	GatewayImage string
+	AgentImage   string
+}
+
+// Deployment runs the gateway pod: one replica, hard-pinned to the node whose server
+// holds the dedicated port, replaced (never surged) because two pods cannot share it.
+func Deployment(w Workload) (*appsv1.Deployment, error) {
+	g := w.Gateway
+	if w.NodeName == "" {
+		return nil, fmt.Errorf("deployment: no node selected")
+	}
+	networks, err := json.Marshal([]map[string]string{{"name": NADName(g.Name), "interface": NIC2Interface}})
+	if err != nil {
+		return nil, err
+	}
+	one := int32(1)
+	f := false
+	t := true
+	grace := int64(30)
+	readOnly := int32(0o440)
+	ro := func(name, path string) corev1.VolumeMount {
+		return corev1.VolumeMount{Name: name, MountPath: path, ReadOnly: true}
+	}
+	caps := func(add ...corev1.Capability) *corev1.SecurityContext {
+		return &corev1.SecurityContext{
+			AllowPrivilegeEscalation: &f,
+			Capabilities:             &corev1.Capabilities{Add: add, Drop: []corev1.Capability{"ALL"}},
+		}
+	}
+	// Every agent role reads the ConfigMap through the API (kubelet refreshes a mounted
+	// ConfigMap only after up to minutes; a watch applies a change within a second).
+	sock := RunMountPath + "/charon.vici"
+	natState := RunMountPath + "/nat-state.json"
+	source := []string{"--namespace=" + g.Namespace, "--configmap=" + ConfigMapName(g.Name)}
+	agent := func(name string, args []string, sc *corev1.SecurityContext, mounts ...corev1.VolumeMount) corev1.Container {
+		return corev1.Container{
+			Name:            name,
+			Image:           w.AgentImage,
+			Args:            args,
+			SecurityContext: sc,
+			VolumeMounts:    mounts,
+		}
+	}
+	labels := Labels(g)
+	d := &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: objectMeta(g, DeploymentName(g.Name)),
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &one,
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
+			Selector: &metav1.LabelSelector{MatchLabels: SelectorLabels(g)},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{
+					Labels: labels,
+					Annotations: map[string]string{
+						AnnotationNetworks: string(networks),
+						AnnotationPortMAC:  w.PortMAC,
+					},
+				},
+				Spec: corev1.PodSpec{
+					// A hard pin, not a scheduling hint: the port is attached to exactly
+					// this node's server.
+					NodeName:                      w.NodeName,
+					ServiceAccountName:            ServiceAccountName(g.Name),
+					AutomountServiceAccountToken:  &t,
+					EnableServiceLinks:            &f,
+					TerminationGracePeriodSeconds: &grace,
+					Containers: []corev1.Container{
+						agent(ContainerInitNAT, append([]string{"init-nat", "--guard=xfrm", "--state-file=" + natState}, source...),
+							caps("NET_ADMIN"), corev1.VolumeMount{Name: "run", MountPath: RunMountPath}),
+						{
+							Name:            ContainerStrongswan,
+							Image:           w.GatewayImage,
+							Args:            []string{"charon", "--vici-socket=" + sock, "--conf=" + RunMountPath + "/strongswan.conf"},
+							SecurityContext: caps("NET_ADMIN", "NET_RAW", "NET_BIND_SERVICE"),
+							VolumeMounts:    []corev1.VolumeMount{{Name: "run", MountPath: RunMountPath}},
+						},
+						// The status agent also loads the connections over VICI; the shared
+						// keys come from the mounted Secret, so the pod needs no API access to it.
+						agent(ContainerStatus, append([]string{"status-agent", "--vici-socket=" + sock,
+							"--load-secrets-file=" + SecretsMountPath + "/" + gatewayconfig.SecretKeySecrets}, source...), caps(),
+							ro("secrets", SecretsMountPath), corev1.VolumeMount{Name: "run", MountPath: RunMountPath}),
+						func() corev1.Container {
+							c := agent(ContainerExporter, append([]string{"ipsec-exporter", fmt.Sprintf("--listen=:%d", MetricsPort),
+								"--vici-socket=" + sock, "--nat-state-file=" + natState}, source...), caps(),
+								corev1.VolumeMount{Name: "run", MountPath: RunMountPath})
+							c.Ports = []corev1.ContainerPort{{Name: MetricsPortName, ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP}}
+							return c
+						}(),
+					},
+					Volumes: []corev1.Volume{
+						{Name: "secrets", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+							SecretName: SecretName(g.Name), DefaultMode: &readOnly,
+						}}},
+						{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+					},
+				},
+			},
+		},
+	}
+	return d, nil
+}
+
+// NetworkPolicy governs NIC1 only (NIC2 is outside NetworkPolicy's reach): metrics from
+// anywhere, any port from the operator's namespace when it is known. Egress is left
+// unrestricted on purpose (see docs/gateway.md).
+func NetworkPolicy(g Gateway, operatorNamespace string) *networkingv1.NetworkPolicy {
+	tcp := corev1.ProtocolTCP
+	metrics := intstr.FromInt32(MetricsPort)
+	np := &networkingv1.NetworkPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
+		ObjectMeta: objectMeta(g, NetworkPolicyName(g.Name)),
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: SelectorLabels(g)},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &metrics}},
+				From:  []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}}},
+			}},
+		},
+	}
+	if operatorNamespace != "" {
+		np.Spec.Ingress = append(np.Spec.Ingress, networkingv1.NetworkPolicyIngressRule{
+			From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{corev1.LabelMetadataName: operatorNamespace},
+			}}},
+		})
+	}
+	return np
+}

@@ -1,0 +1,115 @@
+// Package render builds the Kubernetes objects of a gateway: its ConfigMap and Secret,
+// the Multus NetworkAttachmentDefinition, the RBAC of its pod, the Deployment and the
+// NIC1 NetworkPolicy. Builders are pure: same input, same object. The reconciler owns
+// creating, comparing and updating them.
+package render
+
+import (
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Label keys and values on every object of a gateway.
+const (
+	LabelName      = "app.kubernetes.io/name"
+	LabelInstance  = "app.kubernetes.io/instance"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	LabelComponent = "app.kubernetes.io/component"
+	LabelGateway   = "ipsec.bnerd.net/gateway"
+	LabelKind      = "ipsec.bnerd.net/gateway-kind"
+
+	AppName   = "bnerd-vpn-gateway"
+	ManagedBy = "bnerd-vpn-operator"
+)
+
+// Annotations on the gateway pod.
+const (
+	// AnnotationNetworks is Multus' request for secondary interfaces.
+	AnnotationNetworks = "k8s.v1.cni.cncf.io/networks"
+	// AnnotationPortMAC records the dedicated port's MAC: a replaced port (new MAC) must
+	// roll the pod, because the host device it selects changed.
+	AnnotationPortMAC = "ipsec.bnerd.net/port-mac"
+)
+
+// Fixed facts of the gateway pod.
+const (
+	MetricsPort     = 9903
+	MetricsPortName = "metrics"
+	// NIC2Interface is the name of the dedicated port inside the pod.
+	NIC2Interface = "net1"
+
+	SecretsMountPath = "/etc/bnerd-vpn/secrets"
+	RunMountPath     = "/var/run/charon"
+)
+
+// Container names of the gateway pod.
+const (
+	ContainerInitNAT    = "init-nat"
+	ContainerStrongswan = "strongswan"
+	ContainerStatus     = "status-agent"
+	ContainerExporter   = "ipsec-exporter"
+)
+
+// Gateway identifies the custom resource that owns the rendered objects.
+type Gateway struct {
+	// APIVersion and Kind of the owner (IPsecGateway or VPNGateway).
+	APIVersion string
+	Kind       string
+	// Resource is the owner's plural resource name, for the pod's RBAC.
+	Resource  string
+	Namespace string
+	Name      string
+	UID       types.UID
+}
+
+// Object names, all derived from the gateway's name.
+func ConfigMapName(gw string) string      { return gw + "-gateway" }
+func SecretName(gw string) string         { return gw + "-gateway-psk" }
+func ServiceAccountName(gw string) string { return gw + "-gateway" }
+func RoleName(gw string) string           { return gw + "-gateway" }
+func DeploymentName(gw string) string     { return gw + "-gateway" }
+func NADName(gw string) string            { return gw + "-nic2" }
+func NetworkPolicyName(gw string) string  { return gw + "-nic1" }
+
+// SelectorLabels select the gateway's pod; they never change for a gateway, so the
+// Deployment's immutable selector stays valid.
+func SelectorLabels(g Gateway) map[string]string {
+	return map[string]string{
+		LabelName:     AppName,
+		LabelInstance: g.Name,
+		LabelKind:     strings.ToLower(g.Kind),
+	}
+}
+
+// Labels are put on every object of the gateway.
+func Labels(g Gateway) map[string]string {
+	l := SelectorLabels(g)
+	l[LabelManagedBy] = ManagedBy
+	l[LabelGateway] = g.Name
+	return l
+}
+
+// OwnerReference makes the gateway the controller of an object, so the garbage
+// collector removes the object with the gateway and the operator's watch sees its drift.
+func OwnerReference(g Gateway) metav1.OwnerReference {
+	t := true
+	return metav1.OwnerReference{
+		APIVersion:         g.APIVersion,
+		Kind:               g.Kind,
+		Name:               g.Name,
+		UID:                g.UID,
+		Controller:         &t,
+		BlockOwnerDeletion: &t,
+	}
+}
+
+func objectMeta(g Gateway, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name:            name,
+		Namespace:       g.Namespace,
+		Labels:          Labels(g),
+		OwnerReferences: []metav1.OwnerReference{OwnerReference(g)},
+	}
+}

@@ -1,0 +1,232 @@
+package render
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/gatewayconfig"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+var gw = Gateway{
+	APIVersion: "ipsec.bnerd.net/v1alpha1",
+	Kind:       "IPsecGateway",
+	Resource:   "ipsecgateways",
+	Namespace:  "tenant-a",
+	Name:       "acme",
+	UID:        "3f1c2b1e-0000-4000-8000-000000000001",
+}
+
+func golden(t *testing.T, name string, obj any) {
+	t.Helper()
+	got, err := yaml.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if string(got) != string(want) {
+		t.Errorf("%s differs from %s (run with -update if intended):\n--- got\n%s\n--- want\n%s", name, path, got, want)
+	}
+}
+
+func testConfig(t *testing.T, exposures ...v1alpha1.Exposure) *gatewayconfig.Config {
+	t.Helper()
+	spec := &v1alpha1.GatewaySpec{
+		Tunnels: []v1alpha1.Tunnel{{
+			Name:         "hq",
+			Peer:         v1alpha1.Peer{Address: "198.51.100.7", Subnets: []string{"192.168.10.0/24"}},
+			PreSharedKey: v1alpha1.SecretKeyRef{Name: "acme-psk", Key: "psk"},
+		}},
+		Exposures: exposures,
+	}
+	st := &v1alpha1.GatewayStatus{
+		ServiceCIDR: "100.64.3.0/24", ServiceCIDRGatewayAddress: "100.64.3.1",
+		FloatingIP: "192.0.2.44", PortFixedIP: "10.254.0.17", SubnetCIDR: "10.254.0.0/24", SubnetGatewayIP: "10.254.0.1",
+	}
+	for i, e := range exposures {
+		st.Exposures = append(st.Exposures, v1alpha1.AllocatedAddress{Name: e.Name, VirtualIP: fmt.Sprintf("100.64.3.%d", 10+i)})
+	}
+	cfg, err := gatewayconfig.Build(gatewayconfig.Input{Kind: gw.Kind, Namespace: gw.Namespace, Name: gw.Name, Spec: spec, Status: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func workload() Workload {
+	return Workload{Gateway: gw, NodeName: "node-a", PortMAC: "fa:16:3e:00:00:01",
+		GatewayImage: "example.org/strongswan:1", AgentImage: "example.org/agent:1"}
+}
+
+func TestGolden(t *testing.T) {
+	cm, err := ConfigMap(gw, testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "configmap", cm)
+	golden(t, "secret", Secret(gw, "secrets {\n}\n"))
+	nad, err := NAD(gw, "", NADInput{MACAddress: "fa:16:3e:00:00:01", FixedIP: "10.254.0.17", SubnetCIDR: "10.254.0.0/24", SubnetGatewayIP: "10.254.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "nad", nad.Object)
+	golden(t, "serviceaccount", ServiceAccount(gw))
+	golden(t, "role", Role(gw, v1alpha1.GroupVersion.Group))
+	golden(t, "rolebinding", RoleBinding(gw))
+	d, err := Deployment(workload())
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "deployment", d)
+	golden(t, "networkpolicy", NetworkPolicy(gw, "bnerd-vpn-system"))
+	golden(t, "networkpolicy-no-operator-namespace", NetworkPolicy(gw, ""))
+}
+
+func TestDeploymentShape(t *testing.T) {
+	d, err := Deployment(workload())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Fatal("one replica, Recreate")
+	}
+	ps := d.Spec.Template.Spec
+	if ps.NodeName != "node-a" || ps.Affinity != nil || ps.NodeSelector != nil {
+		t.Fatal("hard nodeName pin expected")
+	}
+	names := []string{}
+	for _, c := range ps.Containers {
+		names = append(names, c.Name)
+	}
+	if strings.Join(names, ",") != "init-nat,strongswan,status-agent,ipsec-exporter" {
+		t.Fatalf("containers %v", names)
+	}
+	if !hasCap(ps.Containers[0], "NET_ADMIN") {
+		t.Fatal("init-nat needs NET_ADMIN")
+	}
+	if ps.Containers[3].Ports[0].ContainerPort != 9903 {
+		t.Fatal("exporter on 9903")
+	}
+	if !strings.Contains(d.Spec.Template.Annotations[AnnotationNetworks], `"name":"acme-nic2"`) {
+		t.Fatalf("multus annotation %q", d.Spec.Template.Annotations[AnnotationNetworks])
+	}
+	if _, err := Deployment(Workload{Gateway: gw}); err == nil {
+		t.Fatal("a deployment without a node must be refused")
+	}
+}
+
+func hasCap(c corev1.Container, cp corev1.Capability) bool {
+	for _, a := range c.SecurityContext.Capabilities.Add {
+		if a == cp {
+			return true
+		}
+	}
+	return false
+}
+
+// An exposure change reaches the pod through the ConfigMap only: the pod template must
+// not depend on anything an exposure changes.
+func TestExposureChangeLeavesPodTemplateAlone(t *testing.T) {
+	before, _ := ConfigMap(gw, testConfig(t))
+	after, _ := ConfigMap(gw, testConfig(t, v1alpha1.Exposure{Name: "web", Target: v1alpha1.Target{Address: "10.250.0.20", Ports: []v1alpha1.PortSpec{{Port: 443}}}}))
+	if Covers(before.Data, after.Data) {
+		t.Fatal("the ConfigMap must change with an exposure")
+	}
+	d1, _ := Deployment(workload())
+	d2, _ := Deployment(workload())
+	if !Covers(d1.Spec.Template, d2.Spec.Template) {
+		t.Fatal("deployment is not deterministic")
+	}
+	w := workload()
+	w.NodeName = "node-b"
+	d3, _ := Deployment(w)
+	if Covers(d1.Spec.Template, d3.Spec.Template) {
+		t.Fatal("a node change must change the pod template")
+	}
+}
+
+func TestNADTemplate(t *testing.T) {
+	in := NADInput{MACAddress: "fa:16:3e:00:00:01", FixedIP: "10.254.0.17"}
+	custom := `{"cniVersion":"0.4.0","name":"{{.Name}}","type":"host-device","hwaddr":"{{.MACAddress}}","ipam":{"type":"static","addresses":[{"address":"{{.FixedIP}}/32"}],"routes":[{"dst":"{{.SubnetCIDR}}"}]}}`
+	in.SubnetCIDR = "10.254.0.0/24"
+	u, err := NAD(gw, custom, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, _ := unstructuredString(u.Object, "spec", "config")
+	if !strings.Contains(cfg, `"dst":"10.254.0.0/24"`) || !strings.Contains(cfg, `"name":"acme-nic2"`) {
+		t.Fatalf("config %s", cfg)
+	}
+	if _, err := NAD(gw, `{"name": {{.Nope}}}`, in); err == nil {
+		t.Fatal("an unknown template field must fail")
+	}
+	if _, err := NAD(gw, `not json {{.Name}}`, in); err == nil {
+		t.Fatal("non-JSON output must fail")
+	}
+	if _, err := NAD(gw, "", NADInput{MACAddress: `fa:16:3e:00:00:01", "x": "`, FixedIP: "10.254.0.17"}); err == nil {
+		t.Fatal("a MAC that is not a MAC must be refused before it reaches the template")
+	}
+	if _, err := NAD(gw, "", NADInput{MACAddress: "fa:16:3e:00:00:01", FixedIP: "10.254.0.17/24"}); err == nil {
+		t.Fatal("a fixed IP that is not an address must be refused")
+	}
+}
+
+func unstructuredString(obj map[string]any, fields ...string) (string, bool, error) {
+	var cur any = obj
+	for _, f := range fields {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return "", false, nil
+		}
+		cur = m[f]
+	}
+	s, ok := cur.(string)
+	return s, ok, nil
+}
+
+func TestCovers(t *testing.T) {
+	d, _ := Deployment(workload())
+	live := d.DeepCopy()
+	// Server defaults and foreign annotations are not drift.
+	live.Spec.Template.Spec.Containers[0].ImagePullPolicy = corev1.PullIfNotPresent
+	live.Spec.Template.Spec.DNSPolicy = corev1.DNSClusterFirst
+	live.Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"] = "now"
+	if !Covers(d.Spec, live.Spec) {
+		t.Fatal("defaults counted as drift")
+	}
+	live.Spec.Template.Spec.Containers[1].Image = "tampered"
+	if Covers(d.Spec, live.Spec) {
+		t.Fatal("changed image not detected")
+	}
+	live = d.DeepCopy()
+	live.Spec.Template.Spec.Containers = append(live.Spec.Template.Spec.Containers, corev1.Container{Name: "extra"})
+	if Covers(d.Spec, live.Spec) {
+		t.Fatal("extra container not detected")
+	}
+	if !Covers(map[string]string{"a": "1"}, map[string]string{"a": "1", "b": "2"}) {
+		t.Fatal("label subset")
+	}
+	if Covers(map[string]string{"a": "1"}, map[string]string{"a": "2"}) {
+		t.Fatal("label change")
+	}
+}
