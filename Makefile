@@ -24,6 +24,7 @@ controlplane:
 generate:
 	$(GO) tool controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(GO) tool controller-gen crd:crdVersions=v1 paths=./api/... output:crd:dir=config/crd
+	$(GO) tool controller-gen rbac:roleName=bnerd-vpn-operator paths=./internal/controller/... output:rbac:dir=config/rbac
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

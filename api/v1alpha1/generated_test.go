@@ -10,8 +10,9 @@ import (
 	"bnerd.net/vpn-operator/internal/testenv"
 )
 
-// TestGeneratedFilesAreCurrent regenerates the deepcopy code and the CRDs with the pinned
-// controller-gen and fails when the committed files differ: run `make generate`.
+// TestGeneratedFilesAreCurrent regenerates the deepcopy code, the CRDs and the operator's
+// RBAC with the pinned controller-gen and fails when the committed files differ: run
+// `make generate`.
 func TestGeneratedFilesAreCurrent(t *testing.T) {
 	if testing.Short() {
 		t.Skip("regenerating with controller-gen takes a few seconds; skipped in -short mode")
@@ -36,6 +37,14 @@ func TestGeneratedFilesAreCurrent(t *testing.T) {
 	}
 	if !bytes.Equal(deepcopy, committed) {
 		t.Error("api/v1alpha1/zz_generated.deepcopy.go is stale: run `make generate`")
+	}
+
+	rbacDir := t.TempDir()
+	gen("rbac:roleName=bnerd-vpn-operator", "paths=./internal/controller/...", "output:rbac:dir="+rbacDir)
+	freshRole, _ := os.ReadFile(filepath.Join(rbacDir, "role.yaml"))
+	committedRole, err := os.ReadFile(filepath.Join(root, "config", "rbac", "role.yaml"))
+	if err != nil || len(freshRole) == 0 || !bytes.Equal(freshRole, committedRole) {
+		t.Error("config/rbac/role.yaml is stale: run `make generate`")
 	}
 
 	dir := t.TempDir()

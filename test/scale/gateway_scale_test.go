@@ -1,6 +1,6 @@
 // Package scale holds scale harnesses run by hand (never in CI): they converge many
 // objects against a real kube-apiserver and the OpenStack simulator and print the
-// figures recorded in docs/benchmarks-gateway.md.
+// figures recorded in docs/benchmarks.md.
 package scale
 
 import (

@@ -2,14 +2,21 @@ package status
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/agent/vici"
+	"bnerd.net/vpn-operator/internal/render"
 	"bnerd.net/vpn-operator/internal/testenv"
 )
 
@@ -99,5 +106,83 @@ func TestWriterOnRealAPIServer(t *testing.T) {
 				t.Fatalf("tunnel down not stored: %+v", st)
 			}
 		})
+	}
+}
+
+// TestGatewayPodRBAC proves the Role the operator renders for a gateway pod on the real
+// API server, impersonating the pod's ServiceAccount: the status agent can read and
+// patch its own gateway's status and watch its own ConfigMap, and nothing else — not the
+// gateway object itself, not another gateway, not a Secret, not another ConfigMap.
+func TestGatewayPodRBAC(t *testing.T) {
+	testenv.Need(t)
+	ctx := context.Background()
+	spec := v1alpha1.GatewaySpec{Tunnels: []v1alpha1.Tunnel{{
+		Name: "hq", Peer: v1alpha1.Peer{Address: "198.51.100.7", Subnets: []string{"192.168.10.0/24"}},
+		PreSharedKey: v1alpha1.SecretKeyRef{Name: "psk"},
+	}}}
+	own := &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "rbac-own"}, Spec: spec}
+	other := &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "rbac-other"}, Spec: spec}
+	for _, o := range []*v1alpha1.IPsecGateway{own, other} {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := render.Gateway{APIVersion: v1alpha1.GroupVersion.String(), Kind: "IPsecGateway", Resource: "ipsecgateways",
+		Namespace: own.Namespace, Name: own.Name, UID: own.UID}
+	objs := []client.Object{
+		render.ServiceAccount(g), render.Role(g, v1alpha1.GroupVersion.Group), render.RoleBinding(g),
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: own.Namespace, Name: render.ConfigMapName(own.Name)}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: own.Namespace, Name: "unrelated"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: own.Namespace, Name: render.SecretName(own.Name)}},
+	}
+	for _, o := range objs {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + own.Namespace + ":" + render.ServiceAccountName(own.Name)}
+	pod, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// RBAC is evaluated by the authorizer as soon as the binding exists, but poll briefly
+	// in case the API server's RBAC cache lags the create.
+	w := &Writer{Client: pod, Kind: "IPsecGateway", Namespace: own.Namespace, Name: own.Name}
+	tunnels, ready := Compute([]string{"hq"}, nil, time.Now())
+	var werr error
+	for i := 0; i < 50; i++ {
+		if _, werr = w.Write(ctx, tunnels, ready); werr == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if werr != nil {
+		t.Fatalf("the pod cannot write its own gateway's status: %v", werr)
+	}
+	if _, err := cs.CoreV1().ConfigMaps(own.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + render.ConfigMapName(own.Name)}); err != nil {
+		t.Fatalf("the pod cannot list its own ConfigMap by name (the agent's watch): %v", err)
+	}
+	if _, err := cs.CoreV1().ConfigMaps(own.Namespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + render.ConfigMapName(own.Name)}); err != nil {
+		t.Fatalf("the pod cannot watch its own ConfigMap by name: %v", err)
+	}
+
+	forbidden := map[string]error{}
+	_, forbidden["another ConfigMap"] = cs.CoreV1().ConfigMaps(own.Namespace).Get(ctx, "unrelated", metav1.GetOptions{})
+	_, forbidden["its PSK Secret"] = cs.CoreV1().Secrets(own.Namespace).Get(ctx, render.SecretName(own.Name), metav1.GetOptions{})
+	_, forbidden["every ConfigMap"] = cs.CoreV1().ConfigMaps(own.Namespace).List(ctx, metav1.ListOptions{})
+	forbidden["the gateway object"] = pod.Get(ctx, client.ObjectKeyFromObject(own), &v1alpha1.IPsecGateway{})
+	ow := &Writer{Client: pod, Kind: "IPsecGateway", Namespace: other.Namespace, Name: other.Name}
+	_, forbidden["another gateway's status"] = ow.Write(ctx, tunnels, ready)
+	for what, err := range forbidden {
+		if !apierrors.IsForbidden(errors.Unwrap(err)) && !apierrors.IsForbidden(err) {
+			t.Errorf("the pod's Role must not allow reading %s; got %v", what, err)
+		}
 	}
 }

@@ -29,6 +29,23 @@ import (
 // rotated key reaches exactly the gateways that use it.
 const indexPSKSecret = "ipsec.bnerd.net/psk-secret"
 
+// The operator's RBAC, generated into config/rbac by `make generate`. The gateway pod's
+// own Role is narrower (see render.Role); the operator may create it because it holds
+// every permission that Role grants.
+//
+// +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=ipsecgateways;vpngateways,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=ipsecgateways/status;vpngateways/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=ipsecgateways/finalizers;vpngateways/finalizers;clusterlinks/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=configmaps;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=network-attachment-definitions,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+
 // SetupWithManager registers one controller per kind (IPsecGateway and VPNGateway),
 // both backed by this reconciler and its one allocator.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {

@@ -12,7 +12,7 @@ import (
 // TestThroughputHarness measures libipsec tunnel throughput with iperf3, with and
 // without the agent's NAT and guard table, in one run. It is a by-hand benchmark
 // (BNERD_DATAPLANE_BENCH=1), never a CI assertion; figures go to
-// docs/benchmarks-dataplane.md.
+// docs/benchmarks.md.
 func TestThroughputHarness(t *testing.T) {
 	if os.Getenv("BNERD_DATAPLANE_BENCH") == "" {
 		t.Skip("by-hand benchmark: set BNERD_DATAPLANE_BENCH=1")
