@@ -1,7 +1,6 @@
 package nat
 
 import (
-	"bnerd.net/vpn-operator/internal/testenv"
 	"context"
 	"fmt"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
+	"bnerd.net/vpn-operator/internal/testenv"
 )
 
 func model(n int) *gatewayconfig.NAT {

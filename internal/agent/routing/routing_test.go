@@ -1,7 +1,6 @@
 package routing
 
 import (
-	"bnerd.net/vpn-operator/internal/testenv"
 	"net"
 	"os"
 	"runtime"
@@ -9,6 +8,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"bnerd.net/vpn-operator/internal/testenv"
 )
 
 // inNewNetns runs f on a locked thread inside a fresh network namespace.

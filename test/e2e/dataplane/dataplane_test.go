@@ -6,7 +6,7 @@
 package dataplane
 
 import (
-	"bnerd.net/vpn-operator/internal/testenv"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -20,8 +20,13 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
+	"bnerd.net/vpn-operator/internal/testenv"
 )
 
 // Addresses: TEST-NET and CGNAT space only, all inside namespaces this test creates.
@@ -554,6 +559,56 @@ func TestDataplane(t *testing.T) {
 		}
 		if !strings.Contains(e.logOf("ping-fabric"), "bytes from 100.64.7.201") {
 			t.Errorf("fabric pings never crossed the tunnel:\n%s", e.logOf("ping-fabric"))
+		}
+	})
+
+	t.Run("status agent writes the tunnel state into the object on the API server", func(t *testing.T) {
+		api, err := testenv.Start()
+		if err != nil {
+			if err == testenv.ErrNoControlPlane && !testenv.Required() {
+				t.Skip(err)
+			}
+			t.Fatal(err)
+		}
+		defer func() { _ = api.Stop() }()
+		ctx := context.Background()
+		if err := api.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}}); err != nil {
+			t.Fatal(err)
+		}
+		obj := &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "e2e"}, Spec: e.obj.Spec}
+		obj.Spec.Tunnels[0].PreSharedKey.Name = "psk"
+		if err := api.Client.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+		kubeconfig, err := api.WriteKubeConfig(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The status agent runs in the host namespace: it reaches the API server on
+		// loopback and charon through its VICI socket file, as in the pod.
+		logf, err := os.Create(filepath.Join(e.dir, "status-agent.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(e.bin.agent, "status-agent", "--config-file", filepath.Join(dir, "config", gatewayconfig.ConfigMapKeyConfig),
+			"--vici-socket", e.sock("g"), "--kubeconfig", kubeconfig, "--interval", "1s")
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		e.procs["status-agent"] = cmd
+		defer e.stop("status-agent", syscall.SIGTERM)
+		var got v1alpha1.GatewayStatus
+		e.eventually("status agent reports the tunnel up", func() bool {
+			cur := &v1alpha1.IPsecGateway{}
+			if err := api.Client.Get(ctx, client.ObjectKeyFromObject(obj), cur); err != nil {
+				return false
+			}
+			got = cur.Status
+			return got.TunnelsReady == "1/1"
+		})
+		if len(got.Tunnels) != 1 || got.Tunnels[0].Name != "t1" || got.Tunnels[0].State != "Up" || got.Tunnels[0].ChildSAs < 1 || got.Tunnels[0].EstablishedAt == nil {
+			t.Errorf("tunnel state in status: %+v", got.Tunnels)
 		}
 	})
 
