@@ -49,6 +49,11 @@ func TestGeneratedFilesAreCurrent(t *testing.T) {
 
 	dir := t.TempDir()
 	gen("crd:crdVersions=v1", "paths=./api/...", "output:crd:dir="+dir)
+	unwrap := exec.Command("go", "run", "./hack/crddesc", dir)
+	unwrap.Dir = root
+	if out, err := unwrap.CombinedOutput(); err != nil {
+		t.Fatalf("crddesc: %v\n%s", err, out)
+	}
 	fresh, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil || len(fresh) == 0 {
 		t.Fatalf("controller-gen wrote no CRDs: %v", err)

@@ -188,6 +188,8 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath string) (err er
 		if err != nil {
 			return err
 		}
+		// The env file carries the simulator's credential: remove it when the sandbox stops.
+		defer os.RemoveAll(keep)
 		envPath := filepath.Join(keep, "env")
 		kc := filepath.Join(keep, "kubeconfig")
 		_ = os.WriteFile(kc, env.KubeConfig(), 0o600)
