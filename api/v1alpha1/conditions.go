@@ -56,6 +56,8 @@ const (
 	ReasonAllocationFailed  = "AllocationFailed"
 	ReasonPortReady         = "PortReady"
 	ReasonPortFailed        = "EnsurePortFailed"
+	// ReasonPeerSubnetOverlap: a tunnel's peer subnet overlaps the gateway network's subnet.
+	ReasonPeerSubnetOverlap = "PeerSubnetOverlapsGatewayNetwork"
 	ReasonSecurityGroup     = "SecurityGroupReady"
 	ReasonSecurityGroupFail = "EnsureSecurityGroupFailed"
 	ReasonFloatingIPReady   = "FloatingIPReady"

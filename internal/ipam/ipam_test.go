@@ -234,3 +234,20 @@ func FuzzAssignVIPs(f *testing.F) {
 		}
 	})
 }
+
+func TestServiceCIDRAllocateAvoidsClientNetworks(t *testing.T) {
+	p, err := NewServiceCIDRPool(netip.MustParsePrefix("100.64.0.0/22"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := p.Allocate("a", netip.MustParsePrefix("100.64.0.0/23"))
+	if err != nil || c.String() != "100.64.2.0/24" {
+		t.Fatalf("got %v %v, want 100.64.2.0/24", c, err)
+	}
+	if _, err := p.Allocate("b", netip.MustParsePrefix("100.64.0.0/16")); err == nil {
+		t.Fatal("a pool entirely inside the client's network must be exhausted for it")
+	}
+	if o, bad := OverlapsAny(netip.MustParsePrefix("100.64.2.0/24"), []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("100.64.2.128/25")}); !bad || o.String() != "100.64.2.128/25" {
+		t.Fatalf("OverlapsAny = %v %v", o, bad)
+	}
+}

@@ -68,8 +68,10 @@ func (p *ServiceCIDRPool) Claim(owner string, cidr netip.Prefix) error {
 	return nil
 }
 
-// Allocate returns owner's /24, claiming the lowest free one when it holds none.
-func (p *ServiceCIDRPool) Allocate(owner string) (netip.Prefix, error) {
+// Allocate returns owner's /24, claiming the lowest free one that overlaps none of avoid
+// (the client's own networks: a virtual IP inside them could never be told apart from the
+// client's addresses) when it holds none.
+func (p *ServiceCIDRPool) Allocate(owner string, avoid ...netip.Prefix) (netip.Prefix, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if c, ok := p.byOwner[owner]; ok {
@@ -81,7 +83,7 @@ func (p *ServiceCIDRPool) Allocate(owner string) (netip.Prefix, error) {
 	for i := 0; i < n; i++ {
 		v := start + uint32(i)<<8
 		c := netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), 0}), 24)
-		if _, taken := p.byCIDR[c]; taken {
+		if _, taken := p.byCIDR[c]; taken || overlapsAny(c, avoid) {
 			continue
 		}
 		p.byCIDR[c] = owner
@@ -138,4 +140,23 @@ func (p *ServiceCIDRPool) Len() int {
 // GatewayAddress is .1 of a gateway's /24: the SNAT source of reverse exposures.
 func GatewayAddress(cidr netip.Prefix) netip.Addr {
 	return cidr.Masked().Addr().Next()
+}
+
+func overlapsAny(c netip.Prefix, others []netip.Prefix) bool {
+	for _, o := range others {
+		if c.Overlaps(o) {
+			return true
+		}
+	}
+	return false
+}
+
+// OverlapsAny reports the first of others that overlaps c.
+func OverlapsAny(c netip.Prefix, others []netip.Prefix) (netip.Prefix, bool) {
+	for _, o := range others {
+		if c.Overlaps(o) {
+			return o, true
+		}
+	}
+	return netip.Prefix{}, false
 }

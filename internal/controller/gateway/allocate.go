@@ -96,6 +96,23 @@ func (r *Reconciler) ensureAllocated(ctx context.Context, g *gateway) (bool, err
 		return false, nil
 	}
 
+	// The client's networks: the gateway's /24 must not overlap them, or a virtual IP
+	// could not be told apart from a client address (and the guard would drop it).
+	var peerNets []netip.Prefix
+	for _, t := range g.spec.Tunnels {
+		for _, s := range t.Peer.Subnets {
+			if p, err := netip.ParsePrefix(s); err == nil {
+				peerNets = append(peerNets, p)
+			}
+		}
+	}
+	overlap := func(c netip.Prefix) (bool, error) {
+		if o, bad := ipam.OverlapsAny(c, peerNets); bad {
+			return fail(fmt.Sprintf("the service CIDR %s overlaps the client's subnet %s; the client's networks must lie outside the gateway's virtual IPs", c, o))
+		}
+		return true, nil
+	}
+
 	var cidr netip.Prefix
 	switch {
 	case g.status.ServiceCIDR != "":
@@ -109,14 +126,20 @@ func (r *Reconciler) ensureAllocated(ctx context.Context, g *gateway) (bool, err
 		if err := pool.Claim(uid, cur); err != nil {
 			return fail(fmt.Sprintf("status.serviceCIDR %s: %v", cur, err))
 		}
+		if ok, err := overlap(cur); !ok {
+			return ok, err
+		}
 		cidr = cur
 	case hasPins:
+		if ok, err := overlap(pinned); !ok {
+			return ok, err
+		}
 		if err := pool.Claim(uid, pinned); err != nil {
 			return fail(fmt.Sprintf("pinned virtual IPs need the service CIDR %s: %v", pinned, err))
 		}
 		cidr = pinned
 	default:
-		c, err := pool.Allocate(uid)
+		c, err := pool.Allocate(uid, peerNets...)
 		if err != nil {
 			return fail(err.Error())
 		}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"sort"
 
 	"github.com/go-logr/logr"
@@ -147,6 +148,20 @@ func (r *Reconciler) ensurePort(ctx context.Context, g *gateway) (bool, error) {
 	g.status.PortID = port.ID
 	g.status.PortFixedIP = fixed.IPAddress
 	g.status.PortMACAddress = port.MACAddress
+	// The client's networks must not overlap the gateway network: the pod routes the
+	// gateway network out of NIC2, so traffic for such a client address would bypass the
+	// tunnel (and the guard would drop it). Only known once the port's subnet is.
+	if sub, err := netip.ParsePrefix(g.status.SubnetCIDR); err == nil {
+		for _, t := range g.spec.Tunnels {
+			for _, s := range t.Peer.Subnets {
+				if p, err := netip.ParsePrefix(s); err == nil && p.Overlaps(sub) {
+					r.condFalse(g, v1alpha1.ConditionPortReady, v1alpha1.ReasonPeerSubnetOverlap,
+						fmt.Sprintf("tunnel %s: the client's subnet %s overlaps the gateway network's subnet %s; the client's networks must lie outside it", t.Name, p, sub))
+					return false, nil
+				}
+			}
+		}
+	}
 	r.condTrue(g, v1alpha1.ConditionPortReady, v1alpha1.ReasonPortReady,
 		fmt.Sprintf("port %s holds %s on %s", port.ID, fixed.IPAddress, g.status.SubnetCIDR))
 	return true, nil

@@ -648,3 +648,38 @@ func TestTransientOpenStackFailures(t *testing.T) {
 		t.Fatalf("routes %v", got)
 	}
 }
+
+// The client's networks never overlap the gateway's own: an auto-allocated /24 skips
+// them, a pinned one that overlaps is refused, and a peer subnet inside the gateway
+// network's subnet stops at PortReady with the reason.
+func TestPeerSubnetOverlaps(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.ServiceCIDRPool = netip.MustParsePrefix("100.67.0.0/22")
+	h.psk("hq-psk", "k")
+	h.start()
+
+	skip := spec(false)
+	skip.Tunnels[0].Peer.Subnets = []string{"100.67.0.0/23"}
+	h.create("skip", skip)
+	gw := h.waitCond("skip", v1alpha1.ConditionAllocated, metav1.ConditionTrue, v1alpha1.ReasonAllocated)
+	if gw.Status.ServiceCIDR != "100.67.2.0/24" {
+		t.Fatalf("the /24s inside the client's subnet must be skipped, got %s", gw.Status.ServiceCIDR)
+	}
+
+	pin := spec(false)
+	pin.Tunnels[0].Peer.Subnets = []string{"100.67.3.0/24"}
+	pin.Exposures[0].VirtualIP = "100.67.3.10"
+	h.create("pin", pin)
+	gw = h.waitCond("pin", v1alpha1.ConditionAllocated, metav1.ConditionFalse, v1alpha1.ReasonAllocationFailed)
+	if c := condOf(gw.Status.Conditions, v1alpha1.ConditionAllocated); !strings.Contains(c, "overlaps the client's subnet 100.67.3.0/24") {
+		t.Fatalf("pinned overlap: %s", c)
+	}
+
+	onNet := spec(false)
+	onNet.Tunnels[0].Peer.Subnets = []string{"10.254.0.128/25"}
+	h.create("onnet", onNet)
+	gw = h.waitCond("onnet", v1alpha1.ConditionPortReady, metav1.ConditionFalse, v1alpha1.ReasonPeerSubnetOverlap)
+	if c := condOf(gw.Status.Conditions, v1alpha1.ConditionPortReady); !strings.Contains(c, "overlaps the gateway network's subnet 10.254.0.0/24") {
+		t.Fatalf("gateway network overlap: %s", c)
+	}
+}
