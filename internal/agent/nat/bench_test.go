@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"sigs.k8s.io/knftables"
+
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
 )
 
@@ -51,40 +53,54 @@ func BenchmarkFullApply(b *testing.B) {
 	}
 }
 
-func BenchmarkAddOneWith10000(b *testing.B) {
-	b.Run("nft-maps", func(b *testing.B) {
-		benchNetns(b, func() {
-			p, err := New(Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			base := model(10000)
-			if _, err := p.Sync(context.Background(), base); err != nil {
-				b.Fatal(err)
-			}
-			plus := model(10001)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				m := base
-				if i%2 == 0 {
-					m = plus
+// BenchmarkAddOne adds (and, every other iteration, removes) one exposure with n
+// present. "nft-netlink" is the agent's incremental path; "nft-cli" sends the same
+// one-element transaction through the nft CLI, as the agent did before, for comparison.
+func BenchmarkAddOne(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		for _, variant := range []string{"nft-netlink", "nft-cli"} {
+			b.Run(fmt.Sprintf("%s/%d", variant, n), func(b *testing.B) {
+				benchNetns(b, func() {
+					p, err := New(Options{})
+					if variant == "nft-cli" {
+						var nft knftables.Interface
+						if nft, err = knftables.New(knftables.IPv4Family, DefaultTable); err == nil {
+							p, err = NewWithInterface(nft, Options{})
+						}
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+					base := model(n)
+					if _, err := p.Sync(context.Background(), base); err != nil {
+						b.Fatal(err)
+					}
+					plus := model(n + 1)
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						m := base
+						if i%2 == 0 {
+							m = plus
+						}
+						if full, err := p.Sync(context.Background(), m); err != nil || full {
+							b.Fatalf("full=%v err=%v", full, err)
+						}
+					}
+				})
+			})
+		}
+		b.Run(fmt.Sprintf("iptables-restore-noflush/%d", n), func(b *testing.B) {
+			benchNetns(b, func() {
+				restore(b, iptablesScript(model(n)), false)
+				pm := model(n + 1).ExposurePorts[n]
+				one := fmt.Sprintf("*nat\n-A PREROUTING -i ipsec0 -d %s/32 -p tcp --dport 443 -j DNAT --to-destination 203.0.113.20:443\nCOMMIT\n", pm.VirtualIP)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					restore(b, one, true)
 				}
-				if full, err := p.Sync(context.Background(), m); err != nil || full {
-					b.Fatalf("full=%v err=%v", full, err)
-				}
-			}
+			})
 		})
-	})
-	b.Run("iptables-restore-noflush", func(b *testing.B) {
-		benchNetns(b, func() {
-			restore(b, iptablesScript(model(10000)), false)
-			one := "*nat\n-A PREROUTING -i ipsec0 -d 100.64.39.16/32 -p tcp --dport 443 -j DNAT --to-destination 203.0.113.20:443\nCOMMIT\n"
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				restore(b, one, true)
-			}
-		})
-	})
+	}
 }
 
 func BenchmarkDriftCheck(b *testing.B) {

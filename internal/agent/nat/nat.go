@@ -6,8 +6,10 @@ package nat
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -60,6 +62,9 @@ type Programmer struct {
 	nft  knftables.Interface
 	opts Options
 
+	// netlinkElements sends incremental element changes over netlink instead of nft.
+	netlinkElements bool
+
 	mu      sync.Mutex
 	applied *gatewayconfig.NAT
 	rules   string
@@ -75,10 +80,11 @@ func New(opts Options) (*Programmer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
-	return &Programmer{nft: nft, opts: opts}, nil
+	return &Programmer{nft: nft, opts: opts, netlinkElements: true}, nil
 }
 
-// NewWithInterface is New with a given knftables.Interface (tests use knftables.NewFake).
+// NewWithInterface is New with a given knftables.Interface (tests use knftables.NewFake);
+// every change, incremental ones included, goes through that interface.
 func NewWithInterface(nft knftables.Interface, opts Options) (*Programmer, error) {
 	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
@@ -129,24 +135,51 @@ func (p *Programmer) Sync(ctx context.Context, m *gatewayconfig.NAT) (full bool,
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	rules := p.ruleText(m)
+	joined := strings.Join(rules, "\n")
+	if p.applied != nil && p.rules == joined {
+		ops := elementOps(p.applied, m)
+		if len(ops) == 0 {
+			return false, nil
+		}
+		err := p.writeElements(ctx, ops)
+		if err == nil {
+			p.applied = m
+			return false, nil
+		}
+		if !errors.Is(err, errNeedsFull) {
+			// The next sync starts from scratch: our view of the table is unknown now.
+			p.applied = nil
+			return false, fmt.Errorf("nftables element transaction (%d operations): %w", len(ops), err)
+		}
+		// Nothing was sent; the full path below handles what netlink cannot express.
+	}
 	tx := p.nft.NewTransaction()
-	if p.applied == nil || p.rules != strings.Join(rules, "\n") {
-		full = true
-		p.fullTx(tx, m, rules)
-	} else {
-		p.incrementalTx(tx, p.applied, m)
-	}
-	if tx.NumOperations() == 0 {
-		return false, nil
-	}
+	p.fullTx(tx, m, rules)
 	if err := p.nft.Run(ctx, tx); err != nil {
-		// The next sync starts from scratch: our view of the table is unknown now.
 		p.applied = nil
-		return full, fmt.Errorf("nftables transaction (%d operations): %w", tx.NumOperations(), err)
+		return true, fmt.Errorf("nftables transaction (%d operations): %w", tx.NumOperations(), err)
 	}
 	p.applied = m
-	p.rules = strings.Join(rules, "\n")
-	return full, nil
+	p.rules = joined
+	return true, nil
+}
+
+// writeElements applies element changes in one transaction: over netlink on the real
+// system (the nft CLI would first cache every element of the table), through the
+// knftables.Interface otherwise (tests' fake).
+func (p *Programmer) writeElements(ctx context.Context, ops []elemOp) error {
+	if p.netlinkElements {
+		return writeElementsNetlink(p.opts.Table, ops)
+	}
+	tx := p.nft.NewTransaction()
+	for _, op := range ops {
+		if op.del {
+			tx.Delete(op.element())
+		} else {
+			tx.Add(op.element())
+		}
+	}
+	return p.nft.Run(ctx, tx)
 }
 
 // Invalidate forces the next Sync to rewrite everything (after drift was detected).
@@ -314,38 +347,111 @@ func elements(m *gatewayconfig.NAT) []elem {
 	return out
 }
 
-func (p *Programmer) incrementalTx(tx *knftables.Transaction, old, m *gatewayconfig.NAT) {
-	oldE := map[string]elem{}
-	for _, e := range elements(old) {
-		oldE[e.id()] = e
+// elemOp is one element added to or deleted from a map (value set) or from the peer
+// subnet set (mapName SetPeerSubnets, no value). Deletions carry only the key.
+type elemOp struct {
+	del bool
+	elem
+}
+
+func (o elemOp) element() *knftables.Element {
+	if o.mapName == SetPeerSubnets {
+		return &knftables.Element{Set: SetPeerSubnets, Key: o.key}
 	}
-	newE := map[string]elem{}
-	for _, e := range elements(m) {
-		newE[e.id()] = e
+	if o.del {
+		return &knftables.Element{Map: o.mapName, Key: o.key}
 	}
-	// Deletions first: a changed element is deleted and re-added in the same transaction.
-	var ids []string
-	for id := range oldE {
-		ids = append(ids, id)
+	return o.elem.element()
+}
+
+// entryKey and entryVal identify a map element and its value without rendering them:
+// diffing runs on every sync and must stay cheap at tens of thousands of elements.
+type entryKey struct {
+	mapName    string
+	vip, proto string
+	port       int32
+}
+
+type entryVal struct {
+	target string
+	port   int32
+}
+
+type entry struct {
+	key   entryKey
+	val   entryVal
+	owner string
+}
+
+func entries(m *gatewayconfig.NAT) []entry {
+	out := make([]entry, 0, len(m.ExposurePorts)+len(m.ReversePorts)+len(m.ExposureAll)+len(m.ReverseAll))
+	for _, pm := range m.ExposurePorts {
+		out = append(out, entry{entryKey{MapExposurePorts, pm.VirtualIP, pm.Protocol, pm.Port}, entryVal{pm.Target, pm.TargetPort}, pm.Owner})
 	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		o := oldE[id]
-		if n, ok := newE[id]; !ok || strings.Join(n.value, ",") != strings.Join(o.value, ",") {
-			tx.Delete(&knftables.Element{Map: o.mapName, Key: o.key})
+	for _, pm := range m.ReversePorts {
+		out = append(out, entry{entryKey{MapReversePorts, pm.VirtualIP, pm.Protocol, pm.Port}, entryVal{pm.Target, pm.TargetPort}, pm.Owner})
+	}
+	for _, am := range m.ExposureAll {
+		out = append(out, entry{entryKey{mapName: MapExposureAll, vip: am.VirtualIP}, entryVal{target: am.Target}, am.Owner})
+	}
+	for _, am := range m.ReverseAll {
+		out = append(out, entry{entryKey{mapName: MapReverseAll, vip: am.VirtualIP}, entryVal{target: am.Target}, am.Owner})
+	}
+	return out
+}
+
+// elem renders e in nft notation, as elements() does.
+func (e entry) elem() elem {
+	if e.key.mapName == MapExposurePorts || e.key.mapName == MapReversePorts {
+		return elem{e.key.mapName,
+			[]string{e.key.vip, e.key.proto, strconv.Itoa(int(e.key.port))},
+			[]string{e.val.target, strconv.Itoa(int(e.val.port))}, e.owner}
+	}
+	return elem{e.key.mapName, []string{e.key.vip}, []string{e.val.target}, e.owner}
+}
+
+// elementOps returns the element changes from old to m: map deletions, map additions,
+// peer subnet deletions, peer subnet additions, each sorted. A changed map element is
+// deleted and re-added, so unchanged elements are never touched.
+func elementOps(old, m *gatewayconfig.NAT) []elemOp {
+	oldE := entries(old)
+	idx := make(map[entryKey]int, len(oldE))
+	for i, e := range oldE {
+		idx[e.key] = i
+	}
+	seen := make([]bool, len(oldE))
+	var dels, adds []elemOp
+	newE := entries(m)
+	newIdx := make(map[entryKey]int, len(newE))
+	for i, e := range newE {
+		newIdx[e.key] = i
+	}
+	for i, n := range newE {
+		if newIdx[n.key] != i {
+			continue // a later duplicate wins
+		}
+		j, ok := idx[n.key]
+		if ok {
+			seen[j] = true
+		}
+		if !ok || oldE[j].val != n.val {
+			adds = append(adds, elemOp{elem: n.elem()})
+		}
+		if ok && oldE[j].val != n.val {
+			o := oldE[j].elem()
+			dels = append(dels, elemOp{del: true, elem: elem{mapName: o.mapName, key: o.key}})
 		}
 	}
-	ids = ids[:0]
-	for id := range newE {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		n := newE[id]
-		if o, ok := oldE[id]; !ok || strings.Join(n.value, ",") != strings.Join(o.value, ",") {
-			tx.Add(n.element())
+	for i, o := range oldE {
+		if !seen[i] && idx[o.key] == i {
+			e := o.elem()
+			dels = append(dels, elemOp{del: true, elem: elem{mapName: e.mapName, key: e.key}})
 		}
 	}
+	sortOps(dels)
+	sortOps(adds)
+	ops := append(dels, adds...)
+
 	oldS := map[string]bool{}
 	for _, s := range old.PeerSubnets {
 		oldS[s] = true
@@ -356,14 +462,19 @@ func (p *Programmer) incrementalTx(tx *knftables.Transaction, old, m *gatewaycon
 	}
 	for _, s := range old.PeerSubnets {
 		if !newS[s] {
-			tx.Delete(&knftables.Element{Set: SetPeerSubnets, Key: []string{s}})
+			ops = append(ops, elemOp{del: true, elem: elem{mapName: SetPeerSubnets, key: []string{s}}})
 		}
 	}
 	for _, s := range m.PeerSubnets {
 		if !oldS[s] {
-			tx.Add(&knftables.Element{Set: SetPeerSubnets, Key: []string{s}})
+			ops = append(ops, elemOp{elem: elem{mapName: SetPeerSubnets, key: []string{s}}})
 		}
 	}
+	return ops
+}
+
+func sortOps(ops []elemOp) {
+	sort.Slice(ops, func(i, j int) bool { return ops[i].id() < ops[j].id() })
 }
 
 // Expected describes what a drift check should find in the kernel after the last sync.
@@ -389,12 +500,10 @@ func (p *Programmer) Expected() (Expected, bool) {
 		ex.Chains[chain]++
 	}
 	ex.Elements[SetPeerSubnets] = len(p.applied.PeerSubnets)
-	for _, n := range []string{MapExposurePorts, MapExposureAll, MapReversePorts, MapReverseAll} {
-		ex.Elements[n] = 0
-	}
-	for _, e := range elements(p.applied) {
-		ex.Elements[e.mapName]++
-	}
+	ex.Elements[MapExposurePorts] = len(p.applied.ExposurePorts)
+	ex.Elements[MapReversePorts] = len(p.applied.ReversePorts)
+	ex.Elements[MapExposureAll] = len(p.applied.ExposureAll)
+	ex.Elements[MapReverseAll] = len(p.applied.ReverseAll)
 	return ex, true
 }
 
