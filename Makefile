@@ -26,6 +26,8 @@ generate:
 	$(GO) tool controller-gen crd:crdVersions=v1 paths=./api/... output:crd:dir=config/crd
 	$(GO) run ./hack/crddesc config/crd
 	$(GO) tool controller-gen rbac:roleName=bnerd-vpn-operator paths=./internal/controller/... output:rbac:dir=config/rbac
+	cp config/crd/*.yaml charts/bnerd-vpn-operator/crds/
+	cp config/rbac/role.yaml charts/bnerd-vpn-operator/files/role.yaml
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -33,6 +35,7 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
+	cd test/chart && $(GO) vet ./...
 
 build:
 	$(GO) build ./...
@@ -41,6 +44,10 @@ test: deps controlplane fmt-check vet
 	KUBEBUILDER_ASSETS=$$(bash hack/controlplane.sh --print-dir) BNERD_REQUIRE_ENVTEST=1 \
 	  BNERD_REQUIRE_DATAPLANE=$$( [[ $$(id -u) == 0 ]] && echo 1 || echo 0 ) \
 	  $(GO) test -count=1 -timeout 45m ./...
+	@# The Helm chart's tests live in their own module (the Helm SDK's dependencies stay
+	@# out of the operator's).
+	cd test/chart && KUBEBUILDER_ASSETS=$$(bash ../../hack/controlplane.sh --print-dir) BNERD_REQUIRE_ENVTEST=1 \
+	  $(GO) test -count=1 -timeout 10m ./...
 
 ## sandbox: the local sandbox (control plane, OpenStack simulator, operator, an example
 ## gateway); SANDBOX_ARGS=--stay keeps it running.
