@@ -39,7 +39,10 @@ func TestAPIDeliversConfigMapChanges(t *testing.T) {
 		Data: map[string][]byte{gatewayconfig.SecretKeySecrets: []byte("keys")}}
 	for _, create := range []func() error{
 		func() error { _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); return err },
-		func() error { _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, other, metav1.CreateOptions{}); return err },
+		func() error {
+			_, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, other, metav1.CreateOptions{})
+			return err
+		},
 		func() error { _, err := cs.CoreV1().Secrets(ns).Create(ctx, sec, metav1.CreateOptions{}); return err },
 	} {
 		if err := create(); err != nil {
