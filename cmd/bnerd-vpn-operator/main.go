@@ -52,6 +52,9 @@ func run() error {
 		fmt.Println(version.Version)
 		return nil
 	}
+	if err := cfg.Required(); err != nil {
+		return err
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
 	log.Info("starting", "version", version.Version)

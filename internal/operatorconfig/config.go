@@ -121,6 +121,25 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	return c, nil
 }
 
+// Required checks what the operator binary cannot run without, so a missing setting is
+// one clear error at start instead of a condition on every gateway later.
+func (c Config) Required() error {
+	var missing []string
+	if c.GatewayNetwork == "" {
+		missing = append(missing, "the gateway network (--gateway-network / IPSEC_GATEWAY_NETWORK)")
+	}
+	if c.ExternalNetwork == "" {
+		missing = append(missing, "the external network for floating IPs (--external-network / IPSEC_EXTERNAL_NETWORK)")
+	}
+	if c.Router == "" {
+		missing = append(missing, "the gateway cluster's router (--router / IPSEC_ROUTER_ID)")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing configuration: %s", strings.Join(missing, "; "))
+	}
+	return nil
+}
+
 // ParseCIDRList parses a comma-separated list of IPv4 CIDRs; blanks are ignored.
 func ParseCIDRList(s string) ([]netip.Prefix, error) {
 	var out []netip.Prefix

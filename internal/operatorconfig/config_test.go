@@ -45,3 +45,15 @@ func TestLoadRefusesBadValues(t *testing.T) {
 		}
 	}
 }
+
+func TestRequired(t *testing.T) {
+	c := Default()
+	err := c.Required()
+	if err == nil || !strings.Contains(err.Error(), "IPSEC_EXTERNAL_NETWORK") || !strings.Contains(err.Error(), "IPSEC_ROUTER_ID") {
+		t.Fatalf("missing settings must be named: %v", err)
+	}
+	c.ExternalNetwork, c.Router = "public", "r1"
+	if err := c.Required(); err != nil {
+		t.Fatalf("complete config refused: %v", err)
+	}
+}
