@@ -40,7 +40,10 @@ func (r *Reconciler) converge(ctx context.Context, lc *linkCtx) (ctrl.Result, er
 		if !cr.ok() {
 			lc.set.False(v1.ConditionCredentialsResolved, cr.reason, cr.message)
 			r.waiting(lc, v1.ConditionCredentialsResolved, v1.ConditionTransitNetworkShared)
-			return ctrl.Result{RequeueAfter: cr.requeue}, cr.err
+			if cr.err != nil {
+				return ctrl.Result{}, cr.err // transient: back off
+			}
+			return ctrl.Result{RequeueAfter: cr.requeue}, nil
 		}
 		// A leg built in one project is never driven with a credential of another.
 		if pinned := link.Status.CustomerProjectID; (pinned != "" && pinned != cr.project) || (pinned == "" && link.Status.LegPortID != "") {

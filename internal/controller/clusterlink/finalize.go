@@ -90,7 +90,10 @@ func (r *Reconciler) unwind(ctx context.Context, lc *linkCtx) (ctrl.Result, bool
 			if requeue == 0 {
 				requeue = CredentialRequeue
 			}
-			return ctrl.Result{RequeueAfter: requeue}, false, cr.err
+			if cr.err != nil {
+				return ctrl.Result{}, false, cr.err // transient: back off
+			}
+			return ctrl.Result{RequeueAfter: requeue}, false, nil
 		}
 		lc.leg, lc.projectID = cr.clients, cr.project
 	} else {
