@@ -1,0 +1,49 @@
+package main
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"bnerd.net/vpn-operator/internal/render"
+)
+
+// TestDeploymentArgsParse checks the contract between the operator and this binary: every
+// container of the Deployment the operator renders starts a role of this agent with flags
+// the role defines. Each container's args are run with -h appended: the flag package
+// stops with exit status 0 at -h only if every flag before it was accepted, and fails
+// with "flag provided but not defined" otherwise.
+func TestDeploymentArgsParse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the agent; skipped in -short mode")
+	}
+	bin := filepath.Join(t.TempDir(), "vpn-gateway-agent")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	d, err := render.Deployment(render.Workload{
+		Gateway:  render.Gateway{APIVersion: "ipsec.bnerd.net/v1alpha1", Kind: "IPsecGateway", Resource: "ipsecgateways", Namespace: "tenant-a", Name: "acme"},
+		NodeName: "node-a", PortMAC: "fa:16:3e:00:00:01", GatewayImage: "gw", AgentImage: "agent",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	containers := d.Spec.Template.Spec.Containers
+	if len(containers) != 4 {
+		t.Fatalf("want the four containers of the spec, got %d", len(containers))
+	}
+	for _, c := range containers {
+		if len(c.Command) != 0 {
+			t.Errorf("%s: the image's entrypoint is the agent; a command would bypass it", c.Name)
+		}
+		if len(c.Args) == 0 {
+			t.Errorf("%s: no role", c.Name)
+			continue
+		}
+		out, err := exec.Command(bin, append(append([]string{}, c.Args...), "-h")...).CombinedOutput()
+		if err != nil || strings.Contains(string(out), "not defined") || strings.Contains(string(out), "usage: vpn-gateway-agent <role>") {
+			t.Errorf("%s: %v does not parse: %v\n%s", c.Name, c.Args, err, out)
+		}
+	}
+}
