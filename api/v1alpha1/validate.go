@@ -56,7 +56,7 @@ func (s *VPNGatewaySpec) Validate() field.ErrorList {
 	switch s.Protocol {
 	case "", VPNProtocolIPsec:
 	case VPNProtocolWireGuard:
-		errs = append(errs, field.Forbidden(field.NewPath("spec", "protocol"),
+		errs = append(errs, unsupported(field.NewPath("spec", "protocol"),
 			fmt.Sprintf("protocol wireguard is not implemented in bnerd-vpn-operator %s; use protocol ipsec", version.Version)))
 	default:
 		errs = append(errs, field.NotSupported(field.NewPath("spec", "protocol"), s.Protocol, []string{string(VPNProtocolIPsec), string(VPNProtocolWireGuard)}))
@@ -97,7 +97,7 @@ func (s *GatewaySpec) validate(p *field.Path) field.ErrorList {
 		switch t.Mode {
 		case "", TunnelModeSNAT:
 		case TunnelModeRouted:
-			errs = append(errs, field.Forbidden(ip.Child("mode"),
+			errs = append(errs, unsupported(ip.Child("mode"),
 				fmt.Sprintf("mode routed is not implemented in bnerd-vpn-operator %s; use mode snat, and reverseExposures for traffic from our side to the client", version.Version)))
 		default:
 			errs = append(errs, field.NotSupported(ip.Child("mode"), t.Mode, []string{string(TunnelModeSNAT), string(TunnelModeRouted)}))
@@ -268,6 +268,27 @@ func (s *ClusterLinkSpec) Validate() field.ErrorList {
 		errs = append(errs, field.Forbidden(p.Child("customerProjectID"), "only a cross-tenant link (credentialsSecretRef set) may carry customerProjectID"))
 	}
 	return errs
+}
+
+// originUnsupported marks the refusal of a feature the API accepts but this release does
+// not implement (routed tunnels, WireGuard), as opposed to a mistake in the spec.
+const originUnsupported = "unsupportedFeature"
+
+func unsupported(p *field.Path, detail string) *field.Error {
+	e := field.Forbidden(p, detail)
+	e.Origin = originUnsupported
+	return e
+}
+
+// OnlyUnsupported reports whether every error of a non-empty list refuses a planned
+// feature rather than a mistake, so a reconciler can give it its own reason.
+func OnlyUnsupported(errs field.ErrorList) bool {
+	for _, e := range errs {
+		if e.Origin != originUnsupported {
+			return false
+		}
+	}
+	return len(errs) > 0
 }
 
 type pinSet struct {

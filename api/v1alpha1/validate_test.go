@@ -141,6 +141,25 @@ func TestVPNGatewayProtocol(t *testing.T) {
 	}
 }
 
+func TestOnlyUnsupported(t *testing.T) {
+	s := goodGateway()
+	s.Tunnels[0].Mode = TunnelModeRouted
+	if errs := s.Validate(); !OnlyUnsupported(errs) {
+		t.Fatalf("routed alone must count as unsupported: %v", errs)
+	}
+	s.Tunnels[0].Peer.Address = "bad"
+	if errs := s.Validate(); OnlyUnsupported(errs) {
+		t.Fatal("a spec mistake beside it must not")
+	}
+	v := VPNGatewaySpec{GatewaySpec: goodGateway(), Protocol: VPNProtocolWireGuard}
+	if errs := v.Validate(); !OnlyUnsupported(errs) {
+		t.Fatalf("wireguard alone must count as unsupported: %v", errs)
+	}
+	if OnlyUnsupported(nil) {
+		t.Fatal("no errors is not unsupported")
+	}
+}
+
 func TestPlaintextExposures(t *testing.T) {
 	s := goodGateway()
 	if errs := s.PlaintextExposures(); len(errs) != 0 {

@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/go-logr/logr"
@@ -259,7 +258,7 @@ func statusOf(obj client.Object) *v1alpha1.GatewayStatus {
 func (r *Reconciler) ensureValidated(ctx context.Context, g *gateway) (bool, error) {
 	if errs := g.validate(); len(errs) > 0 {
 		reason := v1alpha1.ReasonInvalidSpec
-		if onlyUnsupported(errs.ToAggregate().Errors()) {
+		if v1alpha1.OnlyUnsupported(errs) {
 			reason = v1alpha1.ReasonUnsupported
 		}
 		r.condFalse(g, v1alpha1.ConditionValidated, reason, errs.ToAggregate().Error())
@@ -271,16 +270,4 @@ func (r *Reconciler) ensureValidated(ctx context.Context, g *gateway) (bool, err
 	}
 	r.condTrue(g, v1alpha1.ConditionValidated, v1alpha1.ReasonValid, "spec is valid")
 	return true, nil
-}
-
-// onlyUnsupported reports whether every error is a refusal of a planned feature (routed
-// tunnels, WireGuard) rather than a mistake in the spec.
-func onlyUnsupported(errs []error) bool {
-	for _, e := range errs {
-		s := e.Error()
-		if !strings.Contains(s, "is not implemented in") {
-			return false
-		}
-	}
-	return len(errs) > 0
 }
