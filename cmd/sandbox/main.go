@@ -8,7 +8,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -53,9 +52,10 @@ func main() {
 	timeout := flag.Duration("timeout", 3*time.Minute, "how long to wait for the gateway to become Ready")
 	seedPath := flag.String("seed", "examples/sim-estate.yaml", "simulator seed")
 	gatewayPath := flag.String("gateway", "examples/ipsecgateway.yaml", "gateway manifest to apply")
+	linkPath := flag.String("clusterlink", "examples/clusterlink.yaml", "ClusterLink manifest to apply after the gateway (empty: none)")
 	flag.Parse()
 
-	if err := run(*stay, *timeout, *seedPath, *gatewayPath); err != nil {
+	if err := run(*stay, *timeout, *seedPath, *gatewayPath, *linkPath); err != nil {
 		fmt.Fprintf(os.Stderr, "sandbox: %v\n", err)
 		os.Exit(1)
 	}
@@ -63,7 +63,7 @@ func main() {
 
 func step(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
 
-func run(stay bool, timeout time.Duration, seedPath, gatewayPath string) (err error) {
+func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath string) (err error) {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	work, err := os.MkdirTemp("", "bnerd-sandbox-")
@@ -159,18 +159,13 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath string) (err er
 	}()
 
 	step("applying %s", gatewayPath)
-	gw, err := applyGateway(ctx, c, gatewayPath)
-	if err != nil {
+	gw := &v1.IPsecGateway{}
+	if err := apply(ctx, c, gatewayPath, gw, tenantNamespace); err != nil {
 		return err
 	}
-	key := client.ObjectKeyFromObject(gw)
-	if err := waitReady(ctx, c, key, timeout); err != nil {
+	if err := waitReady(ctx, c, gw, func() []metav1.Condition { return gw.Status.Conditions }, timeout); err != nil {
 		fmt.Printf("\noperator log (%s):\n", logPath)
 		tail(logPath, 40)
-		return err
-	}
-
-	if err := c.Get(ctx, key, gw); err != nil {
 		return err
 	}
 	step("gateway status (conditions shown above)")
@@ -178,7 +173,26 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath string) (err er
 	st.Conditions = nil
 	out, _ := sigsyaml.Marshal(st)
 	fmt.Println(indent(string(out)))
-	step("OpenStack objects the gateway produced")
+
+	var link *v1.ClusterLink
+	if linkPath != "" {
+		step("applying %s", linkPath)
+		link = &v1.ClusterLink{}
+		if err := apply(ctx, c, linkPath, link, ""); err != nil {
+			return err
+		}
+		if err := waitReady(ctx, c, link, func() []metav1.Condition { return link.Status.Conditions }, timeout); err != nil {
+			fmt.Printf("\noperator log (%s):\n", logPath)
+			tail(logPath, 40)
+			return err
+		}
+		step("ClusterLink status (conditions shown above)")
+		ls := link.Status.DeepCopy()
+		ls.Conditions = nil
+		out, _ := sigsyaml.Marshal(ls)
+		fmt.Println(indent(string(out)))
+	}
+	step("OpenStack objects the operator produced")
 	printOpenStack(os1)
 
 	if stay {
@@ -203,18 +217,21 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath string) (err er
 		return nil
 	}
 
-	step("deleting the gateway")
-	if err := c.Delete(ctx, gw); err != nil {
-		return err
+	if link != nil {
+		step("deleting the ClusterLink")
+		if err := deleteAndWait(ctx, c, link, timeout); err != nil {
+			return err
+		}
 	}
-	if err := waitGone(ctx, c, key, timeout); err != nil {
+	step("deleting the gateway")
+	if err := deleteAndWait(ctx, c, gw, timeout); err != nil {
 		return err
 	}
 	left := leftovers(os1)
 	if len(left) > 0 {
-		return fmt.Errorf("the gateway left OpenStack objects behind: %s", strings.Join(left, "; "))
+		return fmt.Errorf("the operator left OpenStack objects behind: %s", strings.Join(left, "; "))
 	}
-	step("the gateway is gone and left nothing in OpenStack; stopping")
+	step("the gateway and the ClusterLink are gone and left nothing in OpenStack; stopping")
 	return nil
 }
 
@@ -251,47 +268,54 @@ func seedCluster(ctx context.Context, c client.Client) error {
 	return nil
 }
 
-func applyGateway(ctx context.Context, c client.Client, path string) (*v1.IPsecGateway, error) {
+// apply creates the object of a one-document manifest; namespace is the default for a
+// namespaced object that names none.
+func apply(ctx context.Context, c client.Client, path string, obj client.Object, namespace string) error {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer f.Close()
-	gw := &v1.IPsecGateway{}
-	if err := yaml.NewYAMLOrJSONDecoder(f, 4096).Decode(gw); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	if err := yaml.NewYAMLOrJSONDecoder(f, 4096).Decode(obj); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
 	}
-	if gw.Namespace == "" {
-		gw.Namespace = tenantNamespace
+	if obj.GetNamespace() == "" {
+		obj.SetNamespace(namespace)
 	}
-	return gw, c.Create(ctx, gw)
+	return c.Create(ctx, obj)
 }
 
-// waitReady prints every change of the gateway's conditions until Ready is True.
-func waitReady(ctx context.Context, c client.Client, key client.ObjectKey, timeout time.Duration) error {
+// waitReady re-reads obj and prints every change of its conditions until Ready is True
+// for its current generation.
+func waitReady(ctx context.Context, c client.Client, obj client.Object, conds func() []metav1.Condition, timeout time.Duration) error {
+	key := client.ObjectKeyFromObject(obj)
+	kind := fmt.Sprintf("%T", obj)[len("*v1alpha1."):]
+	name := key.String()
+	if key.Namespace == "" {
+		name = key.Name
+	}
 	deadline := time.Now().Add(timeout)
 	seen := map[string]string{}
 	start := time.Now()
 	for {
-		gw := &v1.IPsecGateway{}
-		if err := c.Get(ctx, key, gw); err != nil {
+		if err := c.Get(ctx, key, obj); err != nil {
 			return err
 		}
-		for _, cond := range gw.Status.Conditions {
+		for _, cond := range conds() {
 			line := fmt.Sprintf("%s=%s %s %s", cond.Type, cond.Status, cond.Reason, cond.Message)
 			if seen[cond.Type] != line {
 				seen[cond.Type] = line
-				fmt.Printf("    %6.1fs  %-20s %-6s %-26s %s\n", time.Since(start).Seconds(), cond.Type, cond.Status, cond.Reason, cond.Message)
+				fmt.Printf("    %6.1fs  %-23s %-6s %-26s %s\n", time.Since(start).Seconds(), cond.Type, cond.Status, cond.Reason, cond.Message)
 			}
 		}
-		for _, cond := range gw.Status.Conditions {
-			if cond.Type == v1.ConditionReady && cond.Status == metav1.ConditionTrue && cond.ObservedGeneration == gw.Generation {
-				step("gateway %s is Ready after %.1fs", key, time.Since(start).Seconds())
+		for _, cond := range conds() {
+			if cond.Type == v1.ConditionReady && cond.Status == metav1.ConditionTrue && cond.ObservedGeneration == obj.GetGeneration() {
+				step("%s %s is Ready after %.1fs", kind, name, time.Since(start).Seconds())
 				return nil
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("gateway %s not Ready after %s", key, timeout)
+			return fmt.Errorf("%s %s not Ready after %s", kind, name, timeout)
 		}
 		select {
 		case <-ctx.Done():
@@ -301,10 +325,15 @@ func waitReady(ctx context.Context, c client.Client, key client.ObjectKey, timeo
 	}
 }
 
-func waitGone(ctx context.Context, c client.Client, key client.ObjectKey, timeout time.Duration) error {
+// deleteAndWait deletes obj and waits until its finalizer has run and it is gone.
+func deleteAndWait(ctx context.Context, c client.Client, obj client.Object, timeout time.Duration) error {
+	if err := c.Delete(ctx, obj); err != nil {
+		return err
+	}
+	key := client.ObjectKeyFromObject(obj)
 	deadline := time.Now().Add(timeout)
 	for {
-		err := c.Get(ctx, key, &v1.IPsecGateway{})
+		err := c.Get(ctx, key, obj)
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -312,7 +341,7 @@ func waitGone(ctx context.Context, c client.Client, key client.ObjectKey, timeou
 			return err
 		}
 		if time.Now().After(deadline) {
-			return errors.New("the gateway's finalizer did not finish in time")
+			return fmt.Errorf("%s: the finalizer did not finish in time", key)
 		}
 		select {
 		case <-ctx.Done():
@@ -403,7 +432,7 @@ func leftovers(s *sim.Server) []string {
 	}
 	for _, r := range s.Routers() {
 		for _, rt := range r.Routes {
-			if strings.HasPrefix(rt.Destination, "100.64.") {
+			if strings.HasPrefix(rt.Destination, "100.64.") || rt.Destination == "10.251.0.0/16" {
 				left = append(left, fmt.Sprintf("route %s via %s on %s", rt.Destination, rt.NextHop, r.Name))
 			}
 		}

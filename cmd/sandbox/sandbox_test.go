@@ -10,8 +10,9 @@ import (
 )
 
 // TestSandboxRunsToCompletion runs the README's sandbox command the way a user does and
-// checks that the example gateway became Ready, produced its OpenStack objects, and was
-// deleted without leaving any behind.
+// checks that the example gateway and ClusterLink became Ready, produced their OpenStack
+// objects (including the reverse route on the service cluster's router), and were deleted
+// without leaving any behind.
 func TestSandboxRunsToCompletion(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the sandbox builds and runs the operator; skipped in -short mode")
@@ -37,10 +38,13 @@ func TestSandboxRunsToCompletion(t *testing.T) {
 		t.Fatalf("sandbox failed: %v", err)
 	}
 	for _, want := range []string{
-		"gateway tenant-a/acme is Ready",
+		"IPsecGateway tenant-a/acme is Ready",
+		"ClusterLink svc01-link is Ready",
 		"floating IP 203.0.113.",
 		"ingress udp 500-500 from 198.51.100.7/32",
-		"route 100.64.0.0/24 via 10.254.0.",
+		"router shoot--services--vpn01 route 100.64.0.0/24 via 10.254.0.",
+		"router shoot--services--vpn01 route 10.251.0.0/16 via 10.254.0.",
+		"router shoot--services--svc01 route 100.64.0.0/24 via 10.254.0.",
 		"left nothing in OpenStack",
 	} {
 		if !strings.Contains(string(out), want) {
