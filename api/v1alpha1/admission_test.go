@@ -10,7 +10,12 @@ import (
 	"sync/atomic"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/testenv"
@@ -328,5 +333,64 @@ func TestKubectlShowsColumnsAndDescriptions(t *testing.T) {
 	out = run("explain", "vpngateway.spec.protocol")
 	if !strings.Contains(out, "wireguard") {
 		t.Errorf("kubectl explain vpngateway.spec.protocol lacks wireguard")
+	}
+}
+
+// TestExamplesAreAccepted applies every example manifest of the repository (each one
+// object of this API) to the real API server and runs Validate on it, so the examples
+// the docs point at can never drift from the schema.
+func TestExamplesAreAccepted(t *testing.T) {
+	testenv.Need(t)
+	ctx := context.Background()
+	files, err := filepath.Glob(filepath.Join(testenv.RepoRoot(), "examples", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var obj client.Object
+		switch {
+		case strings.Contains(string(data), "\nkind: IPsecGateway"):
+			obj = &v1.IPsecGateway{}
+		case strings.Contains(string(data), "\nkind: VPNGateway"):
+			obj = &v1.VPNGateway{}
+		case strings.Contains(string(data), "\nkind: ClusterLink"):
+			obj = &v1.ClusterLink{}
+		default:
+			continue // the simulator's seed, not an API object
+		}
+		seen++
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			if err := yaml.Unmarshal(data, obj); err != nil {
+				t.Fatal(err)
+			}
+			var errs field.ErrorList
+			switch o := obj.(type) {
+			case *v1.IPsecGateway:
+				errs = append(o.Spec.Validate(), o.Spec.PlaintextExposures()...)
+			case *v1.VPNGateway:
+				errs = append(o.Spec.Validate(), o.Spec.PlaintextExposures()...)
+			case *v1.ClusterLink:
+				errs = o.Spec.Validate()
+			}
+			if len(errs) > 0 {
+				t.Fatalf("Validate: %v", errs.ToAggregate())
+			}
+			if ns := obj.GetNamespace(); ns != "" {
+				if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
+					t.Fatal(err)
+				}
+			}
+			if err := env.Client.Create(ctx, obj); err != nil {
+				t.Fatalf("the API server refused the example: %v", err)
+			}
+		})
+	}
+	if seen < 4 {
+		t.Fatalf("found only %d example objects", seen)
 	}
 }
