@@ -49,14 +49,10 @@ func cmpString(a, b string) int {
 
 // sorted returns values in creation order.
 func sorted[T any](st *state, m map[string]*T, copyFn func(*T) T) []T {
-	ids := make([]string, 0, len(m))
-	for id := range m {
-		ids = append(ids, id)
-	}
-	st.sortIDs(ids)
-	out := make([]T, 0, len(ids))
-	for _, id := range ids {
-		out = append(out, copyFn(m[id]))
+	items := inOrder(st, m)
+	out := make([]T, 0, len(items))
+	for _, v := range items {
+		out = append(out, copyFn(v))
 	}
 	return out
 }
@@ -367,11 +363,11 @@ func (s *Server) AddRBACPolicy(networkID, targetProject string) (RBACPolicy, err
 func (s *Server) DeleteRBACPolicy(id string) error {
 	s.st.mu.Lock()
 	defer s.st.mu.Unlock()
-	if s.st.rbac[id] == nil {
+	p := s.st.rbac[id]
+	if p == nil {
 		return fmt.Errorf("rbac policy %s: %w", id, errNotFound)
 	}
-	delete(s.st.rbac, id)
-	delete(s.st.seq, id)
+	s.st.deleteRBAC(p)
 	return nil
 }
 

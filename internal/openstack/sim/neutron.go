@@ -138,34 +138,19 @@ func (s *Server) listNetworks(w http.ResponseWriter, r *http.Request, c *caller)
 	st := s.st
 	st.mu.RLock()
 	defer st.mu.RUnlock()
-	out := []networkWire{}
-	ids := make([]string, 0, len(st.networks))
-	for id := range st.networks {
-		ids = append(ids, id)
-	}
-	st.sortIDs(ids)
-	for _, id := range ids {
-		n := st.networks[id]
-		if !st.networkVisible(c, n) || !fieldMatch(q, "id", n.ID) || !fieldMatch(q, "name", n.Name) ||
-			!projectMatch(q, n.ProjectID) || !boolMatch(q, "shared", n.Shared) ||
-			!boolMatch(q, "router:external", n.External) || !fieldMatch(q, "status", n.Status) || !tagsMatch(q, n.Tags) {
-			continue
-		}
-		out = append(out, networkOut(n))
-	}
-	writeJSON(w, 200, map[string]any{"networks": out})
+	writeList(w, "networks", inOrder(st, st.networks), func(n *Network) bool {
+		return st.networkVisible(c, n) && fieldMatch(q, "id", n.ID) && fieldMatch(q, "name", n.Name) &&
+			projectMatch(q, n.ProjectID) && boolMatch(q, "shared", n.Shared) &&
+			boolMatch(q, "router:external", n.External) && fieldMatch(q, "status", n.Status) && tagsMatch(q, n.Tags)
+	}, networkOut)
 }
 
-func (s *Server) getNetwork(w http.ResponseWriter, r *http.Request, c *caller) {
-	st := s.st
-	st.mu.RLock()
-	defer st.mu.RUnlock()
-	n := st.networks[r.PathValue("id")]
+func (st *state) visibleNetwork(c *caller, id string) (*Network, *apiError) {
+	n := st.networks[id]
 	if n == nil || !st.networkVisible(c, n) {
-		s.neutronFail(w, errf(404, "NetworkNotFound", "Network %s could not be found.", r.PathValue("id")))
-		return
+		return nil, errf(404, "NetworkNotFound", "Network %s could not be found.", id)
 	}
-	writeJSON(w, 200, map[string]any{"network": networkOut(n)})
+	return n, nil
 }
 
 type networkBody struct {
@@ -253,9 +238,9 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, c *caller
 	st := s.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	n := st.networks[r.PathValue("id")]
-	if n == nil || !st.networkVisible(c, n) {
-		s.neutronFail(w, errf(404, "NetworkNotFound", "Network %s could not be found.", r.PathValue("id")))
+	n, e := st.visibleNetwork(c, r.PathValue("id"))
+	if e != nil {
+		s.neutronFail(w, e)
 		return
 	}
 	if !owns(c, n.ProjectID) {
@@ -288,27 +273,18 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, c *caller
 	writeJSON(w, 200, map[string]any{"network": networkOut(n)})
 }
 
-func (s *Server) deleteNetworkHandler(w http.ResponseWriter, r *http.Request, c *caller) {
-	st := s.st
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	n := st.networks[r.PathValue("id")]
-	if n == nil || !st.networkVisible(c, n) {
-		s.neutronFail(w, errf(404, "NetworkNotFound", "Network %s could not be found.", r.PathValue("id")))
-		return
-	}
+// refuseNetworkDelete: only the owner deletes, and only once no port but
+// DHCP's is left.
+func (st *state) refuseNetworkDelete(c *caller, n *Network) *apiError {
 	if !owns(c, n.ProjectID) {
-		s.neutronFail(w, errf(403, "PolicyNotAuthorized", "rule:delete_network is disallowed by policy"))
-		return
+		return errf(403, "PolicyNotAuthorized", "rule:delete_network is disallowed by policy")
 	}
 	for id := range st.portsByNetwork[n.ID] {
 		if st.ports[id].DeviceOwner != OwnerDHCP {
-			s.neutronFail(w, errf(409, "NetworkInUse", "Unable to complete operation on network %s. There are one or more ports still in use on the network.", n.ID))
-			return
+			return errf(409, "NetworkInUse", "Unable to complete operation on network %s. There are one or more ports still in use on the network.", n.ID)
 		}
 	}
-	st.deleteNetwork(n)
-	w.WriteHeader(204)
+	return nil
 }
 
 // --- subnets ---
@@ -331,29 +307,19 @@ func (s *Server) listSubnets(w http.ResponseWriter, r *http.Request, c *caller) 
 		}
 	}
 	st.sortIDs(ids)
-	out := []subnetWire{}
-	for _, id := range ids {
-		sn := st.subnets[id]
-		if sn == nil || !st.subnetVisible(c, sn) || !fieldMatch(q, "id", sn.ID) || !fieldMatch(q, "name", sn.Name) ||
-			!fieldMatch(q, "cidr", sn.CIDR) || !fieldMatch(q, "gateway_ip", sn.GatewayIP) ||
-			!fieldMatch(q, "ip_version", strconv.Itoa(sn.IPVersion)) || !projectMatch(q, sn.ProjectID) || !tagsMatch(q, sn.Tags) {
-			continue
-		}
-		out = append(out, subnetOut(sn))
-	}
-	writeJSON(w, 200, map[string]any{"subnets": out})
+	writeList(w, "subnets", byIDs(st.subnets, ids), func(sn *Subnet) bool {
+		return st.subnetVisible(c, sn) && fieldMatch(q, "id", sn.ID) && fieldMatch(q, "name", sn.Name) &&
+			fieldMatch(q, "cidr", sn.CIDR) && fieldMatch(q, "gateway_ip", sn.GatewayIP) &&
+			fieldMatch(q, "ip_version", strconv.Itoa(sn.IPVersion)) && projectMatch(q, sn.ProjectID) && tagsMatch(q, sn.Tags)
+	}, subnetOut)
 }
 
-func (s *Server) getSubnet(w http.ResponseWriter, r *http.Request, c *caller) {
-	st := s.st
-	st.mu.RLock()
-	defer st.mu.RUnlock()
-	sn := st.subnets[r.PathValue("id")]
+func (st *state) visibleSubnet(c *caller, id string) (*Subnet, *apiError) {
+	sn := st.subnets[id]
 	if sn == nil || !st.subnetVisible(c, sn) {
-		s.neutronFail(w, errf(404, "SubnetNotFound", "Subnet %s could not be found.", r.PathValue("id")))
-		return
+		return nil, errf(404, "SubnetNotFound", "Subnet %s could not be found.", id)
 	}
-	writeJSON(w, 200, map[string]any{"subnet": subnetOut(sn)})
+	return sn, nil
 }
 
 func (s *Server) createSubnet(w http.ResponseWriter, r *http.Request, c *caller) {
@@ -384,9 +350,9 @@ func (s *Server) createSubnet(w http.ResponseWriter, r *http.Request, c *caller)
 	st := s.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	n := st.networks[in.NetworkID]
-	if n == nil || !st.networkVisible(c, n) {
-		s.neutronFail(w, errf(404, "NetworkNotFound", "Network %s could not be found.", in.NetworkID))
+	n, e := st.visibleNetwork(c, in.NetworkID)
+	if e != nil {
+		s.neutronFail(w, e)
 		return
 	}
 	if !owns(c, n.ProjectID) {
@@ -444,30 +410,25 @@ func (st *state) newSubnet(id, name string, n *Network, cidr, gateway string, de
 	return sn, nil
 }
 
-func (s *Server) deleteSubnet(w http.ResponseWriter, r *http.Request, c *caller) {
-	st := s.st
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	sn := st.subnets[r.PathValue("id")]
-	if sn == nil || !st.subnetVisible(c, sn) {
-		s.neutronFail(w, errf(404, "SubnetNotFound", "Subnet %s could not be found.", r.PathValue("id")))
-		return
-	}
+// refuseSubnetDelete: only the owner deletes, and only once no address of
+// the subnet is allocated.
+func (st *state) refuseSubnetDelete(c *caller, sn *Subnet) *apiError {
 	if !owns(c, sn.ProjectID) {
-		s.neutronFail(w, errf(403, "PolicyNotAuthorized", "rule:delete_subnet is disallowed by policy"))
-		return
+		return errf(403, "PolicyNotAuthorized", "rule:delete_subnet is disallowed by policy")
 	}
 	if len(st.portsBySubnet[sn.ID]) > 0 || len(st.pools[sn.ID].used) > 0 {
-		s.neutronFail(w, errf(409, "SubnetInUse", "Unable to complete operation on subnet %s: One or more ports have an IP allocation from this subnet.", sn.ID))
-		return
+		return errf(409, "SubnetInUse", "Unable to complete operation on subnet %s: One or more ports have an IP allocation from this subnet.", sn.ID)
 	}
+	return nil
+}
+
+func (st *state) deleteSubnet(sn *Subnet) {
 	if n := st.networks[sn.NetworkID]; n != nil {
 		n.Subnets = slices.DeleteFunc(n.Subnets, func(x string) bool { return x == sn.ID })
 	}
 	delete(st.subnets, sn.ID)
 	delete(st.pools, sn.ID)
 	delete(st.seq, sn.ID)
-	w.WriteHeader(204)
 }
 
 // --- ports ---
@@ -568,22 +529,15 @@ func (s *Server) listPorts(w http.ResponseWriter, r *http.Request, c *caller) {
 	st := s.st
 	st.mu.RLock()
 	defer st.mu.RUnlock()
-	out := []portWire{}
-	for _, id := range st.portCandidates(q, c) {
-		p := st.ports[id]
-		if !st.portVisible(c, p) || !fieldMatch(q, "id", p.ID) || !fieldMatch(q, "name", p.Name) ||
-			!fieldMatch(q, "network_id", p.NetworkID) || !fieldMatch(q, "device_id", p.DeviceID) ||
-			!fieldMatch(q, "device_owner", p.DeviceOwner) || !fieldMatch(q, "mac_address", p.MACAddress) ||
-			!fieldMatch(q, "status", p.Status) || !projectMatch(q, p.ProjectID) || !tagsMatch(q, p.Tags) ||
-			!fixedIPsMatch(q, p) {
-			continue
-		}
-		if sgs := q["security_groups"]; len(sgs) > 0 && !slices.ContainsFunc(sgs, func(g string) bool { return slices.Contains(p.SecurityGroups, g) }) {
-			continue
-		}
-		out = append(out, portOut(p))
-	}
-	writeJSON(w, 200, map[string]any{"ports": out})
+	sgs := q["security_groups"]
+	writeList(w, "ports", byIDs(st.ports, st.portCandidates(q, c)), func(p *Port) bool {
+		return st.portVisible(c, p) && fieldMatch(q, "id", p.ID) && fieldMatch(q, "name", p.Name) &&
+			fieldMatch(q, "network_id", p.NetworkID) && fieldMatch(q, "device_id", p.DeviceID) &&
+			fieldMatch(q, "device_owner", p.DeviceOwner) && fieldMatch(q, "mac_address", p.MACAddress) &&
+			fieldMatch(q, "status", p.Status) && projectMatch(q, p.ProjectID) && tagsMatch(q, p.Tags) &&
+			fixedIPsMatch(q, p) &&
+			(len(sgs) == 0 || slices.ContainsFunc(sgs, func(g string) bool { return slices.Contains(p.SecurityGroups, g) }))
+	}, portOut)
 }
 
 func (st *state) visiblePort(c *caller, id string) (*Port, *apiError) {
@@ -592,18 +546,6 @@ func (st *state) visiblePort(c *caller, id string) (*Port, *apiError) {
 		return nil, errf(404, "PortNotFound", "Port %s could not be found.", id)
 	}
 	return p, nil
-}
-
-func (s *Server) getPort(w http.ResponseWriter, r *http.Request, c *caller) {
-	st := s.st
-	st.mu.RLock()
-	defer st.mu.RUnlock()
-	p, e := st.visiblePort(c, r.PathValue("id"))
-	if e != nil {
-		s.neutronFail(w, e)
-		return
-	}
-	writeJSON(w, 200, map[string]any{"port": portOut(p)})
 }
 
 type portBody struct {
@@ -765,21 +707,12 @@ func (s *Server) updatePort(w http.ResponseWriter, r *http.Request, c *caller) {
 	writeJSON(w, 200, map[string]any{"port": portOut(p)})
 }
 
-func (s *Server) deletePortHandler(w http.ResponseWriter, r *http.Request, c *caller) {
-	st := s.st
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	p, e := st.visiblePort(c, r.PathValue("id"))
-	if e != nil {
-		s.neutronFail(w, e)
-		return
-	}
+// refusePortDelete: router ports go only through the router API.
+func refusePortDelete(_ *caller, p *Port) *apiError {
 	if p.DeviceOwner == OwnerRouterInterface || p.DeviceOwner == OwnerRouterGateway {
-		s.neutronFail(w, errf(409, "L3PortInUse", "Port %s has owner %s and therefore cannot be deleted directly via the port API.", p.ID, p.DeviceOwner))
-		return
+		return errf(409, "L3PortInUse", "Port %s has owner %s and therefore cannot be deleted directly via the port API.", p.ID, p.DeviceOwner)
 	}
-	st.deletePort(p)
-	w.WriteHeader(204)
+	return nil
 }
 
 // --- tags on any taggable resource ---

@@ -84,33 +84,10 @@ func (s *Server) listRouters(w http.ResponseWriter, r *http.Request, c *caller) 
 	st := s.st
 	st.mu.RLock()
 	defer st.mu.RUnlock()
-	ids := make([]string, 0, len(st.routers))
-	for id := range st.routers {
-		ids = append(ids, id)
-	}
-	st.sortIDs(ids)
-	out := []routerWire{}
-	for _, id := range ids {
-		rt := st.routers[id]
-		if !owns(c, rt.ProjectID) || !fieldMatch(q, "id", rt.ID) || !fieldMatch(q, "name", rt.Name) ||
-			!projectMatch(q, rt.ProjectID) || !fieldMatch(q, "status", rt.Status) || !tagsMatch(q, rt.Tags) {
-			continue
-		}
-		out = append(out, routerOut(rt))
-	}
-	writeJSON(w, 200, map[string]any{"routers": out})
-}
-
-func (s *Server) getRouter(w http.ResponseWriter, r *http.Request, c *caller) {
-	st := s.st
-	st.mu.RLock()
-	defer st.mu.RUnlock()
-	rt, e := st.visibleRouter(c, r.PathValue("id"))
-	if e != nil {
-		s.neutronFail(w, e)
-		return
-	}
-	writeJSON(w, 200, map[string]any{"router": routerOut(rt)})
+	writeList(w, "routers", inOrder(st, st.routers), func(rt *Router) bool {
+		return owns(c, rt.ProjectID) && fieldMatch(q, "id", rt.ID) && fieldMatch(q, "name", rt.Name) &&
+			projectMatch(q, rt.ProjectID) && fieldMatch(q, "status", rt.Status) && tagsMatch(q, rt.Tags)
+	}, routerOut)
 }
 
 type routerBody struct {
@@ -239,23 +216,17 @@ func uniqueRoutes(in []Route) []Route {
 	return out
 }
 
-func (s *Server) deleteRouter(w http.ResponseWriter, r *http.Request, c *caller) {
-	st := s.st
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	rt, e := st.visibleRouter(c, r.PathValue("id"))
-	if e != nil {
-		s.neutronFail(w, e)
-		return
-	}
+func (st *state) refuseRouterDelete(_ *caller, rt *Router) *apiError {
 	if len(st.routerInterfaces(rt.ID)) > 0 {
-		s.neutronFail(w, errf(409, "RouterInUse", "Router %s still has ports", rt.ID))
-		return
+		return errf(409, "RouterInUse", "Router %s still has ports", rt.ID)
 	}
+	return nil
+}
+
+func (st *state) deleteRouter(rt *Router) {
 	st.clearGateway(rt)
 	delete(st.routers, rt.ID)
 	delete(st.seq, rt.ID)
-	w.WriteHeader(204)
 }
 
 type interfaceBody struct {
@@ -311,9 +282,9 @@ func (s *Server) addRouterInterface(w http.ResponseWriter, r *http.Request, c *c
 
 // interfaceOnSubnet creates the router's port at the subnet's gateway IP.
 func (st *state) interfaceOnSubnet(c *caller, rt *Router, subnetID string) (*Port, *apiError) {
-	sn := st.subnets[subnetID]
-	if sn == nil || !st.subnetVisible(c, sn) {
-		return nil, errf(404, "SubnetNotFound", "Subnet %s could not be found.", subnetID)
+	sn, e := st.visibleSubnet(c, subnetID)
+	if e != nil {
+		return nil, e
 	}
 	if sn.GatewayIP == "" {
 		return nil, errf(400, "BadRequest", "Bad router request: Subnet for router interface must have a gateway IP.")
@@ -443,36 +414,13 @@ func (s *Server) listFIPs(w http.ResponseWriter, r *http.Request, c *caller) {
 	st := s.st
 	st.mu.RLock()
 	defer st.mu.RUnlock()
-	ids := make([]string, 0, len(st.fips))
-	for id := range st.fips {
-		ids = append(ids, id)
-	}
-	st.sortIDs(ids)
-	out := []fipWire{}
-	for _, id := range ids {
-		f := st.fips[id]
-		if !owns(c, f.ProjectID) || !fieldMatch(q, "id", f.ID) || !fieldMatch(q, "floating_ip_address", f.FloatingIPAddress) ||
-			!fieldMatch(q, "port_id", f.PortID) || !fieldMatch(q, "floating_network_id", f.FloatingNetworkID) ||
-			!fieldMatch(q, "fixed_ip_address", f.FixedIPAddress) || !fieldMatch(q, "router_id", f.RouterID) ||
-			!fieldMatch(q, "status", f.Status) || !fieldMatch(q, "description", f.Description) ||
-			!projectMatch(q, f.ProjectID) || !tagsMatch(q, f.Tags) {
-			continue
-		}
-		out = append(out, fipOut(f))
-	}
-	writeJSON(w, 200, map[string]any{"floatingips": out})
-}
-
-func (s *Server) getFIP(w http.ResponseWriter, r *http.Request, c *caller) {
-	st := s.st
-	st.mu.RLock()
-	defer st.mu.RUnlock()
-	f, e := st.visibleFIP(c, r.PathValue("id"))
-	if e != nil {
-		s.neutronFail(w, e)
-		return
-	}
-	writeJSON(w, 200, map[string]any{"floatingip": fipOut(f)})
+	writeList(w, "floatingips", inOrder(st, st.fips), func(f *FloatingIP) bool {
+		return owns(c, f.ProjectID) && fieldMatch(q, "id", f.ID) && fieldMatch(q, "floating_ip_address", f.FloatingIPAddress) &&
+			fieldMatch(q, "port_id", f.PortID) && fieldMatch(q, "floating_network_id", f.FloatingNetworkID) &&
+			fieldMatch(q, "fixed_ip_address", f.FixedIPAddress) && fieldMatch(q, "router_id", f.RouterID) &&
+			fieldMatch(q, "status", f.Status) && fieldMatch(q, "description", f.Description) &&
+			projectMatch(q, f.ProjectID) && tagsMatch(q, f.Tags)
+	}, fipOut)
 }
 
 type fipBody struct {
@@ -523,9 +471,9 @@ func (s *Server) createFIP(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.neutronFail(w, e)
 		return
 	}
-	n := st.networks[in.FloatingNetworkID]
-	if n == nil || !st.networkVisible(c, n) {
-		s.neutronFail(w, errf(404, "NetworkNotFound", "Network %s could not be found.", in.FloatingNetworkID))
+	n, e := st.visibleNetwork(c, in.FloatingNetworkID)
+	if e != nil {
+		s.neutronFail(w, e)
 		return
 	}
 	if !n.External {
@@ -615,13 +563,7 @@ func (st *state) associateFIP(c *caller, f *FloatingIP, portID, fixedIP string) 
 		}
 	}
 	routerID := ""
-	ids := make([]string, 0, len(st.routers))
-	for id := range st.routers {
-		ids = append(ids, id)
-	}
-	st.sortIDs(ids)
-	for _, id := range ids {
-		rt := st.routers[id]
+	for _, rt := range inOrder(st, st.routers) {
 		if rt.GatewayInfo == nil || rt.GatewayInfo.NetworkID != f.FloatingNetworkID {
 			continue
 		}
@@ -675,19 +617,6 @@ func (s *Server) updateFIP(w http.ResponseWriter, r *http.Request, c *caller) {
 	f.RevisionNumber++
 	f.UpdatedAt = now()
 	writeJSON(w, 200, map[string]any{"floatingip": fipOut(f)})
-}
-
-func (s *Server) deleteFIP(w http.ResponseWriter, r *http.Request, c *caller) {
-	st := s.st
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	f, e := st.visibleFIP(c, r.PathValue("id"))
-	if e != nil {
-		s.neutronFail(w, e)
-		return
-	}
-	st.deleteFIP(f)
-	w.WriteHeader(204)
 }
 
 func (st *state) deleteFIP(f *FloatingIP) {

@@ -59,33 +59,10 @@ func (s *Server) listSGs(w http.ResponseWriter, r *http.Request, c *caller) {
 	st := s.st
 	st.mu.RLock()
 	defer st.mu.RUnlock()
-	ids := make([]string, 0, len(st.sgs))
-	for id := range st.sgs {
-		ids = append(ids, id)
-	}
-	st.sortIDs(ids)
-	out := []map[string]any{}
-	for _, id := range ids {
-		g := st.sgs[id]
-		if !owns(c, g.ProjectID) || !fieldMatch(q, "id", g.ID) || !fieldMatch(q, "name", g.Name) ||
-			!fieldMatch(q, "description", g.Description) || !projectMatch(q, g.ProjectID) || !tagsMatch(q, g.Tags) {
-			continue
-		}
-		out = append(out, sgOut(g))
-	}
-	writeJSON(w, 200, map[string]any{"security_groups": out})
-}
-
-func (s *Server) getSG(w http.ResponseWriter, r *http.Request, c *caller) {
-	st := s.st
-	st.mu.RLock()
-	defer st.mu.RUnlock()
-	g, e := st.visibleSG(c, r.PathValue("id"))
-	if e != nil {
-		s.neutronFail(w, e)
-		return
-	}
-	writeJSON(w, 200, map[string]any{"security_group": sgOut(g)})
+	writeList(w, "security_groups", inOrder(st, st.sgs), func(g *SecurityGroup) bool {
+		return owns(c, g.ProjectID) && fieldMatch(q, "id", g.ID) && fieldMatch(q, "name", g.Name) &&
+			fieldMatch(q, "description", g.Description) && projectMatch(q, g.ProjectID) && tagsMatch(q, g.Tags)
+	}, sgOut)
 }
 
 type sgBody struct {
@@ -160,27 +137,18 @@ func (s *Server) updateSG(w http.ResponseWriter, r *http.Request, c *caller) {
 	writeJSON(w, 200, map[string]any{"security_group": sgOut(g)})
 }
 
-func (s *Server) deleteSG(w http.ResponseWriter, r *http.Request, c *caller) {
-	st := s.st
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	g, e := st.visibleSG(c, r.PathValue("id"))
-	if e != nil {
-		s.neutronFail(w, e)
-		return
-	}
+// refuseSGDelete: only the admin removes a project's default group, and
+// no group goes while a port still uses it.
+func (st *state) refuseSGDelete(c *caller, g *SecurityGroup) *apiError {
 	if st.defaultSG[g.ProjectID] == g.ID && !c.admin {
-		s.neutronFail(w, errf(409, "SecurityGroupCannotRemoveDefault", "Insufficient rights for removing default security group."))
-		return
+		return errf(409, "SecurityGroupCannotRemoveDefault", "Insufficient rights for removing default security group.")
 	}
 	for _, p := range st.ports {
 		if slices.Contains(p.SecurityGroups, g.ID) {
-			s.neutronFail(w, errf(409, "SecurityGroupInUse", "Security Group %s in use.", g.ID))
-			return
+			return errf(409, "SecurityGroupInUse", "Security Group %s in use.", g.ID)
 		}
 	}
-	st.deleteSG(g)
-	w.WriteHeader(204)
+	return nil
 }
 
 func (st *state) deleteSG(g *SecurityGroup) {
@@ -315,14 +283,8 @@ func (s *Server) listRules(w http.ResponseWriter, r *http.Request, c *caller) {
 	st := s.st
 	st.mu.RLock()
 	defer st.mu.RUnlock()
-	ids := make([]string, 0, len(st.sgs))
-	for id := range st.sgs {
-		ids = append(ids, id)
-	}
-	st.sortIDs(ids)
 	out := []map[string]any{}
-	for _, id := range ids {
-		g := st.sgs[id]
+	for _, g := range inOrder(st, st.sgs) {
 		if !owns(c, g.ProjectID) || !fieldMatch(q, "security_group_id", g.ID) {
 			continue
 		}
@@ -427,35 +389,20 @@ func (s *Server) listRBAC(w http.ResponseWriter, r *http.Request, c *caller) {
 	st := s.st
 	st.mu.RLock()
 	defer st.mu.RUnlock()
-	ids := make([]string, 0, len(st.rbac))
-	for id := range st.rbac {
-		ids = append(ids, id)
-	}
-	st.sortIDs(ids)
-	out := []map[string]any{}
-	for _, id := range ids {
-		p := st.rbac[id]
-		if !owns(c, p.ProjectID) || !fieldMatch(q, "id", p.ID) || !fieldMatch(q, "object_id", p.ObjectID) ||
-			!fieldMatch(q, "object_type", p.ObjectType) || !fieldMatch(q, "action", p.Action) ||
-			!fieldMatch(q, "target_tenant", p.TargetProject) || !fieldMatch(q, "target_project", p.TargetProject) ||
-			!projectMatch(q, p.ProjectID) {
-			continue
-		}
-		out = append(out, rbacOut(p))
-	}
-	writeJSON(w, 200, map[string]any{"rbac_policies": out})
+	writeList(w, "rbac_policies", inOrder(st, st.rbac), func(p *RBACPolicy) bool {
+		return owns(c, p.ProjectID) && fieldMatch(q, "id", p.ID) && fieldMatch(q, "object_id", p.ObjectID) &&
+			fieldMatch(q, "object_type", p.ObjectType) && fieldMatch(q, "action", p.Action) &&
+			fieldMatch(q, "target_tenant", p.TargetProject) && fieldMatch(q, "target_project", p.TargetProject) &&
+			projectMatch(q, p.ProjectID)
+	}, rbacOut)
 }
 
-func (s *Server) getRBAC(w http.ResponseWriter, r *http.Request, c *caller) {
-	st := s.st
-	st.mu.RLock()
-	defer st.mu.RUnlock()
-	p := st.rbac[r.PathValue("id")]
+func (st *state) visibleRBAC(c *caller, id string) (*RBACPolicy, *apiError) {
+	p := st.rbac[id]
 	if p == nil || !owns(c, p.ProjectID) {
-		s.neutronFail(w, errf(404, "RbacPolicyNotFound", "RBAC policy of type network with ID %s not found", r.PathValue("id")))
-		return
+		return nil, errf(404, "RbacPolicyNotFound", "RBAC policy of type network with ID %s not found", id)
 	}
-	writeJSON(w, 200, map[string]any{"rbac_policy": rbacOut(p)})
+	return p, nil
 }
 
 func (s *Server) createRBAC(w http.ResponseWriter, r *http.Request, c *caller) {
@@ -521,27 +468,14 @@ func (st *state) createRBAC(c *caller, objType, objID, action, target, project s
 	return p, nil
 }
 
-func (s *Server) deleteRBAC(w http.ResponseWriter, r *http.Request, c *caller) {
-	st := s.st
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	p := st.rbac[r.PathValue("id")]
-	if p == nil || !owns(c, p.ProjectID) {
-		s.neutronFail(w, errf(404, "RbacPolicyNotFound", "RBAC policy of type network with ID %s not found", r.PathValue("id")))
-		return
-	}
-	if e := st.rbacInUse(p); e != nil {
-		s.neutronFail(w, e)
-		return
-	}
+func (st *state) deleteRBAC(p *RBACPolicy) {
 	delete(st.rbac, p.ID)
 	delete(st.seq, p.ID)
-	w.WriteHeader(204)
 }
 
 // rbacInUse refuses to unshare a network while a project that only reaches
 // it through this policy still has ports there.
-func (st *state) rbacInUse(p *RBACPolicy) *apiError {
+func (st *state) rbacInUse(_ *caller, p *RBACPolicy) *apiError {
 	n := st.networks[p.ObjectID]
 	if n == nil || p.Action != "access_as_shared" || n.Shared {
 		return nil

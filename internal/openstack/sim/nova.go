@@ -115,33 +115,30 @@ func (s *Server) listServers(w http.ResponseWriter, r *http.Request, c *caller) 
 	st := s.st
 	st.mu.RLock()
 	defer st.mu.RUnlock()
-	ids := make([]string, 0, len(st.servers))
-	for id := range st.servers {
-		ids = append(ids, id)
-	}
-	st.sortIDs(ids)
-	out := []map[string]any{}
-	for _, id := range ids {
-		in := st.servers[id]
-		if !owns(c, in.ProjectID) || (q.Get("name") != "" && !strings.Contains(in.Name, q.Get("name"))) ||
-			!fieldMatch(q, "status", in.Status) {
-			continue
-		}
-		out = append(out, st.serverOut(in))
-	}
-	writeJSON(w, 200, map[string]any{"servers": out})
+	// Nova's name filter is a pattern, not an exact match.
+	name := q.Get("name")
+	writeList(w, "servers", inOrder(st, st.servers), func(in *Instance) bool {
+		return owns(c, in.ProjectID) && (name == "" || strings.Contains(in.Name, name)) && fieldMatch(q, "status", in.Status)
+	}, st.serverOut)
 }
 
-func (s *Server) getServer(w http.ResponseWriter, r *http.Request, c *caller) {
-	st := s.st
-	st.mu.RLock()
-	defer st.mu.RUnlock()
-	in, e := st.visibleServer(c, r.PathValue("id"))
+// readServer runs fn on the server the path names, under the read lock,
+// after answering the 404 itself when the caller cannot see it.
+func (s *Server) readServer(w http.ResponseWriter, r *http.Request, c *caller, fn func(in *Instance)) {
+	s.st.mu.RLock()
+	defer s.st.mu.RUnlock()
+	in, e := s.st.visibleServer(c, r.PathValue("id"))
 	if e != nil {
 		s.novaFail(w, e)
 		return
 	}
-	writeJSON(w, 200, map[string]any{"server": st.serverOut(in)})
+	fn(in)
+}
+
+func (s *Server) getServer(w http.ResponseWriter, r *http.Request, c *caller) {
+	s.readServer(w, r, c, func(in *Instance) {
+		writeJSON(w, 200, map[string]any{"server": s.st.serverOut(in)})
+	})
 }
 
 func attachmentOut(p *Port) map[string]any {
@@ -154,37 +151,25 @@ func attachmentOut(p *Port) map[string]any {
 }
 
 func (s *Server) listInterfaces(w http.ResponseWriter, r *http.Request, c *caller) {
-	st := s.st
-	st.mu.RLock()
-	defer st.mu.RUnlock()
-	in, e := st.visibleServer(c, r.PathValue("id"))
-	if e != nil {
-		s.novaFail(w, e)
-		return
-	}
-	out := []map[string]any{}
-	for _, p := range st.serverInterfaces(in.ID) {
-		out = append(out, attachmentOut(p))
-	}
-	writeJSON(w, 200, map[string]any{"interfaceAttachments": out})
+	s.readServer(w, r, c, func(in *Instance) {
+		out := []map[string]any{}
+		for _, p := range s.st.serverInterfaces(in.ID) {
+			out = append(out, attachmentOut(p))
+		}
+		writeJSON(w, 200, map[string]any{"interfaceAttachments": out})
+	})
 }
 
 func (s *Server) getInterface(w http.ResponseWriter, r *http.Request, c *caller) {
-	st := s.st
-	st.mu.RLock()
-	defer st.mu.RUnlock()
-	in, e := st.visibleServer(c, r.PathValue("id"))
-	if e != nil {
-		s.novaFail(w, e)
-		return
-	}
-	for _, p := range st.serverInterfaces(in.ID) {
-		if p.ID == r.PathValue("port") {
-			writeJSON(w, 200, map[string]any{"interfaceAttachment": attachmentOut(p)})
-			return
+	s.readServer(w, r, c, func(in *Instance) {
+		for _, p := range s.st.serverInterfaces(in.ID) {
+			if p.ID == r.PathValue("port") {
+				writeJSON(w, 200, map[string]any{"interfaceAttachment": attachmentOut(p)})
+				return
+			}
 		}
-	}
-	s.novaFail(w, errf(404, "PortNotFound", "Port %s is not attached", r.PathValue("port")))
+		s.novaFail(w, errf(404, "PortNotFound", "Port %s is not attached", r.PathValue("port")))
+	})
 }
 
 func (s *Server) attachInterface(w http.ResponseWriter, r *http.Request, c *caller) {
