@@ -9,8 +9,10 @@ import (
 )
 
 // The chart is checked against the operator's source rather than a copy of its names, so
-// a variable or flag added to the operator without the chart following fails here. The
-// source is parsed instead of imported to keep the operator's module out of this one.
+// a variable or flag added to the operator without the chart following fails here. Names
+// that are literals in the source are parsed from it; only internal/render is imported
+// (go.mod replaces the operator's module with ../..), because the gateway pod's labels and
+// ports are what its builders return.
 
 func parseGo(t *testing.T, path string) *ast.File {
 	t.Helper()

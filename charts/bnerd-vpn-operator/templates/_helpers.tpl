@@ -45,3 +45,31 @@ Call with (dict "image" .Values.images.x "root" .).
 true
 {{- end -}}
 {{- end -}}
+
+{{/*
+Labels the operator puts on every gateway pod whatever the gateway (internal/render
+Labels: app.kubernetes.io/name and app.kubernetes.io/managed-by). The chart's tests check
+them against the operator's renderer.
+*/}}
+{{- define "bnerd-vpn-operator.gatewayPodSelectorLabels" -}}
+app.kubernetes.io/name: bnerd-vpn-gateway
+app.kubernetes.io/managed-by: bnerd-vpn-operator
+{{- end -}}
+
+{{- define "bnerd-vpn-operator.gatewayPodMonitorName" -}}
+{{- printf "%s-gateways" (include "bnerd-vpn-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+The job label of the gateway series: the rule's override, else what the Prometheus
+Operator gives a PodMonitor's targets without a jobLabel, <namespace>/<name>.
+*/}}
+{{- define "bnerd-vpn-operator.gatewayJob" -}}
+{{- if .Values.gatewayMonitoring.prometheusRule.job -}}
+{{- .Values.gatewayMonitoring.prometheusRule.job -}}
+{{- else if .Values.gatewayMonitoring.podMonitor.enabled -}}
+{{- printf "%s/%s" .Release.Namespace (include "bnerd-vpn-operator.gatewayPodMonitorName" .) -}}
+{{- else -}}
+{{- fail "gatewayMonitoring.prometheusRule.enabled needs gatewayMonitoring.podMonitor.enabled or gatewayMonitoring.prometheusRule.job (the job label of your own gateway scrape)" -}}
+{{- end -}}
+{{- end -}}
