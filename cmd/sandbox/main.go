@@ -27,6 +27,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/openstack/sim"
 	"bnerd.net/vpn-operator/internal/testenv"
 )
@@ -351,16 +352,8 @@ func deleteAndWait(ctx context.Context, c client.Client, obj client.Object, time
 	}
 }
 
-const ownerTag = "bnerd-vpn-operator"
-
-func tagged(tags []string) bool {
-	for _, t := range tags {
-		if t == ownerTag {
-			return true
-		}
-	}
-	return false
-}
+// tagged reports whether the operator made the object: the seam's own owner tag.
+func tagged(tags []string) bool { return openstack.HasTags(tags, openstack.TagManaged) }
 
 func printOpenStack(s *sim.Server) {
 	for _, p := range s.Ports() {
