@@ -1,12 +1,15 @@
 package main
 
 import (
+	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"bnerd.net/vpn-operator/internal/render"
+	"bnerd.net/vpn-operator/internal/testenv"
 )
 
 // TestDeploymentArgsParse checks the contract between the operator and this binary: every
@@ -45,5 +48,33 @@ func TestDeploymentArgsParse(t *testing.T) {
 		if err != nil || strings.Contains(string(out), "not defined") || strings.Contains(string(out), "usage: vpn-gateway-agent <role>") {
 			t.Errorf("%s: %v does not parse: %v\n%s", c.Name, c.Args, err, out)
 		}
+	}
+}
+
+// TestInitNATRefusesWithoutForwarding runs the real binary's init-nat in a fresh network
+// namespace, where IPv4 forwarding starts off: it must exit non-zero with a line naming
+// the sysctl, before reading any config, so the pod's state shows the cause.
+func TestInitNATRefusesWithoutForwarding(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the agent; skipped in -short mode")
+	}
+	if os.Geteuid() != 0 {
+		testenv.SkipDataplane(t, "needs root for a network namespace")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		testenv.SkipDataplane(t, "needs unshare (util-linux)")
+	}
+	bin := filepath.Join(t.TempDir(), "vpn-gateway-agent")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	// The config file does not exist: reaching the config source would be a bug too.
+	out, err := exec.Command("unshare", "--net", bin, "init-nat", "--guard=xfrm", "--config-file", filepath.Join(t.TempDir(), "gateway.json")).CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() == 0 {
+		t.Fatalf("init-nat did not fail: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "net.ipv4.ip_forward") {
+		t.Errorf("the refusal does not name the sysctl:\n%s", out)
 	}
 }
