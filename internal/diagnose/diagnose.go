@@ -49,6 +49,8 @@ type Check struct {
 	Fix string
 	// Runbook is the document section with the full procedure.
 	Runbook string
+	// Requested marks a check skipped because the caller asked for it.
+	Requested bool `json:",omitempty"`
 }
 
 // Report is a gateway's diagnosis, checks in the order they were made.
@@ -69,10 +71,11 @@ func (r *Report) First() *Check {
 	return nil
 }
 
-// Healthy is true only when every check passed: a skipped check is not a pass.
+// Healthy is true only when every check passed: a skipped check is not a pass, unless
+// the caller asked for it to be skipped.
 func (r *Report) Healthy() bool {
 	for _, c := range r.Checks {
-		if c.Status != Pass {
+		if c.Status != Pass && !(c.Status == Skipped && c.Requested) {
 			return false
 		}
 	}
@@ -136,6 +139,9 @@ type Sources struct {
 	OpenStack OpenStack
 	// OpenStackSkipReason says why OpenStack is nil.
 	OpenStackSkipReason string
+	// SkipOpenStack and SkipExporter: the caller asked not to check these; their checks
+	// are reported as skipped on request and do not make the diagnosis incomplete.
+	SkipOpenStack, SkipExporter bool
 	// Router is the gateway cluster's router (name or ID) for the reverse-exposure route;
 	// empty: every router of the port's project is searched.
 	Router string

@@ -572,3 +572,33 @@ func TestDiagnose(t *testing.T) {
 	})
 
 }
+
+func TestHealthyVerdict(t *testing.T) {
+	pass := Check{ID: "a", Status: Pass}
+	cases := []struct {
+		name    string
+		checks  []Check
+		healthy bool
+		first   string
+	}{
+		{"all pass", []Check{pass}, true, ""},
+		{"skipped for lack of access", []Check{pass, {ID: "openstack", Status: Skipped}}, false, ""},
+		{"skipped on request", []Check{pass, {ID: "openstack", Status: Skipped, Requested: true}}, true, ""},
+		{"warning", []Check{pass, {ID: "w", Status: Warn}}, false, "w"},
+		{"failure before a warning", []Check{{ID: "w", Status: Warn}, {ID: "f", Status: Fail}}, false, "f"},
+		{"nothing checked", nil, false, ""},
+	}
+	for _, c := range cases {
+		r := &Report{Checks: c.checks}
+		if r.Healthy() != c.healthy {
+			t.Errorf("%s: healthy %v", c.name, r.Healthy())
+		}
+		first := ""
+		if f := r.First(); f != nil {
+			first = f.ID
+		}
+		if first != c.first {
+			t.Errorf("%s: first %q, want %q", c.name, first, c.first)
+		}
+	}
+}

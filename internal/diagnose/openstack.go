@@ -20,6 +20,10 @@ func (r *run) unreadable(id, title string, err error) {
 func (r *run) checkOpenStack() {
 	st := r.g.status
 	os := r.src.OpenStack
+	if r.src.SkipOpenStack {
+		r.add(Check{ID: "openstack", Title: "OpenStack objects", Status: Skipped, Detail: "not checked, on request", Requested: true})
+		return
+	}
 	if os == nil {
 		why := r.src.OpenStackSkipReason
 		if why == "" {

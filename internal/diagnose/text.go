@@ -23,7 +23,17 @@ func (r *Report) Write(w io.Writer) {
 			fmt.Fprintf(w, "  Runbook: %s\n", first.Runbook)
 		}
 	} else if r.Healthy() {
-		fmt.Fprintf(w, "\nAll is well.\n")
+		var skipped []string
+		for _, c := range r.Checks {
+			if c.Requested {
+				skipped = append(skipped, c.Title)
+			}
+		}
+		if len(skipped) == 0 {
+			fmt.Fprintf(w, "\nAll is well.\n")
+		} else {
+			fmt.Fprintf(w, "\nAll is well in what was checked; not checked, on request: %s.\n", strings.Join(skipped, ", "))
+		}
 	} else {
 		fmt.Fprintf(w, "\nNothing wrong found, but some checks were skipped (see below): not a clean bill of health.\n")
 	}

@@ -97,11 +97,8 @@ incomplete (checks skipped: no OpenStack credential, exporter unreachable) or fa
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			src := diagnose.Sources{Kube: c, Router: router}
-			switch {
-			case skipOpenStack:
-				src.OpenStackSkipReason = "skipped (--skip-openstack)"
-			default:
+			src := diagnose.Sources{Kube: c, Router: router, SkipOpenStack: skipOpenStack, SkipExporter: skipExporter}
+			if !skipOpenStack {
 				cred, ok, err := openstackCredential(g.io.Getenv, cloud)
 				switch {
 				case err != nil:
@@ -147,13 +144,10 @@ incomplete (checks skipped: no OpenStack credential, exporter unreachable) or fa
 				}
 			case "", "text":
 				rep.Write(g.io.Out)
-				if skipOpenStack {
-					fmt.Fprintln(g.io.Out, "\nOpenStack was not checked (--skip-openstack).")
-				}
 			default:
 				return &ExitError{Code: ExitIncomplete, Err: fmt.Errorf("--output %q: text or json", output)}
 			}
-			return exitFor(rep, skipOpenStack, skipExporter)
+			return exitFor(rep)
 		},
 	}
 	f := cmd.Flags()
@@ -167,20 +161,14 @@ incomplete (checks skipped: no OpenStack credential, exporter unreachable) or fa
 	return cmd
 }
 
-// exitFor maps a report to the exit status: checks skipped on request do not make a
-// diagnosis incomplete.
-func exitFor(rep *diagnose.Report, skipOpenStack, skipExporter bool) error {
-	if rep.First() != nil {
+// exitFor maps a report to the exit status: 0 all is well (checks skipped on request
+// aside), 1 a problem or warning, 2 checks skipped for lack of access.
+func exitFor(rep *diagnose.Report) error {
+	switch {
+	case rep.First() != nil:
 		return &ExitError{Code: ExitProblem}
-	}
-	for _, c := range rep.Checks {
-		if c.Status != diagnose.Skipped {
-			continue
-		}
-		requested := (skipOpenStack && c.ID == "openstack") || (skipExporter && c.ID == "exporter")
-		if !requested {
-			return &ExitError{Code: ExitIncomplete}
-		}
+	case !rep.Healthy():
+		return &ExitError{Code: ExitIncomplete}
 	}
 	return nil
 }
