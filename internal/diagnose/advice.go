@@ -10,6 +10,14 @@ import (
 // condition reasons and the findings below (a test keeps both in step).
 const TroubleshootingDoc = "docs/runbooks/troubleshooting.md"
 
+// Anchor is the link to a heading of the troubleshooting runbook.
+func Anchor(heading string) string { return anchor(heading) }
+
+// NudgeAnnotation is the annotation the findings suggest to make the operator converge
+// at once: any metadata change is an update event for the gateway's controller; the
+// operator gives the annotation no meaning.
+const NudgeAnnotation = "ipsec.bnerd.net/reconcile-requested"
+
 // anchor is the GitHub-style anchor of a heading.
 func anchor(heading string) string {
 	h := strings.ToLower(heading)
@@ -63,7 +71,7 @@ var Findings = []string{
 
 // reconcileNudge is how to make the operator converge now instead of at its next resync:
 // any change to the object's metadata is an update event for its controller.
-const reconcileNudge = "kubectl annotate %s %s -n %s ipsec.bnerd.net/reconcile-requested=\"$(date +%%s)\" --overwrite"
+const reconcileNudge = "kubectl annotate %s %s -n %s " + NudgeAnnotation + "=\"$(date +%%s)\" --overwrite"
 
 // reasonFix is the short fix of each gateway condition reason (the full entry is in the
 // troubleshooting runbook under the reason's own heading).
