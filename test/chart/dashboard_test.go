@@ -1,7 +1,6 @@
 package chart
 
 import (
-	"context"
 	"encoding/json"
 	"maps"
 	"os"
@@ -11,8 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/prometheus/promql"
-	"github.com/prometheus/prometheus/promql/parser"
-	"github.com/prometheus/prometheus/promql/promqltest"
 )
 
 var dashboardFile = fromRoot("charts", "bnerd-vpn-operator", "dashboards", "bnerd-vpn-gateways.json")
@@ -150,26 +147,16 @@ func TestDashboard(t *testing.T) {
 		op("bnerd_gateway_exposures", office, `direction="forward"`)+" 2x80",
 		op("bnerd_gateway_exposures", office, `direction="reverse"`)+" 1x80",
 	)
-	st := promqltest.LoadedStorage(t, "load 30s\n  "+strings.Join(series, "\n  "))
-	t.Cleanup(func() { _ = st.Close() })
-	engine := promql.NewEngine(promql.EngineOpts{MaxSamples: 1_000_000, Timeout: time.Minute, LookbackDelta: 5 * time.Minute, Parser: parser.NewParser(parser.Options{})})
-	t.Cleanup(func() { _ = engine.Close() })
+	st := newMemStore(t, 30*time.Second, series)
+	engine := newEngine(t)
 	at := time.Unix(0, 0).UTC().Add(30 * time.Minute)
 	for _, q := range slices.Compact(slices.Sorted(slices.Values(exprs))) {
-		qry, err := engine.NewInstantQuery(context.Background(), st, nil, q, at)
-		if err != nil {
-			t.Errorf("%q: %v", q, err)
-			continue
-		}
-		res := qry.Exec(context.Background())
-		if res.Err != nil {
-			t.Errorf("%q: %v", q, res.Err)
-		} else if v, ok := res.Value.(promql.Vector); !ok || len(v) == 0 {
-			t.Errorf("%q returns no data for gateway tenant-a/office: %v", q, res.Value)
+		v := instant(t, engine, st, q, at)
+		if len(v) == 0 {
+			t.Errorf("%q returns no data for gateway tenant-a/office", q)
 		} else if slices.ContainsFunc(v, func(s promql.Sample) bool { return s.Metric.Get("gateway") == "dc" }) {
 			t.Errorf("%q returns the other gateway's series: %v", q, v)
 		}
-		qry.Close()
 	}
 }
 

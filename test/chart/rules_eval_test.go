@@ -2,7 +2,6 @@ package chart
 
 import (
 	"context"
-	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -12,14 +11,13 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
-	"github.com/prometheus/prometheus/promql/parser"
-	"github.com/prometheus/prometheus/promql/promqltest"
-	"github.com/prometheus/prometheus/rules"
+	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/template"
 )
 
 // The chart's alert rules, as rendered with their default values, are evaluated with
-// Prometheus' own PromQL engine and alerting-rule state machine (pending, `for`, firing)
-// on synthetic series written in promtool's test notation. Every scenario compares the
+// Prometheus' own PromQL engine on synthetic series written in promtool's test notation,
+// with the rule manager's pending/`for`/firing semantics. Every scenario compares the
 // complete set of firing alerts at chosen times, so an alert that fires when it should
 // not is caught as surely as one that stays silent.
 
@@ -83,57 +81,112 @@ func replace(lines []string, prefix string, with ...string) []string {
 	return append(out, with...)
 }
 
-func chartRules(t *testing.T) []*rules.AlertingRule {
+// evalRule evaluates one rendered alerting rule the way Prometheus' rule manager does:
+// every result sample is an alert keyed by its labels (without the metric name, with the
+// rule's labels and alertname); it is pending from the first evaluation that returned it
+// and firing once it has been returned continuously for the rule's `for`; it is gone the
+// first evaluation that does not return it. Annotations are expanded with Prometheus' own
+// template expander.
+type evalRule struct {
+	name        string
+	expr        string
+	hold        time.Duration
+	labels      map[string]string
+	annotations map[string]string
+	active      map[string]*activeAlert
+}
+
+type activeAlert struct {
+	labels   labels.Labels
+	activeAt time.Time
+	value    float64
+}
+
+func chartRules(t *testing.T) []*evalRule {
 	t.Helper()
-	logger := slog.New(slog.DiscardHandler)
-	var out []*rules.AlertingRule
+	var out []*evalRule
 	for name, r := range gatewayAlerts(t, mustRenderMonitored(t, monitoringValues())) {
-		expr, err := promQL.ParseExpr(r.Expr)
-		if err != nil {
+		if _, err := promQL.ParseExpr(r.Expr); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		hold, err := model.ParseDuration(r.For)
 		if err != nil {
 			t.Fatalf("%s: for %q: %v", name, r.For, err)
 		}
-		out = append(out, rules.NewAlertingRule(name, expr, time.Duration(hold), 0,
-			labels.FromMap(r.Labels), labels.FromMap(r.Annotations), labels.EmptyLabels(), "", true, logger))
+		out = append(out, &evalRule{name: name, expr: r.Expr, hold: time.Duration(hold), labels: r.Labels, annotations: r.Annotations, active: map[string]*activeAlert{}})
 	}
 	return out
+}
+
+// eval runs one evaluation at ts and returns the keys of the firing alerts.
+func (r *evalRule) eval(t *testing.T, e *promql.Engine, q storage.Queryable, ts time.Time) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, smpl := range instant(t, e, q, r.expr, ts) {
+		lb := labels.NewBuilder(smpl.Metric)
+		lb.Del(labels.MetricName)
+		for k, v := range r.labels {
+			lb.Set(k, v)
+		}
+		lb.Set(labels.AlertName, r.name)
+		l := lb.Labels()
+		key := l.String()
+		if seen[key] {
+			t.Fatalf("%s at %s: two results with the label set %s", r.name, ts, key)
+		}
+		seen[key] = true
+		if a, ok := r.active[key]; ok {
+			a.value = smpl.F
+			continue
+		}
+		r.active[key] = &activeAlert{labels: l, activeAt: ts, value: smpl.F}
+	}
+	var firing []string
+	for key, a := range r.active {
+		if !seen[key] {
+			delete(r.active, key)
+			continue
+		}
+		if ts.Sub(a.activeAt) >= r.hold {
+			firing = append(firing, alertKey(a.labels))
+			r.checkExpanded(t, a, e, q, ts)
+		}
+	}
+	return firing
+}
+
+// checkExpanded expands the annotations as Prometheus does and fails on an error.
+func (r *evalRule) checkExpanded(t *testing.T, a *activeAlert, e *promql.Engine, q storage.Queryable, ts time.Time) {
+	t.Helper()
+	defs := "{{$labels := .Labels}}{{$externalLabels := .ExternalLabels}}{{$externalURL := .ExternalURL}}{{$value := .Value}}"
+	data := template.AlertTemplateData(a.labels.Map(), nil, "", promql.Sample{Metric: a.labels, F: a.value, T: ts.UnixMilli()})
+	query := func(ctx context.Context, qs string, at time.Time) (promql.Vector, error) {
+		return instant(t, e, q, qs, at), nil
+	}
+	for k, text := range r.annotations {
+		out, err := template.NewTemplateExpander(context.Background(), defs+text, "__alert_"+r.name, data, model.Time(ts.UnixMilli()), query, nil, nil).Expand()
+		if err != nil || strings.Contains(out, "<no value>") {
+			t.Errorf("%s: annotation %s: %v %q", alertKey(a.labels), k, err, out)
+		}
+	}
 }
 
 // timeline is the set of firing alerts after each evaluation.
 type timeline map[time.Duration][]string
 
 // evaluate loads the series (30s apart, from time 0) and evaluates every rule every 30s
-// up to `until`, the way Prometheus' rule manager does.
+// up to `until`, as Prometheus' rule manager does.
 func evaluate(t *testing.T, series []string, until time.Duration) timeline {
 	t.Helper()
-	st := promqltest.LoadedStorage(t, "load 30s\n  "+strings.Join(series, "\n  "))
-	t.Cleanup(func() { _ = st.Close() })
-	// A server's engine: standard parser (no experimental functions), 5m lookback.
-	engine := promql.NewEngine(promql.EngineOpts{
-		MaxSamples: 1_000_000, Timeout: time.Minute, LookbackDelta: 5 * time.Minute,
-		EnableAtModifier: true, EnableNegativeOffset: true, Parser: parser.NewParser(parser.Options{}),
-	})
-	t.Cleanup(func() { _ = engine.Close() })
-	query := rules.EngineQueryFunc(engine, st)
+	st := newMemStore(t, evalEvery, series)
+	engine := newEngine(t)
 	rs := chartRules(t)
 	out := timeline{}
 	for at := time.Duration(0); at <= until; at += evalEvery {
 		ts := time.Unix(0, 0).UTC().Add(at)
 		var firing []string
 		for _, r := range rs {
-			if _, err := r.Eval(context.Background(), 0, ts, query, nil, 0); err != nil {
-				t.Fatalf("%s at %s: %v", r.Name(), at, err)
-			}
-			for _, a := range r.ActiveAlerts() {
-				if a.State != rules.StateFiring {
-					continue
-				}
-				firing = append(firing, alertKey(a))
-				checkExpanded(t, a)
-			}
+			firing = append(firing, r.eval(t, engine, st, ts)...)
 		}
 		slices.Sort(firing)
 		out[at] = firing
@@ -142,24 +195,14 @@ func evaluate(t *testing.T, series []string, until time.Duration) timeline {
 }
 
 // alertKey names an alert by its rule and the labels that identify what it is about.
-func alertKey(a *rules.Alert) string {
+func alertKey(l labels.Labels) string {
 	var id []string
 	for _, k := range []string{"namespace", "gateway", "tunnel"} {
-		if v := a.Labels.Get(k); v != "" {
+		if v := l.Get(k); v != "" {
 			id = append(id, v)
 		}
 	}
-	return a.Labels.Get(labels.AlertName) + "{" + strings.Join(id, "/") + "}"
-}
-
-// checkExpanded fails on an annotation Prometheus could not expand.
-func checkExpanded(t *testing.T, a *rules.Alert) {
-	t.Helper()
-	a.Annotations.Range(func(l labels.Label) {
-		if strings.Contains(l.Value, "error expanding template") || strings.Contains(l.Value, "<no value>") {
-			t.Errorf("%s: annotation %s: %s", alertKey(a), l.Name, l.Value)
-		}
-	})
+	return l.Get(labels.AlertName) + "{" + strings.Join(id, "/") + "}"
 }
 
 // expect compares the firing alerts at each given time with the wanted ones.
