@@ -151,8 +151,8 @@ type linkCtx struct {
 	leg       *openstack.Clients // customer client on a cross-tenant link, else operator
 	projectID string             // the project the leg lives in
 	tn        *transitNet
-	router    *openstack.Router  // the service cluster's router
-	port      *openstack.Port    // the leg port
+	router    *openstack.Router // the service cluster's router
+	port      *openstack.Port   // the leg port
 	attached  bool
 	events    []linkEvent
 }
