@@ -126,6 +126,11 @@ type harness struct {
 	nodes   []string
 	// lastReconcile is when the manager last finished a reconcile (unix nanos).
 	lastReconcile atomic.Int64
+	// reconciles counts finished reconciles; inflight those running now, maxInflight
+	// the most that ran at once.
+	reconciles, inflight, maxInflight atomic.Int64
+	// wait paces the Nova polls (PortWait); zero takes the harness default.
+	wait openstack.WaitOpts
 }
 
 var nsCounter atomic.Int64
@@ -202,14 +207,31 @@ func (h *harness) cleanup() {
 }
 
 func (h *harness) deps() Deps {
+	wait := h.wait
+	if wait.Interval == 0 {
+		wait = openstack.WaitOpts{Timeout: 30 * time.Second, Interval: 20 * time.Millisecond}
+	}
 	return Deps{
 		OpenStack:          h.os,
 		Config:             h.cfg,
 		Recorder:           h.events,
 		Log:                h.logs.logger(),
-		PortWait:           openstack.WaitOpts{Timeout: 30 * time.Second, Interval: 20 * time.Millisecond},
+		PortWait:           wait,
 		SkipNameValidation: true,
-		Observe:            func(string, types.NamespacedName, error) { h.lastReconcile.Store(time.Now().UnixNano()) },
+		Begin: func(string, types.NamespacedName) {
+			n := h.inflight.Add(1)
+			for {
+				m := h.maxInflight.Load()
+				if n <= m || h.maxInflight.CompareAndSwap(m, n) {
+					break
+				}
+			}
+		},
+		Observe: func(string, types.NamespacedName, error) {
+			h.inflight.Add(-1)
+			h.reconciles.Add(1)
+			h.lastReconcile.Store(time.Now().UnixNano())
+		},
 	}
 }
 

@@ -58,8 +58,9 @@ type Deps struct {
 	// SkipNameValidation lets several managers in one process (tests) register the
 	// same controller names.
 	SkipNameValidation bool
-	// Observe, when set, is called after every reconcile (benchmarks and tests count
-	// reconciles with it).
+	// Begin and Observe, when set, are called before and after every reconcile
+	// (benchmarks and tests count reconciles and busy workers with them).
+	Begin   func(kind string, key types.NamespacedName)
 	Observe func(kind string, key types.NamespacedName, err error)
 }
 
@@ -120,6 +121,9 @@ type kindReconciler struct {
 }
 
 func (k kindReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if k.r.Begin != nil {
+		k.r.Begin(k.kind, req.NamespacedName)
+	}
 	res, err := k.r.Result(ctx, k.kind, req)
 	if k.r.Observe != nil {
 		k.r.Observe(k.kind, req.NamespacedName, err)
