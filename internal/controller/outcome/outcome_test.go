@@ -117,4 +117,3 @@ func TestDescribe(t *testing.T) {
 		t.Errorf("transient: %s", got)
 	}
 }
-
