@@ -319,6 +319,9 @@ func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx) (bool, error) {
 		for i := range ps {
 			p := &ps[i]
 			if !adoptable(p, lc.router.ID) {
+				if r.mayReallocate(lc) {
+					return r.reallocate(ctx, lc, fmt.Sprintf("transit IP %s was taken by port %s (device %q) before this link's leg was created", adoptIP, p.ID, p.DeviceID))
+				}
 				if !lc.cross {
 					// Our leg is gone and someone else holds its address: a route via
 					// it would deliver this link's traffic to them.
@@ -357,6 +360,9 @@ func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx) (bool, error) {
 			opts.IPAddress = link.Status.TransitIP
 		}
 		p, err := net.CreatePort(ctx, opts)
+		if err != nil && openstack.NeutronErrorType(err) == "IpAddressAlreadyAllocated" && r.mayReallocate(lc) {
+			return r.reallocate(ctx, lc, fmt.Sprintf("transit IP %s was taken by another port before this link's leg was created", opts.IPAddress))
+		}
 		if err != nil {
 			return fail(v1.ReasonEnsureLegPortFailed, err, "creating the leg port: %s", err.Error())
 		}
@@ -431,4 +437,33 @@ func (r *Reconciler) transitIPMismatch(ctx context.Context, lc *linkCtx, port *o
 		return false, errors.New("transit IP mismatch cleanup incomplete")
 	}
 	return false, nil
+}
+
+// errTransitIPTaken makes the reconcile start again, so the next one allocates anew.
+var errTransitIPTaken = errors.New("the allocated transit IP was taken before the leg was created; allocating another")
+
+// mayReallocate: the transit IP was chosen by the operator and nothing was ever built
+// at it (no leg, hence no route via it), so it can be given up. Transit IPs come from
+// the transit network's subnet, where Neutron also hands out addresses to other ports
+// (gateway ports among them): one can take the address between the allocation and the
+// leg's creation.
+func (r *Reconciler) mayReallocate(lc *linkCtx) bool {
+	st := lc.link.Status
+	return !lc.cross && lc.link.Spec.TransitIP == "" && st.LegPortID == "" && st.TransitIP != ""
+}
+
+// reallocate gives up a transit IP that another port took before the leg existed.
+func (r *Reconciler) reallocate(ctx context.Context, lc *linkCtx, why string) (bool, error) {
+	link := lc.link
+	taken := link.Status.TransitIP
+	link.Status.TransitIP = ""
+	if err := r.persist(ctx, lc); err != nil {
+		link.Status.TransitIP = taken
+		return false, err
+	}
+	r.claims.Release(string(link.UID))
+	lc.set.Unknown(v1.ConditionTransitIPAllocated, v1.ReasonInProgress, why+"; allocating another")
+	lc.set.Unknown(v1.ConditionLegAttached, v1.ReasonNotReady, "waiting for "+v1.ConditionTransitIPAllocated)
+	lc.eventf(corev1.EventTypeWarning, "TransitIPTaken", "%s; allocating another", why)
+	return false, errTransitIPTaken
 }
