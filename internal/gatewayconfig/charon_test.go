@@ -81,6 +81,13 @@ func startCharon(tb testing.TB) (*charon, string) {
 	if err := os.WriteFile(filepath.Join(dir, "strongswan.conf"), []byte(conf), 0o600); err != nil {
 		tb.Fatal(err)
 	}
+	// swanctl looks for credentials beside the file it loads; empty directories keep its
+	// output to what it did with the configuration.
+	for _, d := range []string{"x509", "x509ca", "x509ocsp", "x509aa", "x509ac", "x509crl", "pubkey", "private", "rsa", "ecdsa", "bliss", "pkcs8", "pkcs12"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
+			tb.Fatal(err)
+		}
+	}
 	c.cmd = exec.Command("unshare", "--net", "charon-systemd")
 	c.cmd.Env = append(os.Environ(), "STRONGSWAN_CONF="+filepath.Join(dir, "strongswan.conf"))
 	c.cmd.Dir = dir
@@ -220,10 +227,18 @@ func checkWithCharon(t *testing.T, c *charon, cfg *Config, swanctl, secrets stri
 		if strings.Contains(out, "syntax error") || strings.Contains(out, "parsing") {
 			t.Fatalf("strongSwan cannot parse the rendering: %v\n%s\n%s", err, out, swanctl)
 		}
+		refusals := 0
 		for _, line := range strings.Split(out, "\n") {
-			if strings.Contains(line, "failed") && !strings.Contains(line, "proposals") {
+			if !strings.Contains(line, "failed:") {
+				continue // "loaded 1 of 2 connections, 1 failed to load" is the summary
+			}
+			refusals++
+			if !strings.Contains(line, "invalid value for: proposals") && !strings.Contains(line, "invalid value for: esp_proposals") {
 				t.Fatalf("strongSwan refused the rendering: %s\n%s\n%s", line, out, swanctl)
 			}
+		}
+		if refusals == 0 {
+			t.Fatalf("swanctl failed without saying what it refused: %v\n%s\n%s", err, out, swanctl)
 		}
 		*refusedProposals++
 		return
@@ -260,6 +275,30 @@ func checkWithCharon(t *testing.T, c *charon, cfg *Config, swanctl, secrets stri
 		if strings.Join(got.shared, ",") != strings.Join(want, ",") {
 			t.Fatalf("strongSwan holds keys %v, want %v", got.shared, want)
 		}
+	}
+}
+
+// A proposal of the right shape that names no algorithm strongSwan knows is refused by
+// charon for that proposal only, and the check counts it rather than failing.
+func TestCharonRefusesUnknownProposal(t *testing.T) {
+	c, why := startCharon(t)
+	if c == nil {
+		t.Skip(why)
+	}
+	in := sampleInput()
+	in.Spec.Tunnels[0].IKE.Proposals = []string{"nosuchcipher-sha256-modp2048"}
+	cfg, err := Build(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := RenderSwanctl(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := 0
+	checkWithCharon(t, c, cfg, text, "", &refused)
+	if refused != 1 {
+		t.Fatalf("the unknown proposal was not refused by charon (%d)", refused)
 	}
 }
 
