@@ -2,16 +2,18 @@ package loader
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/agent/source"
 	"bnerd.net/vpn-operator/internal/agent/vici"
+	"bnerd.net/vpn-operator/internal/gatewayconfig"
 )
 
 type call struct {
@@ -79,10 +81,71 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestLoopAppliesSnapshotsAndRetries: an incomplete snapshot is not applied; a complete
-// one is, with a deadline; the timer re-applies it (a restarted charon is reloaded
-// without a config change); while charon stays unreachable the same error is logged
-// once, and recovery is logged.
+// config builds a valid two-tunnel gateway.json (tunnels hq and branch).
+func config(t *testing.T, mutate ...func(*v1alpha1.GatewaySpec)) []byte {
+	t.Helper()
+	spec := &v1alpha1.GatewaySpec{
+		Tunnels: []v1alpha1.Tunnel{
+			{Name: "hq", Peer: v1alpha1.Peer{Address: "198.51.100.7", Subnets: []string{"192.168.10.0/24"}}, PreSharedKey: v1alpha1.SecretKeyRef{Name: "acme-psk", Key: "hq"}},
+			{Name: "branch", Peer: v1alpha1.Peer{Address: "203.0.113.9", Subnets: []string{"172.16.5.0/24"}}, PreSharedKey: v1alpha1.SecretKeyRef{Name: "acme-psk", Key: "branch"}},
+		},
+		Exposures: []v1alpha1.Exposure{{Name: "web", Target: v1alpha1.Target{Address: "10.250.0.20", Ports: []v1alpha1.PortSpec{{Port: 443}}}}},
+	}
+	for _, m := range mutate {
+		m(spec)
+	}
+	cfg, err := gatewayconfig.Build(gatewayconfig.Input{Kind: gatewayconfig.KindIPsecGateway, Namespace: "tenant-a", Name: "acme", Spec: spec,
+		Status: &v1alpha1.GatewayStatus{ServiceCIDR: "100.64.3.0/24", FloatingIP: "192.0.2.44", PortFixedIP: "10.254.0.17",
+			SubnetCIDR: "10.254.0.0/24", SubnetGatewayIP: "10.254.0.1", Exposures: []v1alpha1.AllocatedAddress{{Name: "web", VirtualIP: "100.64.3.10"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := gatewayconfig.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+const (
+	hqKey     = "hq key of at least twenty bytes"
+	branchKey = "branch key of at least twenty bytes"
+)
+
+func secretsFile(t *testing.T, js []byte, keys map[string]string) string {
+	t.Helper()
+	cfg, err := gatewayconfig.Unmarshal(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for n := range keys {
+		names = append(names, n)
+	}
+	text, err := gatewayconfig.RenderSecretsFor(cfg, keys, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return text
+}
+
+func connections(t *testing.T, swanctl string) []string {
+	t.Helper()
+	root, err := gatewayconfig.ParseSettings(swanctl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, c := range root.Sub("connections").Sections {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+// TestLoopAppliesSnapshotsAndRetries: a snapshot without a config is not applied; a
+// complete one is, rendered by the agent from gateway.json, with a deadline; the timer
+// re-applies it (a restarted charon is reloaded without a config change); while charon
+// stays unreachable the same error is logged once, and recovery is logged.
 func TestLoopAppliesSnapshotsAndRetries(t *testing.T) {
 	down := errors.New("connecting to charon: dial unix /run/charon.vici: connect: no such file or directory")
 	f := &fakeApplier{errs: []error{nil, down, down, down}}
@@ -92,51 +155,95 @@ func TestLoopAppliesSnapshotsAndRetries(t *testing.T) {
 	defer cancel()
 	snaps := make(chan source.Snapshot, 1)
 	go l.Run(ctx, snaps)
-	snaps <- source.Snapshot{Config: []byte("{}"), Swanctl: "conns"} // no secrets: incomplete
+	js := config(t)
+	snaps <- source.Snapshot{Secrets: "no config"}
 	time.Sleep(30 * time.Millisecond)
 	if f.n() != 0 {
-		t.Fatalf("an incomplete snapshot was applied: %+v", f.calls)
+		t.Fatalf("a snapshot without a config was applied: %+v", f.calls)
 	}
-	snaps <- source.Snapshot{Config: []byte("{}"), Swanctl: "conns", Secrets: "keys"}
+	snaps <- source.Snapshot{Config: js, Secrets: secretsFile(t, js, map[string]string{"hq": hqKey, "branch": branchKey})}
 	waitFor(t, "five applies", func() bool { return f.n() >= 5 })
-	if c := f.last(); c.swanctl != "conns" || c.secrets != "keys" || !c.deadline {
-		t.Errorf("apply %+v", c)
+	c := f.last()
+	if got := connections(t, c.swanctl); strings.Join(got, ",") != "hq,branch" || !c.deadline {
+		t.Errorf("apply %v %+v", got, c)
+	}
+	keys, err := gatewayconfig.ParseSecrets(c.secrets)
+	if err != nil || len(keys) != 2 || string(keys[0].Secret) != hqKey {
+		t.Errorf("keys %v %+v", err, keys)
 	}
 	waitFor(t, "recovery logged", func() bool { return strings.Contains(lg.all(), "charon reachable again") })
 	if n := strings.Count(lg.all(), "no such file"); n != 1 {
 		t.Errorf("the unchanged error was logged %d times:\n%s", n, lg.all())
 	}
+	if strings.Contains(lg.all(), hqKey) || strings.Contains(lg.all(), branchKey) {
+		t.Errorf("a key reached the log:\n%s", lg.all())
+	}
 }
 
-// TestLoopReadsKeysFromTheMountedSecret: with SecretsFile the keys come from the file,
-// not from the snapshot, and a missing file stops the round.
-func TestLoopReadsKeysFromTheMountedSecret(t *testing.T) {
+// TestLoopNeverStartsATunnelWithoutItsKey: a tunnel whose key is missing or below the
+// floor is left out of what charon loads and reported as waiting, with the reason; the
+// other tunnels load. Once its key arrives it loads.
+func TestLoopNeverStartsATunnelWithoutItsKey(t *testing.T) {
 	f := &fakeApplier{}
-	files := map[string]string{}
-	var mu sync.Mutex
-	l := &Loop{Applier: f, Interval: 5 * time.Millisecond, SecretsFile: "/secrets/secrets.conf", ReadFile: func(p string) ([]byte, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		v, ok := files[p]
-		if !ok {
-			return nil, os.ErrNotExist
-		}
-		return []byte(v), nil
-	}}
+	var lg logs
+	l := &Loop{Applier: f, Interval: 5 * time.Millisecond, Logf: lg.logf}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	snaps := make(chan source.Snapshot, 1)
 	go l.Run(ctx, snaps)
-	snaps <- source.Snapshot{Config: []byte("{}"), Swanctl: "conns"}
-	time.Sleep(30 * time.Millisecond)
-	if f.n() != 0 {
-		t.Fatal("applied without keys")
+	js := config(t)
+	// The branch key is too short: RenderSecretsFor would refuse it, so the file is
+	// written by hand the way a careless operator could.
+	short := strings.Replace(secretsFile(t, js, map[string]string{"hq": hqKey, "branch": branchKey}),
+		base64.StdEncoding.EncodeToString([]byte(branchKey)), base64.StdEncoding.EncodeToString([]byte("zq9x-short-key")), 1)
+	snaps <- source.Snapshot{Config: js, Secrets: short}
+	waitFor(t, "an apply", func() bool { return f.n() > 0 })
+	c := f.last()
+	if got := connections(t, c.swanctl); strings.Join(got, ",") != "hq" {
+		t.Fatalf("loaded %v; the tunnel without a usable key must not be", got)
 	}
-	mu.Lock()
-	files["/secrets/secrets.conf"] = "from-file"
-	mu.Unlock()
-	waitFor(t, "apply with the file's keys", func() bool { return f.n() > 0 })
-	if c := f.last(); c.secrets != "from-file" {
-		t.Errorf("keys %q", c.secrets)
+	if keys, _ := gatewayconfig.ParseSecrets(c.secrets); len(keys) != 1 || keys[0].Section != gatewayconfig.SecretSectionPrefix+"hq" {
+		t.Fatalf("keys %+v", keys)
+	}
+	if w := l.Waiting(); !strings.Contains(w["branch"], "Secret tenant-a/acme-psk key branch is shorter than 20 bytes") || len(w) != 1 {
+		t.Fatalf("waiting %v", w)
+	}
+	snaps <- source.Snapshot{Config: js, Secrets: secretsFile(t, js, map[string]string{"hq": hqKey})}
+	waitFor(t, "branch waiting for a missing key", func() bool { return strings.Contains(l.Waiting()["branch"], "no key for tunnel branch") })
+	snaps <- source.Snapshot{Config: js, Secrets: secretsFile(t, js, map[string]string{"hq": hqKey, "branch": branchKey})}
+	waitFor(t, "both loaded", func() bool { return strings.Join(connections(t, f.last().swanctl), ",") == "hq,branch" })
+	if w := l.Waiting(); len(w) != 0 {
+		t.Fatalf("still waiting: %v", w)
+	}
+	if strings.Contains(lg.all(), "zq9x") {
+		t.Errorf("a key reached the log:\n%s", lg.all())
+	}
+}
+
+// TestLoopKeepsTheLastValidConfig: a config the agent's own check refuses (an exposure
+// at the cloud's metadata service, as a hand-edited ConfigMap could carry) is never
+// rendered; the last valid one stays loaded.
+func TestLoopKeepsTheLastValidConfig(t *testing.T) {
+	f := &fakeApplier{}
+	var lg logs
+	l := &Loop{Applier: f, Interval: 5 * time.Millisecond, Logf: lg.logf}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	snaps := make(chan source.Snapshot, 1)
+	go l.Run(ctx, snaps)
+	js := config(t)
+	keys := secretsFile(t, js, map[string]string{"hq": hqKey, "branch": branchKey})
+	snaps <- source.Snapshot{Config: js, Secrets: keys}
+	waitFor(t, "an apply", func() bool { return f.n() > 0 })
+	hostile := strings.Replace(string(js), `"targetAddress": "10.250.0.20"`, `"targetAddress": "169.254.169.254"`, 1)
+	if hostile == string(js) {
+		t.Fatal("the test did not alter the config")
+	}
+	snaps <- source.Snapshot{Config: []byte(hostile), Secrets: keys}
+	waitFor(t, "the refusal logged", func() bool { return strings.Contains(lg.all(), "metadata service") })
+	n := f.n()
+	waitFor(t, "more applies", func() bool { return f.n() > n+2 })
+	if got := connections(t, f.last().swanctl); strings.Join(got, ",") != "hq,branch" {
+		t.Fatalf("after the refused config: %v", got)
 	}
 }

@@ -31,6 +31,9 @@ type Agent struct {
 	// SAs lists charon's SAs (a fresh VICI session each time: charon may have restarted).
 	SAs   func(ctx context.Context) (map[string][]vici.IKESA, error)
 	Write WriteFunc
+	// Waiting, when set, names the tunnels the loader holds back and why (a missing
+	// pre-shared key): such a tunnel without an SA is reported Down with that reason.
+	Waiting func() map[string]string
 	// Kick triggers a round besides the timer.
 	Kick     <-chan struct{}
 	Interval time.Duration
@@ -68,6 +71,14 @@ func (a *Agent) Round(ctx context.Context) (tunnels []v1alpha1.TunnelState, read
 		now = a.Now
 	}
 	tunnels, ready = Compute(names, cur, now())
+	if a.Waiting != nil {
+		waiting := a.Waiting()
+		for i := range tunnels {
+			if why, ok := waiting[tunnels[i].Name]; ok && tunnels[i].State == StateDown {
+				tunnels[i].Message = "not started, waiting for its pre-shared key: " + why
+			}
+		}
+	}
 	wrote, err = a.Write(ctx, ref, tunnels, ready)
 	if err != nil {
 		a.logf("status: %v", err)

@@ -97,10 +97,10 @@ func (r *Reconciler) ensureRouting(ctx context.Context, g *gateway) (bool, error
 		}
 	}
 	msg := fmt.Sprintf("%s is routed via %s on router %s and allowed on port %s", cidr, fixed, routerID, g.port.ID)
-	if len(r.Config.InternalSourceCIDRs) == 0 {
-		log.Info("WARNING: the gateway has reverse exposures but no internal source CIDRs are configured (IPSEC_INTERNAL_SOURCE_CIDRS): its security group does not admit fabric-side initiators, so reverse exposures are routed but unreachable")
+	if len(r.reverseSources(g.links)) == 0 {
+		log.Info("WARNING: the gateway has reverse exposures but no internal source CIDRs are configured (IPSEC_INTERNAL_SOURCE_CIDRS) and no ClusterLink serves it: its security group does not admit fabric-side initiators, so reverse exposures are routed but unreachable")
 		r.condTrue(g, v1alpha1.ConditionRoutingReady, v1alpha1.ReasonInternalSourcesMissing,
-			msg+"; but the security-group half is missing: no internal source CIDRs are configured (IPSEC_INTERNAL_SOURCE_CIDRS), so the gateway's security group admits no fabric-side initiator")
+			msg+"; but the security-group half is missing: no internal source CIDRs are configured (IPSEC_INTERNAL_SOURCE_CIDRS) and no ClusterLink serves this gateway, so the gateway's security group admits no fabric-side initiator")
 		return true, nil
 	}
 	r.condTrue(g, v1alpha1.ConditionRoutingReady, v1alpha1.ReasonRoutingReady, msg)

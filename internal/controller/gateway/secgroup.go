@@ -32,9 +32,10 @@ func (k ruleKey) String() string {
 
 // DesiredIngressRules is the gateway security group's ingress: IKE (UDP 500) and NAT-T
 // (UDP 4500) from each tunnel's peer only, never from anywhere and never bare ESP (NAT-T
-// is mandatory behind the floating IP); and, once internal source CIDRs are configured,
-// each reverse exposure's ports from each of them (every protocol when the reverse
-// exposure lists no ports).
+// is mandatory behind the floating IP); and each reverse exposure's ports from each of
+// the reverse sources (every protocol when the reverse exposure lists no ports): the
+// operator-wide internal source CIDRs and the service clusters of the ClusterLinks that
+// serve this gateway (reverseSources).
 func DesiredIngressRules(spec *v1alpha1.GatewaySpec, internal []netip.Prefix) []ruleKey {
 	set := map[ruleKey]bool{}
 	for _, t := range spec.Tunnels {
@@ -127,7 +128,7 @@ func (r *Reconciler) ensureSecurityGroup(ctx context.Context, g *gateway) (bool,
 	// Record the group before touching its rules, so the next reconcile finds it by ID.
 	g.status.SecurityGroupID = sg.ID
 
-	want := DesiredIngressRules(g.spec, r.Config.InternalSourceCIDRs)
+	want := DesiredIngressRules(g.spec, r.reverseSources(g.links))
 	wantSet := map[ruleKey]bool{}
 	for _, k := range want {
 		wantSet[k] = true
@@ -170,8 +171,11 @@ func (r *Reconciler) ensureSecurityGroup(ctx context.Context, g *gateway) (bool,
 		}
 		g.port = p
 	}
-	r.condTrue(g, v1alpha1.ConditionSecurityGroupReady, v1alpha1.ReasonSecurityGroup,
-		fmt.Sprintf("security group %s admits %d ingress rules", sg.ID, len(want)))
+	msg := fmt.Sprintf("security group %s admits %d ingress rules", sg.ID, len(want))
+	if len(g.spec.ReverseExposures) > 0 {
+		msg += fmt.Sprintf("; reverse exposures admitted from the ClusterLinks serving this gateway: %s", linkNames(g.links, true))
+	}
+	r.condTrue(g, v1alpha1.ConditionSecurityGroupReady, v1alpha1.ReasonSecurityGroup, msg)
 	return true, nil
 }
 

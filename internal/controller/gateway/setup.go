@@ -2,14 +2,18 @@ package gateway
 
 import (
 	"context"
+	"maps"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/metadata"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,6 +26,7 @@ import (
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/conditions"
+	"bnerd.net/vpn-operator/internal/controller/namedwatch"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
 	"bnerd.net/vpn-operator/internal/render"
 )
@@ -37,9 +42,15 @@ const indexPSKSecret = "ipsec.bnerd.net/psk-secret"
 // +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=ipsecgateways;vpngateways,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=ipsecgateways/status;vpngateways/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=ipsecgateways/finalizers;vpngateways/finalizers;clusterlinks/finalizers,verbs=update
+// Secrets: the operator writes none. It holds get, list and watch because Kubernetes
+// lets it create the gateway pod's Role (get, list and watch on the Secrets the tunnels
+// name) only if it holds those itself; it uses get to check a key's presence and
+// length without caching it, and list/watch only name by name, metadata only
+// (namedwatch); delete removes the Secret of rendered keys earlier releases wrote.
+//
 // +kubebuilder:rbac:groups="",resources=configmaps;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups="",resources=nodes;namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
@@ -69,6 +80,14 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Config.MaxConcurrentReconciles = 1
 	}
 	_, nadErr := mgr.GetRESTMapper().RESTMapping(render.NADGVK.GroupKind(), render.NADGVK.Version)
+	meta, err := metadata.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return err
+	}
+	r.secrets = namedwatch.New(meta, namedwatch.SecretsResource, "Secret")
+	if err := mgr.Add(r.secrets); err != nil {
+		return err
+	}
 
 	for _, kind := range []string{KindIPsecGateway, KindVPNGateway} {
 		kind := kind
@@ -81,18 +100,21 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}); err != nil {
 			return err
 		}
+		// No Secret is owned or watched through the cache: the Secrets gateways name are
+		// followed one by one, metadata only (r.secrets).
 		b := ctrl.NewControllerManagedBy(mgr).
 			Named(strings.ToLower(kind)).
 			For(newObject(kind), builder.WithPredicates(specOrLifecycleChanged)).
 			Owns(&corev1.ConfigMap{}).
-			Owns(&corev1.Secret{}).
 			Owns(&corev1.ServiceAccount{}).
 			Owns(&rbacv1.Role{}).
 			Owns(&rbacv1.RoleBinding{}).
 			Owns(&appsv1.Deployment{}).
 			Owns(&networkingv1.NetworkPolicy{}).
 			Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.mapNode(kind)), builder.WithPredicates(nodeChanged)).
-			Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.mapSecret(kind))).
+			Watches(&v1alpha1.ClusterLink{}, handler.EnqueueRequestsFromMapFunc(r.mapAll(kind)), builder.WithPredicates(linkServingChanged)).
+			Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.mapNamespace(kind)), builder.WithPredicates(labelsChanged)).
+			WatchesRawSource(r.secrets.Source(handler.EnqueueRequestsFromMapFunc(r.mapSecret(kind)))).
 			WithOptions(controller.Options{
 				MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles,
 				SkipNameValidation:      &r.SkipNameValidation,
@@ -178,6 +200,72 @@ func (r *Reconciler) mapSecret(kind string) handler.MapFunc {
 		}
 		return out
 	}
+}
+
+// mapAll wakes every gateway of the kind: a ClusterLink change can change whom it
+// serves (security-group sources, the exposure check), and a link names no gateway.
+func (r *Reconciler) mapAll(kind string) handler.MapFunc {
+	return func(ctx context.Context, _ client.Object) []reconcile.Request {
+		gws, err := r.listGateways(ctx, kind)
+		if err != nil {
+			r.Log.Error(err, "listing gateways for a ClusterLink change")
+			return nil
+		}
+		out := make([]reconcile.Request, 0, len(gws))
+		for _, g := range gws {
+			out = append(out, requestOf(g))
+		}
+		return out
+	}
+}
+
+// mapNamespace wakes the gateways of a namespace whose labels changed (a ClusterLink
+// may select them by those labels).
+func (r *Reconciler) mapNamespace(kind string) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		gws, err := r.listGateways(ctx, kind, client.InNamespace(o.GetName()))
+		if err != nil {
+			r.Log.Error(err, "listing gateways for a namespace change")
+			return nil
+		}
+		out := make([]reconcile.Request, 0, len(gws))
+		for _, g := range gws {
+			out = append(out, requestOf(g))
+		}
+		return out
+	}
+}
+
+// linkServingChanged passes the ClusterLink events that can change whom a link serves
+// or with which network: creation, deletion (starting), a spec change, and its
+// Validated condition flipping (a refused link serves no one).
+var linkServingChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*v1alpha1.ClusterLink)
+		n, ok2 := e.ObjectNew.(*v1alpha1.ClusterLink)
+		if !ok1 || !ok2 {
+			return true
+		}
+		return o.Generation != n.Generation || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero() ||
+			validated(o) != validated(n)
+	},
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+func validated(l *v1alpha1.ClusterLink) metav1.ConditionStatus {
+	if c := meta.FindStatusCondition(l.Status.Conditions, v1alpha1.ConditionValidated); c != nil {
+		return c.Status
+	}
+	return metav1.ConditionUnknown
+}
+
+// labelsChanged passes namespace events whose labels changed (and creations and
+// deletions).
+var labelsChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return !maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels())
+	},
+	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
 // specOrLifecycleChanged passes the gateway's own events that ask for work: creation,

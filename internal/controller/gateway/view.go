@@ -48,6 +48,8 @@ type gateway struct {
 
 	// port is the dedicated port as read in this reconcile.
 	port *openstack.Port
+	// links are the active ClusterLinks as read in this reconcile's validation.
+	links []link
 }
 
 func viewOf(obj client.Object) (*gateway, error) {
