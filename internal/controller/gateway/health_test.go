@@ -477,4 +477,6 @@ func TestPrinterColumns(t *testing.T) {
 	}
 }
 
-func ctrlRequest(key types.NamespacedName) reconcile.Request { return reconcile.Request{NamespacedName: key} }
+func ctrlRequest(key types.NamespacedName) reconcile.Request {
+	return reconcile.Request{NamespacedName: key}
+}
