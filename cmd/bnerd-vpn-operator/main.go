@@ -187,17 +187,23 @@ func run() error {
 	}
 
 	// The preflight warns and never blocks: the operator cannot fix the cluster setting.
-	if err := mgr.Add(preflightRunnable{mgr}); err != nil {
+	if err := mgr.Add(preflightRunnable{mgr: mgr, networking: osClients.Networking, transit: cfg.GatewayNetwork}); err != nil {
 		return err
 	}
 	log.Info("starting the manager")
 	return mgr.Start(ctx)
 }
 
-type preflightRunnable struct{ mgr ctrl.Manager }
+type preflightRunnable struct {
+	mgr        ctrl.Manager
+	networking openstack.Networking
+	transit    string
+}
 
 func (p preflightRunnable) Start(ctx context.Context) error {
-	preflight.CheckCiliumExclusive(ctx, p.mgr.GetAPIReader(), ctrl.Log.WithName("preflight"))
+	log := ctrl.Log.WithName("preflight")
+	preflight.CheckCiliumExclusive(ctx, p.mgr.GetAPIReader(), log)
+	preflight.CheckTransitNetworkShare(ctx, p.networking, p.transit, log)
 	return nil
 }
 
