@@ -197,11 +197,13 @@ func (r *Reconciler) mapSecret(kind string) handler.MapFunc {
 }
 
 // specOrLifecycleChanged passes the gateway's own events that ask for work: creation,
-// a spec change (generation), an annotation change (the documented way to ask for a
-// reconcile now), deletion starting, and our finalizer going missing. Status writes (the
-// operator's own, and every tunnel change the status agent reports) do not: they would
-// make each write a reconcile, and a refused request a second attempt; the health
-// controller observes the agent's reports.
+// a spec change (generation), an annotation change, deletion starting, and our finalizer
+// going missing. Status writes (the operator's own, and every tunnel change the status
+// agent reports) do not: they would make each write a reconcile, and a refused request a
+// second attempt. An annotation change is how a user asks for a reconcile now (what
+// OpenStack changed out of band, a detached port say, is no event the operator can watch;
+// `kubectl vpn diagnose` prints the command), as on ClusterLinks; the operator itself
+// never writes a gateway's annotations. The health controller observes the agent's reports.
 var specOrLifecycleChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld, e.ObjectNew
