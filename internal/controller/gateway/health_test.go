@@ -316,6 +316,9 @@ func TestTunnelsFromTheStatusAgent(t *testing.T) {
 		t.Fatalf("a stale report still shows %q as current", gw.Status.TunnelSummary)
 	}
 	expectReady(t, gw, metav1.ConditionUnknown, v1alpha1.ReasonStatusAgentSilent, "converged, but TunnelsUp is Unknown")
+	if row := strings.Join(strings.Fields(h.kubectlGet("tun", "-o", "wide")), " "); !strings.Contains(row, "tun Unknown StatusAgentSilent PodReady ?/2") {
+		t.Fatalf("kubectl get shows a silent agent's gateway as %q", row)
+	}
 	if c := condition(gw, v1alpha1.ConditionTunnelsUp); c.LastTransitionTime.Time.Before(observed.Add(3 * time.Second).Truncate(time.Second)) {
 		t.Fatalf("TunnelsUp turned Unknown at %s, before the report (%s) was 3s old", c.LastTransitionTime, observed)
 	}
@@ -373,6 +376,46 @@ func TestHeartbeatsCostNothing(t *testing.T) {
 	}
 }
 
+// A steady gateway whose agent heartbeats every second with a stale-after time of 3 s:
+// the report never reads stale, the operator writes nothing, the phases are not
+// reconciled, and the health controller runs about once per stale-after period (the
+// deadline requeue), not once per heartbeat. The counts are logged for
+// docs/benchmarks.md.
+func TestHealthSteadyState(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.StatusAgentStaleAfter = 3 * time.Second
+	h.node("node-a", "openstack:///"+serverA, true, nil)
+	h.psk("hq-psk", "k")
+	h.start()
+	h.create("steady", spec(false))
+	h.waitConverged("steady")
+	h.pod("steady", "node-a", runningReady(time.Now().Add(-time.Minute).Truncate(time.Second)))
+	agent := h.agent("steady")
+	agent.Heartbeat = time.Second
+	h.report(agent, map[string]string{"hq": status.StateUp})
+	gw := h.waitCond("steady", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReconciled)
+	since := condition(gw, v1alpha1.ConditionTunnelsUp).LastTransitionTime
+	h.quiesce("steady")
+	health, phases, writes := h.healthReconciles.Load(), h.reconciles.Load(), h.writes.Load()
+	start := time.Now()
+	beats := 0
+	for time.Since(start) < 15*time.Second {
+		time.Sleep(time.Second)
+		h.report(agent, map[string]string{"hq": status.StateUp})
+		beats++
+	}
+	elapsed := time.Since(start)
+	gw = h.get("steady")
+	if c := condition(gw, v1alpha1.ConditionTunnelsUp); c.Reason != v1alpha1.ReasonTunnelsUp || !c.LastTransitionTime.Equal(&since) {
+		t.Fatalf("a heartbeating agent's report was read as not current at some point: %s (since %s)", condOf(gw.Status.Conditions, v1alpha1.ConditionTunnelsUp), c.LastTransitionTime)
+	}
+	dh, dp, dw := h.healthReconciles.Load()-health, h.reconciles.Load()-phases, h.writes.Load()-writes
+	if dp != 0 || dw != 0 {
+		t.Fatalf("%d phase reconciles and %d operator writes for %d heartbeats", dp, dw, beats)
+	}
+	t.Logf("%.1f s, %d heartbeats (1 s), stale-after 3 s: %d health reconciles, 0 phase reconciles, 0 operator writes", elapsed.Seconds(), beats, dh)
+}
+
 // A write of the observations between a phase reconcile's read and its status write is
 // no conflict: the phase's result and the fresh observation both land.
 func TestObservationWriteInBetween(t *testing.T) {
@@ -426,8 +469,9 @@ func TestObservationWriteInBetween(t *testing.T) {
 	}
 }
 
-// kubectl get shows Ready, its reason, the pod and the tunnels for a healthy gateway
-// and for one whose pod is Pending (the real kubectl against the real API server).
+// kubectl get shows Ready, its reason, the pod and the tunnels for a healthy gateway,
+// one whose pod is Pending and one whose tunnel is down (the real kubectl against the
+// real API server).
 func TestPrinterColumns(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
@@ -436,28 +480,25 @@ func TestPrinterColumns(t *testing.T) {
 	h.start()
 	h.create("healthy", spec(false))
 	h.create("pending", spec(false))
-	for _, n := range []string{"healthy", "pending"} {
+	h.create("down", spec(false))
+	for _, n := range []string{"healthy", "pending", "down"} {
 		h.waitConverged(n)
 	}
-	h.pod("healthy", "node-a", runningReady(time.Now().Add(-time.Minute).Truncate(time.Second)))
+	started := time.Now().Add(-time.Minute).Truncate(time.Second)
+	h.pod("healthy", "node-a", runningReady(started))
 	h.report(h.agent("healthy"), map[string]string{"hq": status.StateUp})
+	h.pod("down", h.get("down").Status.NodeName, runningReady(started))
+	h.report(h.agent("down"), map[string]string{"hq": status.StateDown})
 	node := h.get("pending").Status.NodeName
 	h.pod("pending", node, corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{podCond(corev1.PodScheduled, true, "", "")},
 		ContainerStatuses: []corev1.ContainerStatus{{Name: render.ContainerStrongswan, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}})
 	h.waitCond("healthy", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReconciled)
 	h.waitHealth("pending", v1alpha1.ConditionPodReady, v1alpha1.ReasonPodPending)
+	h.waitHealth("down", v1alpha1.ConditionTunnelsUp, v1alpha1.ReasonTunnelsDown)
 
-	kubeconfig, err := env.WriteKubeConfig(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(filepath.Join(env.BinDir, "kubectl"), "--kubeconfig", kubeconfig, "get", "ipsecgw", "-n", h.ns).CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl: %v\n%s", err, out)
-	}
-	t.Logf("kubectl get ipsecgw:\n%s", out)
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != 3 {
+	out := h.kubectlGet()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 {
 		t.Fatalf("%d lines", len(lines))
 	}
 	header := strings.Fields(lines[0])
@@ -475,6 +516,24 @@ func TestPrinterColumns(t *testing.T) {
 	if got := strings.Join(rows["pending"][1:5], " "); got != "False PodPending PodPending ?/1" {
 		t.Errorf("pending row: %s", got)
 	}
+	if got := strings.Join(rows["down"][1:5], " "); got != "False TunnelsDown PodReady 0/1" {
+		t.Errorf("down row: %s", got)
+	}
+}
+
+// kubectlGet runs the real kubectl's `get ipsecgw` on the harness's namespace.
+func (h *harness) kubectlGet(args ...string) string {
+	h.t.Helper()
+	kubeconfig, err := env.WriteKubeConfig(h.t.TempDir())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	out, err := exec.Command(filepath.Join(env.BinDir, "kubectl"), append([]string{"--kubeconfig", kubeconfig, "get", "ipsecgw", "-n", h.ns}, args...)...).CombinedOutput()
+	if err != nil {
+		h.t.Fatalf("kubectl: %v\n%s", err, out)
+	}
+	h.t.Logf("kubectl get ipsecgw %s:\n%s", strings.Join(args, " "), out)
+	return string(out)
 }
 
 func ctrlRequest(key types.NamespacedName) reconcile.Request {
