@@ -34,6 +34,11 @@ import (
 // summarises them after the phase conditions (ConditionTypes).
 var HealthConditionTypes = []string{v1alpha1.ConditionPodReady, v1alpha1.ConditionTunnelsUp}
 
+// startingUp are the False reasons every new or moved gateway passes through while its
+// pod starts (and Ready with them): their Events are Normal, not Warnings. A pod that
+// stays there is visible in the condition, and the chart's pod-not-ready alert pages on it.
+var startingUp = map[string]bool{v1alpha1.ReasonPodNotFound: true, v1alpha1.ReasonPodPending: true}
+
 // PendingRecheck is how often a Pending gateway pod is looked at again. A sandbox the
 // CNI plugins cannot set up (the host-device plugin not finding the port's interface on
 // a wrong node) shows only in the pod's Events, and the pod's own status does not

@@ -254,9 +254,17 @@ func TestPodReadings(t *testing.T) {
 	gw = h.waitHealth("pods", v1alpha1.ConditionPodReady, v1alpha1.ReasonPodReady)
 	expectReady(t, gw, metav1.ConditionUnknown, v1alpha1.ReasonTunnelsNotReported, "converged, but TunnelsUp is Unknown: the status agent of pod")
 
-	// None of this made the phases' reconciler run again (no OpenStack call for a pod).
 	if n := h.healthReconciles.Load(); n < 6 {
 		t.Fatalf("%d health reconciles for six pod states", n)
+	}
+	// Every change was an Event: a pod starting up is news (Normal), a pod that cannot
+	// run is a Warning.
+	for _, want := range []string{"Normal " + v1alpha1.ReasonPodNotFound, "Normal " + v1alpha1.ReasonPodPending,
+		"Warning " + v1alpha1.ReasonPodNetworkFailed, "Warning " + v1alpha1.ReasonPodCrashLooping, "Warning " + v1alpha1.ReasonPodOnWrongNode,
+		"Normal " + v1alpha1.ReasonPodReady} {
+		if !h.hasEvent(want) {
+			t.Errorf("no %q Event", want)
+		}
 	}
 }
 
@@ -519,6 +527,18 @@ func TestPrinterColumns(t *testing.T) {
 	if got := strings.Join(rows["down"][1:5], " "); got != "False TunnelsDown PodReady 0/1" {
 		t.Errorf("down row: %s", got)
 	}
+}
+
+// hasEvent reports whether an Event starts with prefix ("<type> <reason>").
+func (h *harness) hasEvent(prefix string) bool {
+	h.events.mu.Lock()
+	defer h.events.mu.Unlock()
+	for _, e := range h.events.events {
+		if strings.HasPrefix(e, prefix+" ") {
+			return true
+		}
+	}
+	return false
 }
 
 // kubectlGet runs the real kubectl's `get ipsecgw` on the harness's namespace.

@@ -249,7 +249,7 @@ func (r *Reconciler) event(g *gateway, status metav1.ConditionStatus, reason, fo
 		return
 	}
 	typ := corev1.EventTypeNormal
-	if status == metav1.ConditionFalse {
+	if status == metav1.ConditionFalse && !startingUp[reason] {
 		typ = corev1.EventTypeWarning
 	}
 	r.Recorder.Eventf(g.obj, nil, typ, reason, "Reconcile", format, args...)
