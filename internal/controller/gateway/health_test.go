@@ -559,3 +559,10 @@ func (h *harness) kubectlGet(args ...string) string {
 func ctrlRequest(key types.NamespacedName) reconcile.Request {
 	return reconcile.Request{NamespacedName: key}
 }
+
+// The operator never sends the fields the status agent applies: both lists are one.
+func TestAgentFieldsAgree(t *testing.T) {
+	if strings.Join(AgentStatusFields, ",") != strings.Join(status.AgentFields, ",") {
+		t.Fatalf("the operator excludes %v, the status agent applies %v", AgentStatusFields, status.AgentFields)
+	}
+}
