@@ -22,6 +22,9 @@ type NATState struct {
 	LastApplySeconds     float64 `json:"lastApplySeconds"`
 	DriftRepairs         uint64  `json:"driftRepairs"`
 	LastApplyUnixSeconds int64   `json:"lastApplyUnixSeconds"`
+	// GuardDroppedPackets is what the fail-closed guard rules have dropped since init-nat
+	// started (monotonic across table rewrites).
+	GuardDroppedPackets uint64 `json:"guardDroppedPackets"`
 }
 
 // WriteNATState replaces path atomically.
@@ -67,11 +70,12 @@ var (
 	descNATApplies  = prometheus.NewDesc("bnerd_gateway_nat_applies_total", "NAT ruleset applies.", nil, nil)
 	descNATDur      = prometheus.NewDesc("bnerd_gateway_nat_apply_duration_seconds", "Duration of the last NAT ruleset apply.", nil, nil)
 	descNATDrift    = prometheus.NewDesc("bnerd_gateway_nat_drift_repairs_total", "NAT table repairs after drift.", nil, nil)
+	descGuardDrops  = prometheus.NewDesc("bnerd_gateway_guard_dropped_packets_total", "Packets to a peer subnet the fail-closed guard dropped because they would have left unencrypted.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descIKESAs, descChildSAs, descBytes, descPackets, descEstablished, descRekeys, descScrapeErr, descNATErrors, descNATApplies, descNATDur, descNATDrift} {
+	for _, d := range []*prometheus.Desc{descUp, descIKESAs, descChildSAs, descBytes, descPackets, descEstablished, descRekeys, descScrapeErr, descNATErrors, descNATApplies, descNATDur, descNATDrift, descGuardDrops} {
 		ch <- d
 	}
 }
@@ -151,6 +155,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(descNATApplies, prometheus.CounterValue, float64(st.Applies))
 				ch <- prometheus.MustNewConstMetric(descNATDur, prometheus.GaugeValue, st.LastApplySeconds)
 				ch <- prometheus.MustNewConstMetric(descNATDrift, prometheus.CounterValue, float64(st.DriftRepairs))
+				ch <- prometheus.MustNewConstMetric(descGuardDrops, prometheus.CounterValue, float64(st.GuardDroppedPackets))
 			}
 		}
 	}

@@ -42,7 +42,7 @@ func TestCountersStayMonotonicAcrossRekeys(t *testing.T) {
 	sas := map[string][]vici.IKESA{"t1": {{Name: "t1", State: "ESTABLISHED", EstablishedSeconds: 5,
 		Children: []vici.ChildSA{{Name: "t1", UniqueID: "1", State: "INSTALLED", BytesIn: 1000, BytesOut: 500}}}}}
 	state := filepath.Join(t.TempDir(), "nat.json")
-	if err := WriteNATState(state, NATState{ApplyErrors: 2, Applies: 7, LastApplySeconds: 0.01}); err != nil {
+	if err := WriteNATState(state, NATState{ApplyErrors: 2, Applies: 7, LastApplySeconds: 0.01, GuardDroppedPackets: 41}); err != nil {
 		t.Fatal(err)
 	}
 	c := &Collector{
@@ -64,6 +64,9 @@ func TestCountersStayMonotonicAcrossRekeys(t *testing.T) {
 	}
 	if v := value(t, reg, "bnerd_gateway_nat_apply_errors_total", nil); v != 2 {
 		t.Errorf("nat errors %v", v)
+	}
+	if v := value(t, reg, "bnerd_gateway_guard_dropped_packets_total", nil); v != 41 {
+		t.Errorf("guard drops %v", v)
 	}
 	// rekey: the new child SA starts from zero, the total keeps growing
 	sas["t1"][0].Children = []vici.ChildSA{{Name: "t1", UniqueID: "2", State: "INSTALLED", BytesIn: 300, BytesOut: 100}}

@@ -45,6 +45,8 @@ const (
 	ChainForward     = "forward"
 	ChainOutput      = "output"
 	ChainGuard       = "guard"
+	// GuardComment marks the fail-closed guard's drop rules.
+	GuardComment = "fail-closed guard"
 )
 
 // Options configure the Programmer.
@@ -257,16 +259,23 @@ func (p *Programmer) ruleText(m *gatewayconfig.NAT) []string {
 	if m.MSSClamp.Enabled {
 		add(ChainForward, "tcp flags & (syn|rst) == syn tcp option maxseg size set rt mtu")
 		mss := p.mss(m)
+		// Both directions: SYNs arriving from the tunnel, and SYNs about to enter it. The
+		// second matters with kernel IPsec, where the forward hook sees the plain route
+		// (the XFRM bundle is attached only after source NAT), so `rt mtu` does not know
+		// the tunnel's overhead.
 		add(ChainForward, fmt.Sprintf("%s tcp flags & (syn|rst) == syn tcp option maxseg size > %d tcp option maxseg size set %d", p.fromTunnel(), mss, mss))
+		add(ChainForward, fmt.Sprintf("ip daddr %s tcp flags & (syn|rst) == syn tcp option maxseg size > %d tcp option maxseg size set %d", peers, mss, mss))
 	}
+	// Guard rules carry GuardComment: the drift check sums their counters, which is the
+	// guard's drop count the exporter publishes.
 	if p.opts.Guard == GuardInterface {
-		add(ChainForward, fmt.Sprintf("ip daddr %s oifname != %q counter drop", peers, p.opts.TunnelInterface))
-		add(ChainOutput, fmt.Sprintf("ip daddr %s oifname != %q counter drop", peers, p.opts.TunnelInterface))
-		add(ChainGuard, fmt.Sprintf("ip daddr %s oifname != %q counter drop", peers, p.opts.TunnelInterface))
+		add(ChainForward, fmt.Sprintf("ip daddr %s oifname != %q counter drop comment %q", peers, p.opts.TunnelInterface, GuardComment))
+		add(ChainOutput, fmt.Sprintf("ip daddr %s oifname != %q counter drop comment %q", peers, p.opts.TunnelInterface, GuardComment))
+		add(ChainGuard, fmt.Sprintf("ip daddr %s oifname != %q counter drop comment %q", peers, p.opts.TunnelInterface, GuardComment))
 	} else {
 		// Runs after SNAT, when the route has been re-looked-up with the final source and
 		// carries the XFRM bundle if a policy matched.
-		add(ChainGuard, fmt.Sprintf("ip daddr %s rt ipsec missing counter drop", peers))
+		add(ChainGuard, fmt.Sprintf("ip daddr %s rt ipsec missing counter drop comment %q", peers, GuardComment))
 	}
 	// Only exposures cross the gateway: anything else from the client's subnets or to
 	// them that was not translated is dropped here, so it can never leave in the clear
