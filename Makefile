@@ -9,7 +9,7 @@ SHELL := /usr/bin/env bash
 GO    ?= go
 export GOFLAGS ?= -mod=mod
 
-.PHONY: all test deps controlplane generate fmt-check vet unit build sandbox
+.PHONY: all test deps controlplane vm-image generate fmt-check vet unit build sandbox
 
 all: build
 
@@ -20,6 +20,10 @@ deps:
 ## controlplane: build (or reuse the cached) kube-apiserver, etcd and kubectl.
 controlplane:
 	@bash hack/controlplane.sh >/dev/null
+
+## vm-image: the cached VM image the kernel dataplane test boots (root only: debootstrap).
+vm-image:
+	@if [[ $$(id -u) == 0 ]]; then bash hack/vm/image.sh >/dev/null; else echo "vm-image: not root; the kernel dataplane VM test will skip" >&2; fi
 
 generate:
 	$(GO) tool controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
@@ -35,12 +39,13 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags vmtest ./test/e2e/dataplane
 	cd test/chart && $(GO) vet ./...
 
 build:
 	$(GO) build ./...
 
-test: deps controlplane fmt-check vet
+test: deps controlplane vm-image fmt-check vet
 	KUBEBUILDER_ASSETS=$$(bash hack/controlplane.sh --print-dir) BNERD_REQUIRE_ENVTEST=1 \
 	  BNERD_REQUIRE_DATAPLANE=$$( [[ $$(id -u) == 0 ]] && echo 1 || echo 0 ) \
 	  $(GO) test -count=1 -timeout 45m ./...

@@ -52,7 +52,9 @@ type Collector struct {
 
 	mu sync.Mutex
 	// Byte and packet counters must be monotonic although each child SA starts from
-	// zero; deltas are accumulated per child SA unique ID.
+	// zero; deltas are accumulated per child SA, keyed by unique ID and inbound SPI
+	// (a restarted charon numbers its SAs from 1 again). Only the children of the last
+	// listing are remembered, so rekeys do not grow the map.
 	last   map[string][4]uint64
 	totals map[string]*[4]uint64
 }
@@ -97,10 +99,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.last == nil {
-		c.last = map[string][4]uint64{}
+	if c.totals == nil {
 		c.totals = map[string]*[4]uint64{}
 	}
+	seen := map[string][4]uint64{}
 	for _, name := range c.Tunnels() {
 		var ike, child float64
 		est := -1.0
@@ -119,13 +121,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 					child++
 				}
 				cur := [4]uint64{cs.BytesIn, cs.BytesOut, cs.PacketsIn, cs.PacketsOut}
-				prev := c.last[cs.UniqueID]
+				key := cs.UniqueID + "/" + cs.SPIIn
+				prev := c.last[key]
 				for i := range cur {
 					if cur[i] >= prev[i] {
 						tot[i] += cur[i] - prev[i]
 					}
 				}
-				c.last[cs.UniqueID] = cur
+				seen[key] = cur
 			}
 			if sa.State == "ESTABLISHED" && (est < 0 || float64(sa.EstablishedSeconds) < est) {
 				est = float64(sa.EstablishedSeconds)
@@ -146,6 +149,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descEstablished, prometheus.GaugeValue, est, name)
 		}
 		ch <- prometheus.MustNewConstMetric(descRekeys, prometheus.CounterValue, float64(rekeys[name]), name)
+	}
+	// An unanswered listing says nothing about the children: keep the baselines, or a
+	// charon that was only slow would have its children counted twice.
+	if viciUp == 1 {
+		c.last = seen
 	}
 	if c.NATStateFile != "" {
 		if b, err := os.ReadFile(c.NATStateFile); err == nil {

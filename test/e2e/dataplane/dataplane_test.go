@@ -855,12 +855,14 @@ func TestDataplane(t *testing.T) {
 		}
 		var m1 string
 		e.eventually("tunnel up in the metrics", func() bool { m1 = scrape(); return strings.Contains(m1, `bnerd_ipsec_tunnel_up{tunnel="t1"} 1`) })
-		e.must(e.ns("c"), "ping", "-n", "-c", "5", "-i", "0.2", "100.64.7.12")
-		m2 := scrape()
-		b1, b2 := metricValue(m1, `bnerd_ipsec_bytes_total{direction="in",tunnel="t1"}`), metricValue(m2, `bnerd_ipsec_bytes_total{direction="in",tunnel="t1"}`)
-		if !(b2 > b1) {
-			t.Errorf("bytes in did not grow: %v -> %v", b1, b2)
-		}
+		in := `bnerd_ipsec_bytes_total{direction="in",tunnel="t1"}`
+		b1 := metricValue(m1, in)
+		var m2 string
+		e.eventually("bytes in grow with traffic through the tunnel", func() bool {
+			e.must(e.ns("c"), "ping", "-n", "-c", "5", "-i", "0.2", "100.64.7.12")
+			m2 = scrape()
+			return metricValue(m2, in) > b1
+		})
 		for _, m := range []string{"bnerd_gateway_nat_apply_duration_seconds", guardMetric} {
 			if !strings.Contains(m2, m) {
 				t.Errorf("%s missing:\n%s", m, m2)
