@@ -3,10 +3,12 @@ package nat
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	gnft "github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/google/nftables/userdata"
+	"github.com/mdlayher/netlink"
 )
 
 // DriftChecker compares the kernel's view of the table with the last sync over netlink:
@@ -101,6 +103,18 @@ func (d *DriftChecker) Check(elements bool) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// NetlinkTimeout bounds every netlink exchange of the drift check: a kernel that never
+// answers must not stall the role.
+const NetlinkTimeout = 10 * time.Second
+
+// withDeadline sets the socket's deadline when it is dialled (the checker's connection is
+// not lasting: every operation dials anew and gets a fresh deadline).
+func withDeadline() gnft.ConnOption {
+	return gnft.WithSockOptions(func(c *netlink.Conn) error {
+		return c.SetDeadline(time.Now().Add(NetlinkTimeout))
+	})
 }
 
 // countGuard adds a guard rule's packets since it was last seen and reports whether r is

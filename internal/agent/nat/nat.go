@@ -6,7 +6,6 @@ package nat
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -64,9 +63,6 @@ type Programmer struct {
 	nft  knftables.Interface
 	opts Options
 
-	// netlinkElements sends incremental element changes over netlink instead of nft.
-	netlinkElements bool
-
 	mu      sync.Mutex
 	applied *gatewayconfig.NAT
 	rules   string
@@ -82,11 +78,10 @@ func New(opts Options) (*Programmer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
-	return &Programmer{nft: nft, opts: opts, netlinkElements: true}, nil
+	return &Programmer{nft: nft, opts: opts}, nil
 }
 
-// NewWithInterface is New with a given knftables.Interface (tests use knftables.NewFake);
-// every change, incremental ones included, goes through that interface.
+// NewWithInterface is New with a given knftables.Interface (tests use knftables.NewFake).
 func NewWithInterface(nft knftables.Interface, opts Options) (*Programmer, error) {
 	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
@@ -129,10 +124,10 @@ func (o Options) validate() error {
 	return nil
 }
 
-// Sync converges the table to m in one transaction. When only map and set elements
-// differ from the last successful sync, the transaction touches only those elements;
-// otherwise (first run, changed rule parameters, after Invalidate) it rewrites chains,
-// sets and maps atomically.
+// Sync converges the table to m in one transaction, through knftables (the nft CLI),
+// like kube-proxy. When only map and set elements differ from the last successful sync,
+// the transaction touches only those elements; otherwise (first run, changed rule
+// parameters, after Invalidate) it rewrites chains, sets and maps atomically.
 func (p *Programmer) Sync(ctx context.Context, m *gatewayconfig.NAT) (full bool, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -143,17 +138,21 @@ func (p *Programmer) Sync(ctx context.Context, m *gatewayconfig.NAT) (full bool,
 		if len(ops) == 0 {
 			return false, nil
 		}
-		err := p.writeElements(ctx, ops)
-		if err == nil {
-			p.applied = m
-			return false, nil
+		tx := p.nft.NewTransaction()
+		for _, op := range ops {
+			if op.del {
+				tx.Delete(op.element())
+			} else {
+				tx.Add(op.element())
+			}
 		}
-		if !errors.Is(err, errNeedsFull) {
+		if err := p.nft.Run(ctx, tx); err != nil {
 			// The next sync starts from scratch: our view of the table is unknown now.
 			p.applied = nil
 			return false, fmt.Errorf("nftables element transaction (%d operations): %w", len(ops), err)
 		}
-		// Nothing was sent; the full path below handles what netlink cannot express.
+		p.applied = m
+		return false, nil
 	}
 	tx := p.nft.NewTransaction()
 	p.fullTx(tx, m, rules)
@@ -164,24 +163,6 @@ func (p *Programmer) Sync(ctx context.Context, m *gatewayconfig.NAT) (full bool,
 	p.applied = m
 	p.rules = joined
 	return true, nil
-}
-
-// writeElements applies element changes in one transaction: over netlink on the real
-// system (the nft CLI would first cache every element of the table), through the
-// knftables.Interface otherwise (tests' fake).
-func (p *Programmer) writeElements(ctx context.Context, ops []elemOp) error {
-	if p.netlinkElements {
-		return writeElementsNetlink(p.opts.Table, ops)
-	}
-	tx := p.nft.NewTransaction()
-	for _, op := range ops {
-		if op.del {
-			tx.Delete(op.element())
-		} else {
-			tx.Add(op.element())
-		}
-	}
-	return p.nft.Run(ctx, tx)
 }
 
 // Invalidate forces the next Sync to rewrite everything (after drift was detected).
