@@ -27,7 +27,7 @@ const (
 	GuardInterface GuardMode = "interface"
 	// GuardXFRM: the kernel's policy-based IPsec; after source NAT, anything to a peer
 	// subnet whose route carries no XFRM transformation (`rt ipsec missing`) is dropped.
-	// Not verifiable on kernels without ESP; see docs/dataplane.md.
+	// Verified end to end in the kernel dataplane VM test (docs/dataplane.md).
 	GuardXFRM GuardMode = "xfrm"
 )
 

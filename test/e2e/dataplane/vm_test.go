@@ -61,16 +61,24 @@ func TestDataplaneKernelVM(t *testing.T) {
 		}
 	}
 
-	// Static binaries: the guest has no Go toolchain and a different libc.
+	// Static binaries: the guest has no Go toolchain and need not share the host's libc.
+	// With cgo enabled (the default where gcc exists) they are linked statically against
+	// glibc rather than built with CGO_ENABLED=0, so they reuse the packages the rest of
+	// the test run compiled: a cold CGO_ENABLED=0 build of the same tree took 6.5 minutes
+	// here, this takes seconds. (glibc's linker warns that NSS lookups in a static binary
+	// need matching shared libraries at run time; the tests use addresses only.)
 	t0 := time.Now()
+	static := []string{}
+	if out, err := exec.Command("go", "env", "CGO_ENABLED").Output(); err == nil && strings.TrimSpace(string(out)) == "1" {
+		static = []string{"-ldflags", "-linkmode=external -extldflags=-static"}
+	}
 	for _, b := range [][]string{
-		{"test", "-c", "-tags", "vmtest", "-o", filepath.Join(share, "dataplane.test"), "./test/e2e/dataplane"},
-		{"build", "-o", filepath.Join(share, "vpn-gateway-agent"), "./cmd/vpn-gateway-agent"},
-		{"build", "-o", filepath.Join(share, "testhelper"), "./test/e2e/dataplane/testhelper"},
+		append(append([]string{"test", "-c", "-tags", "vmtest"}, static...), "-o", filepath.Join(share, "dataplane.test"), "./test/e2e/dataplane"),
+		append(append([]string{"build"}, static...), "-o", filepath.Join(share, "vpn-gateway-agent"), "./cmd/vpn-gateway-agent"),
+		append(append([]string{"build"}, static...), "-o", filepath.Join(share, "testhelper"), "./test/e2e/dataplane/testhelper"),
 	} {
 		cmd := exec.Command("go", b...)
 		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("go %v: %v\n%s", b, err, out)
 		}
