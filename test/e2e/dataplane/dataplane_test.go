@@ -61,7 +61,7 @@ const (
 const innerFilter = "net 198.51.100.0/24 or net 100.64.0.0/10 or net 203.0.113.0/24"
 
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	dir    string
 	prefix string
 	bin    struct{ agent, helper string }
@@ -164,7 +164,7 @@ func (e *env) eventually(what string, cond func() bool) {
 	e.t.Fatalf("never happened: %s", what)
 }
 
-func requirements(t *testing.T) {
+func requirements(t testing.TB) {
 	if os.Geteuid() != 0 {
 		testenv.SkipDataplane(t, "dataplane e2e needs root (network namespaces, nftables, charon)")
 	}
@@ -250,7 +250,7 @@ func (e *env) render() {
 	}
 }
 
-func writeAtomic(t *testing.T, path, content string) {
+func writeAtomic(t testing.TB, path, content string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
@@ -512,7 +512,7 @@ func (e *env) capture(name, role, dev string, snaplen int) func() string {
 	}
 }
 
-func readPcap(t *testing.T, file string, filter ...string) []string {
+func readPcap(t testing.TB, file string, filter ...string) []string {
 	args := append([]string{"-nr", file, "-v"}, filter...)
 	out, err := exec.Command("tcpdump", args...).Output()
 	if err != nil {
@@ -540,7 +540,7 @@ type wire struct {
 // readWire classifies a capture of the link between the sites. While charon is dead the
 // gateway's kernel answers arriving ESP-in-UDP with ICMP port unreachable; those quote
 // only the outer header and are allowed.
-func readWire(t *testing.T, file string) wire {
+func readWire(t testing.TB, file string) wire {
 	return wire{
 		all:   readPcap(t, file, "ip"),
 		esp:   readPcap(t, file, "udp port 4500 and udp[8:4] != 0"),
@@ -549,7 +549,7 @@ func readWire(t *testing.T, file string) wire {
 	}
 }
 
-func buildBinaries(t *testing.T, dir string) (string, string) {
+func buildBinaries(t testing.TB, dir string) (string, string) {
 	if kernelMode() {
 		d := os.Getenv(binDirEnv)
 		return filepath.Join(d, "vpn-gateway-agent"), filepath.Join(d, "testhelper")
@@ -573,7 +573,7 @@ func buildBinaries(t *testing.T, dir string) (string, string) {
 // waits for the SA. The capture of the link between the sites runs from before the
 // agents start; it is taken in the router's namespace, which does no IPsec (an IPsec
 // endpoint shows decrypted inbound packets a second time with kernel IPsec).
-func newEnv(t *testing.T) (*env, string, func() string) {
+func newEnv(t testing.TB) (*env, string, func() string) {
 	requirements(t)
 	dir, err := os.MkdirTemp("", "bnerd-dataplane-")
 	if err != nil {
@@ -646,7 +646,7 @@ func (e *env) diagnose() {
 
 // keepLogs says where a failed run's logs are; in the VM they are copied to the host
 // share first, since the VM's disk is discarded.
-func keepLogs(t *testing.T, dir string) {
+func keepLogs(t testing.TB, dir string) {
 	out := os.Getenv(outEnv)
 	if out == "" {
 		t.Logf("logs kept in %s", dir)

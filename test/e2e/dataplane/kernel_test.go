@@ -44,7 +44,7 @@ type podAPI struct {
 // connectPodAPI reaches the forwarded API server, creates the gateway object and the
 // pod's ServiceAccount, Role and RoleBinding as rendered for production, and mounts the
 // ServiceAccount's token where kubelet would.
-func connectPodAPI(t *testing.T, e *env) *podAPI {
+func connectPodAPI(t testing.TB, e *env) *podAPI {
 	t.Helper()
 	g, err := dialGuestAPI(os.Getenv(apiPortEnv))
 	if err != nil {
@@ -125,7 +125,7 @@ func connectPodAPI(t *testing.T, e *env) *podAPI {
 
 // publish creates or updates the gateway's ConfigMap and Secret as the operator renders
 // them.
-func (a *podAPI) publish(t *testing.T, cfg *gatewayconfig.Config, secretsConf string) {
+func (a *podAPI) publish(t testing.TB, cfg *gatewayconfig.Config, secretsConf string) {
 	t.Helper()
 	a.mu.Lock()
 	defer a.mu.Unlock()
