@@ -3,6 +3,7 @@ package dataplane
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/url"
@@ -212,4 +213,42 @@ func tail(s string, lines int) string {
 		l = l[len(l)-lines:]
 	}
 	return strings.Join(l, "\n")
+}
+
+// TestVMRunnerTimeoutLeavesNothing boots the VM with a command that never ends and a
+// timeout: hack/vm/run.sh must stop the VM, exit 124, and leave neither a qemu process nor
+// its run directory behind.
+func TestVMRunnerTimeoutLeavesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots a VM; skipped in -short mode")
+	}
+	if os.Geteuid() != 0 {
+		testenv.SkipDataplane(t, "the VM runner needs root (image build)")
+	}
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		testenv.SkipDataplane(t, "the VM runner needs qemu-system-x86_64; hack/vm/image.sh installs it")
+	}
+	share, tmp := t.TempDir(), t.TempDir()
+	cmd := exec.Command("bash", filepath.Join(testenv.RepoRoot(), "hack", "vm", "run.sh"), "--timeout", "40", share, "/bin/sleep", "600")
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 124 {
+		t.Fatalf("run.sh: %v, want exit 124\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "running /bin/sleep") {
+		t.Errorf("the command never started in the VM (boot slower than the timeout?):\n%s", out)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("run directory left behind: %v", left)
+	}
+	// No process may still reference this run (qemu's command line names the share).
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, _ := os.ReadFile(p)
+		if strings.Contains(string(b), share) {
+			t.Errorf("a process of the run survived: %s %q", p, strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
 }
