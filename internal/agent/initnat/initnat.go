@@ -43,7 +43,7 @@ type Config struct {
 	ElementEvery  int
 	// RouteInterval is how often the policy routing is re-applied.
 	RouteInterval time.Duration
-	// ApplyTimeout bounds one ruleset apply (an nft process or a netlink batch).
+	// ApplyTimeout bounds one ruleset apply (the nft process knftables runs).
 	ApplyTimeout time.Duration
 	// StateFile receives exporter.NATState after every apply ("" = none).
 	StateFile string
