@@ -114,7 +114,7 @@ func TestReverseSourcesComeFromTheLinksThatServeTheGateway(t *testing.T) {
 		var gw *v1alpha1.IPsecGateway
 		eventually(t, name+" Ready", func() (bool, string) {
 			gw = h.getIn(ns, name)
-			return isReady(gw.Status.Conditions, gw.Generation), condOf(gw.Status.Conditions, v1alpha1.ConditionReady)
+			return converged(gw.Status.Conditions, gw.Generation), condOf(gw.Status.Conditions, v1alpha1.ConditionReady)
 		})
 		return strings.Join(h.ingressRules(gw.Status.SecurityGroupID), ";")
 	}
@@ -177,5 +177,5 @@ func TestExposureTargetRefusals(t *testing.T) {
 	}
 	// The namespace is the customer's: the link serves the gateway, the target is fine.
 	h.labelNamespace(h.ns, map[string]string{v1alpha1.LabelCustomerProject: project})
-	h.waitReady("t3")
+	h.waitConverged("t3")
 }
