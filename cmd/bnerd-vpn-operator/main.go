@@ -170,6 +170,7 @@ func run() error {
 		OperatorProjectID: token.ProjectID,
 		AuthURL:           cred.AuthURL,
 		Region:            cred.Region,
+		Interface:         cred.Interface,
 		CustomerClients: func(ctx context.Context, c openstack.Credential) (*openstack.Clients, error) {
 			return openstack.NewClients(ctx, c, openstack.ClientOptions{UserAgent: "bnerd-vpn-operator/" + version.Version})
 		},
