@@ -233,7 +233,7 @@ func (h *harness) deps() Deps {
 		OperatorProjectID: projOperator,
 		AuthURL:           h.sim.AuthURL(),
 		Region:            h.sim.Region(),
-		Interface: "public",
+		Interface:         "public",
 		CustomerClients: func(ctx context.Context, c openstack.Credential) (*openstack.Clients, error) {
 			h.builds.Add(1)
 			h.mu.Lock()
