@@ -181,6 +181,10 @@ func TestInstallOnAPIServer(t *testing.T) {
 		// RBAC really decides: what nobody granted is refused.
 		{"delete", "", "nodes", "", "", false},
 		{"create", "ipsec.bnerd.net", "ipsecgateways", "", "tenant-a", false},
+		// The operator writes no Secret, and takes Leases only in its own namespace.
+		{"create", "", "secrets", "", "tenant-a", false},
+		{"update", "", "secrets", "", "tenant-a", false},
+		{"create", "coordination.k8s.io", "leases", "", "tenant-a", false},
 	})
 
 	// Without the cluster-wide grant, the two namespaced Roles must stand on their own.
@@ -199,7 +203,8 @@ func TestInstallOnAPIServer(t *testing.T) {
 	}
 	run("namespaced Roles only", []check{
 		{"get", "", "secrets", "", creds, true},
-		{"list", "", "secrets", "", creds, false},
+		{"list", "", "secrets", "", creds, true},
+		{"watch", "", "secrets", "", creds, true},
 		{"get", "", "secrets", "", "tenant-a", false},
 		{"get", "", "secrets", "", releaseNS, false},
 		{"create", "coordination.k8s.io", "leases", "", releaseNS, true},
