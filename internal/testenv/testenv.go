@@ -94,7 +94,7 @@ func StartWith(apiServerFlags map[string]string) (*Env, error) {
 		api.Configure().Set(k, v)
 	}
 	env := &envtest.Environment{
-		ControlPlane: envtest.ControlPlane{APIServer: api},
+		ControlPlane:          envtest.ControlPlane{APIServer: api},
 		BinaryAssetsDirectory: dir,
 		// The project's CRDs, and the Multus NAD CRD the gateway workload needs.
 		CRDDirectoryPaths: []string{
