@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	govici "github.com/strongswan/govici/vici"
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -151,7 +152,7 @@ func runInitNAT(ctx context.Context, args []string) error {
 	stateFile := fs.String("state-file", "", "write NAT apply statistics here for ipsec-exporter")
 	_ = fs.Parse(args)
 
-	opts := nat.Options{Table: *table, Guard: nat.GuardMode(*guard), TunnelMTU: *mtu}
+	opts := nat.Options{Table: *table, Guard: nat.GuardMode(*guard), TunnelMTU: *mtu, PortInterface: *iface}
 	if opts.Guard == nat.GuardInterface {
 		opts.TunnelInterface = *tunIface
 	}
@@ -203,6 +204,15 @@ func runInitNAT(ctx context.Context, args []string) error {
 		}
 		log.Printf("NAT applied (%s, full=%v) in %s", reason, full, d)
 	}
+	// Forwarding on the port and the tunnel device: a pod's namespace does not
+	// necessarily forward (see routing.EnsureForwarding); the tunnel device is recreated
+	// whenever charon restarts, so this runs on every tick.
+	forwarding := func() {
+		if err := routing.EnsureForwarding(*iface, *tunIface); err != nil {
+			log.Printf("forwarding: %v", err)
+		}
+	}
+	forwarding()
 	tick := time.NewTicker(*drift)
 	defer tick.Stop()
 	ticks := 0
@@ -237,6 +247,7 @@ func runInitNAT(ctx context.Context, args []string) error {
 			}
 			apply("config")
 		case <-tick.C:
+			forwarding()
 			if model == nil {
 				continue
 			}
@@ -287,6 +298,7 @@ func runLoader(ctx context.Context, args []string) error {
 func loadLoop(ctx context.Context, snaps <-chan source.Snapshot, sock string, interval time.Duration, secretsFile string) {
 	l := &vici.Loader{Socket: sock, Logf: log.Printf}
 	var cur source.Snapshot
+	waiting := false
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
@@ -307,6 +319,19 @@ func loadLoop(ctx context.Context, snaps <-chan source.Snapshot, sock string, in
 		if !cur.Complete(true) {
 			continue
 		}
+		// IKE may only start once the port's policy routing is in place (init-nat installs
+		// it, in whatever order the containers start); SAs from another address are ended.
+		if cfg, err := gatewayconfig.Unmarshal(cur.Config); err == nil && cfg.PortFixedIP != "" {
+			l.LocalAddress = cfg.PortFixedIP
+			if ok, err := routing.InPlace(cfg.PortFixedIP, routing.DefaultTable); !ok {
+				if !waiting {
+					log.Printf("load: waiting for the port's policy routing before loading connections (%v)", err)
+				}
+				waiting = true
+				continue
+			}
+			waiting = false
+		}
 		if _, err := l.Apply(ctx, cur.Swanctl, cur.Secrets); err != nil {
 			log.Printf("load: %v", err)
 		}
@@ -323,6 +348,11 @@ func runCharon(args []string) error {
 	conf := fs.String("conf", "/var/run/charon/strongswan.conf", "where to write the rendered strongswan.conf")
 	bin := fs.String("charon", "/usr/sbin/charon-systemd", "charon binary to run")
 	_ = fs.Parse(args)
+	if gatewayconfig.DataplaneMode(*dataplane) == gatewayconfig.DataplaneLibipsec {
+		if err := ensureTUN(); err != nil {
+			return err
+		}
+	}
 	text, err := gatewayconfig.RenderStrongswanConf(gatewayconfig.StrongswanOptions{Mode: gatewayconfig.DataplaneMode(*dataplane), VICISocket: *sock})
 	if err != nil {
 		return err
@@ -529,6 +559,22 @@ func runExporter(ctx context.Context, args []string) error {
 	log.Printf("metrics on %s", *listen)
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
+	}
+	return nil
+}
+
+// ensureTUN creates /dev/net/tun, which libipsec opens and container runtimes do not
+// provide (the device cgroup allows it; creating the node takes CAP_MKNOD).
+func ensureTUN() error {
+	const dev = "/dev/net/tun"
+	if _, err := os.Stat(dev); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll("/dev/net", 0o755); err != nil {
+		return fmt.Errorf("creating /dev/net: %w", err)
+	}
+	if err := syscall.Mknod(dev, syscall.S_IFCHR|0o666, int(unix.Mkdev(10, 200))); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("creating %s (libipsec needs it; the container needs CAP_MKNOD): %w", dev, err)
 	}
 	return nil
 }

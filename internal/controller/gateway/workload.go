@@ -87,6 +87,7 @@ func (r *Reconciler) ensureWorkload(ctx context.Context, g *gateway) (bool, erro
 	dep, err := render.Deployment(render.Workload{
 		Gateway: ref, NodeName: g.status.NodeName, PortMAC: g.status.PortMACAddress,
 		GatewayImage: r.Config.GatewayImage, AgentImage: r.Config.AgentImage,
+		Dataplane: gatewayconfig.DataplaneMode(r.Config.GatewayDataplane),
 	})
 	if err != nil {
 		return terminal(v1alpha1.ReasonWorkloadFailed, err.Error())
