@@ -123,8 +123,8 @@ type Loader struct {
 type Result struct {
 	Loaded, Unloaded, Initiated []string
 	// Terminated are connections whose IKE SA ran from the wrong address.
-	Terminated []string
-	SecretsLoaded               bool
+	Terminated    []string
+	SecretsLoaded bool
 }
 
 func (l *Loader) logf(format string, args ...any) {
