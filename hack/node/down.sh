@@ -67,6 +67,11 @@ stop etcd
 awk -v s="$STATE/" 'index($2, s) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do
   umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
 done
+# A world starts from an empty cluster: the data of etcd, the kubelets, IPAM and Multus
+# goes; the PKI and the containerds' image stores stay (warm starts skip the imports).
+for d in "$STATE/etcd" "$STATE"/node-*/kubelet "$STATE"/node-*/run/ipam "$STATE"/node-*/run/multus "$STATE"/node-*/pod-logs "$STATE"/node-*/containerd/state; do
+  [[ -e $d ]] && rm -rf "$d"
+done
 # Sandbox network namespaces made by our containerds: cni-* that appeared after up.sh
 # first ran and that no process of another runtime could have made (only ours runs).
 for n in "${NODES[@]}"; do
