@@ -27,7 +27,7 @@ func (d *DriftChecker) Check(elements bool) (string, error) {
 	if !ok {
 		return "", nil
 	}
-	conn, err := gnft.New()
+	conn, err := gnft.New(withDeadline())
 	if err != nil {
 		return "", fmt.Errorf("nftables netlink: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+	"time"
 
 	gnft "github.com/google/nftables"
 	"github.com/mdlayher/netlink"
@@ -64,7 +65,7 @@ func writeElementsNetlink(table string, ops []elemOp) error {
 	}
 	total += 256 * (len(groups) + 2)
 
-	connOpts := []gnft.ConnOption{gnft.AsLasting()}
+	connOpts := []gnft.ConnOption{gnft.AsLasting(), withDeadline()}
 	if total > 64<<10 {
 		// One batch is one sendmsg; the default send buffer would reject large ones.
 		connOpts = append(connOpts, gnft.WithSockOptions(sendBuffer(total)))
@@ -90,6 +91,18 @@ func writeElementsNetlink(table string, ops []elemOp) error {
 		}
 	}
 	return conn.Flush()
+}
+
+// NetlinkTimeout bounds every nftables netlink exchange of the agent (an element batch,
+// a drift check's dump): a kernel that never answers must not stall the role.
+const NetlinkTimeout = 10 * time.Second
+
+// withDeadline sets the socket's deadline when it is dialled (for a non-lasting
+// connection, every operation dials anew and gets a fresh deadline).
+func withDeadline() gnft.ConnOption {
+	return gnft.WithSockOptions(func(c *netlink.Conn) error {
+		return c.SetDeadline(time.Now().Add(NetlinkTimeout))
+	})
 }
 
 // elementSize bounds an element's attribute size (headers, padding, userdata).

@@ -13,7 +13,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -93,6 +96,26 @@ func send(ctx context.Context, out chan Snapshot, s Snapshot) {
 	}
 }
 
+// merger combines the ConfigMap's and the Secret's latest content into snapshots. The
+// two informers call it from their own goroutines; the lock is held across the send, so
+// the snapshots leave in the order they were merged and the last one delivered is always
+// the newest (with the send outside the lock, a snapshot merged earlier could be sent
+// after a newer one and overwrite it in the one-slot channel).
+type merger struct {
+	ctx context.Context
+	out chan Snapshot
+
+	mu  sync.Mutex
+	cur Snapshot
+}
+
+func (m *merger) update(apply func(*Snapshot)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	apply(&m.cur)
+	send(m.ctx, m.out, m.cur)
+}
+
 // API watches one ConfigMap and one Secret by name.
 type API struct {
 	Client    kubernetes.Interface
@@ -101,35 +124,30 @@ type API struct {
 	Secret    string // empty: secrets are not needed by this role
 }
 
-// Run sends a snapshot on every change of either object until ctx ends.
+// Run sends a snapshot on every change of either object until ctx ends. out should have
+// room for one snapshot (the roles use a one-slot channel): only the newest is kept.
 func (a *API) Run(ctx context.Context, out chan Snapshot) error {
-	var mu sync.Mutex
-	var cur Snapshot
-	emit := func(update func(*Snapshot)) {
-		mu.Lock()
-		update(&cur)
-		s := cur
-		mu.Unlock()
-		send(ctx, out, s)
-	}
-	cmInf := cache.NewSharedIndexInformer(
-		cache.NewListWatchFromClient(a.Client.CoreV1().RESTClient(), "configmaps", a.Namespace, fields.OneTermEqualSelector("metadata.name", a.ConfigMap)),
-		&corev1.ConfigMap{}, 0, cache.Indexers{})
+	m := &merger{ctx: ctx, out: out}
+	cms := a.Client.CoreV1().ConfigMaps(a.Namespace)
+	cmInf := cache.NewSharedIndexInformer(named(a.ConfigMap, a.Client,
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return cms.List(ctx, o) },
+		cms.Watch), &corev1.ConfigMap{}, 0, cache.Indexers{})
 	if _, err := cmInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { emit(func(s *Snapshot) { fromConfigMap(s, o) }) },
-		UpdateFunc: func(_, o any) { emit(func(s *Snapshot) { fromConfigMap(s, o) }) },
+		AddFunc:    func(o any) { m.update(func(s *Snapshot) { fromConfigMap(s, o) }) },
+		UpdateFunc: func(_, o any) { m.update(func(s *Snapshot) { fromConfigMap(s, o) }) },
 	}); err != nil {
 		return err
 	}
 	go cmInf.Run(ctx.Done())
 	syncs := []cache.InformerSynced{cmInf.HasSynced}
 	if a.Secret != "" {
-		secInf := cache.NewSharedIndexInformer(
-			cache.NewListWatchFromClient(a.Client.CoreV1().RESTClient(), "secrets", a.Namespace, fields.OneTermEqualSelector("metadata.name", a.Secret)),
-			&corev1.Secret{}, 0, cache.Indexers{})
+		secs := a.Client.CoreV1().Secrets(a.Namespace)
+		secInf := cache.NewSharedIndexInformer(named(a.Secret, a.Client,
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return secs.List(ctx, o) },
+			secs.Watch), &corev1.Secret{}, 0, cache.Indexers{})
 		if _, err := secInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { emit(func(s *Snapshot) { fromSecret(s, o) }) },
-			UpdateFunc: func(_, o any) { emit(func(s *Snapshot) { fromSecret(s, o) }) },
+			AddFunc:    func(o any) { m.update(func(s *Snapshot) { fromSecret(s, o) }) },
+			UpdateFunc: func(_, o any) { m.update(func(s *Snapshot) { fromSecret(s, o) }) },
 		}); err != nil {
 			return err
 		}
@@ -141,6 +159,26 @@ func (a *API) Run(ctx context.Context, out chan Snapshot) error {
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// named lists and watches exactly one object by name through the typed client, so the
+// informer sees no other object of the namespace. client is the clientset, which tells
+// the reflector whether it supports watch-list streaming (the fake one does not).
+func named(name string, client any,
+	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error),
+) cache.ListerWatcher {
+	sel := fields.OneTermEqualSelector("metadata.name", name).String()
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return list(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return watchFn(ctx, o)
+		},
+	}, client)
 }
 
 func fromConfigMap(s *Snapshot, o any) {

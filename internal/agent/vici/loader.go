@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	govici "github.com/strongswan/govici/vici"
 
@@ -127,6 +126,13 @@ type Result struct {
 	SecretsLoaded bool
 }
 
+// SetLocalAddress sets LocalAddress (safe while Apply runs elsewhere).
+func (l *Loader) SetLocalAddress(a string) {
+	l.mu.Lock()
+	l.LocalAddress = a
+	l.mu.Unlock()
+}
+
 func (l *Loader) logf(format string, args ...any) {
 	if l.Logf != nil {
 		l.Logf(format, args...)
@@ -135,7 +141,7 @@ func (l *Loader) logf(format string, args ...any) {
 
 // Session opens a VICI session on the loader's socket.
 func (l *Loader) Session() (*govici.Session, error) {
-	return govici.NewSession(govici.WithSocketPath(l.Socket))
+	return Dial(l.Socket)
 }
 
 // Apply converges charon to swanctl and secrets text.
@@ -262,13 +268,18 @@ func hashOf(s string) string {
 }
 
 func call(ctx context.Context, s *govici.Session, cmd string, in *govici.Message) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	out, err := s.Call(ctx, cmd, in)
+	out, err := callOut(ctx, s, cmd, in)
 	if err != nil {
 		return err
 	}
 	return out.Err()
+}
+
+// callOut is one VICI command bounded by CallTimeout.
+func callOut(ctx context.Context, s *govici.Session, cmd string, in *govici.Message) (*govici.Message, error) {
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
+	return s.Call(ctx, cmd, in)
 }
 
 func loadShared(ctx context.Context, s *govici.Session, keys []gatewayconfig.SharedSecret) error {
@@ -284,7 +295,7 @@ func loadShared(ctx context.Context, s *govici.Session, keys []gatewayconfig.Sha
 		}
 	}
 	// Keys of removed tunnels must not stay usable.
-	out, err := s.Call(ctx, "get-shared", nil)
+	out, err := callOut(ctx, s, "get-shared", nil)
 	if err != nil {
 		return fmt.Errorf("get-shared: %w", err)
 	}
@@ -308,7 +319,7 @@ func loadShared(ctx context.Context, s *govici.Session, keys []gatewayconfig.Sha
 }
 
 func charonConns(ctx context.Context, s *govici.Session) (map[string]bool, error) {
-	out, err := s.Call(ctx, "get-conns", nil)
+	out, err := callOut(ctx, s, "get-conns", nil)
 	if err != nil {
 		return nil, fmt.Errorf("get-conns: %w", err)
 	}

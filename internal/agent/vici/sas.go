@@ -30,8 +30,11 @@ type ChildSA struct {
 	InstallSeconds        int64
 }
 
-// ListSAs returns the IKE SAs per connection name.
+// ListSAs returns the IKE SAs per connection name. The whole listing is bounded by
+// CallTimeout.
 func ListSAs(ctx context.Context, s *govici.Session) (map[string][]IKESA, error) {
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
 	out := map[string][]IKESA{}
 	for m, err := range s.CallStreaming(ctx, "list-sas", "list-sa", nil) {
 		if err != nil {

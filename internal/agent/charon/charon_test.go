@@ -1,0 +1,69 @@
+package charon
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"bnerd.net/vpn-operator/internal/gatewayconfig"
+)
+
+func TestPrepareRendersAndExecsCharon(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "strongswan.conf")
+	for _, mode := range []gatewayconfig.DataplaneMode{gatewayconfig.DataplaneKernel, gatewayconfig.DataplaneLibipsec} {
+		st, err := Prepare(Options{Dataplane: mode, VICISocket: "/run/x/charon.vici", Conf: conf, Binary: "/usr/sbin/charon-systemd"}, []string{"PATH=/bin"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Path != "/usr/sbin/charon-systemd" || len(st.Argv) != 1 || st.Argv[0] != st.Path {
+			t.Errorf("exec %+v", st)
+		}
+		if strings.Join(st.Env, " ") != "PATH=/bin STRONGSWAN_CONF="+conf {
+			t.Errorf("env %v", st.Env)
+		}
+		b, err := os.ReadFile(conf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), "unix:///run/x/charon.vici") {
+			t.Errorf("%s: VICI socket not rendered:\n%s", mode, b)
+		}
+		if got := strings.Contains(string(b), "kernel-libipsec"); got != (mode == gatewayconfig.DataplaneLibipsec) {
+			t.Errorf("%s: kernel-libipsec loaded=%v:\n%s", mode, got, b)
+		}
+	}
+	if _, err := Prepare(Options{Dataplane: "bogus", Conf: conf}, nil); err == nil {
+		t.Error("an unknown dataplane was accepted")
+	}
+}
+
+// Regression (the real node): libipsec needs /dev/net/tun, which the container runtime
+// does not provide; the charon role creates it, and only in libipsec mode.
+func TestPrepareCreatesTheTUNDevice(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("creating a device node needs root (CAP_MKNOD)")
+	}
+	dir := t.TempDir()
+	for _, mode := range []gatewayconfig.DataplaneMode{gatewayconfig.DataplaneKernel, gatewayconfig.DataplaneLibipsec} {
+		tun := filepath.Join(dir, string(mode), "net", "tun")
+		if _, err := Prepare(Options{Dataplane: mode, Conf: filepath.Join(dir, "c.conf"), Binary: "/bin/true", TUNDevice: tun}, nil); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(tun)
+		if mode == gatewayconfig.DataplaneKernel {
+			if err == nil {
+				t.Error("kernel mode created a TUN device")
+			}
+			continue
+		}
+		if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+			t.Fatalf("no TUN character device at %s: %v", tun, err)
+		}
+		// A second start finds it and leaves it.
+		if _, err := Prepare(Options{Dataplane: mode, Conf: filepath.Join(dir, "c.conf"), Binary: "/bin/true", TUNDevice: tun}, nil); err != nil {
+			t.Errorf("second start: %v", err)
+		}
+	}
+}

@@ -1,0 +1,111 @@
+package status
+
+import (
+	"context"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/agent/vici"
+	"bnerd.net/vpn-operator/internal/gatewayconfig"
+)
+
+// WriteFunc stores tunnel state in the status of the gateway ref names and reports
+// whether it wrote.
+type WriteFunc func(ctx context.Context, ref gatewayconfig.GatewayRef, tunnels []v1alpha1.TunnelState, ready string) (bool, error)
+
+// ClientWriter is the production WriteFunc: a Writer per call, on c.
+func ClientWriter(c client.Client) WriteFunc {
+	return func(ctx context.Context, ref gatewayconfig.GatewayRef, tunnels []v1alpha1.TunnelState, ready string) (bool, error) {
+		w := &Writer{Client: c, Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}
+		return w.Write(ctx, tunnels, ready)
+	}
+}
+
+// Agent is the status-agent loop: on every kick (a VICI event) and every Interval it
+// reads charon's SAs and writes the tunnels' state when it changed.
+type Agent struct {
+	// Tunnels returns the configured tunnels and the gateway they belong to.
+	Tunnels func() ([]string, gatewayconfig.GatewayRef)
+	// SAs lists charon's SAs (a fresh VICI session each time: charon may have restarted).
+	SAs   func(ctx context.Context) (map[string][]vici.IKESA, error)
+	Write WriteFunc
+	// Kick triggers a round besides the timer.
+	Kick     <-chan struct{}
+	Interval time.Duration
+	// Timeout bounds one round's VICI listing and API write.
+	Timeout time.Duration
+	Now     func() time.Time
+	Logf    func(format string, args ...any)
+}
+
+func (a *Agent) logf(format string, args ...any) {
+	if a.Logf != nil {
+		a.Logf(format, args...)
+	}
+}
+
+// Round reads and writes once; it returns what it wrote (nil when nothing was due).
+func (a *Agent) Round(ctx context.Context) (tunnels []v1alpha1.TunnelState, ready string, wrote bool) {
+	names, ref := a.Tunnels()
+	if len(names) == 0 {
+		return nil, "", false
+	}
+	timeout := a.Timeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cur, err := a.SAs(ctx)
+	if err != nil {
+		// charon unreachable: every tunnel is down, which is worth reporting.
+		cur = nil
+	}
+	now := time.Now
+	if a.Now != nil {
+		now = a.Now
+	}
+	tunnels, ready = Compute(names, cur, now())
+	wrote, err = a.Write(ctx, ref, tunnels, ready)
+	if err != nil {
+		a.logf("status: %v", err)
+		return tunnels, ready, false
+	}
+	if wrote {
+		a.logf("status: tunnels %s", ready)
+	}
+	return tunnels, ready, wrote
+}
+
+// Run loops until ctx ends.
+func (a *Agent) Run(ctx context.Context) {
+	interval := a.Interval
+	if interval <= 0 {
+		interval = 10 * time.Second
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-a.Kick:
+		}
+		a.Round(ctx)
+	}
+}
+
+// Kicker returns a one-slot channel and a function that fills it without blocking, for
+// VICI event callbacks.
+func Kicker() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	return ch, func() {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}

@@ -1,0 +1,102 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/agent/vici"
+	"bnerd.net/vpn-operator/internal/gatewayconfig"
+)
+
+type written struct {
+	ref      gatewayconfig.GatewayRef
+	tunnels  []v1alpha1.TunnelState
+	ready    string
+	deadline bool
+}
+
+// TestAgentRound: nothing is written before the config names tunnels; an unreachable
+// charon reports every tunnel Down (that is news worth writing); SAs become Up; every
+// VICI listing and API write carries a deadline.
+func TestAgentRound(t *testing.T) {
+	var names []string
+	ref := gatewayconfig.GatewayRef{Kind: "IPsecGateway", Namespace: "ns", Name: "gw"}
+	var sas map[string][]vici.IKESA
+	var saErr error
+	var writes []written
+	var listDeadline bool
+	a := &Agent{
+		Tunnels: func() ([]string, gatewayconfig.GatewayRef) { return names, ref },
+		SAs: func(ctx context.Context) (map[string][]vici.IKESA, error) {
+			_, listDeadline = ctx.Deadline()
+			return sas, saErr
+		},
+		Write: func(ctx context.Context, r gatewayconfig.GatewayRef, ts []v1alpha1.TunnelState, ready string) (bool, error) {
+			_, ok := ctx.Deadline()
+			writes = append(writes, written{r, ts, ready, ok})
+			return true, nil
+		},
+		Now: func() time.Time { return now },
+	}
+	ctx := context.Background()
+	a.Round(ctx)
+	if len(writes) != 0 {
+		t.Fatal("wrote before any tunnel was configured")
+	}
+	names = []string{"hq"}
+	saErr = errors.New("charon unreachable")
+	a.Round(ctx)
+	if len(writes) != 1 || writes[0].ready != "0/1" || writes[0].tunnels[0].State != StateDown || writes[0].ref != ref {
+		t.Fatalf("writes %+v", writes)
+	}
+	saErr = nil
+	sas = map[string][]vici.IKESA{"hq": {{Name: "hq", State: "ESTABLISHED", EstablishedSeconds: 5, Children: []vici.ChildSA{{Name: "hq", State: "INSTALLED"}}}}}
+	ts, ready, wrote := a.Round(ctx)
+	if !wrote || ready != "1/1" || ts[0].State != StateUp {
+		t.Errorf("round: %v %s %+v", wrote, ready, ts)
+	}
+	if !listDeadline || !writes[1].deadline {
+		t.Error("a VICI listing or an API write ran without a deadline")
+	}
+}
+
+// TestAgentRunsOnKicks: a kick (a VICI event) triggers a round long before the timer.
+func TestAgentRunsOnKicks(t *testing.T) {
+	kicks, kick := Kicker()
+	var mu sync.Mutex
+	rounds := 0
+	a := &Agent{
+		Tunnels: func() ([]string, gatewayconfig.GatewayRef) { return []string{"hq"}, gatewayconfig.GatewayRef{} },
+		SAs:     func(context.Context) (map[string][]vici.IKESA, error) { return nil, nil },
+		Write: func(context.Context, gatewayconfig.GatewayRef, []v1alpha1.TunnelState, string) (bool, error) {
+			mu.Lock()
+			rounds++
+			mu.Unlock()
+			return false, nil
+		},
+		Kick: kicks, Interval: time.Hour,
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go a.Run(ctx)
+	kick()
+	kick() // coalesces with the first when not yet taken
+	deadline := time.After(time.Minute)
+	for {
+		mu.Lock()
+		n := rounds
+		mu.Unlock()
+		if n >= 1 {
+			break
+		}
+		select {
+		case <-deadline:
+			t.Fatal("a kick did not trigger a round")
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
