@@ -2,14 +2,18 @@
 #
 #   make test      installs what the tests need (idempotent, cached), checks formatting and
 #                  vet, and runs every test. This is what CI runs.
-#   make sandbox   runs the local sandbox (the main job); SANDBOX_ARGS=--stay keeps it up.
+#   make sandbox   runs the whole product locally (root): two real nodes, images built
+#                  here, the simulator, the packet fabric, the chart-installed operator and a
+#                  client site; SANDBOX_ARGS=--stay keeps it up, --objects-only runs the
+#                  lighter sandbox that needs no root.
+#   make images    builds the operator, gateway and pause images without Docker (root).
 #   make generate  regenerates deepcopy code and CRDs with the pinned controller-gen.
 
 SHELL := /usr/bin/env bash
 GO    ?= go
 export GOFLAGS ?= -mod=mod
 
-.PHONY: all test deps controlplane generate fmt-check vet unit build sandbox
+.PHONY: all test deps controlplane node-deps images node-up node-down generate fmt-check vet unit build sandbox
 
 all: build
 
@@ -20,6 +24,23 @@ deps:
 ## controlplane: build (or reuse the cached) kube-apiserver, etcd and kubectl.
 controlplane:
 	@bash hack/controlplane.sh >/dev/null
+
+## node-deps: everything the product world needs, built and cached (root only): Debian
+## packages, the control plane with kubelet and kube-scheduler, Multus, the images, helm.
+node-deps:
+	@if [[ $$(id -u) == 0 ]]; then BNERD_NODE_STATE=$${BNERD_NODE_STATE:-$${TMPDIR:-/tmp}/bnerd-node} bash hack/node/up.sh --build-only; \
+	else echo "node-deps: not root; the product e2e and the product sandbox will skip"; fi
+
+## images: the operator, gateway and pause images as OCI archives (cached by content);
+## IMPORT=/path/containerd.sock also imports them into that containerd.
+images:
+	$(GO) run ./hack/images $(if $(IMPORT),--import $(IMPORT)) operator gateway pause
+
+## node-up / node-down: the local node world alone (control plane and two nodes).
+node-up:
+	BNERD_NODE_IMAGES=1 bash hack/node/up.sh
+node-down:
+	bash hack/node/down.sh
 
 generate:
 	$(GO) tool controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
@@ -40,7 +61,7 @@ vet:
 build:
 	$(GO) build ./...
 
-test: deps controlplane fmt-check vet
+test: deps controlplane node-deps fmt-check vet
 	KUBEBUILDER_ASSETS=$$(bash hack/controlplane.sh --print-dir) BNERD_REQUIRE_ENVTEST=1 \
 	  BNERD_REQUIRE_DATAPLANE=$$( [[ $$(id -u) == 0 ]] && echo 1 || echo 0 ) \
 	  $(GO) test -count=1 -timeout 45m ./...
@@ -49,8 +70,8 @@ test: deps controlplane fmt-check vet
 	cd test/chart && KUBEBUILDER_ASSETS=$$(bash ../../hack/controlplane.sh --print-dir) BNERD_REQUIRE_ENVTEST=1 \
 	  $(GO) test -count=1 -timeout 10m ./...
 
-## sandbox: the local sandbox (control plane, OpenStack simulator, operator, an example
-## gateway); SANDBOX_ARGS=--stay keeps it running.
+## sandbox: the whole product with the examples applied (root); SANDBOX_ARGS=--stay keeps
+## it running, SANDBOX_ARGS=--objects-only runs the objects-only sandbox (no root).
 sandbox: controlplane
 	KUBEBUILDER_ASSETS=$$(bash hack/controlplane.sh --print-dir) $(GO) run ./cmd/sandbox $(SANDBOX_ARGS)
 

@@ -15,16 +15,18 @@ touch "$STATE/pids"
 
 pid_of() { awk -v n="$1" '$1==n{print $2}' "$STATE/pids" | tail -1; }
 comm_of() { awk -v n="$1" '$1==n{print $3}' "$STATE/pids" | tail -1; }
-# alive: the recorded PID runs the recorded program (a reused PID is not ours).
+# alive: the recorded PID runs the recorded program (a reused PID is not ours) and has
+# not exited (a zombie waiting for its reaper has).
 alive() {
   local p; p=$(pid_of "$1"); [[ -n $p ]] || return 1
-  [[ $(cat "/proc/$p/comm" 2>/dev/null) == "$(comm_of "$1")" ]]
+  [[ $(cat "/proc/$p/comm" 2>/dev/null) == "$(comm_of "$1")" ]] || return 1
+  [[ $(awk '{print $3}' "/proc/$p/stat" 2>/dev/null) != Z ]]
 }
 stop() { # name [seconds]: SIGTERM, SIGKILL after the grace
   alive "$1" || return 0
   local p; p=$(pid_of "$1")
   kill "$p" 2>/dev/null
-  for _ in $(seq $(( ${2:-10} * 10 ))); do kill -0 "$p" 2>/dev/null || { log "stopped $1 ($p)"; return 0; }; sleep 0.1; done
+  for _ in $(seq $(( ${2:-10} * 10 ))); do alive "$1" || { log "stopped $1 ($p)"; return 0; }; sleep 0.1; done
   kill -9 "$p" 2>/dev/null; log "killed $1 ($p)"
 }
 

@@ -26,7 +26,11 @@
 #
 # Env: BNERD_NODE_STATE (default ${TMPDIR:-/tmp}/bnerd-node), BNERD_CACHE,
 # BNERD_NODE_IMAGES=1 to also build and import the operator and gateway images.
+# --build-only installs and builds everything (packages, control plane, Multus, images,
+# helm) and starts nothing: `make test` runs it before the tests.
 set -euo pipefail
+BUILD_ONLY=0
+[[ ${1:-} == --build-only ]] && BUILD_ONLY=1
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 CACHE_ROOT=${BNERD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/bnerd-vpn-operator}
@@ -55,7 +59,7 @@ touch "$STATE/pids"
 
 # ---------------------------------------------------------------- packages
 need=()
-for p in containerd runc containernetworking-plugins nftables iproute2 openssl util-linux; do
+for p in containerd runc containernetworking-plugins nftables iproute2 openssl util-linux debootstrap; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
 done
 if ((${#need[@]})); then
@@ -88,10 +92,15 @@ if [[ ! -x $MULTUS_BIN ]]; then
 fi
 
 IMAGES=(pause)
-[[ ${BNERD_NODE_IMAGES:-0} == 1 ]] && IMAGES+=(operator gateway)
+[[ ${BNERD_NODE_IMAGES:-0} == 1 || $BUILD_ONLY == 1 ]] && IMAGES+=(operator gateway)
 log "images: ${IMAGES[*]} (hack/images; cached by content)"
 (cd "$ROOT" && go run ./hack/images "${IMAGES[@]}") >"$STATE/images" || die "building images failed"
 PAUSE_REF=$(awk '$1=="pause"{print $2}' "$STATE/images")
+if ((BUILD_ONLY)); then
+  bash "$ROOT/hack/helm.sh" >/dev/null
+  log "builds ready (--build-only: nothing started)"
+  exit 0
+fi
 log "builds ready"
 
 # ---------------------------------------------------------------- processes

@@ -199,8 +199,12 @@ func (w *World) takeLock() error {
 		return err
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		return fmt.Errorf("another product world runs on this machine (lock %s held)", f.Name())
+		// Another world runs (a sandbox, the other test package): wait for it.
+		w.progress("waiting for the other product world on this machine to stop (lock %s)", f.Name())
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+			f.Close()
+			return fmt.Errorf("locking %s: %w", f.Name(), err)
+		}
 	}
 	w.lock = f
 	return nil
@@ -226,7 +230,7 @@ func (w *World) runLogged(ctx context.Context, name string, env []string, args .
 		for sc.Scan() {
 			line := sc.Text()
 			fmt.Fprintln(logf, line)
-			if strings.HasPrefix(line, "[") || strings.HasPrefix(line, "images: ") || strings.HasPrefix(line, "controlplane: ") || strings.HasPrefix(line, "helm.sh: ") {
+			if strings.HasPrefix(line, "[node-") || strings.HasPrefix(line, "images: ") || strings.HasPrefix(line, "controlplane: ") || strings.HasPrefix(line, "helm.sh: ") {
 				w.progress("    %s", line)
 			}
 		}
