@@ -141,6 +141,10 @@ func NewReader(ctx context.Context, c Credential) (*Reader, error) {
 	return &Reader{network: nc}, nil
 }
 
+// Network is the Neutron client (the same admin identity), for tests that change the
+// cloud under the fabric.
+func (r *Reader) Network() *gophercloud.ServiceClient { return r.network }
+
 // Read lists everything the fabric needs.
 func (r *Reader) Read(ctx context.Context) (*Snapshot, error) {
 	var s Snapshot

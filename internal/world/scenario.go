@@ -204,8 +204,7 @@ func (w *World) LoseNode(ctx context.Context, name string) error {
 // XFRM state in the nodes, and the gateway's Kubernetes objects in namespace.
 func (w *World) Leftovers(ctx context.Context, namespace string) ([]string, error) {
 	var left []string
-	r, err := fabric.NewReader(ctx, fabric.Credential{AuthURL: w.AdminEnv["OS_AUTH_URL"], Region: w.AdminEnv["OS_REGION_NAME"],
-		ID: w.AdminEnv["OS_APPLICATION_CREDENTIAL_ID"], Secret: w.AdminEnv["OS_APPLICATION_CREDENTIAL_SECRET"]})
+	r, err := w.CloudReader(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -308,6 +307,13 @@ func (w *World) Leftovers(ctx context.Context, namespace string) ([]string, erro
 	}
 	sort.Strings(left)
 	return slices.Compact(left), nil
+}
+
+// CloudReader reads the cloud with the simulator's admin credential (what the fabric
+// sees); its Network client can change the cloud too.
+func (w *World) CloudReader(ctx context.Context) (*fabric.Reader, error) {
+	return fabric.NewReader(ctx, fabric.Credential{AuthURL: w.AdminEnv["OS_AUTH_URL"], Region: w.AdminEnv["OS_REGION_NAME"],
+		ID: w.AdminEnv["OS_APPLICATION_CREDENTIAL_ID"], Secret: w.AdminEnv["OS_APPLICATION_CREDENTIAL_SECRET"]})
 }
 
 // GatewayKey is the example gateway.

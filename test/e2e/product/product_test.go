@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/rules"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -36,6 +37,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/render"
 	"bnerd.net/vpn-operator/internal/testenv"
 	"bnerd.net/vpn-operator/internal/world"
@@ -171,6 +173,7 @@ func TestProduct(t *testing.T) {
 
 	t.Run("applied gateway brings the tunnel up and exposures answer", e.applyGateway)
 	t.Run("cluster link: portal in the service cluster and the reverse exposure answer", e.applyLink)
+	t.Run("security group enforced: a removed rule drops, the operator restores it", e.securityGroup)
 	t.Run("exposure added live answers without a pod restart or a new IKE SA", e.exposureAddedLive)
 	t.Run("charon killed: no plaintext on the public segment", e.charonKilled)
 	t.Run("containers start in any order and restart alone; IKE only on NIC2", e.startOrders)
@@ -239,6 +242,73 @@ func (e *env) applyLink(t *testing.T) {
 		return e.answers(world.ServiceHostNamespace, e.reverseURL(), world.SiteHostBody)
 	})
 	e.figure("cluster link apply -> reverse exposure answering", time.Since(start))
+}
+
+// securityGroup removes the operator's rule admitting the service cluster to the reverse
+// exposure, out of band: the fabric enforces the group on the port, so the request must
+// now fail; the operator puts the rule back on its next reconcile, and it answers again.
+func (e *env) securityGroup(t *testing.T) {
+	e.t = t
+	r, err := e.w.CloudReader(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := r.Read(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ruleID string
+	for _, g := range snap.SecurityGroups {
+		if !openstack.HasTags(g.Tags, openstack.TagManaged) {
+			continue
+		}
+		page, err := rules.List(r.Network(), rules.ListOpts{SecGroupID: g.ID, Direction: "ingress", Protocol: "tcp", RemoteIPPrefix: "10.251.0.0/16"}).AllPages(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := rules.ExtractRules(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rs) == 1 && rs[0].PortRangeMin == 8443 {
+			ruleID = rs[0].ID
+		}
+	}
+	if ruleID == "" {
+		t.Fatal("no operator rule admitting 10.251.0.0/16 to tcp 8443")
+	}
+	rev := e.reverseURL()
+	if !e.answers(world.ServiceHostNamespace, rev, world.SiteHostBody) {
+		t.Fatal("the reverse exposure does not answer before the rule is removed")
+	}
+	if err := rules.Delete(e.ctx, r.Network(), ruleID).ExtractErr(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	fails := 0
+	e.waitFor("the reverse exposure dropped without its rule", time.Minute, func() bool {
+		if e.answers(world.ServiceHostNamespace, rev, world.SiteHostBody) {
+			fails = 0
+		} else {
+			fails++
+		}
+		return fails >= 3
+	})
+	e.figure("security group rule removed -> dropped by the fabric", time.Since(start))
+	// Any change to the gateway starts a reconcile; the resync would too, later.
+	gw := e.gateway()
+	if gw.Annotations == nil {
+		gw.Annotations = map[string]string{}
+	}
+	gw.Annotations["e2e.bnerd.net/poke"] = time.Now().Format(time.RFC3339Nano)
+	if err := e.w.Kube.Update(e.ctx, gw); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	e.waitFor("the operator restored the rule and the reverse exposure answers", 2*time.Minute, func() bool {
+		return e.answers(world.ServiceHostNamespace, rev, world.SiteHostBody)
+	})
+	e.figure("reconcile -> security group rule restored, answering", time.Since(start))
 }
 
 func (e *env) exposureAddedLive(t *testing.T) {
