@@ -23,13 +23,11 @@ const netnsDir = "/var/run/netns"
 
 // kernel programs Desired into network namespaces. Only this file touches the kernel.
 type kernel struct {
-	prefix string
 	fabNS  string
 	inetNS string
 	// applied remembers nftables texts last loaded per namespace, so an unchanged ruleset
 	// is not reloaded on every pass.
 	applied map[string]string
-	logf    func(string, ...any)
 }
 
 func (k *kernel) run(args ...string) error {

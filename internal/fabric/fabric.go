@@ -71,7 +71,7 @@ func New(r *Reader, cfg Config) *Fabric {
 		cfg.Logf = func(string, ...any) {}
 	}
 	return &Fabric{cfg: cfg, reader: r, attached: map[string]time.Time{},
-		k: &kernel{prefix: cfg.Prefix, fabNS: cfg.Prefix + "fab", inetNS: cfg.Prefix + "inet", applied: map[string]string{}, logf: cfg.Logf}}
+		k: &kernel{fabNS: cfg.Prefix + "fab", inetNS: cfg.Prefix + "inet", applied: map[string]string{}}}
 }
 
 // FabricNamespace holds the bridges (one per network) and the security-group rules.

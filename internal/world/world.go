@@ -407,7 +407,7 @@ func (w *World) fabricUp(ctx context.Context) error {
 	return nil
 }
 
-// Kubectl runs kubectl against the world and returns its output.
+// KubectlRun runs kubectl against the world and returns its output.
 func (w *World) KubectlRun(ctx context.Context, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, w.Kubectl, append([]string{"--kubeconfig", w.KubeConfig}, args...)...)
 	out, err := cmd.CombinedOutput()
@@ -417,8 +417,8 @@ func (w *World) KubectlRun(ctx context.Context, args ...string) (string, error) 
 	return string(out), nil
 }
 
-// Down stops everything Up started, in reverse order, and removes the scratch directory
-// unless keep is requested by the caller beforehand (KeepDir).
+// Down stops everything Up started, in reverse order. The scratch directory (Dir: logs,
+// captures) stays for the caller to keep or remove.
 func (w *World) Down() error {
 	w.mu.Lock()
 	fns := w.cleanup

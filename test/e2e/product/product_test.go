@@ -152,6 +152,11 @@ func TestProduct(t *testing.T) {
 		if err := w.Down(); err != nil {
 			t.Errorf("tearing the world down: %v", err)
 		}
+		if t.Failed() {
+			t.Logf("logs and captures kept in %s", w.Dir())
+		} else {
+			_ = os.RemoveAll(w.Dir())
+		}
 	})
 	for _, p := range w.Timings {
 		t.Logf("world phase %-70s %6.1fs", p.Phase, p.Duration.Seconds())
