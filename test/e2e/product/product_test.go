@@ -716,6 +716,13 @@ func (e *env) podDeleted(t *testing.T) {
 func (e *env) nodeLost(t *testing.T) {
 	e.t = t
 	from := e.gateway().Status.NodeName
+	var ops corev1.PodList
+	_ = e.w.Kube.List(e.ctx, &ops, client.InNamespace(world.OperatorNamespace))
+	for _, p := range ops.Items {
+		// An operator on the lost node is replaced first, and the new one waits for the
+		// old leader's lease: part of what the figure below measures then.
+		t.Logf("operator pod %s runs on %s; losing %s", p.Name, p.Spec.NodeName, from)
+	}
 	start := time.Now()
 	if err := e.w.LoseNode(e.ctx, from); err != nil {
 		t.Fatal(err)
