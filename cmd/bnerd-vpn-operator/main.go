@@ -18,11 +18,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/controller/clusterlink"
 	"bnerd.net/vpn-operator/internal/controller/gateway"
+	"bnerd.net/vpn-operator/internal/gatewaymetrics"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
 	"bnerd.net/vpn-operator/internal/preflight"
@@ -129,6 +131,12 @@ func run() error {
 	})
 	if err := cl.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the ClusterLink controller: %w", err)
+	}
+
+	// Per-gateway series independent of the gateway pods' own scrape (the chart's alerts
+	// join them against it), read from the manager's cache at scrape time.
+	if err := crmetrics.Registry.Register(&gatewaymetrics.Collector{Reader: mgr.GetClient(), Log: ctrl.Log.WithName("gateway-metrics")}); err != nil {
+		return fmt.Errorf("registering the gateway metrics: %w", err)
 	}
 
 	// The preflight warns and never blocks: the operator cannot fix the cluster setting.

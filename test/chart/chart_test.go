@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/lint/support"
@@ -466,19 +467,47 @@ func TestMetricsServiceAndServiceMonitor(t *testing.T) {
 		t.Errorf("metrics Service ports %+v", svc.Spec.Ports)
 	}
 	if n := r.count("ServiceMonitor"); n != 0 {
-		t.Errorf("ServiceMonitor rendered by default (%d)", n)
+		t.Errorf("ServiceMonitor rendered (%d) for a cluster without the Prometheus Operator", n)
 	}
 
-	sm := mustRender(t, with(requiredValues(), "metrics.serviceMonitor.enabled", true)).find(t, "ServiceMonitor", releaseNS, fullname)
-	eps, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
-	if len(eps) != 1 || eps[0].(map[string]any)["port"] != "metrics" {
-		t.Errorf("ServiceMonitor endpoints %v", eps)
-	}
-	sel, _, _ := unstructured.NestedMap(sm.Object, "spec", "selector", "matchLabels")
-	for k, v := range sel {
-		if svc.Labels[k] != v {
-			t.Errorf("ServiceMonitor selector %s=%v does not match the Service labels %v", k, v, svc.Labels)
+	for name, rr := range map[string]rendered{
+		"auto, monitoring API served": mustRenderMonitored(t, requiredValues()),
+		"forced on":                   mustRender(t, with(requiredValues(), "metrics.serviceMonitor.enabled", true)),
+	} {
+		sm := rr.find(t, "ServiceMonitor", releaseNS, fullname)
+		convert[monitoringv1.ServiceMonitor](t, sm)
+		eps, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+		if len(eps) != 1 || eps[0].(map[string]any)["port"] != "metrics" {
+			t.Errorf("%s: ServiceMonitor endpoints %v", name, eps)
+			continue
 		}
+		// The per-gateway series carry the gateway's namespace; without honorLabels the
+		// target's namespace (the operator's) would replace it.
+		if eps[0].(map[string]any)["honorLabels"] != true {
+			t.Errorf("%s: the ServiceMonitor endpoint does not honor the series' labels: %v", name, eps[0])
+		}
+		sel, _, _ := unstructured.NestedMap(sm.Object, "spec", "selector", "matchLabels")
+		for k, v := range sel {
+			if svc.Labels[k] != v {
+				t.Errorf("%s: ServiceMonitor selector %s=%v does not match the Service labels %v", name, k, v, svc.Labels)
+			}
+		}
+	}
+	if n := mustRenderMonitored(t, with(with(requiredValues(), "metrics.serviceMonitor.enabled", false), "gatewayMonitoring.prometheusRule.enabled", false)).count("ServiceMonitor"); n != 0 {
+		t.Errorf("metrics.serviceMonitor.enabled=false rendered %d ServiceMonitors", n)
+	}
+	// auto without the Service: nothing to scrape, so no ServiceMonitor; the alert rules
+	// then lack the operator's series and say so, unless told the job of another scrape.
+	noSvcAuto := with(requiredValues(), "metrics.service.enabled", false)
+	if _, _, err := renderChart(t, noSvcAuto, renderOpts{apiVersions: monitoringAPIs}); err == nil || !strings.Contains(err.Error(), "operatorJob") {
+		t.Errorf("rules without the operator's ServiceMonitor: want an error naming operatorJob, got %v", err)
+	}
+	ownScrape := mustRenderMonitored(t, with(noSvcAuto, "gatewayMonitoring.prometheusRule.operatorJob", "my-operator-scrape"))
+	if n := ownScrape.count("ServiceMonitor"); n != 0 {
+		t.Errorf("auto without the metrics Service rendered %d ServiceMonitors", n)
+	}
+	if ownScrape.count("PrometheusRule") != 1 {
+		t.Error("no PrometheusRule with operatorJob given")
 	}
 
 	noSvc := with(with(requiredValues(), "metrics.serviceMonitor.enabled", true), "metrics.service.enabled", false)

@@ -1,0 +1,187 @@
+package diagnose
+
+import (
+	"bytes"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// checkTunnels reads the status agent's view: status.tunnels, written from charon's SAs.
+func (r *run) checkTunnels(workloadUp bool) {
+	g := r.g
+	const title = "Tunnels up (the status agent's view)"
+	if !workloadUp && len(g.status.Tunnels) > 0 {
+		// Without a running pod nothing writes status.tunnels: what is there is the last
+		// report, not the present.
+		r.add(Check{ID: "status.tunnels", Title: title, Status: Skipped,
+			Detail: fmt.Sprintf("no running gateway pod: status.tunnels (%s up) is the last report, not the present", orText(g.status.TunnelsReady, "?"))})
+		return
+	}
+	if len(g.status.Tunnels) == 0 {
+		if !workloadUp {
+			r.add(Check{ID: "status.tunnels", Title: title, Status: Skipped, Detail: "no running gateway pod to report them"})
+			return
+		}
+		r.add(Check{ID: "status.tunnels", Title: title, Status: Fail,
+			Detail:  "status.tunnels is empty although the gateway pod runs: the status agent has not reported",
+			Fix:     fmt.Sprintf("Read its log: kubectl -n %s logs %s -c status-agent (it needs get/patch on the gateway's status)", g.obj.GetNamespace(), r.podName()),
+			Runbook: anchor(FindingStatusAgent)})
+		return
+	}
+	up := 0
+	var down []string
+	for _, t := range g.spec.Tunnels {
+		var found bool
+		for _, s := range g.status.Tunnels {
+			if s.Name != t.Name {
+				continue
+			}
+			found = true
+			if s.State == "Up" {
+				up++
+			} else {
+				msg := s.Message
+				if msg == "" {
+					msg = "no detail"
+				}
+				down = append(down, fmt.Sprintf("%s is %s (%s; peer %s)", t.Name, s.State, msg, t.Peer.Address))
+			}
+		}
+		if !found {
+			down = append(down, t.Name+" is not in status.tunnels (the status agent has not reported it)")
+		}
+	}
+	if len(down) > 0 {
+		r.add(Check{ID: "status.tunnels", Title: title, Status: Fail,
+			Detail: fmt.Sprintf("%d/%d up; %s", up, len(g.spec.Tunnels), strings.Join(down, "; ")),
+			Fix: fmt.Sprintf("The peer must answer on UDP 500/4500 with matching identities, key and proposals: compare with kubectl vpn peer-config %s -n %s --tunnel <name>, and read charon's log: kubectl -n %s logs %s -c strongswan",
+				g.obj.GetName(), g.obj.GetNamespace(), g.obj.GetNamespace(), r.podName()),
+			Runbook: anchor(FindingTunnelDown)})
+		return
+	}
+	newest := time.Duration(-1)
+	for _, s := range g.status.Tunnels {
+		if s.EstablishedAt != nil {
+			if age := r.now.Sub(s.EstablishedAt.Time); newest < 0 || age < newest {
+				newest = age
+			}
+		}
+	}
+	detail := fmt.Sprintf("%d/%d up", up, len(g.spec.Tunnels))
+	if newest >= 0 {
+		detail += fmt.Sprintf(", newest IKE SA established %s ago", newest.Round(time.Second))
+	}
+	r.add(Check{ID: "status.tunnels", Title: title, Status: Pass, Detail: detail})
+}
+
+func (r *run) podName() string {
+	if r.pod != nil {
+		return r.pod.Name
+	}
+	return "<gateway pod>"
+}
+
+// checkExporter reads the pod's exporter: charon's own view over VICI and the NAT
+// applies.
+func (r *run) checkExporter(podOK bool) {
+	const id, title = "exporter", "charon and NAT (the exporter's view)"
+	if r.src.SkipExporter {
+		r.add(Check{ID: id, Title: title, Status: Skipped, Detail: "not checked, on request", Requested: true})
+		return
+	}
+	if r.src.Metrics == nil {
+		r.add(Check{ID: id, Title: title, Status: Skipped, Detail: "no way to reach the exporter was given"})
+		return
+	}
+	if !podOK || r.pod == nil {
+		r.add(Check{ID: id, Title: title, Status: Skipped, Detail: "no running gateway pod"})
+		return
+	}
+	raw, err := r.src.Metrics(r.ctx, r.pod.Namespace, r.pod.Name)
+	if err != nil {
+		r.add(Check{ID: id, Title: title, Status: Skipped, Detail: "could not read the exporter through the API server's pod proxy: " + err.Error()})
+		return
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(raw))
+	if err != nil {
+		r.add(Check{ID: id, Title: title, Status: Skipped, Detail: "the exporter's answer does not parse: " + err.Error()})
+		return
+	}
+	if v, ok := single(fams, "bnerd_ipsec_vici_up"); !ok || v != 1 {
+		r.add(Check{ID: id, Title: title, Status: Fail,
+			Detail:  "charon does not answer the exporter over VICI: every tunnel of the gateway is down or unobservable",
+			Fix:     fmt.Sprintf("Read charon's log: kubectl -n %s logs %s -c strongswan", r.pod.Namespace, r.pod.Name),
+			Runbook: anchor(FindingCharonDown)})
+		return
+	}
+	applies, ok := single(fams, "bnerd_gateway_nat_applies_total")
+	if !ok || applies == 0 {
+		r.add(Check{ID: id, Title: title, Status: Fail,
+			Detail:  "init-nat has not applied the NAT ruleset (no applies recorded): exposures are not translated",
+			Fix:     fmt.Sprintf("Read its log: kubectl -n %s logs %s -c init-nat", r.pod.Namespace, r.pod.Name),
+			Runbook: anchor(FindingNATNotApplied)})
+		return
+	}
+	// charon's view next to the status agent's.
+	var disagree []string
+	if f := fams["bnerd_ipsec_tunnel_up"]; f != nil {
+		for _, m := range f.Metric {
+			name := label(m, "tunnel")
+			live := m.GetGauge().GetValue() == 1
+			for _, s := range r.g.status.Tunnels {
+				if s.Name == name && (s.State == "Up") != live {
+					disagree = append(disagree, fmt.Sprintf("%s: status says %s, charon says %s", name, s.State, map[bool]string{true: "up", false: "down"}[live]))
+				}
+			}
+		}
+	}
+	sort.Strings(disagree)
+	if len(disagree) > 0 {
+		r.add(Check{ID: id, Title: title, Status: Warn,
+			Detail:  "the status agent's report is stale: " + strings.Join(disagree, "; "),
+			Fix:     fmt.Sprintf("Read its log: kubectl -n %s logs %s -c status-agent", r.pod.Namespace, r.pod.Name),
+			Runbook: anchor(FindingStatusAgent)})
+		return
+	}
+	if errs, _ := single(fams, "bnerd_gateway_nat_apply_errors_total"); errs > 0 {
+		r.add(Check{ID: id, Title: title, Status: Warn,
+			Detail:  fmt.Sprintf("%.0f of %.0f NAT ruleset applies failed since the pod started", errs, applies),
+			Fix:     fmt.Sprintf("Read the failures: kubectl -n %s logs %s -c init-nat | grep failed", r.pod.Namespace, r.pod.Name),
+			Runbook: anchor(FindingNATErrors)})
+		return
+	}
+	r.add(Check{ID: id, Title: title, Status: Pass, Detail: fmt.Sprintf("charon answers; NAT applied %.0f times without error", applies)})
+}
+
+func single(fams map[string]*dto.MetricFamily, name string) (float64, bool) {
+	f := fams[name]
+	if f == nil || len(f.Metric) != 1 {
+		return 0, false
+	}
+	m := f.Metric[0]
+	switch {
+	case m.Gauge != nil:
+		return m.Gauge.GetValue(), true
+	case m.Counter != nil:
+		return m.Counter.GetValue(), true
+	case m.Untyped != nil:
+		return m.Untyped.GetValue(), true
+	}
+	return 0, false
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.Label {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
