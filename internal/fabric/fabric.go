@@ -115,6 +115,12 @@ func (f *Fabric) Sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// nftables rulesets are reloaded only when they change, and also every 25th pass:
+	// a table removed out of band comes back within seconds, without an nft process per
+	// namespace on every pass.
+	if f.passes%25 == 0 {
+		f.k.applied = map[string]string{}
+	}
 	err = f.apply(d)
 	f.mu.Lock()
 	f.last = d
