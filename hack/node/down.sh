@@ -89,7 +89,7 @@ done
 
 # 4. The nodes' cgroup trees (rmdir only removes empty cgroups: nothing running is hit).
 for n in "${NODES[@]}"; do
-  for h in /sys/fs/cgroup/*/; do
+  for h in /sys/fs/cgroup/ /sys/fs/cgroup/*/; do
     [[ -d $h/bn-node-$n ]] && find "$h/bn-node-$n" -depth -type d -exec rmdir {} \; 2>/dev/null
   done
 done

@@ -49,19 +49,25 @@ func (w *World) ChartValues() map[string]any {
 	}
 }
 
-// Helm returns the helm CLI hack/helm.sh builds.
-func (w *World) Helm(ctx context.Context) (string, error) {
-	out, err := exec.CommandContext(ctx, "bash", filepath.Join(w.opts.Repo, "hack", "helm.sh")).Output()
-	if err != nil {
-		return "", fmt.Errorf("hack/helm.sh: %w", err)
+// chartInstaller builds test/chart's chart-install (the Helm SDK's install, upgrade and
+// uninstall with wait, from the module the chart tests already build) into the world's
+// directory.
+func (w *World) chartInstaller(ctx context.Context) (string, error) {
+	bin := filepath.Join(w.dir, "chart-install")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/chart-install")
+	cmd.Dir = filepath.Join(w.opts.Repo, "test", "chart")
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building test/chart/cmd/chart-install: %w\n%s", err, out)
 	}
-	return strings.TrimSpace(string(out)), nil
+	return bin, nil
 }
 
-// installChart creates the operator namespace and its credential Secret, then runs
-// `helm upgrade --install` of charts/bnerd-vpn-operator and waits for the operator.
+// installChart creates the operator namespace and its credential Secret, then installs
+// charts/bnerd-vpn-operator with the Helm SDK (as `helm upgrade --install --wait`) and
+// waits for the operator.
 func (w *World) installChart(ctx context.Context) error {
-	helm, err := w.Helm(ctx)
+	helm, err := w.chartInstaller(ctx)
 	if err != nil {
 		return err
 	}
@@ -93,16 +99,16 @@ func (w *World) installChart(ctx context.Context) error {
 		return err
 	}
 	w.onDown(func() error {
-		return w.runLogged(context.Background(), "helm-uninstall", []string{"KUBECONFIG=" + w.KubeConfig},
-			helm, "uninstall", ReleaseName, "-n", OperatorNamespace, "--wait", "--timeout", "2m")
+		return w.runLogged(context.Background(), "helm-uninstall", nil, helm, "--kubeconfig", w.KubeConfig,
+			"--namespace", OperatorNamespace, "--release", ReleaseName, "--uninstall", "--timeout", "2m")
 	})
 	t0 := time.Now()
-	if err := w.runLogged(ctx, "helm-install", []string{"KUBECONFIG=" + w.KubeConfig},
-		helm, "upgrade", "--install", ReleaseName, filepath.Join(w.opts.Repo, "charts", "bnerd-vpn-operator"),
-		"-n", OperatorNamespace, "-f", valuesFile, "--wait", "--timeout", "3m"); err != nil {
+	if err := w.runLogged(ctx, "helm-install", nil, helm, "--kubeconfig", w.KubeConfig, "--namespace", OperatorNamespace,
+		"--release", ReleaseName, "--chart", filepath.Join(w.opts.Repo, "charts", "bnerd-vpn-operator"),
+		"--values", valuesFile, "--timeout", "3m"); err != nil {
 		return err
 	}
-	w.progress("    helm upgrade --install %s charts/bnerd-vpn-operator -n %s -f values.yaml: operator Ready after %.1fs",
-		ReleaseName, OperatorNamespace, time.Since(t0).Seconds())
+	w.progress("    Helm SDK install of charts/bnerd-vpn-operator as release %s in %s (values %s), waited for: operator Ready after %.1fs",
+		ReleaseName, OperatorNamespace, valuesFile, time.Since(t0).Seconds())
 	return nil
 }

@@ -230,7 +230,7 @@ func (w *World) runLogged(ctx context.Context, name string, env []string, args .
 		for sc.Scan() {
 			line := sc.Text()
 			fmt.Fprintln(logf, line)
-			if strings.HasPrefix(line, "[node-") || strings.HasPrefix(line, "images: ") || strings.HasPrefix(line, "controlplane: ") || strings.HasPrefix(line, "helm.sh: ") {
+			if strings.HasPrefix(line, "[node-") || strings.HasPrefix(line, "images: ") || strings.HasPrefix(line, "controlplane: ") {
 				w.progress("    %s", line)
 			}
 		}
