@@ -1,7 +1,6 @@
 package v1alpha1
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 
@@ -222,40 +221,4 @@ func checkErrs(t *testing.T, errs field.ErrorList, want string) {
 	if len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), want) {
 		t.Fatalf("want an error containing %q, got %v", want, errs.ToAggregate())
 	}
-}
-
-// FuzzGatewayValidate feeds arbitrary JSON-decoded specs to Validate: it must never
-// panic, and whatever it accepts must have every pinned virtual IP inside its range.
-func FuzzGatewayValidate(f *testing.F) {
-	good, _ := json.Marshal(goodGateway())
-	f.Add(good)
-	f.Add([]byte(`{"tunnels":[{"name":"a","peer":{"address":"1.2.3.4","subnets":["10.0.0.0/8"]},"preSharedKey":{"name":"s"}}],"exposures":[{"name":"e","virtualIP":"100.64.0.1","target":{"address":"x"}}]}`))
-	f.Add([]byte(`{"tunnels":[],"reverseExposures":[{"name":"r","tunnel":"","virtualIP":"::1"}]}`))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		var s GatewaySpec
-		if err := json.Unmarshal(data, &s); err != nil {
-			return
-		}
-		if len(s.Validate()) != 0 {
-			return
-		}
-		for _, e := range s.Exposures {
-			if e.VirtualIP == "" {
-				continue
-			}
-			a, _ := parseIPv4(e.VirtualIP)
-			if o := a.As4()[3]; o < ExposureFirstOctet || o > ExposureLastOctet {
-				t.Fatalf("accepted exposure pin %s outside range", e.VirtualIP)
-			}
-		}
-		for _, r := range s.ReverseExposures {
-			if r.VirtualIP == "" {
-				continue
-			}
-			a, _ := parseIPv4(r.VirtualIP)
-			if o := a.As4()[3]; o < ReverseFirstOctet {
-				t.Fatalf("accepted reverse pin %s outside range", r.VirtualIP)
-			}
-		}
-	})
 }

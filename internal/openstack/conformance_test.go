@@ -1294,7 +1294,7 @@ func TestConformanceExampleEstate(t *testing.T) {
 	const path = "../../examples/sim-estate.yaml"
 	seed, err := sim.LoadSeed(path)
 	if err != nil {
-		t.Skipf("example estate not loadable (%v); the other conformance tests cover the seam", err)
+		t.Fatalf("the example estate %s does not load: %v", path, err)
 	}
 	srv, err := sim.Start(seed)
 	if err != nil {

@@ -102,7 +102,7 @@ type countingRecorder struct {
 	events []string
 }
 
-func (r *countingRecorder) Eventf(_ runtime.Object, typ, reason, format string, args ...any) {
+func (r *countingRecorder) Eventf(_, _ runtime.Object, typ, reason, _, format string, args ...any) {
 	r.n.Add(1)
 	r.mu.Lock()
 	r.events = append(r.events, typ+" "+reason+" "+fmt.Sprintf(format, args...))
@@ -126,6 +126,11 @@ type harness struct {
 	nodes   []string
 	// lastReconcile is when the manager last finished a reconcile (unix nanos).
 	lastReconcile atomic.Int64
+	// reconciles counts finished reconciles; inflight those running now, maxInflight
+	// the most that ran at once.
+	reconciles, inflight, maxInflight atomic.Int64
+	// wait paces the Nova polls (PortWait); zero takes the harness default.
+	wait openstack.WaitOpts
 }
 
 var nsCounter atomic.Int64
@@ -202,14 +207,31 @@ func (h *harness) cleanup() {
 }
 
 func (h *harness) deps() Deps {
+	wait := h.wait
+	if wait.Interval == 0 {
+		wait = openstack.WaitOpts{Timeout: 30 * time.Second, Interval: 20 * time.Millisecond}
+	}
 	return Deps{
 		OpenStack:          h.os,
 		Config:             h.cfg,
 		Recorder:           h.events,
 		Log:                h.logs.logger(),
-		PortWait:           openstack.WaitOpts{Timeout: 30 * time.Second, Interval: 20 * time.Millisecond},
+		PortWait:           wait,
 		SkipNameValidation: true,
-		Observe:            func(string, types.NamespacedName, error) { h.lastReconcile.Store(time.Now().UnixNano()) },
+		Begin: func(string, types.NamespacedName) {
+			n := h.inflight.Add(1)
+			for {
+				m := h.maxInflight.Load()
+				if n <= m || h.maxInflight.CompareAndSwap(m, n) {
+					break
+				}
+			}
+		},
+		Observe: func(string, types.NamespacedName, error) {
+			h.inflight.Add(-1)
+			h.reconciles.Add(1)
+			h.lastReconcile.Store(time.Now().UnixNano())
+		},
 	}
 }
 
@@ -488,6 +510,5 @@ func (h *harness) quiesce(name string) {
 
 // reconcileOnce runs one reconcile of the gateway directly (outside the manager's queue).
 func (h *harness) reconcileOnce(name string) error {
-	_, err := h.r.reconcile(h.ctx, KindIPsecGateway, types.NamespacedName{Namespace: h.ns, Name: name})
-	return err
+	return h.r.reconcile(h.ctx, KindIPsecGateway, types.NamespacedName{Namespace: h.ns, Name: name})
 }

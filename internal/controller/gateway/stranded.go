@@ -64,7 +64,7 @@ func (r *Reconciler) releaseStrandedPods(ctx context.Context, g *gateway) error 
 		}
 		logr.FromContextOrDiscard(ctx).Info("deleted a gateway pod stranded on a lost node", "pod", p.Name, "node", p.Spec.NodeName, "reason", why)
 		if r.Recorder != nil {
-			r.Recorder.Eventf(g.obj, corev1.EventTypeWarning, "StrandedPodDeleted",
+			r.Recorder.Eventf(g.obj, nil, corev1.EventTypeWarning, "StrandedPodDeleted", "Delete",
 				"pod %s was bound to node %s, which %s; deleted it so the gateway starts on %s, where its port is attached", p.Name, p.Spec.NodeName, why, g.status.NodeName)
 		}
 	}
