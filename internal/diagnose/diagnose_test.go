@@ -300,19 +300,40 @@ func (w *world) expectFirst(rep *Report, id string, words ...string) {
 	w.t.Logf("found:\n%s", b.String())
 }
 
-// nudge applies the documented fix "let the operator converge now" (the annotation the
-// findings print) and waits until diagnose is clean again.
+// nudgeAndHeal applies the documented fix "let the operator converge now" (the
+// annotation the findings print) and waits until diagnose is clean again.
 func (w *world) nudgeAndHeal() {
+	w.t.Helper()
+	w.nudge()
+	w.expectHealthy("after the documented fix")
+}
+
+// nudge sets the annotation the findings print, as `kubectl annotate --overwrite` does.
+func (w *world) nudge() {
 	w.t.Helper()
 	g := w.gateway()
 	if g.Annotations == nil {
 		g.Annotations = map[string]string{}
 	}
-	g.Annotations["ipsec.bnerd.net/reconcile-requested"] = fmt.Sprint(time.Now().UnixNano())
+	g.Annotations[NudgeAnnotation] = fmt.Sprint(time.Now().UnixNano())
 	if err := env.Client.Update(w.ctx, g); err != nil {
 		w.t.Fatal(err)
 	}
-	w.expectHealthy("after the documented fix")
+}
+
+// expectFirstSoon waits until the first problem is the given check, then asserts its
+// words as expectFirst does; it returns that problem.
+func (w *world) expectFirstSoon(id string, words ...string) *Check {
+	w.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		rep := w.diagnose()
+		if first := rep.First(); (first != nil && first.ID == id) || time.Now().After(deadline) {
+			w.expectFirst(rep, id, words...)
+			return first
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func (w *world) expectHealthy(when string) {
@@ -357,8 +378,17 @@ func TestDiagnose(t *testing.T) {
 		if err := w.sim.DetachInterface(st.ServerID, st.PortID); err != nil {
 			t.Fatal(err)
 		}
-		w.expectFirst(w.diagnose(), "openstack.attachment", "detached out of band", st.PortID, "reconcile-requested")
-		w.nudgeAndHeal()
+		// Nova takes its time to plug the port in again: diagnose names the wait
+		// (PortAttached Unknown/Attaching) until it has, then all is well.
+		w.sim.SetNovaDelays(5*time.Second, 0)
+		defer w.sim.SetNovaDelays(0, 0)
+		w.expectFirst(w.diagnose(), "openstack.attachment", "detached out of band", st.PortID, "reconcile-requested", "once PortAttached is True again, delete the gateway pod")
+		w.nudge()
+		wait := w.expectFirstSoon("condition.PortAttached", "Unknown/Attaching", st.PortID, st.ServerID, "Wait: Nova is attaching")
+		if !strings.HasSuffix(wait.Runbook, "#attaching") {
+			t.Errorf("the wait links to %s, want the Attaching entry", wait.Runbook)
+		}
+		w.expectHealthy("after the documented fix")
 	})
 
 	t.Run("security group rule deleted", func(t *testing.T) {

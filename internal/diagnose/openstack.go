@@ -78,7 +78,7 @@ func (r *run) checkAttachment(port *openstack.Port) {
 	case port.DeviceID == "":
 		r.add(Check{ID: id, Title: title, Status: Fail,
 			Detail:  fmt.Sprintf("port %s is attached to no server (status.serverID %s, node %s): it was detached out of band, and the gateway pod has lost its second interface", port.ID, st.ServerID, st.NodeName),
-			Fix:     "Let the operator attach it again now: " + r.nudge() + "; then delete the gateway pod so it starts with the interface (kubectl delete pod -n " + r.g.obj.GetNamespace() + " -l " + selectorString(r.g) + ").",
+			Fix:     "Let the operator attach it again now: " + r.nudge() + " (PortAttached reads Unknown/Attaching until Nova has finished); once PortAttached is True again, delete the gateway pod so it starts with the interface (kubectl delete pod -n " + r.g.obj.GetNamespace() + " -l " + selectorString(r.g) + ").",
 			Runbook: anchor(FindingPortDetached)})
 		return
 	case port.DeviceID != st.ServerID:

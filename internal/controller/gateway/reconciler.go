@@ -225,7 +225,13 @@ func (r *Reconciler) summarize(g *gateway) {
 // setCond records a condition and, when it changed, an Event: a state change is news,
 // a repeated one is not (a converged gateway emits nothing).
 func (r *Reconciler) setCond(g *gateway, condType string, status metav1.ConditionStatus, reason, message string) {
-	prev := conditions.Get(g.status.Conditions, condType)
+	// A copy: Set updates the condition in place, and a pointer into the slice would
+	// compare the new condition with itself (no Event for any change but the first).
+	var prev *metav1.Condition
+	if c := conditions.Get(g.status.Conditions, condType); c != nil {
+		cp := *c
+		prev = &cp
+	}
 	s := conditions.Setter{Conditions: &g.status.Conditions, Generation: g.obj.GetGeneration(), Now: r.Clock}
 	if !s.Set(condType, status, reason, message) {
 		return

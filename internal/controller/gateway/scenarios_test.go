@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -615,6 +618,53 @@ func TestDriftRepaired(t *testing.T) {
 		_ = env.Client.Get(h.ctx, client.ObjectKeyFromObject(&cm), &c)
 		return c.Data[gatewayconfig.ConfigMapKeySwanctl] != "tampered", "configmap still tampered"
 	})
+}
+
+// A port detached out of band (by an admin, or Nova behind the operator's back) is no
+// Kubernetes event: the operator finds it at the next resync, or at once when the
+// gateway's annotations change (the nudge kubectl vpn diagnose prints). It then attaches
+// the port again through the polled attach: PortAttached goes Unknown/Attaching while
+// Nova works, and back to True, each change an Event.
+func TestOutOfBandDetachRepairedOnAnnotation(t *testing.T) {
+	h := newHarness(t)
+	h.node("node-a", "openstack:///"+serverA, true, nil)
+	h.psk("hq-psk", "k")
+	h.start()
+	h.create("oob", spec(false))
+	gw := h.waitReady("oob")
+	h.quiesce("oob")
+	// Nova takes its time: the re-attach must show up as the recorded wait.
+	h.sim.SetNovaDelays(300*time.Millisecond, 0)
+	if err := h.sim.DetachInterface(serverA, gw.Status.PortID); err != nil {
+		t.Fatal(err)
+	}
+	attaching := h.eventsWith(v1alpha1.ReasonAttaching + " " + v1alpha1.ConditionPortAttached + "=Unknown:")
+	eventually(t, "annotation set", func() (bool, string) {
+		gw := h.get("oob")
+		if gw.Annotations == nil {
+			gw.Annotations = map[string]string{}
+		}
+		gw.Annotations["ipsec.bnerd.net/reconcile-requested"] = fmt.Sprint(time.Now().UnixNano())
+		if err := env.Client.Update(h.ctx, gw); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	eventually(t, "port attached again", func() (bool, string) {
+		p, _ := h.sim.Port(gw.Status.PortID)
+		g := h.get("oob")
+		return p.DeviceID == serverA && slices.Contains(h.sim.ServerInterfaces(serverA), gw.Status.PortID) &&
+				meta.IsStatusConditionTrue(g.Status.Conditions, v1alpha1.ConditionPortAttached),
+			"port on " + p.DeviceID + "; " + condOf(g.Status.Conditions, v1alpha1.ConditionPortAttached)
+	})
+	if n := h.eventsWith(v1alpha1.ReasonAttaching + " " + v1alpha1.ConditionPortAttached + "=Unknown:"); n != attaching+1 {
+		t.Fatalf("%d Attaching Events for the re-attach, want one", n-attaching)
+	}
+	// Each change of the condition is an Event: the first attach and the re-attach.
+	if n := h.eventsWith(v1alpha1.ReasonPortAttached + " " + v1alpha1.ConditionPortAttached + "=True:"); n != 2 {
+		t.Fatalf("%d Attached Events, want two (the attach and the re-attach)", n)
+	}
+	h.waitReady("oob")
 }
 
 // Injected OpenStack failures (5xx on the create calls) are retried with backoff and

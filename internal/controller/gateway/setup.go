@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"maps"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -181,9 +182,13 @@ func (r *Reconciler) mapSecret(kind string) handler.MapFunc {
 }
 
 // specOrLifecycleChanged passes the gateway's own events that ask for work: creation,
-// a spec change (generation), deletion starting, and our finalizer going missing. Status
-// writes (the operator's own, and every tunnel change the status agent reports) do not:
-// they would make each write a reconcile, and a refused request a second attempt.
+// a spec change (generation), an annotation change, deletion starting, and our finalizer
+// going missing. Status writes (the operator's own, and every tunnel change the status
+// agent reports) do not: they would make each write a reconcile, and a refused request a
+// second attempt. An annotation change is how a user asks for a reconcile now (what
+// OpenStack changed out of band, a detached port say, is no event the operator can watch;
+// `kubectl vpn diagnose` prints the command), as on ClusterLinks; the operator itself
+// never writes a gateway's annotations.
 var specOrLifecycleChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld, e.ObjectNew
@@ -191,6 +196,7 @@ var specOrLifecycleChanged = predicate.Funcs{
 			return true
 		}
 		return o.GetGeneration() != n.GetGeneration() ||
+			!maps.Equal(o.GetAnnotations(), n.GetAnnotations()) ||
 			o.GetDeletionTimestamp().IsZero() != n.GetDeletionTimestamp().IsZero() ||
 			controllerutil.ContainsFinalizer(o, v1alpha1.FinalizerGateway) && !controllerutil.ContainsFinalizer(n, v1alpha1.FinalizerGateway)
 	},
