@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	sigsyaml "sigs.k8s.io/yaml"
 
@@ -94,9 +95,14 @@ func runProduct(stay bool, timeout time.Duration, gatewayPath, linkPath string) 
 		return fail(err)
 	}
 	step("tunnel up: tunnelsReady %s, %.1fs after the apply", gw.Status.TunnelsReady, time.Since(applied).Seconds())
-	pod, err := w.GatewayPod(ctx, world.TenantNamespace, gw.Name)
-	if err != nil || pod == nil {
-		return fail(fmt.Errorf("no running gateway pod: %v", err))
+	// The status agent can report the tunnel before the kubelet reports the pod Running.
+	var pod *corev1.Pod
+	if err := world.Poll(ctx, 100*time.Millisecond, timeout, "the gateway pod Running", func() (bool, error) {
+		p, err := w.GatewayPod(ctx, world.TenantNamespace, gw.Name)
+		pod = p
+		return p != nil, err
+	}); err != nil {
+		return fail(err)
 	}
 	net1, _ := w.InPod(pod, render.ContainerExporter, "ip", "-br", "link", "show", render.NIC2Interface)
 	step("gateway pod %s is %s on %s (pinned: status.nodeName %s); in the pod: %s", pod.Name, pod.Status.Phase, pod.Spec.NodeName, gw.Status.NodeName, strings.Join(strings.Fields(net1), " "))

@@ -210,10 +210,12 @@ func (e *env) applyGateway(t *testing.T) {
 	e.waitFor("directory exposure answers", 2*time.Minute, func() bool { return e.answers(world.SiteHostNamespace, dir, world.DirectoryBody) })
 	e.figure("apply -> exposure answering (client host -> directory VIP)", time.Since(start))
 
-	pod, err := e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
-	if err != nil || pod == nil {
-		t.Fatalf("no running gateway pod: %v", err)
-	}
+	// The status agent can report the tunnel before the kubelet reports the pod Running.
+	var pod *corev1.Pod
+	e.waitFor("the gateway pod Running", time.Minute, func() bool {
+		pod, _ = e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
+		return pod != nil
+	})
 	if pod.Spec.NodeName != gw.Status.NodeName {
 		t.Errorf("pod on %s, gateway pinned to %s", pod.Spec.NodeName, gw.Status.NodeName)
 	}
