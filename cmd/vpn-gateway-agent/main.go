@@ -201,8 +201,8 @@ func runLoader(ctx context.Context, args []string) error {
 	return nil
 }
 
-// runCharon renders strongswan.conf for the pod's dataplane and replaces itself with
-// charon-systemd in the foreground.
+// runCharon renders strongswan.conf for the pod's dataplane, clears kernel IPsec state a
+// killed charon left behind, and replaces itself with charon-systemd in the foreground.
 func runCharon(args []string) error {
 	fs := flag.NewFlagSet("charon", flag.ExitOnError)
 	sock := fs.String("vici-socket", "/var/run/charon.vici", "charon's VICI socket")
@@ -210,7 +210,8 @@ func runCharon(args []string) error {
 	conf := fs.String("conf", "/var/run/charon/strongswan.conf", "where to write the rendered strongswan.conf")
 	bin := fs.String("charon", "/usr/sbin/charon-systemd", "charon binary to run")
 	_ = fs.Parse(args)
-	st, err := charon.Prepare(charon.Options{Dataplane: gatewayconfig.DataplaneMode(*dataplane), VICISocket: *sock, Conf: *conf, Binary: *bin, TUNDevice: "/dev/net/tun"}, os.Environ())
+	st, err := charon.Prepare(charon.Options{Dataplane: gatewayconfig.DataplaneMode(*dataplane), VICISocket: *sock, Conf: *conf, Binary: *bin,
+		TUNDevice: "/dev/net/tun", FlushXFRM: charon.FlushXFRM, Logf: log.Printf}, os.Environ())
 	if err != nil {
 		return err
 	}
