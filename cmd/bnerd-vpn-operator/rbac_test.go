@@ -23,8 +23,10 @@ var reviewedClusterRole = []string{
 	// The health controllers read the gateway pods' Events.
 	`"" events list`,
 	// Namespaces: their labels say which ClusterLinks serve a gateway. Nodes: placement.
-	// Pods: the health controllers watch gateway pods (the cache holds only those).
-	`"" namespaces,nodes,pods get,list,watch`,
+	`"" namespaces,nodes get,list,watch`,
+	// Pods: the health controllers watch gateway pods (the cache holds only those); a
+	// gateway pod stranded on a lost node is deleted so its replacement can start.
+	`"" pods delete,get,list,watch`,
 	// Secrets: no write. get/list/watch because Kubernetes lets the operator create the
 	// gateway pod's Role (get/list/watch on the Secrets its tunnels name) only if it holds
 	// them; used by name only (no cluster-wide list or watch: the audit test). delete: the

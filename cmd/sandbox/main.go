@@ -1,9 +1,16 @@
-// Command sandbox runs the whole operator locally: a real kube-apiserver and etcd, the
-// OpenStack simulator seeded with a realistic estate, three nodes whose providerIDs match
-// seeded Nova servers, and the operator binary itself. It applies an example gateway,
-// shows its progress, prints what it produced in Kubernetes and OpenStack, and then (by
-// default) deletes it, checks that nothing is left behind and stops everything. With
-// --stay it keeps running and prints the KUBECONFIG and OS_* settings to explore with.
+// Command sandbox runs the product locally. By default (root) it runs the whole product
+// (product.go, internal/world): a control plane and two real nodes, images built here,
+// the OpenStack simulator, the packet fabric, the operator installed with the Helm
+// chart, a client site with its own strongSwan; it applies the example gateway and
+// ClusterLink, shows each phase converging, the tunnel up and traffic through it both
+// ways, then deletes everything and shows nothing is left.
+//
+// With --objects-only (no root needed) it runs the lighter sandbox: a real
+// kube-apiserver and etcd, the OpenStack simulator seeded with a realistic estate, three
+// nodes whose providerIDs match seeded Nova servers, and the operator binary itself. It
+// applies an example gateway, shows its progress, prints what it produced in Kubernetes
+// and OpenStack, and then (by default) deletes it, checks that nothing is left behind and
+// stops everything. With --stay either keeps running and prints how to explore it.
 package main
 
 import (
@@ -19,11 +26,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
@@ -56,15 +65,30 @@ func main() {
 	seedPath := flag.String("seed", "examples/sim-estate.yaml", "simulator seed")
 	gatewayPath := flag.String("gateway", "examples/ipsecgateway.yaml", "gateway manifest to apply")
 	linkPath := flag.String("clusterlink", "examples/clusterlink.yaml", "ClusterLink manifest to apply after the gateway (empty: none)")
+	objectsOnly := flag.Bool("objects-only", false, "run the objects-only sandbox (API server, simulator, operator binary; no root needed) instead of the whole product")
 	flag.Parse()
+	// The client's errors are returned and printed here; controller-runtime's own log
+	// would only add its "log.SetLogger(...) was never called" stack dump.
+	ctrllog.SetLogger(logr.Discard())
 
-	if err := run(*stay, *timeout, *seedPath, *gatewayPath, *linkPath); err != nil {
+	var err error
+	if *objectsOnly {
+		err = run(*stay, *timeout, *seedPath, *gatewayPath, *linkPath)
+	} else {
+		err = runProduct(*stay, *timeout, *gatewayPath, *linkPath)
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "sandbox: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func step(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
+var started = time.Now()
+
+// step prints a progress line with the time since the sandbox started.
+func step(format string, args ...any) {
+	fmt.Printf("[%6.1fs] ==> "+format+"\n", append([]any{time.Since(started).Seconds()}, args...)...)
+}
 
 func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath string) (err error) {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

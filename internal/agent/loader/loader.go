@@ -37,6 +37,12 @@ type Loop struct {
 	Interval time.Duration
 	// Timeout bounds one Apply as a whole (each VICI call is bounded on its own too).
 	Timeout time.Duration
+	// PortRouting, when set, gates loading on the port's policy routing: connections are
+	// loaded only once it reports the routing of the config's port address in place
+	// (routing.InPlace), so IKE can never start over the pod network, whatever order the
+	// pod's containers start in. The Applier also learns the port's address
+	// (SetLocalAddress), so an SA from any other address is ended.
+	PortRouting func(portFixedIP string) (bool, error)
 	// Logf receives one line per change of state; never key material.
 	Logf func(format string, args ...any)
 
@@ -140,6 +146,12 @@ func (l *Loop) Run(ctx context.Context, snaps <-chan source.Snapshot) {
 			report("rendering keys: " + err.Error()) // never quotes key material
 			continue
 		}
+		if l.PortRouting != nil {
+			if ok, why := l.portReady(cfg); !ok {
+				report(why)
+				continue
+			}
+		}
 		actx, cancel := context.WithTimeout(ctx, timeout)
 		_, err = l.Applier.Apply(actx, swanctl, secrets)
 		cancel()
@@ -162,4 +174,23 @@ func describe(waiting map[string]string) string {
 		parts = append(parts, n+": "+waiting[n])
 	}
 	return strings.Join(parts, "; ")
+}
+
+// localAddresser is an Applier that can be told the port's address (*vici.Loader).
+type localAddresser interface{ SetLocalAddress(string) }
+
+// portReady reports whether the port's policy routing is in place for the config, and
+// why not.
+func (l *Loop) portReady(cfg *gatewayconfig.Config) (bool, string) {
+	if la, ok := l.Applier.(localAddresser); ok {
+		la.SetLocalAddress(cfg.PortFixedIP)
+	}
+	ok, err := l.PortRouting(cfg.PortFixedIP)
+	if err != nil {
+		return false, "checking the port's policy routing: " + err.Error()
+	}
+	if !ok {
+		return false, "waiting for the port's policy routing (init-nat) before loading connections"
+	}
+	return true, ""
 }

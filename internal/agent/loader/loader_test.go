@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -245,5 +246,46 @@ func TestLoopKeepsTheLastValidConfig(t *testing.T) {
 	waitFor(t, "more applies", func() bool { return f.n() > n+2 })
 	if got := connections(t, f.last().swanctl); strings.Join(got, ",") != "hq,branch" {
 		t.Fatalf("after the refused config: %v", got)
+	}
+}
+
+type addressedApplier struct {
+	fakeApplier
+	addr atomic.Value
+}
+
+func (a *addressedApplier) SetLocalAddress(s string) { a.addr.Store(s) }
+
+// TestLoopWaitsForThePortRouting: connections are loaded only once the port's policy
+// routing is in place (so IKE cannot leave over the pod network when the loader starts
+// before init-nat), and the applier learns the port's address.
+func TestLoopWaitsForThePortRouting(t *testing.T) {
+	js := config(t)
+	keys := secretsFile(t, js, map[string]string{"hq": hqKey, "branch": branchKey})
+	f := &addressedApplier{}
+	var routed atomic.Bool
+	var asked atomic.Value
+	var lg logs
+	l := &Loop{Applier: f, Interval: 5 * time.Millisecond, Logf: lg.logf, PortRouting: func(ip string) (bool, error) {
+		asked.Store(ip)
+		return routed.Load(), nil
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	snaps := make(chan source.Snapshot, 1)
+	go l.Run(ctx, snaps)
+	snaps <- source.Snapshot{Config: js, Secrets: keys}
+	waitFor(t, "the gate consulted", func() bool { return asked.Load() == "10.254.0.17" })
+	time.Sleep(30 * time.Millisecond)
+	if f.n() != 0 {
+		t.Fatal("connections loaded before the port's routing was in place")
+	}
+	if !strings.Contains(lg.all(), "waiting for the port's policy routing") {
+		t.Errorf("the wait is not logged:\n%s", lg.all())
+	}
+	routed.Store(true)
+	waitFor(t, "loaded once routed", func() bool { return f.n() > 0 })
+	if got, _ := f.addr.Load().(string); got != "10.254.0.17" {
+		t.Errorf("the applier was told the local address %q", got)
 	}
 }
