@@ -29,6 +29,9 @@ var (
 	AEAD = []string{
 		"aes128gcm16", "aes192gcm16", "aes256gcm16", "aes128gcm12", "aes192gcm12", "aes256gcm12",
 		"aes128gcm", "aes192gcm", "aes256gcm",
+		// strongSwan's aliases naming the ICV in bits (pfSense writes these).
+		"aes128gcm128", "aes192gcm128", "aes256gcm128", "aes128gcm96", "aes192gcm96", "aes256gcm96",
+		"aes128ccm128", "aes192ccm128", "aes256ccm128", "aes128ccm96", "aes192ccm96", "aes256ccm96",
 		"aes128ccm16", "aes192ccm16", "aes256ccm16", "aes128ccm12", "aes192ccm12", "aes256ccm12",
 		"chacha20poly1305",
 	}
@@ -57,6 +60,8 @@ var weak = map[string]string{
 	"ecp224bp":   "curve below 256 bits",
 	"aes128gcm8": "64-bit ICV", "aes192gcm8": "64-bit ICV", "aes256gcm8": "64-bit ICV",
 	"aes128ccm8": "64-bit ICV", "aes192ccm8": "64-bit ICV", "aes256ccm8": "64-bit ICV",
+	"aes128gcm64": "64-bit ICV", "aes192gcm64": "64-bit ICV", "aes256gcm64": "64-bit ICV",
+	"aes128ccm64": "64-bit ICV", "aes192ccm64": "64-bit ICV", "aes256ccm64": "64-bit ICV",
 }
 
 // Allowed lists every token a proposal of kind may contain.
@@ -108,11 +113,13 @@ func Check(k Kind, proposal string) error {
 		return fmt.Errorf("names no encryption algorithm (AES-GCM, AES-CCM, ChaCha20-Poly1305, or AES with SHA-2 integrity)")
 	case aead > 0 && cipher > 0:
 		return fmt.Errorf("mixes AEAD and non-AEAD encryption in one proposal; write them as two proposals")
-	case aead > 0 && integ > 0:
-		return fmt.Errorf("an AEAD proposal carries no integrity algorithm (its ICV is the integrity)%s", map[bool]string{true: "; name the PRF as prfsha256, prfsha384 or prfsha512", false: ""}[k == IKE])
+	case k == ESP && aead > 0 && integ > 0:
+		return fmt.Errorf("an AEAD proposal carries no integrity algorithm (its ICV is the integrity)")
 	case cipher > 0 && integ == 0:
 		return fmt.Errorf("AES without an integrity algorithm; add sha256, sha384 or sha512")
-	case k == IKE && aead > 0 && prf == 0:
+	case k == IKE && aead > 0 && prf == 0 && integ == 0:
+		// With AEAD, strongSwan proposes an IKE proposal's integrity algorithms as its
+		// PRFs (aes256gcm16-sha256-modp2048, as pfSense writes it, means prfsha256).
 		return fmt.Errorf("an AEAD IKE proposal needs a PRF: add prfsha256, prfsha384 or prfsha512")
 	case k == IKE && dh == 0:
 		return fmt.Errorf("an IKE proposal needs a Diffie-Hellman group (modp2048 or larger, ecp256 or larger, curve25519, curve448)")

@@ -18,6 +18,9 @@ func TestCheck(t *testing.T) {
 		{ESP, "aes256gcm16", ""},
 		{ESP, "aes256gcm16-ecp384-esn", ""},
 		{ESP, "aes128ctr-sha512-modp8192", ""},
+		{IKE, "aes256gcm128-sha256-modp2048", ""}, // pfSense's notation: bit-sized ICV, integrity as PRF
+		{ESP, "aes256gcm96-modp2048", ""},
+		{ESP, "aes256gcm64", "64-bit ICV"},
 		{IKE, "", "empty"},
 		{IKE, "3des-sha256-modp2048", `"3des" is below the crypto floor`},
 		{IKE, "aes256-sha1-modp2048", `"sha1" is below`},
@@ -28,7 +31,7 @@ func TestCheck(t *testing.T) {
 		{ESP, "aes256gcm16-prfsha256", "only IKE proposals carry"},
 		{IKE, "aes256-sha256", "needs a Diffie-Hellman group"},
 		{IKE, "aes256gcm16-ecp384", "needs a PRF"},
-		{IKE, "aes256gcm16-sha256-ecp384", "carries no integrity algorithm"},
+		{ESP, "aes256gcm16-sha256-ecp384", "carries no integrity algorithm"},
 		{ESP, "aes256-modp2048", "without an integrity algorithm"},
 		{ESP, "sha256-modp2048", "names no encryption algorithm"},
 		{ESP, "aes256gcm16-aes256-sha256", "mixes AEAD and non-AEAD"},
