@@ -561,6 +561,15 @@ func (s *seeder) estate(ctx context.Context) error {
 		projects[p.Name] = pr
 		es.Projects[p.Name] = pr.id
 	}
+	// Neutron quotas the seed raises (PUT replaces only the resources named).
+	for _, p := range s.seed.Projects {
+		if len(p.Quotas) == 0 {
+			continue
+		}
+		if err := call(ctx, adminNet, "PUT", "quotas/"+projects[p.Name].id, obj{"quota": p.Quotas}, nil, 200); err != nil {
+			return fmt.Errorf("quotas of %s: %w", p.Name, err)
+		}
+	}
 	for _, sd := range s.files {
 		if err := s.applyFile(ctx, sd, projects, adminNet, adminCompute, &es); err != nil {
 			return err

@@ -3,8 +3,10 @@ package openstack
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/attributestags"
@@ -257,6 +259,9 @@ func (n *networking) ListPorts(ctx context.Context, opts ListPortsOpts) ([]Port,
 		return nil, err
 	}
 	for _, p := range pending {
+		if p.Description != marker {
+			continue // a Neutron that ignored the filter
+		}
 		got, err := n.adoptPending(ctx, "ports", p.ID, opts.Tags, func(ctx context.Context) error {
 			empty := ""
 			_, err := ports.Update(ctx, n.c, p.ID, ports.UpdateOpts{Description: &empty}).Extract()
@@ -446,6 +451,9 @@ func (n *networking) ListSecurityGroups(ctx context.Context, tags []string) ([]S
 		return nil, err
 	}
 	for _, g := range pending {
+		if g.Description != marker {
+			continue // a Neutron that ignored the filter
+		}
 		got, err := n.adoptPending(ctx, "security-groups", g.ID, tags, func(ctx context.Context) error {
 			empty := ""
 			_, err := groups.Update(ctx, n.c, g.ID, groups.UpdateOpts{Description: &empty}).Extract()
@@ -502,7 +510,7 @@ func (n *networking) DeleteSecurityGroupRule(ctx context.Context, id string) err
 
 func toFloatingIP(f floatingips.FloatingIP) FloatingIP {
 	return FloatingIP{
-		ID: f.ID, FloatingIPAddress: f.FloatingIP, FloatingNetworkID: f.FloatingNetworkID,
+		ID: f.ID, Description: f.Description, FloatingIPAddress: f.FloatingIP, FloatingNetworkID: f.FloatingNetworkID,
 		PortID: f.PortID, FixedIPAddress: f.FixedIP, Tags: f.Tags,
 		ProjectID: projectOf(f.ProjectID, f.TenantID), Status: f.Status,
 	}
@@ -562,7 +570,7 @@ func (n *networking) CreateFloatingIP(ctx context.Context, opts CreateFloatingIP
 		if err != nil {
 			return nil, err
 		}
-		res.Tags = got
+		res.Tags, res.Description = got, desc
 	}
 	return &res, nil
 }
@@ -616,6 +624,9 @@ func (n *networking) ListFloatingIPs(ctx context.Context, opts ListFloatingIPsOp
 		return nil, err
 	}
 	for _, f := range pending {
+		if f.Description != marker {
+			continue // a Neutron that ignored the filter
+		}
 		got, err := n.adoptPending(ctx, "floatingips", f.ID, opts.Tags, func(ctx context.Context) error {
 			empty := ""
 			_, err := floatingips.Update(ctx, n.c, f.ID, floatingips.UpdateOpts{Description: &empty}).Extract()
@@ -624,7 +635,7 @@ func (n *networking) ListFloatingIPs(ctx context.Context, opts ListFloatingIPsOp
 		if err != nil {
 			return nil, err
 		}
-		f.Tags = got
+		f.Tags, f.Description = got, ""
 		out = append(out, f)
 	}
 	return out, nil
@@ -820,7 +831,7 @@ func (n *networking) RemoveRouterRoutes(ctx context.Context, routerID string, ro
 }
 
 // maxRouteRetries bounds the compare-and-swap loop of updateRoutes under contention.
-const maxRouteRetries = 8
+const maxRouteRetries = 30
 
 // updateRoutes is the route update for a Neutron without extraroute-atomic: read the
 // router, compute its new routes, and write them back only if nobody changed the router
@@ -845,6 +856,14 @@ func (n *networking) updateRoutes(ctx context.Context, op, routerID string, chan
 		}
 		if StatusCode(err) != 412 || attempt >= maxRouteRetries {
 			return nil, wrapErr(op, err)
+		}
+		// Someone else wrote in between: back off a little (with jitter, so two
+		// writers do not collide again in lockstep) and read again.
+		wait := time.Duration(1+rand.IntN(10*(attempt+1))) * time.Millisecond
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%s: %w", op, ctx.Err())
+		case <-time.After(wait):
 		}
 	}
 }

@@ -23,12 +23,39 @@ import (
 
 // Targets of the suite. "real" runs only when BNERD_OPENSTACK names it.
 const (
-	targetSim  = "sim"
+	targetSim  = "sim"     // the simulator as a recent Neutron (tag-creation)
+	targetZed  = "sim-zed" // the simulator presenting Zed's extensions, as the real one
+	targetOld  = "sim-old" // Zed's, less extraroute-atomic (Train and older)
 	targetReal = "real"
 )
 
-// simShapes are the simulator targets "sim" stands for.
-var simShapes = []string{targetSim}
+// simShapes are the simulator targets "sim" stands for: the seam is tested against
+// every Neutron shape it handles.
+var simShapes = []string{targetSim, targetZed, targetOld}
+
+// shape makes a seed present a simulator target's Neutron: its extensions and, for
+// the Zed shapes, Zed's shipped policy defaults (as the real target runs).
+func shape(seed *sim.Seed, target string) {
+	seed.NeutronExtensions = shapeExtensions(target)
+	seed.LegacyPolicy = legacyPolicy(target)
+}
+
+// legacyPolicy reports whether a target runs the pre-secure-RBAC policy defaults.
+func legacyPolicy(target string) bool {
+	return target == targetZed || target == targetOld || target == targetReal
+}
+
+// shapeExtensions is the extension set each simulator target presents.
+func shapeExtensions(target string) []string {
+	switch target {
+	case targetZed:
+		return sim.ZedNeutronExtensions
+	case targetOld:
+		return slices.DeleteFunc(slices.Clone(sim.ZedNeutronExtensions), func(a string) bool { return a == openstack.ExtExtraRouteAtomic })
+	default:
+		return nil
+	}
+}
 
 func activeTargets() []string {
 	var out []string
@@ -339,6 +366,7 @@ func (w *world) setupSim(t *testing.T, target string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	shape(seed, target)
 	srv, err := sim.Start(seed)
 	if err != nil {
 		t.Fatal(err)
