@@ -183,10 +183,13 @@ func (c *Cloud) IDs(kind, prefix string) map[string]string {
 	return out
 }
 
-// Need returns the real OpenStack for a test, or skips it with the reason, or fails it
-// when RequireEnv is set.
+// Need returns the real OpenStack for a test, or skips it with the reason (not asked
+// for, or not running), or fails it when RequireEnv is set.
 func Need(t testing.TB) *Cloud {
 	t.Helper()
+	if !Wants("real") && !Required() {
+		t.Skipf("real OpenStack not asked for (%s=real, as make test sets it)", TargetsEnv)
+	}
 	c, err := Load()
 	if err != nil {
 		if Required() {
