@@ -2,7 +2,8 @@
 #
 #   make test      installs what the tests need (idempotent, cached), checks formatting and
 #                  vet, and runs every test. This is what CI runs.
-#   make sandbox   runs the local sandbox (the main job); SANDBOX_ARGS=--stay keeps it up.
+#   make sandbox   runs the local sandbox (the main job); SANDBOX_ARGS=--stay keeps it up,
+#                  SANDBOX_ARGS=--openstack=real runs it against a real OpenStack.
 #   make generate  regenerates deepcopy code and CRDs with the pinned controller-gen.
 
 SHELL := /usr/bin/env bash
@@ -41,6 +42,15 @@ build:
 	$(GO) build ./...
 
 test: deps controlplane fmt-check vet
+	@# As root a real OpenStack (hack/openstack.sh) joins the run: up once before the
+	@# tests, down at the end, also when they fail; the conformance suite then runs on
+	@# the simulator and on it, and test/openstack runs the controllers on it.
+	if [[ $$(id -u) == 0 ]]; then \
+	  export BNERD_OPENSTACK_STATE=$$(bash hack/openstack.sh --print-state); \
+	  trap 'bash hack/openstack.sh down "$$BNERD_OPENSTACK_STATE"' EXIT; \
+	  bash hack/openstack.sh up "$$BNERD_OPENSTACK_STATE" >/dev/null || exit 1; \
+	  export BNERD_OPENSTACK=sim,real BNERD_REQUIRE_OPENSTACK=1; \
+	fi; \
 	KUBEBUILDER_ASSETS=$$(bash hack/controlplane.sh --print-dir) BNERD_REQUIRE_ENVTEST=1 \
 	  BNERD_REQUIRE_DATAPLANE=$$( [[ $$(id -u) == 0 ]] && echo 1 || echo 0 ) \
 	  $(GO) test -count=1 -timeout 45m ./...
@@ -50,7 +60,8 @@ test: deps controlplane fmt-check vet
 	  $(GO) test -count=1 -timeout 10m ./...
 
 ## sandbox: the local sandbox (control plane, OpenStack simulator, operator, an example
-## gateway); SANDBOX_ARGS=--stay keeps it running.
+## gateway); SANDBOX_ARGS=--stay keeps it running; SANDBOX_ARGS=--openstack=real runs it
+## against the real OpenStack of hack/openstack.sh (as root).
 sandbox: controlplane
 	KUBEBUILDER_ASSETS=$$(bash hack/controlplane.sh --print-dir) $(GO) run ./cmd/sandbox $(SANDBOX_ARGS)
 
