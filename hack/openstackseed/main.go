@@ -22,6 +22,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net/netip"
@@ -31,6 +32,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gophercloud/gophercloud/v2"
@@ -519,9 +521,24 @@ type estate struct {
 	Users    stateMap          `json:"users"`
 }
 
-func (s *seeder) estate(ctx context.Context) error {
-	es := estate{Projects: map[string]string{}, Networks: stateMap{}, Subnets: stateMap{}, Ports: stateMap{},
+func newEstate() estate {
+	return estate{Projects: map[string]string{}, Networks: stateMap{}, Subnets: stateMap{}, Ports: stateMap{},
 		Routers: stateMap{}, Servers: stateMap{}, Users: stateMap{}}
+}
+
+func (e *estate) merge(o estate) {
+	for _, m := range []struct{ dst, src map[string]string }{
+		{e.Projects, o.Projects}, {e.Networks, o.Networks}, {e.Subnets, o.Subnets}, {e.Ports, o.Ports},
+		{e.Routers, o.Routers}, {e.Servers, o.Servers}, {e.Users, o.Users},
+	} {
+		for k, v := range m.src {
+			m.dst[k] = v
+		}
+	}
+}
+
+func (s *seeder) estate(ctx context.Context) error {
+	es := newEstate()
 	adminNet, err := gcos.NewNetworkV2(s.admin, gophercloud.EndpointOpts{Region: region})
 	if err != nil {
 		return err
@@ -570,8 +587,47 @@ func (s *seeder) estate(ctx context.Context) error {
 			return fmt.Errorf("quotas of %s: %w", p.Name, err)
 		}
 	}
+	// The files share external networks (found by name): those come first, then the
+	// files run side by side, then every server boots at once.
 	for _, sd := range s.files {
-		if err := s.applyFile(ctx, sd, projects, adminNet, adminCompute, &es); err != nil {
+		ext := sim.Seed{}
+		for _, n := range sd.Networks {
+			if n.External {
+				ext.Networks = append(ext.Networks, n)
+			}
+		}
+		if err := s.applyFile(ctx, ext, projects, adminNet, adminCompute, &es); err != nil {
+			return err
+		}
+	}
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		errs    []error
+		servers []sim.SeedServer
+	)
+	for _, sd := range s.files {
+		servers = append(servers, sd.Servers...)
+		sd.Servers = nil
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mine := newEstate()
+			err := s.applyFile(ctx, sd, projects, adminNet, adminCompute, &mine)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+			}
+			es.merge(mine)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if len(servers) > 0 {
+		if err := s.servers(ctx, servers, projects, adminCompute, es.Servers); err != nil {
 			return err
 		}
 	}
@@ -754,7 +810,11 @@ func (s *seeder) applyFile(ctx context.Context, sd sim.Seed, projects map[string
 		}
 		target := p.TargetProject
 		if target != "*" {
-			target = es.Projects[p.TargetProject]
+			tp := projects[p.TargetProject]
+			if tp == nil {
+				return fmt.Errorf("RBAC policy on %s: unknown project %s", p.Network, p.TargetProject)
+			}
+			target = tp.id
 		}
 		action := p.Action
 		if action == "" {
