@@ -745,7 +745,7 @@ func TestStrandedPodReleased(t *testing.T) {
 	h.psk("hq-psk", "k")
 	h.start()
 	h.create("st", spec(false))
-	if gw := h.waitReady("st"); gw.Status.NodeName != "node-b" {
+	if gw := h.waitConverged("st"); gw.Status.NodeName != "node-b" {
 		t.Fatalf("placed on %s", gw.Status.NodeName)
 	}
 	labels := render.SelectorLabels(render.Gateway{Kind: "IPsecGateway", Name: "st"})
