@@ -5,7 +5,8 @@
 #   make sandbox   runs the whole product locally (root): two real nodes, images built
 #                  here, the simulator, the packet fabric, the chart-installed operator and a
 #                  client site; SANDBOX_ARGS=--stay keeps it up, --objects-only runs the
-#                  lighter sandbox that needs no root.
+#                  lighter sandbox that needs no root, --openstack=real the objects-only
+#                  story against the real OpenStack of hack/openstack.sh (root).
 #   make images    builds the operator, gateway and pause images without Docker (root).
 #   make generate  regenerates deepcopy code and CRDs with the pinned controller-gen.
 
@@ -80,7 +81,17 @@ build:
 	$(GO) build ./...
 
 test: deps controlplane node-deps vm-image fmt-check vet
-	set -o pipefail; KUBEBUILDER_ASSETS=$$(bash hack/controlplane.sh --print-dir) \
+	@# As root a real OpenStack (hack/openstack.sh) joins the run: up once before the
+	@# tests, down at the end, also when they fail; the conformance suite then runs on
+	@# the simulator and on it, and test/openstack runs the controllers on it.
+	set -o pipefail; \
+	if [[ $$(id -u) == 0 ]]; then \
+	  export BNERD_OPENSTACK_STATE=$$(bash hack/openstack.sh --print-state); \
+	  trap 'bash hack/openstack.sh down "$$BNERD_OPENSTACK_STATE"' EXIT; \
+	  bash hack/openstack.sh up "$$BNERD_OPENSTACK_STATE" >/dev/null || exit 1; \
+	  export BNERD_OPENSTACK=sim,real BNERD_REQUIRE_OPENSTACK=1; \
+	fi; \
+	KUBEBUILDER_ASSETS=$$(bash hack/controlplane.sh --print-dir) \
 	  $(GO) test -json -count=1 -timeout 45m ./... 2>&1 | $(TESTREPORT)
 	@# The Helm chart's tests live in their own module (the Helm SDK's dependencies stay
 	@# out of the operator's).
@@ -96,7 +107,8 @@ fuzz:
 	done
 
 ## sandbox: the whole product with the examples applied (root); SANDBOX_ARGS=--stay keeps
-## it running, SANDBOX_ARGS=--objects-only runs the objects-only sandbox (no root).
+## it running, SANDBOX_ARGS=--objects-only runs the objects-only sandbox (no root), and
+## SANDBOX_ARGS=--openstack=real runs that against the real OpenStack of hack/openstack.sh.
 sandbox: controlplane
 	KUBEBUILDER_ASSETS=$$(bash hack/controlplane.sh --print-dir) $(GO) run ./cmd/sandbox $(SANDBOX_ARGS)
 

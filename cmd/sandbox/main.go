@@ -53,6 +53,9 @@ const (
 	tenantNamespace    = "tenant-a"
 )
 
+// openstackKind is --openstack: which OpenStack the story runs against.
+var openstackKind string
+
 var nodes = []struct{ name, serverID string }{
 	{"vpn01-worker-a", "11111111-1111-4111-8111-111111111111"},
 	{"vpn01-worker-b", "22222222-2222-4222-8222-222222222222"},
@@ -66,13 +69,16 @@ func main() {
 	gatewayPath := flag.String("gateway", "examples/ipsecgateway.yaml", "gateway manifest to apply")
 	linkPath := flag.String("clusterlink", "examples/clusterlink.yaml", "ClusterLink manifest to apply after the gateway (empty: none)")
 	objectsOnly := flag.Bool("objects-only", false, "run the objects-only sandbox (API server, simulator, operator binary; no root needed) instead of the whole product")
+	flag.StringVar(&openstackKind, "openstack", "sim", "sim: the OpenStack simulator; real: the real OpenStack of hack/openstack.sh (brought up if it is not running; needs root); runs the objects-only story")
 	flag.Parse()
 	// The client's errors are returned and printed here; controller-runtime's own log
 	// would only add its "log.SetLogger(...) was never called" stack dump.
 	ctrllog.SetLogger(logr.Discard())
 
 	var err error
-	if *objectsOnly {
+	// The packet fabric plugs the simulator's attachments into the nodes; against a real
+	// OpenStack the objects-only story runs.
+	if *objectsOnly || openstackKind != "sim" {
 		err = run(*stay, *timeout, *seedPath, *gatewayPath, *linkPath)
 	} else {
 		err = runProduct(*stay, *timeout, *gatewayPath, *linkPath)
@@ -124,30 +130,15 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath strin
 	}
 	c := env.Client
 
-	step("starting the OpenStack simulator (seed %s)", seedPath)
-	seed, err := sim.LoadSeed(seedPath)
+	os1, err := startCloud(ctx, openstackKind, seedPath)
 	if err != nil {
 		return err
 	}
-	os1, err := sim.Start(seed)
-	if err != nil {
-		return err
-	}
-	defer os1.Close()
-	credID, credSecret, ok := os1.AppCredential(operatorCredential)
-	if !ok {
-		return fmt.Errorf("seed %s has no application credential %q", seedPath, operatorCredential)
-	}
-	osEnv := []string{
-		"OS_AUTH_URL=" + os1.AuthURL(),
-		"OS_REGION_NAME=" + os1.Region(),
-		"OS_AUTH_TYPE=v3applicationcredential",
-		"OS_APPLICATION_CREDENTIAL_ID=" + credID,
-		"OS_APPLICATION_CREDENTIAL_SECRET=" + credSecret,
-	}
+	defer os1.close()
+	osEnv := os1.env()
 
 	step("creating namespaces, nodes and the pre-shared key")
-	if err := seedCluster(ctx, c); err != nil {
+	if err := seedCluster(ctx, c, os1); err != nil {
 		return err
 	}
 
@@ -222,7 +213,7 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath strin
 		fmt.Println(indent(string(out)))
 	}
 	step("OpenStack objects the operator produced")
-	printOpenStack(os1)
+	os1.print(ctx)
 
 	if stay {
 		// Written outside the work dir, which is removed on exit, so a second shell can
@@ -256,7 +247,7 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath strin
 	if err := deleteAndWait(ctx, c, gw, timeout); err != nil {
 		return err
 	}
-	left := leftovers(os1)
+	left := os1.leftovers(ctx)
 	if len(left) > 0 {
 		return fmt.Errorf("the operator left OpenStack objects behind: %s", strings.Join(left, "; "))
 	}
@@ -264,7 +255,7 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath strin
 	return nil
 }
 
-func seedCluster(ctx context.Context, c client.Client) error {
+func seedCluster(ctx context.Context, c client.Client, os1 cloud) error {
 	for _, ns := range []string{operatorNamespace, tenantNamespace} {
 		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
@@ -273,7 +264,7 @@ func seedCluster(ctx context.Context, c client.Client) error {
 	for _, n := range nodes {
 		node := &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: map[string]string{"kubernetes.io/hostname": n.name}},
-			Spec:       corev1.NodeSpec{ProviderID: "openstack:///" + n.serverID},
+			Spec:       corev1.NodeSpec{ProviderID: "openstack:///" + os1.serverID(n.name)},
 		}
 		if err := c.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
