@@ -51,7 +51,6 @@ const (
 	// ReasonPlaintextExposure: an exposure carries a protocol that is not encrypted end
 	// to end (or every port) and does not set allowPlaintext.
 	ReasonPlaintextExposure = "PlaintextExposure"
-	ReasonUnsupported       = "Unsupported"
 	ReasonAllocated         = "Allocated"
 	ReasonAllocationFailed  = "AllocationFailed"
 	ReasonPortReady         = "PortReady"

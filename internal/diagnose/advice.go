@@ -57,7 +57,7 @@ const (
 	FindingNATErrors        = "NAT apply errors"
 	FindingStaleGeneration  = "Operator behind the spec"
 	FindingGatewayDeleting  = "Gateway being deleted"
-	FindingWireGuardRefused = "WireGuard gateway"
+	FindingWireGuardKey = "WireGuard gateway key"
 )
 
 // Findings lists every finding heading (for the documentation test).
@@ -66,7 +66,7 @@ var Findings = []string{
 	FindingFloatingIPMoved, FindingRouteMissing, FindingAddressPair, FindingTransitShared, FindingNodeGone,
 	FindingNodeServer, FindingNoPod, FindingPodWrongNode, FindingPodNoSecondNIC, FindingPodNotReady,
 	FindingTunnelDown, FindingStatusAgent, FindingCharonDown, FindingNATNotApplied, FindingNATErrors,
-	FindingStaleGeneration, FindingGatewayDeleting, FindingWireGuardRefused,
+	FindingStaleGeneration, FindingGatewayDeleting, FindingWireGuardKey,
 }
 
 // reconcileNudge is how to make the operator converge now instead of at its next resync:
@@ -77,7 +77,10 @@ const reconcileNudge = "kubectl annotate %s %s -n %s " + NudgeAnnotation + "=\"$
 // troubleshooting runbook under the reason's own heading).
 var reasonFix = map[string]string{
 	v1alpha1.ReasonInvalidSpec:            "Fix the field the message names in the gateway's spec; nothing was created in OpenStack.",
-	v1alpha1.ReasonUnsupported:            "Remove the planned feature the message names (mode routed, protocol wireguard); use reverseExposures for traffic towards the client.",
+	v1alpha1.ReasonKeyFailed:              "Read the API error: the operator must create and update the Secret <name>-gateway-wireguard in the gateway's namespace (kubectl auth can-i).",
+	v1alpha1.ReasonKeyRotationPending:     "Give every client the new status.wireguard.publicKey as its peer's key; the previous key is dropped once each peer has completed a handshake with the new one.",
+	v1alpha1.ReasonListenPortOpen:         "Give every peer a fixed spec.wireguard.peers[].endpoint so the listen port is admitted from those addresses only; a roaming peer needs it open to everyone.",
+	v1alpha1.ReasonRoutedSubnetConflict:   "Renumber or drop the routed tunnel's subnet the message names, or switch that tunnel to mode snat: the router cannot route one network to two places.",
 	v1alpha1.ReasonPlaintextExposure:      "Expose the service's TLS port, or set allowPlaintext: true on that exposure after deciding the plaintext hop is acceptable.",
 	v1alpha1.ReasonAllocationFailed:       "Free or widen the pool (IPSEC_SERVICE_CIDR_POOL), move a pinned virtual IP into its range, or pick a /24 that does not overlap the client's networks.",
 	v1alpha1.ReasonPortFailed:             "Read the OpenStack error in the message: quota (openstack quota show), the gateway network's name (IPSEC_GATEWAY_NETWORK) or the operator's credential.",

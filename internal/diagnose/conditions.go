@@ -34,10 +34,7 @@ func (r *run) checkObject() {
 			Runbook: anchor(FindingGatewayDeleting)})
 	}
 	if g.kind == "VPNGateway" && g.protocol == v1alpha1.VPNProtocolWireGuard {
-		r.add(Check{ID: "gateway.protocol", Title: "Gateway protocol implemented", Status: Fail,
-			Detail:  "protocol wireguard is not implemented in this release",
-			Fix:     "Use protocol ipsec; WireGuard gateways are refused (Validated=False/Unsupported).",
-			Runbook: anchor(FindingWireGuardRefused)})
+		r.checkWireGuardKey()
 	}
 }
 

@@ -305,11 +305,7 @@ func statusOf(obj client.Object) *v1alpha1.GatewayStatus {
 // ensureValidated refuses a spec the schema could not judge, before any OpenStack call.
 func (r *Reconciler) ensureValidated(ctx context.Context, g *gateway) (bool, error) {
 	if errs := g.validate(); len(errs) > 0 {
-		reason := v1alpha1.ReasonInvalidSpec
-		if v1alpha1.OnlyUnsupported(errs) {
-			reason = v1alpha1.ReasonUnsupported
-		}
-		r.condFalse(g, v1alpha1.ConditionValidated, reason, errs.ToAggregate().Error())
+		r.condFalse(g, v1alpha1.ConditionValidated, v1alpha1.ReasonInvalidSpec, errs.ToAggregate().Error())
 		return false, nil
 	}
 	if errs := g.spec.PlaintextExposures(); len(errs) > 0 {
