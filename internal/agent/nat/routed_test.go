@@ -8,7 +8,6 @@ import (
 	"sigs.k8s.io/knftables"
 )
 
-
 func TestRoutedRules(t *testing.T) {
 	for _, guard := range []GuardMode{GuardInterface, GuardXFRM} {
 		fake := knftables.NewFake(knftables.IPv4Family, DefaultTable)
