@@ -153,6 +153,7 @@ type phase struct {
 func (r *Reconciler) phases() []phase {
 	return []phase{
 		{v1alpha1.ConditionValidated, r.ensureValidated},
+		{v1alpha1.ConditionWireGuardKeyReady, r.ensureWireGuardKey},
 		{v1alpha1.ConditionAllocated, r.ensureAllocated},
 		{v1alpha1.ConditionPortReady, r.ensurePort},
 		{v1alpha1.ConditionSecurityGroupReady, r.ensureSecurityGroup},
@@ -213,7 +214,7 @@ func (r *Reconciler) reconcile(ctx context.Context, kind string, key types.Names
 
 // summarize derives Ready from the phase conditions.
 func (r *Reconciler) summarize(g *gateway) {
-	blocking := conditions.Summary(g.status.Conditions, ConditionTypes...)
+	blocking := conditions.Summary(g.status.Conditions, g.conditionTypes()...)
 	if blocking == nil {
 		r.setCond(g, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReconciled, "every phase is converged")
 	} else {
@@ -269,7 +270,7 @@ func (r *Reconciler) condFailed(g *gateway, condType, reason string, err error) 
 
 // AgentStatusFields are the status fields the gateway's status agent owns; the operator
 // never writes them.
-var AgentStatusFields = []string{"tunnels", "tunnelsReady"}
+var AgentStatusFields = []string{"tunnels", "tunnelsReady", "interfacePublicKey"}
 
 // persist writes the operator's part of the status when it differs from what was last
 // read or written: a server-side apply under the operator's field manager, guarded by
@@ -281,6 +282,7 @@ func (r *Reconciler) persist(ctx context.Context, g *gateway) error {
 	base := *statusOf(g.base)
 	cur := *g.status
 	base.Tunnels, base.TunnelsReady, cur.Tunnels, cur.TunnelsReady = nil, "", nil, ""
+	base.InterfacePublicKey, cur.InterfacePublicKey = "", ""
 	if equality.Semantic.DeepEqual(base, cur) {
 		return nil
 	}

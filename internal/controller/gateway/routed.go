@@ -1,0 +1,108 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sort"
+
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+)
+
+// +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=clusterlinks,verbs=get;list;watch
+
+// routedConflict explains why a routed tunnel's subnet cannot be routed to this gateway,
+// or returns "". The operator's router holds one route per network, so a routed subnet
+// must not overlap the service CIDR pool (every gateway's virtual IPs), the fabric's
+// internal sources (they would be routed into the tunnel), a linked service cluster, or
+// another gateway's routed subnet; of two gateways claiming overlapping subnets, the
+// older keeps them. (The gateway network's subnet is refused earlier, by PortReady.)
+func (r *Reconciler) routedConflict(ctx context.Context, g *gateway, routed []string) (string, error) {
+	var mine []netip.Prefix
+	for _, s := range routed {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return fmt.Sprintf("routed subnet %q is not a network", s), nil
+		}
+		mine = append(mine, p)
+	}
+	overlap := func(p netip.Prefix) (netip.Prefix, bool) {
+		for _, m := range mine {
+			if m.Overlaps(p) {
+				return m, true
+			}
+		}
+		return netip.Prefix{}, false
+	}
+	if m, ok := overlap(r.Config.ServiceCIDRPool); ok && r.Config.ServiceCIDRPool.IsValid() {
+		return fmt.Sprintf("routed subnet %s overlaps the service CIDR pool %s, where every gateway's virtual IPs live", m, r.Config.ServiceCIDRPool), nil
+	}
+	for _, in := range r.Config.InternalSourceCIDRs {
+		if m, ok := overlap(in); ok {
+			return fmt.Sprintf("routed subnet %s overlaps the internal source CIDR %s: the fabric's own network would be routed into the tunnel", m, in), nil
+		}
+	}
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	var links v1alpha1.ClusterLinkList
+	if err := reader.List(ctx, &links); err != nil {
+		return "", fmt.Errorf("listing ClusterLinks to check routed subnets: %w", err)
+	}
+	for _, l := range links.Items {
+		if p, err := netip.ParsePrefix(l.Spec.ServiceClusterCIDR); err == nil {
+			if m, ok := overlap(p); ok {
+				return fmt.Sprintf("routed subnet %s overlaps %s, the service cluster of ClusterLink %s", m, p, l.Name), nil
+			}
+		}
+	}
+	type claim struct {
+		who     string
+		created int64
+		uid     string
+		subnets []string
+	}
+	var claims []claim
+	var ipsec v1alpha1.IPsecGatewayList
+	if err := reader.List(ctx, &ipsec); err != nil {
+		return "", fmt.Errorf("listing IPsecGateways to check routed subnets: %w", err)
+	}
+	for i := range ipsec.Items {
+		o := &ipsec.Items[i]
+		claims = append(claims, claim{KindIPsecGateway + " " + o.Namespace + "/" + o.Name, o.CreationTimestamp.UnixNano(), string(o.UID), routedSubnets(&o.Spec)})
+	}
+	var vpn v1alpha1.VPNGatewayList
+	if err := reader.List(ctx, &vpn); err != nil {
+		return "", fmt.Errorf("listing VPNGateways to check routed subnets: %w", err)
+	}
+	for i := range vpn.Items {
+		o := &vpn.Items[i]
+		claims = append(claims, claim{KindVPNGateway + " " + o.Namespace + "/" + o.Name, o.CreationTimestamp.UnixNano(), string(o.UID), routedSubnets(&o.Spec.GatewaySpec)})
+	}
+	sort.Slice(claims, func(i, j int) bool {
+		if claims[i].created != claims[j].created {
+			return claims[i].created < claims[j].created
+		}
+		return claims[i].uid < claims[j].uid
+	})
+	self := string(g.obj.GetUID())
+	created := g.obj.GetCreationTimestamp().UnixNano()
+	for _, c := range claims {
+		if c.uid == self {
+			continue
+		}
+		older := c.created < created || (c.created == created && c.uid < self)
+		if !older {
+			continue
+		}
+		for _, s := range c.subnets {
+			if p, err := netip.ParsePrefix(s); err == nil {
+				if m, ok := overlap(p); ok {
+					return fmt.Sprintf("routed subnet %s overlaps %s, routed to %s (the older gateway keeps it)", m, p, c.who), nil
+				}
+			}
+		}
+	}
+	return "", nil
+}
