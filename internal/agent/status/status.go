@@ -71,6 +71,9 @@ func Equal(a, b []v1alpha1.TunnelState) bool {
 		if x.Name != y.Name || x.State != y.State || x.IKESAs != y.IKESAs || x.ChildSAs != y.ChildSAs || x.Message != y.Message {
 			return false
 		}
+		if (x.LatestHandshake == nil) != (y.LatestHandshake == nil) || x.LatestHandshake != nil && !x.LatestHandshake.Equal(y.LatestHandshake) {
+			return false
+		}
 		if (x.EstablishedAt == nil) != (y.EstablishedAt == nil) {
 			return false
 		}
@@ -90,6 +93,9 @@ type Writer struct {
 	Kind      string
 	Namespace string
 	Name      string
+	// InterfacePublicKey is a WireGuard gateway's interface key, written with the
+	// tunnels (empty for IPsec).
+	InterfacePublicKey string
 }
 
 func (w *Writer) object() (client.Object, func() *v1alpha1.GatewayStatus, error) {
@@ -123,10 +129,10 @@ func (w *Writer) Write(ctx context.Context, tunnels []v1alpha1.TunnelState, read
 		return false, fmt.Errorf("reading %s %s/%s: %w", w.Kind, w.Namespace, w.Name, err)
 	}
 	cur := st()
-	if cur.TunnelsReady == ready && Equal(cur.Tunnels, tunnels) {
+	if cur.TunnelsReady == ready && Equal(cur.Tunnels, tunnels) && cur.InterfacePublicKey == w.InterfacePublicKey {
 		return false, nil
 	}
-	cur.Tunnels, cur.TunnelsReady = tunnels, ready
+	cur.Tunnels, cur.TunnelsReady, cur.InterfacePublicKey = tunnels, ready, w.InterfacePublicKey
 	sw := statuswrite.Writer{Client: w.Client, Manager: statuswrite.ManagerStatusAgent, Fields: AgentFields, Unguarded: true}
 	if err := sw.Apply(ctx, obj, nil); err != nil {
 		return false, fmt.Errorf("writing status of %s %s/%s: %w", w.Kind, w.Namespace, w.Name, err)
@@ -135,4 +141,4 @@ func (w *Writer) Write(ctx context.Context, tunnels []v1alpha1.TunnelState, read
 }
 
 // AgentFields are the status fields the status agent owns.
-var AgentFields = []string{"tunnels", "tunnelsReady"}
+var AgentFields = []string{"tunnels", "tunnelsReady", "interfacePublicKey"}
