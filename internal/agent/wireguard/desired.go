@@ -23,7 +23,11 @@ import (
 type Desired struct {
 	PrivateKey wgtypes.Key
 	ListenPort int
-	Peers      []DesiredPeer
+	// FirewallMark marks the interface's own (encrypted) packets, so a policy rule
+	// sends them out of the port whatever their destination (a roaming peer's address
+	// is known only from its handshake).
+	FirewallMark int
+	Peers        []DesiredPeer
 }
 
 // DesiredPeer is one peer as the config names it.
@@ -83,6 +87,10 @@ func Changes(dev *wgtypes.Device, d Desired, lastEndpoint map[wgtypes.Key]string
 	if dev.ListenPort != d.ListenPort {
 		p := d.ListenPort
 		cfg.ListenPort, changed = &p, true
+	}
+	if dev.FirewallMark != d.FirewallMark {
+		m := d.FirewallMark
+		cfg.FirewallMark, changed = &m, true
 	}
 	have := map[wgtypes.Key]wgtypes.Peer{}
 	for _, p := range dev.Peers {

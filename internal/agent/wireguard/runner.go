@@ -15,6 +15,7 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
+	"bnerd.net/vpn-operator/internal/agent/routing"
 	"bnerd.net/vpn-operator/internal/agent/source"
 	"bnerd.net/vpn-operator/internal/agent/wgstate"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
@@ -29,6 +30,10 @@ const (
 	// default route would otherwise send forwarded traffic for the client out of NIC2.
 	DefaultTable    = 51820
 	DefaultPriority = 210
+	// DefaultFirewallMark marks the interface's encrypted packets; a rule at
+	// DefaultPriority-1 looks them up in the port's table (routing.DefaultTable), so
+	// they leave through NIC2 with the port's address, to fixed and roaming peers alike.
+	DefaultFirewallMark = 0xca6c
 )
 
 // Options configure the Runner.
@@ -43,6 +48,10 @@ type Options struct {
 	MTU       int
 	Table     int
 	Priority  int
+	// FirewallMark of the encrypted packets and PortTable, the port's policy table
+	// (init-nat's, routing.DefaultTable) they are routed by.
+	FirewallMark int
+	PortTable    int
 	// Interval between syncs (device, key, routes, state); a config change syncs at once.
 	Interval time.Duration
 	Logf     func(format string, args ...any)
@@ -59,6 +68,11 @@ type Runner struct {
 	applied time.Time
 	// lastEndpoint is the configured endpoint last sent per peer.
 	lastEndpoint map[wgtypes.Key]string
+	// learned is where each peer's packets last came from; a recreated interface starts
+	// with it, so the gateway can reach a roaming peer again without waiting for it.
+	learned map[wgtypes.Key]*net.UDPAddr
+	// fresh: the interface was just created.
+	fresh bool
 	// warned suppresses repeating the same complaint every sync.
 	warned string
 }
@@ -89,6 +103,12 @@ func New(opts Options) (*Runner, error) {
 	if opts.Priority == 0 {
 		opts.Priority = DefaultPriority
 	}
+	if opts.FirewallMark == 0 {
+		opts.FirewallMark = DefaultFirewallMark
+	}
+	if opts.PortTable == 0 {
+		opts.PortTable = routing.DefaultTable
+	}
 	if opts.Interval <= 0 {
 		opts.Interval = time.Second
 	}
@@ -99,7 +119,7 @@ func New(opts Options) (*Runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wgctrl: %w", err)
 	}
-	return &Runner{opts: opts, client: c, lastEndpoint: map[wgtypes.Key]string{}}, nil
+	return &Runner{opts: opts, client: c, lastEndpoint: map[wgtypes.Key]string{}, learned: map[wgtypes.Key]*net.UDPAddr{}}, nil
 }
 
 // Run syncs on every config snapshot and every Interval until ctx ends. The interface
@@ -178,9 +198,17 @@ func (r *Runner) syncOnce() error {
 	if err != nil {
 		return err
 	}
+	want.FirewallMark = r.opts.FirewallMark
 	link, err := r.ensureLink()
 	if err != nil {
 		return err
+	}
+	if r.fresh {
+		for i, p := range want.Peers {
+			if p.Endpoint == nil && r.learned[p.PublicKey] != nil {
+				want.Peers[i].Endpoint = r.learned[p.PublicKey]
+			}
+		}
 	}
 	dev, err := r.client.Device(r.opts.Interface)
 	if err != nil {
@@ -208,6 +236,12 @@ func (r *Runner) syncOnce() error {
 		r.opts.Logf("%s configured: %s", r.opts.Interface, describe(changes, want))
 		if dev, err = r.client.Device(r.opts.Interface); err != nil {
 			return fmt.Errorf("reading %s: %w", r.opts.Interface, err)
+		}
+	}
+	r.fresh = false
+	for _, p := range dev.Peers {
+		if p.Endpoint != nil {
+			r.learned[p.PublicKey] = p.Endpoint
 		}
 	}
 	if err := r.routes(link, want); err != nil {
@@ -240,7 +274,7 @@ func (r *Runner) ensureLink() (netlink.Link, error) {
 		if err != nil {
 			return nil, err
 		}
-		r.user, r.impl = user, impl
+		r.user, r.impl, r.fresh = user, impl, true
 		r.lastEndpoint = map[wgtypes.Key]string{}
 		r.applied = time.Now()
 		r.opts.Logf("created %s (%s WireGuard)", r.opts.Interface, impl)
@@ -297,15 +331,28 @@ func (r *Runner) routes(link netlink.Link, want Desired) error {
 	if err != nil {
 		return err
 	}
-	for _, ru := range rules {
-		if ru.Table == table && ru.Priority == r.opts.Priority {
-			return nil
+	// The encrypted packets first: out of the port, by their mark; then everything
+	// else to the peers' networks into the interface.
+	for _, want := range []struct {
+		prio, table, mark int
+	}{{r.opts.Priority - 1, r.opts.PortTable, r.opts.FirewallMark}, {r.opts.Priority, table, 0}} {
+		found := false
+		for _, ru := range rules {
+			if ru.Table == want.table && ru.Priority == want.prio && int(ru.Mark) == want.mark {
+				found = true
+			}
 		}
-	}
-	ru := netlink.NewRule()
-	ru.Table, ru.Priority, ru.Family = table, r.opts.Priority, netlink.FAMILY_V4
-	if err := netlink.RuleAdd(ru); err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("rule priority %d lookup %d: %w", r.opts.Priority, table, err)
+		if found {
+			continue
+		}
+		ru := netlink.NewRule()
+		ru.Table, ru.Priority, ru.Family = want.table, want.prio, netlink.FAMILY_V4
+		if want.mark != 0 {
+			ru.Mark = uint32(want.mark)
+		}
+		if err := netlink.RuleAdd(ru); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("rule priority %d lookup %d: %w", want.prio, want.table, err)
+		}
 	}
 	return nil
 }
