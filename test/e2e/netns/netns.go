@@ -53,8 +53,9 @@ func New(t *testing.T, tag string) *Env {
 	_, _ = rand.Read(rnd)
 	e := &Env{T: t, Dir: dir, Prefix: tag + hex.EncodeToString(rnd) + "-", procs: map[string]*exec.Cmd{}}
 	t.Cleanup(func() {
+		// SIGTERM first: daemons such as wireguard-go remove their sockets on the way out.
 		for name := range e.procs {
-			e.Stop(name, syscall.SIGKILL)
+			e.Stop(name, syscall.SIGTERM)
 		}
 		if t.Failed() {
 			t.Logf("logs kept in %s", dir)

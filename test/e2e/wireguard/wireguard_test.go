@@ -369,7 +369,10 @@ func TestWireGuardGateway(t *testing.T) {
 	t.Run("exporter reports every peer with growing byte counters", func(t *testing.T) {
 		w.Start("exporter", w.NS("g"), nil, w.agent, "ipsec-exporter", "--config-file", w.configFile(),
 			"--wireguard-state-file", w.stateFile(), "--listen", "127.0.0.1:9903", "--nat-state-file", filepath.Join(w.Dir, "nat-state.json"))
-		scrape := func() string { out, _ := w.Sh(w.NS("g"), "curl", "-s", "--max-time", "3", "http://127.0.0.1:9903/metrics"); return out }
+		scrape := func() string {
+			out, _ := w.Sh(w.NS("g"), "curl", "-s", "--max-time", "3", "http://127.0.0.1:9903/metrics")
+			return out
+		}
 		// The recreated interface restored the roaming peer's last endpoint and
 		// reaches it with its keepalive; traffic from both sites makes sure.
 		_, _ = w.Sh(w.NS("q"), "curl", "-sk", "--max-time", "3", "--interface", roamAddr, "https://100.64.9.10:8443/")
