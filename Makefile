@@ -9,7 +9,7 @@ SHELL := /usr/bin/env bash
 GO    ?= go
 export GOFLAGS ?= -mod=mod
 
-.PHONY: all test deps controlplane generate fmt-check vet unit build sandbox fuzz
+.PHONY: all test deps controlplane vm-image generate fmt-check vet unit build sandbox fuzz
 
 # A test whose prerequisite is missing fails instead of skipping when these are 1. CI
 # sets both (.ci/run); run as root, `make test` defaults both to 1, so it can never pass
@@ -34,6 +34,10 @@ deps:
 controlplane:
 	@bash hack/controlplane.sh >/dev/null
 
+## vm-image: the cached VM image the kernel dataplane test boots (root only: debootstrap).
+vm-image:
+	@if [[ $$(id -u) == 0 ]]; then bash hack/vm/image.sh >/dev/null; else echo "vm-image: not root; the kernel dataplane VM test will skip" >&2; fi
+
 generate:
 	$(GO) tool controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(GO) tool controller-gen crd:crdVersions=v1 paths=./api/... output:crd:dir=config/crd
@@ -48,13 +52,13 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
-	$(GO) vet -tags dataplanebench ./test/e2e/dataplane
+	$(GO) vet -tags vmtest ./test/e2e/dataplane
 	cd test/chart && $(GO) vet ./...
 
 build:
 	$(GO) build ./...
 
-test: deps controlplane fmt-check vet
+test: deps controlplane vm-image fmt-check vet
 	set -o pipefail; KUBEBUILDER_ASSETS=$$(bash hack/controlplane.sh --print-dir) \
 	  $(GO) test -json -count=1 -timeout 45m ./... 2>&1 | $(TESTREPORT)
 	@# The Helm chart's tests live in their own module (the Helm SDK's dependencies stay

@@ -257,6 +257,10 @@ func (in *GatewayStatus) DeepCopyInto(out *GatewayStatus) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.TunnelsObservedTime != nil {
+		in, out := &in.TunnelsObservedTime, &out.TunnelsObservedTime
+		*out = (*in).DeepCopy()
+	}
 	if in.WireGuard != nil {
 		in, out := &in.WireGuard, &out.WireGuard
 		*out = new(WireGuardStatus)
@@ -505,6 +509,10 @@ func (in *TunnelState) DeepCopyInto(out *TunnelState) {
 	}
 	if in.LatestHandshake != nil {
 		in, out := &in.LatestHandshake, &out.LatestHandshake
+		*out = (*in).DeepCopy()
+	}
+	if in.LastTransitionTime != nil {
+		in, out := &in.LastTransitionTime, &out.LastTransitionTime
 		*out = (*in).DeepCopy()
 	}
 }

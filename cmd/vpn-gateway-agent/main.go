@@ -36,6 +36,7 @@ import (
 	"bnerd.net/vpn-operator/internal/agent/status"
 	"bnerd.net/vpn-operator/internal/agent/vici"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
+	"bnerd.net/vpn-operator/internal/operatorconfig"
 )
 
 const usage = `usage: vpn-gateway-agent <role> [flags]
@@ -205,8 +206,8 @@ func runLoader(ctx context.Context, args []string) error {
 	return nil
 }
 
-// runCharon renders strongswan.conf for the pod's dataplane and replaces itself with
-// charon-systemd in the foreground.
+// runCharon renders strongswan.conf for the pod's dataplane, clears kernel IPsec state a
+// killed charon left behind, and replaces itself with charon-systemd in the foreground.
 func runCharon(args []string) error {
 	fs := flag.NewFlagSet("charon", flag.ExitOnError)
 	sock := fs.String("vici-socket", "/var/run/charon.vici", "charon's VICI socket")
@@ -214,7 +215,8 @@ func runCharon(args []string) error {
 	conf := fs.String("conf", "/var/run/charon/strongswan.conf", "where to write the rendered strongswan.conf")
 	bin := fs.String("charon", "/usr/sbin/charon-systemd", "charon binary to run")
 	_ = fs.Parse(args)
-	st, err := charon.Prepare(charon.Options{Dataplane: gatewayconfig.DataplaneMode(*dataplane), VICISocket: *sock, Conf: *conf, Binary: *bin}, os.Environ())
+	st, err := charon.Prepare(charon.Options{Dataplane: gatewayconfig.DataplaneMode(*dataplane), VICISocket: *sock, Conf: *conf, Binary: *bin,
+		FlushXFRM: charon.FlushXFRM, Logf: log.Printf}, os.Environ())
 	if err != nil {
 		return err
 	}
@@ -227,6 +229,7 @@ func runStatus(ctx context.Context, args []string) error {
 	c.register(fs, false)
 	sock := fs.String("vici-socket", "/var/run/charon.vici", "charon's VICI socket")
 	interval := fs.Duration("interval", 10*time.Second, "poll interval besides VICI events")
+	heartbeat := fs.Duration("heartbeat", operatorconfig.DefaultStatusAgentHeartbeat, "longest time between two status writes while nothing changes (the operator calls a report stale after its IPSEC_STATUS_AGENT_STALE_AFTER)")
 	loadSecrets := fs.String("load-secrets-file", "", "also load the connections into charon, with the shared keys read from this file")
 	wgState := fs.String("wireguard-state-file", "", "a WireGuard gateway: report its peers from the wireguard role's state file (no charon)")
 	_ = fs.Parse(args)
@@ -266,7 +269,7 @@ func runStatus(ctx context.Context, args []string) error {
 		Dial: vici.DialEvents(*sock), Events: []string{"ike-updown", "child-updown", "ike-rekey", "child-rekey"},
 		OnConnect: kick, OnEvent: func(govici.Event) { kick() }, Logf: log.Printf,
 	}).Run(ctx)
-	(&status.Agent{Tunnels: tn.Get, SAs: vici.ListSAsOn(*sock), Write: status.ClientWriter(cl), Kick: kicks, Interval: *interval, Logf: log.Printf}).Run(ctx)
+	(&status.Agent{Tunnels: tn.Get, SAs: vici.ListSAsOn(*sock), Write: status.ClientWriter(cl, *heartbeat), Kick: kicks, Interval: *interval, Logf: log.Printf}).Run(ctx)
 	return nil
 }
 

@@ -14,8 +14,9 @@ const TroubleshootingDoc = "docs/runbooks/troubleshooting.md"
 func Anchor(heading string) string { return anchor(heading) }
 
 // NudgeAnnotation is the annotation the findings suggest to make the operator converge
-// at once: any metadata change is an update event for the gateway's controller; the
-// operator gives the annotation no meaning.
+// at once: an annotation change is one of the updates the gateway and ClusterLink
+// controllers react to (status writes and label changes are not); the operator gives the
+// annotation and its value no meaning.
 const NudgeAnnotation = "ipsec.bnerd.net/reconcile-requested"
 
 // anchor is the GitHub-style anchor of a heading.
@@ -70,7 +71,7 @@ var Findings = []string{
 }
 
 // reconcileNudge is how to make the operator converge now instead of at its next resync:
-// any change to the object's metadata is an update event for its controller.
+// a changed annotation wakes the object's controller.
 const reconcileNudge = "kubectl annotate %s %s -n %s " + NudgeAnnotation + "=\"$(date +%%s)\" --overwrite"
 
 // reasonFix is the short fix of each gateway condition reason (the full entry is in the
@@ -94,6 +95,8 @@ var reasonFix = map[string]string{
 	v1alpha1.ReasonNoEligibleNode:         "Make a worker node Ready and schedulable (kubectl get nodes); control-plane nodes are never chosen.",
 	v1alpha1.ReasonProviderIDUnparseable:  "The node's spec.providerID must be openstack:///<server-uuid>: fix the cloud provider's node registration.",
 	v1alpha1.ReasonPortAttachFailed:       "Read the Nova error: the server's interface limit, or a port still attached elsewhere (openstack port show <status.portID> -c device_id).",
+	v1alpha1.ReasonAttaching:              "Wait: Nova is attaching the port to the node's server (the message names both); the operator looks every 2 s and asks Nova again after 2 minutes without a result. If it stays Attaching for minutes, check that server: openstack server show <server> -c status -c OS-EXT-STS:task_state.",
+	v1alpha1.ReasonDetaching:              "Wait: Nova is detaching the port from the server the message names before it is attached to the node's server; the operator looks every 2 s and asks again after 2 minutes without a result. If it stays Detaching for minutes, check that server: openstack server show <server> -c status -c OS-EXT-STS:task_state.",
 	v1alpha1.ReasonWorkloadPending:        "The gateway's status lacks an allocation yet; wait for the phases before it, or look at the first condition that is not True.",
 	v1alpha1.ReasonWorkloadFailed:         "Read the API error: the operator's RBAC (kubectl auth can-i), or the Multus NetworkAttachmentDefinition CRD missing.",
 	v1alpha1.ReasonPSKSecretMissing:       "Create the Secret the message names in the gateway's namespace with the key it names (kubectl create secret generic <name> --from-literal=psk=...).",

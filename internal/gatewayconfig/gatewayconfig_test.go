@@ -311,6 +311,11 @@ func TestSwanctlStructure(t *testing.T) {
 	if m, _ := shunt.Get("mode"); m != "drop" {
 		t.Errorf("shunt mode %q", m)
 	}
+	// Exactly the child's selectors: a wider local selector blocks exposures' forwarded
+	// traffic with kernel IPsec (it meets the policy before source NAT).
+	if ts, _ := shunt.Get("local_ts"); ts != "100.64.3.0/24" {
+		t.Errorf("shunt local_ts %q, want the service CIDR", ts)
+	}
 }
 
 // expectedSwanctlPaths is the exact key/section layout RenderSwanctl must produce.

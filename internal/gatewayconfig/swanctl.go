@@ -78,11 +78,17 @@ func RenderSwanctl(cfg *Config) (string, error) {
 		w.kv("start_action", "start")
 		w.kv("close_action", dpdActions[t.DPDAction])
 		w.close()
-		// The shunt's local selector is wider than the tunnel child's, so the child's
-		// IPsec policy wins while it is installed and the drop policy catches the rest.
+		// The shunt has the tunnel child's selectors: charon installs drop shunts with a
+		// lower priority than IPsec policies, so the child's policy wins while it is
+		// installed and the drop policy catches the rest. It must not be wider: with
+		// kernel IPsec a forwarded packet meets the outbound policies before source NAT
+		// (an exposure's reply still carries the backend's address, a reverse exposure's
+		// packet the fabric host's), and a drop policy for 0.0.0.0/0 blocked all of them
+		// (seen in the kernel dataplane VM test as XfrmOutPolBlock). After source NAT
+		// the kernel looks the policy up again with the service CIDR as source.
 		w.open(t.Name + FailClosedChildSuffix)
 		w.kv("mode", "drop")
-		w.kv("local_ts", "0.0.0.0/0")
+		w.kv("local_ts", cfg.ServiceCIDR)
 		w.kv("remote_ts", strings.Join(t.RemoteSubnets, ","))
 		w.kv("start_action", "trap")
 		w.close()

@@ -1,6 +1,7 @@
 package charon
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,9 +14,21 @@ func TestPrepareRendersAndExecsCharon(t *testing.T) {
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "strongswan.conf")
 	for _, mode := range []gatewayconfig.DataplaneMode{gatewayconfig.DataplaneKernel, gatewayconfig.DataplaneLibipsec} {
-		st, err := Prepare(Options{Dataplane: mode, VICISocket: "/run/x/charon.vici", Conf: conf, Binary: "/usr/sbin/charon-systemd"}, []string{"PATH=/bin"})
+		flushed := 0
+		var logs []string
+		st, err := Prepare(Options{Dataplane: mode, VICISocket: "/run/x/charon.vici", Conf: conf, Binary: "/usr/sbin/charon-systemd",
+			FlushXFRM: func() (int, int, error) { flushed++; return 4, 2, nil },
+			Logf:      func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) },
+		}, []string{"PATH=/bin"})
 		if err != nil {
 			t.Fatal(err)
+		}
+		// Kernel IPsec only: libipsec keeps its SAs in charon's memory.
+		if want := map[gatewayconfig.DataplaneMode]int{gatewayconfig.DataplaneKernel: 1}[mode]; flushed != want {
+			t.Errorf("%s: XFRM flushed %d times, want %d", mode, flushed, want)
+		}
+		if mode == gatewayconfig.DataplaneKernel && (len(logs) != 1 || !strings.Contains(logs[0], "4 SAs and 2 policies")) {
+			t.Errorf("%s: logs %v", mode, logs)
 		}
 		if st.Path != "/usr/sbin/charon-systemd" || len(st.Argv) != 1 || st.Argv[0] != st.Path {
 			t.Errorf("exec %+v", st)

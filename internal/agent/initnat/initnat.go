@@ -24,9 +24,11 @@ type Programmer interface {
 	Invalidate()
 }
 
-// DriftChecker compares the kernel's table with the last sync (*nat.DriftChecker).
+// DriftChecker compares the kernel's table with the last sync and counts the guard's
+// drops on the way (*nat.DriftChecker).
 type DriftChecker interface {
 	Check(elements bool) (string, error)
+	GuardDropped() (uint64, bool)
 }
 
 // Config is what the role's flags set.
@@ -41,7 +43,7 @@ type Config struct {
 	ElementEvery  int
 	// RouteInterval is how often the policy routing is re-applied.
 	RouteInterval time.Duration
-	// ApplyTimeout bounds one ruleset apply (an nft process or a netlink batch).
+	// ApplyTimeout bounds one ruleset apply (the nft process knftables runs).
 	ApplyTimeout time.Duration
 	// StateFile receives exporter.NATState after every apply ("" = none).
 	StateFile string
@@ -197,6 +199,10 @@ func (r *Runner) drift(ctx context.Context) {
 	if err != nil {
 		r.logf("drift check: %v", err)
 		return
+	}
+	if n, ok := r.Drift.GuardDropped(); ok && n != r.st.GuardDroppedPackets {
+		r.st.GuardDroppedPackets = n
+		r.writeState()
 	}
 	if msg != "" {
 		r.logf("drift detected: %s; repairing", msg)

@@ -56,7 +56,10 @@ func (f *fakeNAT) Invalidate() {
 type fakeDrift struct {
 	msgs     []string
 	elements []bool
+	dropped  uint64
 }
+
+func (d *fakeDrift) GuardDropped() (uint64, bool) { return d.dropped, true }
 
 func (d *fakeDrift) Check(elements bool) (string, error) {
 	d.elements = append(d.elements, elements)
@@ -220,6 +223,14 @@ func TestDriftRetriesRepairsAndCountsElementsEveryNth(t *testing.T) {
 	last := (*states)[len(*states)-1]
 	if last.DriftRepairs != 1 || last.Applies != 3 || last.ApplyErrors != 1 {
 		t.Errorf("state %+v", last)
+	}
+	// The guard's drop count reaches the state file when it changes, and only then.
+	writes := len(*states)
+	d.dropped = 7
+	r.drift(ctx)
+	r.drift(ctx)
+	if len(*states) != writes+1 || (*states)[len(*states)-1].GuardDroppedPackets != 7 {
+		t.Errorf("guard drops: %d writes after the change, last %+v", len(*states)-writes, (*states)[len(*states)-1])
 	}
 }
 

@@ -6,7 +6,6 @@ package nat
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -28,7 +27,7 @@ const (
 	GuardInterface GuardMode = "interface"
 	// GuardXFRM: the kernel's policy-based IPsec; after source NAT, anything to a peer
 	// subnet whose route carries no XFRM transformation (`rt ipsec missing`) is dropped.
-	// Not verifiable on kernels without ESP; see docs/dataplane.md.
+	// Verified end to end in the kernel dataplane VM test (docs/dataplane.md).
 	GuardXFRM GuardMode = "xfrm"
 )
 
@@ -45,6 +44,8 @@ const (
 	ChainForward     = "forward"
 	ChainOutput      = "output"
 	ChainGuard       = "guard"
+	// GuardComment marks the fail-closed guard's drop rules.
+	GuardComment = "fail-closed guard"
 )
 
 // Options configure the Programmer.
@@ -62,9 +63,6 @@ type Programmer struct {
 	nft  knftables.Interface
 	opts Options
 
-	// netlinkElements sends incremental element changes over netlink instead of nft.
-	netlinkElements bool
-
 	mu      sync.Mutex
 	applied *gatewayconfig.NAT
 	rules   string
@@ -80,11 +78,10 @@ func New(opts Options) (*Programmer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
-	return &Programmer{nft: nft, opts: opts, netlinkElements: true}, nil
+	return &Programmer{nft: nft, opts: opts}, nil
 }
 
-// NewWithInterface is New with a given knftables.Interface (tests use knftables.NewFake);
-// every change, incremental ones included, goes through that interface.
+// NewWithInterface is New with a given knftables.Interface (tests use knftables.NewFake).
 func NewWithInterface(nft knftables.Interface, opts Options) (*Programmer, error) {
 	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
@@ -127,10 +124,10 @@ func (o Options) validate() error {
 	return nil
 }
 
-// Sync converges the table to m in one transaction. When only map and set elements
-// differ from the last successful sync, the transaction touches only those elements;
-// otherwise (first run, changed rule parameters, after Invalidate) it rewrites chains,
-// sets and maps atomically.
+// Sync converges the table to m in one transaction, through knftables (the nft CLI),
+// like kube-proxy. When only map and set elements differ from the last successful sync,
+// the transaction touches only those elements; otherwise (first run, changed rule
+// parameters, after Invalidate) it rewrites chains, sets and maps atomically.
 func (p *Programmer) Sync(ctx context.Context, m *gatewayconfig.NAT) (full bool, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -141,17 +138,21 @@ func (p *Programmer) Sync(ctx context.Context, m *gatewayconfig.NAT) (full bool,
 		if len(ops) == 0 {
 			return false, nil
 		}
-		err := p.writeElements(ctx, ops)
-		if err == nil {
-			p.applied = m
-			return false, nil
+		tx := p.nft.NewTransaction()
+		for _, op := range ops {
+			if op.del {
+				tx.Delete(op.element())
+			} else {
+				tx.Add(op.element())
+			}
 		}
-		if !errors.Is(err, errNeedsFull) {
+		if err := p.nft.Run(ctx, tx); err != nil {
 			// The next sync starts from scratch: our view of the table is unknown now.
 			p.applied = nil
 			return false, fmt.Errorf("nftables element transaction (%d operations): %w", len(ops), err)
 		}
-		// Nothing was sent; the full path below handles what netlink cannot express.
+		p.applied = m
+		return false, nil
 	}
 	tx := p.nft.NewTransaction()
 	p.fullTx(tx, m, rules)
@@ -162,24 +163,6 @@ func (p *Programmer) Sync(ctx context.Context, m *gatewayconfig.NAT) (full bool,
 	p.applied = m
 	p.rules = joined
 	return true, nil
-}
-
-// writeElements applies element changes in one transaction: over netlink on the real
-// system (the nft CLI would first cache every element of the table), through the
-// knftables.Interface otherwise (tests' fake).
-func (p *Programmer) writeElements(ctx context.Context, ops []elemOp) error {
-	if p.netlinkElements {
-		return writeElementsNetlink(p.opts.Table, ops)
-	}
-	tx := p.nft.NewTransaction()
-	for _, op := range ops {
-		if op.del {
-			tx.Delete(op.element())
-		} else {
-			tx.Add(op.element())
-		}
-	}
-	return p.nft.Run(ctx, tx)
 }
 
 // Invalidate forces the next Sync to rewrite everything (after drift was detected).
@@ -260,16 +243,23 @@ func (p *Programmer) ruleText(m *gatewayconfig.NAT) []string {
 	if m.MSSClamp.Enabled {
 		add(ChainForward, "tcp flags & (syn|rst) == syn tcp option maxseg size set rt mtu")
 		mss := p.mss(m)
+		// Both directions: SYNs arriving from the tunnel, and SYNs about to enter it. The
+		// second matters with kernel IPsec, where the forward hook sees the plain route
+		// (the XFRM bundle is attached only after source NAT), so `rt mtu` does not know
+		// the tunnel's overhead.
 		add(ChainForward, fmt.Sprintf("%s tcp flags & (syn|rst) == syn tcp option maxseg size > %d tcp option maxseg size set %d", p.fromTunnel(), mss, mss))
+		add(ChainForward, fmt.Sprintf("ip daddr %s tcp flags & (syn|rst) == syn tcp option maxseg size > %d tcp option maxseg size set %d", peers, mss, mss))
 	}
+	// Guard rules carry GuardComment: the drift check sums their counters, which is the
+	// guard's drop count the exporter publishes.
 	if p.opts.Guard == GuardInterface {
-		add(ChainForward, fmt.Sprintf("ip daddr %s oifname != %q counter drop", peers, p.opts.TunnelInterface))
-		add(ChainOutput, fmt.Sprintf("ip daddr %s oifname != %q counter drop", peers, p.opts.TunnelInterface))
-		add(ChainGuard, fmt.Sprintf("ip daddr %s oifname != %q counter drop", peers, p.opts.TunnelInterface))
+		add(ChainForward, fmt.Sprintf("ip daddr %s oifname != %q counter drop comment %q", peers, p.opts.TunnelInterface, GuardComment))
+		add(ChainOutput, fmt.Sprintf("ip daddr %s oifname != %q counter drop comment %q", peers, p.opts.TunnelInterface, GuardComment))
+		add(ChainGuard, fmt.Sprintf("ip daddr %s oifname != %q counter drop comment %q", peers, p.opts.TunnelInterface, GuardComment))
 	} else {
 		// Runs after SNAT, when the route has been re-looked-up with the final source and
 		// carries the XFRM bundle if a policy matched.
-		add(ChainGuard, fmt.Sprintf("ip daddr %s rt ipsec missing counter drop", peers))
+		add(ChainGuard, fmt.Sprintf("ip daddr %s rt ipsec missing counter drop comment %q", peers, GuardComment))
 	}
 	out = append(out, routed.forward...)
 	// Only exposures (and routed-mode traffic above) cross the gateway: anything else

@@ -112,6 +112,8 @@ type Loader struct {
 	mu      sync.Mutex
 	loaded  map[string]string
 	secrets string
+	// childless counts consecutive rounds a tunnel's IKE SA had no child SA of its name.
+	childless map[string]int
 }
 
 // Result reports what one Apply did.
@@ -207,9 +209,25 @@ func (l *Loader) Apply(ctx context.Context, swanctl, secrets string) (Result, er
 		return res, err
 	}
 	for _, c := range conns {
-		if len(sas[c.Name]) > 0 {
+		switch tunnelState(sas[c.Name], c.Name) {
+		case saUp, saBusy:
+			delete(l.childless, c.Name)
 			continue
+		case saChildless:
+			// A child SA deleted on its own (by the peer, by hand, by an expiry without
+			// rekey) leaves the IKE SA up and the tunnel dead: nothing re-creates it, since
+			// start_action only fires on load. It is initiated again inside the existing
+			// IKE SA once it was missing for two rounds in a row, so a rekey in flight
+			// never gets a duplicate.
+			if l.childless == nil {
+				l.childless = map[string]int{}
+			}
+			l.childless[c.Name]++
+			if l.childless[c.Name] < 2 {
+				continue
+			}
 		}
+		delete(l.childless, c.Name)
 		m := govici.NewMessage()
 		_ = m.Set("child", c.Name)
 		_ = m.Set("ike", c.Name)
@@ -224,6 +242,32 @@ func (l *Loader) Apply(ctx context.Context, swanctl, secrets string) (Result, er
 	}
 	sort.Strings(res.Unloaded)
 	return res, nil
+}
+
+type saState int
+
+const (
+	saNone      saState = iota // no IKE SA: initiate
+	saUp                       // an established IKE SA carries the tunnel's child SA
+	saBusy                     // an IKE SA is connecting, rekeying or being deleted: wait
+	saChildless                // established IKE SA(s), none with the tunnel's child SA
+)
+
+func tunnelState(sas []IKESA, child string) saState {
+	if len(sas) == 0 {
+		return saNone
+	}
+	for _, sa := range sas {
+		if sa.State != "ESTABLISHED" {
+			return saBusy
+		}
+		for _, c := range sa.Children {
+			if c.Name == child {
+				return saUp
+			}
+		}
+	}
+	return saChildless
 }
 
 func hashOf(s string) string {

@@ -23,6 +23,7 @@ type ChildSA struct {
 	Name                  string
 	UniqueID              string
 	State                 string
+	SPIIn                 string
 	BytesIn, BytesOut     uint64
 	PacketsIn, PacketsOut uint64
 	InstallSeconds        int64
@@ -65,6 +66,7 @@ func ListSAs(ctx context.Context, s *govici.Session) (map[string][]IKESA, error)
 						Name:           str(c, "name"),
 						UniqueID:       str(c, "uniqueid"),
 						State:          str(c, "state"),
+						SPIIn:          str(c, "spi-in"),
 						BytesIn:        unum(c, "bytes-in"),
 						BytesOut:       unum(c, "bytes-out"),
 						PacketsIn:      unum(c, "packets-in"),

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 	corev1 "k8s.io/api/core/v1"
@@ -208,11 +207,4 @@ func tunnelHandshakesEqual(a, b []v1alpha1.TunnelState) bool {
 		}
 	}
 	return true
-}
-
-func (r *Reconciler) now() time.Time {
-	if r.Clock != nil {
-		return r.Clock()
-	}
-	return time.Now()
 }

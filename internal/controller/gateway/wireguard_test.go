@@ -70,6 +70,18 @@ func (h *harness) waitVPNCond(name, typ string, status metav1.ConditionStatus, r
 	return gw
 }
 
+// waitVPNConverged waits until the key phase and every other phase condition are True.
+func (h *harness) waitVPNConverged(name string) *v1alpha1.VPNGateway {
+	h.t.Helper()
+	var gw *v1alpha1.VPNGateway
+	eventually(h.t, name+" converged", func() (bool, string) {
+		gw = h.getVPN(name)
+		ok := converged(gw.Status.Conditions, gw.Generation) && meta.IsStatusConditionTrue(gw.Status.Conditions, v1alpha1.ConditionWireGuardKeyReady)
+		return ok, condOf(gw.Status.Conditions, v1alpha1.ConditionReady)
+	})
+	return gw
+}
+
 // reportHandshakes writes what a WireGuard status agent would: the interface's key and
 // each peer's latest handshake, under the status agent's field manager.
 func (h *harness) reportHandshakes(name, interfaceKey string, at time.Time, peers ...string) {
@@ -112,7 +124,7 @@ func TestWireGuardGateway(t *testing.T) {
 	h.node("node-a", "openstack:///"+serverA, true, nil)
 	h.start()
 	h.createVPN("wg", wgSpec())
-	gw := h.waitVPNCond("wg", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReconciled)
+	gw := h.waitVPNConverged("wg")
 
 	sec := h.wgKeySecret("wg")
 	if !metav1.IsControlledBy(sec, gw) {
@@ -201,7 +213,7 @@ func TestWireGuardKeyRotation(t *testing.T) {
 	h.node("node-a", "openstack:///"+serverA, true, nil)
 	h.start()
 	h.createVPN("rot", wgSpec())
-	gw := h.waitVPNCond("rot", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReconciled)
+	gw := h.waitVPNConverged("rot")
 	oldPub := gw.Status.WireGuard.PublicKey
 	oldPriv := h.wgKeySecret("rot").Data[render.WireGuardPrivateKeyKey]
 	var dep appsv1.Deployment
@@ -229,8 +241,8 @@ func TestWireGuardKeyRotation(t *testing.T) {
 	if publicOf(t, sec.Data[render.WireGuardPrivateKeyKey]) != newPub || string(sec.Data[render.WireGuardPreviousKeyKey]) != string(oldPriv) {
 		t.Fatal("the Secret does not hold the new key with the previous one kept")
 	}
-	if c := condOf(gw.Status.Conditions, v1alpha1.ConditionReady); !strings.Contains(c, "True/") {
-		t.Fatalf("a pending rotation must not make the gateway unready: %s", c)
+	if !converged(gw.Status.Conditions, gw.Generation) {
+		t.Fatalf("a pending rotation must not hold a phase: %s", condOf(gw.Status.Conditions, v1alpha1.ConditionReady))
 	}
 	mustGet(t, h, client.ObjectKey{Namespace: h.ns, Name: render.DeploymentName("rot")}, &dep)
 	if dep.Generation != depGen {
