@@ -250,7 +250,7 @@ func runStatus(ctx context.Context, args []string) error {
 		return err
 	}
 	if *wgState != "" {
-		runWireGuardStatus(ctx, snaps, cl, *wgState, *interval)
+		runWireGuardStatus(ctx, snaps, cl, *wgState, *interval, *heartbeat)
 		return nil
 	}
 	tunnelSnaps := snaps

@@ -47,9 +47,9 @@ func runWireGuard(ctx context.Context, args []string) error {
 
 // runWireGuardStatus is the status agent of a WireGuard gateway: the peers' state from
 // the wireguard role's state file into the gateway's status.
-func runWireGuardStatus(ctx context.Context, snaps chan source.Snapshot, cl client.Client, stateFile string, interval time.Duration) {
+func runWireGuardStatus(ctx context.Context, snaps chan source.Snapshot, cl client.Client, stateFile string, interval, heartbeat time.Duration) {
 	tn := &source.Tunnels{Logf: log.Printf}
 	go tn.Follow(ctx, snaps)
 	src := &status.WireGuardSource{StateFile: stateFile}
-	(&status.Agent{Tunnels: tn.Get, State: src.State, Write: src.Writer(cl), Interval: interval, Logf: log.Printf}).Run(ctx)
+	(&status.Agent{Tunnels: tn.Get, State: src.State, Write: src.Writer(cl, heartbeat), Interval: interval, Logf: log.Printf}).Run(ctx)
 }

@@ -3,6 +3,7 @@ package status
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,11 +68,21 @@ func (w *WireGuardSource) State(names []string, now time.Time) ([]v1alpha1.Tunne
 	return ComputeWireGuard(names, st, err, now)
 }
 
-// Writer is the WriteFunc of a WireGuard gateway's status agent: the tunnels with the
-// interface's public key (so the operator can tell handshakes with a rotated key).
-func (w *WireGuardSource) Writer(c client.Client) WriteFunc {
+// Writer is the WriteFunc of a WireGuard gateway's status agent: ClientWriter's, with
+// the interface's public key written beside the tunnels (so the operator can tell
+// handshakes with a rotated key).
+func (w *WireGuardSource) Writer(c client.Client, heartbeat time.Duration) WriteFunc {
+	var mu sync.Mutex
+	writers := map[gatewayconfig.GatewayRef]*Writer{}
 	return func(ctx context.Context, ref gatewayconfig.GatewayRef, tunnels []v1alpha1.TunnelState, ready string) (bool, error) {
-		wr := &Writer{Client: c, Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name, InterfacePublicKey: w.key}
+		mu.Lock()
+		wr := writers[ref]
+		if wr == nil {
+			wr = &Writer{Client: c, Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name, Heartbeat: heartbeat}
+			writers[ref] = wr
+		}
+		wr.InterfacePublicKey = w.key
+		mu.Unlock()
 		return wr.Write(ctx, tunnels, ready)
 	}
 }

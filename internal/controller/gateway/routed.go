@@ -6,7 +6,10 @@ import (
 	"net/netip"
 	"sort"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/conditions"
 )
 
 // +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=clusterlinks,verbs=get;list;watch
@@ -62,6 +65,7 @@ func (r *Reconciler) routedConflict(ctx context.Context, g *gateway, routed []st
 		created int64
 		uid     string
 		subnets []string
+		routed  bool
 	}
 	var claims []claim
 	var ipsec v1alpha1.IPsecGatewayList
@@ -70,7 +74,7 @@ func (r *Reconciler) routedConflict(ctx context.Context, g *gateway, routed []st
 	}
 	for i := range ipsec.Items {
 		o := &ipsec.Items[i]
-		claims = append(claims, claim{KindIPsecGateway + " " + o.Namespace + "/" + o.Name, o.CreationTimestamp.UnixNano(), string(o.UID), routedSubnets(&o.Spec)})
+		claims = append(claims, claim{KindIPsecGateway + " " + o.Namespace + "/" + o.Name, o.CreationTimestamp.UnixNano(), string(o.UID), routedSubnets(&o.Spec), routesNow(&o.Status, o.Generation)})
 	}
 	var vpn v1alpha1.VPNGatewayList
 	if err := reader.List(ctx, &vpn); err != nil {
@@ -78,7 +82,7 @@ func (r *Reconciler) routedConflict(ctx context.Context, g *gateway, routed []st
 	}
 	for i := range vpn.Items {
 		o := &vpn.Items[i]
-		claims = append(claims, claim{KindVPNGateway + " " + o.Namespace + "/" + o.Name, o.CreationTimestamp.UnixNano(), string(o.UID), routedSubnets(&o.Spec.GatewaySpec)})
+		claims = append(claims, claim{KindVPNGateway + " " + o.Namespace + "/" + o.Name, o.CreationTimestamp.UnixNano(), string(o.UID), routedSubnets(&o.Spec.GatewaySpec), routesNow(&o.Status, o.Generation)})
 	}
 	sort.Slice(claims, func(i, j int) bool {
 		if claims[i].created != claims[j].created {
@@ -88,21 +92,35 @@ func (r *Reconciler) routedConflict(ctx context.Context, g *gateway, routed []st
 	})
 	self := string(g.obj.GetUID())
 	created := g.obj.GetCreationTimestamp().UnixNano()
+	mineRouted := routesNow(g.status, g.obj.GetGeneration())
 	for _, c := range claims {
 		if c.uid == self {
 			continue
 		}
+		// The gateway that routes the subnet now keeps it; between two that do not (or,
+		// after a race, both do), the older (creation time, then UID: creation times
+		// have whole seconds).
 		older := c.created < created || (c.created == created && c.uid < self)
+		if c.routed != mineRouted {
+			older = c.routed
+		}
 		if !older {
 			continue
 		}
 		for _, s := range c.subnets {
 			if p, err := netip.ParsePrefix(s); err == nil {
 				if m, ok := overlap(p); ok {
-					return fmt.Sprintf("routed subnet %s overlaps %s, routed to %s (the older gateway keeps it)", m, p, c.who), nil
+					return fmt.Sprintf("routed subnet %s overlaps %s, routed to %s (the gateway that routes it first keeps it)", m, p, c.who), nil
 				}
 			}
 		}
 	}
 	return "", nil
+}
+
+// routesNow: the gateway's RoutingReady is True for its current generation with its
+// routed destinations in place (not NotRequired).
+func routesNow(st *v1alpha1.GatewayStatus, gen int64) bool {
+	c := conditions.Get(st.Conditions, v1alpha1.ConditionRoutingReady)
+	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == gen && c.Reason != v1alpha1.ReasonNotRequired
 }

@@ -150,7 +150,7 @@ func TestRoutedSubnetConflicts(t *testing.T) {
 	for _, tc := range []struct {
 		name, subnet, want string
 	}{
-		{"other", "192.168.30.128/25", "routed to IPsecGateway " + h.ns + "/first (the older gateway keeps it)"},
+		{"other", "192.168.30.128/25", "routed to IPsecGateway " + h.ns + "/first (the gateway that routes it first keeps it)"},
 		{"pool", "100.64.200.0/24", "overlaps the service CIDR pool"},
 		{"link", "10.77.3.0/24", "the service cluster of ClusterLink " + link.Name},
 		{"fabric", "10.250.8.0/24", "overlaps the internal source CIDR 10.250.0.0/16"},
