@@ -59,6 +59,8 @@ const (
 	FindingStaleGeneration = "Operator behind the spec"
 	FindingGatewayDeleting = "Gateway being deleted"
 	FindingWireGuardKey    = "WireGuard gateway key"
+	FindingWireGuardDown   = "WireGuard interface unobservable"
+	FindingListenPort      = "WireGuard listen port rule missing"
 )
 
 // Findings lists every finding heading (for the documentation test).
@@ -67,7 +69,7 @@ var Findings = []string{
 	FindingFloatingIPMoved, FindingRouteMissing, FindingAddressPair, FindingTransitShared, FindingNodeGone,
 	FindingNodeServer, FindingNoPod, FindingPodWrongNode, FindingPodNoSecondNIC, FindingPodNotReady,
 	FindingTunnelDown, FindingStatusAgent, FindingCharonDown, FindingNATNotApplied, FindingNATErrors,
-	FindingStaleGeneration, FindingGatewayDeleting, FindingWireGuardKey,
+	FindingStaleGeneration, FindingGatewayDeleting, FindingWireGuardKey, FindingWireGuardDown, FindingListenPort,
 }
 
 // reconcileNudge is how to make the operator converge now instead of at its next resync:
