@@ -8,34 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-// AnnotationRotateWireGuardKey on a VPNGateway with protocol wireguard asks for a new
-// gateway key pair: every new value rotates once. The previous key pair is kept until
-// every peer has completed a handshake with the new key.
-const AnnotationRotateWireGuardKey = "ipsec.bnerd.net/rotate-wireguard-key"
-
-// WireGuard gateway condition and reasons.
-const (
-	// ConditionWireGuardKeyReady: the gateway's key pair exists in its Secret and the
-	// public key is published in status.wireguard (protocol wireguard only).
-	ConditionWireGuardKeyReady = "WireGuardKeyReady"
-	ReasonKeyReady             = "KeyReady"
-	// ReasonKeyRotationPending: a rotated key is in use and the previous one is kept
-	// until every peer has completed a handshake with the new key.
-	ReasonKeyRotationPending = "KeyRotationPending"
-	ReasonKeyFailed          = "EnsureKeyFailed"
-	// ReasonListenPortOpen: SecurityGroupReady is True, but a peer without a fixed
-	// endpoint makes the WireGuard listen port open to every source address.
-	ReasonListenPortOpen = "ListenPortOpenToAnywhere"
-)
-
-// Routed-mode reason.
-const (
-	// ReasonRoutedSubnetConflict: a routed tunnel's subnet overlaps the gateway network,
-	// the service CIDR pool, a linked service cluster or another gateway's routed subnet,
-	// so routing it to this gateway would capture someone else's traffic.
-	ReasonRoutedSubnetConflict = "RoutedSubnetConflict"
-)
-
 // WireGuardListenPort is the effective listen port of wg.
 func WireGuardListenPort(wg *WireGuardSpec) int32 {
 	if wg == nil || wg.ListenPort == 0 {
