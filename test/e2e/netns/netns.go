@@ -22,7 +22,7 @@ import (
 
 // Env is one test's world.
 type Env struct {
-	T *testing.T
+	T testing.TB
 	// Dir holds logs, captures and configs; kept when the test fails.
 	Dir    string
 	Prefix string
@@ -30,7 +30,7 @@ type Env struct {
 }
 
 // Require skips the test unless it runs as root with every binary named.
-func Require(t *testing.T, bins ...string) {
+func Require(t testing.TB, bins ...string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		testenv.SkipDataplane(t, "namespace e2e needs root (network namespaces, nftables)")
@@ -43,7 +43,7 @@ func Require(t *testing.T, bins ...string) {
 }
 
 // New returns an Env whose namespaces are named tag + 6 random hex digits + "-" + role.
-func New(t *testing.T, tag string) *Env {
+func New(t testing.TB, tag string) *Env {
 	dir, err := os.MkdirTemp("", "bnerd-"+tag+"-")
 	if err != nil {
 		t.Fatal(err)
@@ -214,7 +214,7 @@ func (e *Env) Capture(name, role, dev string, snaplen int) func() string {
 }
 
 // ReadPcap returns the packets of file matching a tcpdump filter, one line each.
-func ReadPcap(t *testing.T, file string, filter ...string) []string {
+func ReadPcap(t testing.TB, file string, filter ...string) []string {
 	t.Helper()
 	args := append([]string{"-nr", file}, filter...)
 	out, err := exec.Command("tcpdump", args...).Output()

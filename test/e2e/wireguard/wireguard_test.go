@@ -228,7 +228,7 @@ func (w *world) state() wgstate.State {
 // newWorld builds the topology, both agents and the services, and waits for the first
 // exposure through the tunnel. The WAN captures (each client site's own uplink, where a
 // leak from the gateway would arrive) run from before the agents start.
-func newWorld(t *testing.T) (*world, []func() string) {
+func newWorld(t testing.TB) (*world, []func() string) {
 	netns.Require(t, "wireguard-go", "wg", "curl", "ping")
 	e := netns.New(t, "bwg")
 	bins := e.Build("./cmd/vpn-gateway-agent", "./test/e2e/dataplane/testhelper")
