@@ -159,7 +159,7 @@ func runInitNAT(ctx context.Context, args []string) error {
 	stateFile := fs.String("state-file", "", "write NAT apply statistics here for ipsec-exporter")
 	_ = fs.Parse(args)
 
-	opts := nat.Options{Table: *table, Guard: nat.GuardMode(*guard), TunnelMTU: *mtu}
+	opts := nat.Options{Table: *table, Guard: nat.GuardMode(*guard), TunnelMTU: *mtu, PortInterface: *iface}
 	if opts.Guard == nat.GuardInterface {
 		opts.TunnelInterface = *tunIface
 	}
@@ -174,14 +174,15 @@ func runInitNAT(ctx context.Context, args []string) error {
 			DriftInterval: *drift, ElementEvery: *elementEvery, StateFile: *stateFile,
 		},
 		NAT: prog, Drift: nat.NewDriftChecker(prog), Route: routing.Apply, ReadFile: os.ReadFile,
-		Logf: log.Printf,
+		Forward: routing.EnsureForwarding, Logf: log.Printf,
 	}
 	if *stateFile != "" {
 		r.WriteState = func(st exporter.NATState) error { return exporter.WriteNATState(*stateFile, st) }
 	}
-	// Refuse before touching anything: without forwarding the pod would look healthy
-	// while no exposure passes.
-	if err := initnat.CheckForwarding(os.ReadFile); err != nil {
+	// Refuse before reading any config when forwarding cannot be had: the pod would look
+	// healthy while no exposure passes.
+	_ = r.Forward(*iface)
+	if err := initnat.CheckForwarding(os.ReadFile, *iface); err != nil {
 		return err
 	}
 	snaps, err := c.run(ctx, false)
@@ -202,7 +203,7 @@ func runLoader(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	(&loader.Loop{Applier: &vici.Loader{Socket: *sock, Logf: log.Printf}, Interval: *interval, Logf: log.Printf}).Run(ctx, snaps)
+	(&loader.Loop{Applier: &vici.Loader{Socket: *sock, Logf: log.Printf}, Interval: *interval, PortRouting: portRouting, Logf: log.Printf}).Run(ctx, snaps)
 	return nil
 }
 
@@ -216,7 +217,7 @@ func runCharon(args []string) error {
 	bin := fs.String("charon", "/usr/sbin/charon-systemd", "charon binary to run")
 	_ = fs.Parse(args)
 	st, err := charon.Prepare(charon.Options{Dataplane: gatewayconfig.DataplaneMode(*dataplane), VICISocket: *sock, Conf: *conf, Binary: *bin,
-		FlushXFRM: charon.FlushXFRM, Logf: log.Printf}, os.Environ())
+		TUNDevice: "/dev/net/tun", FlushXFRM: charon.FlushXFRM, Logf: log.Printf}, os.Environ())
 	if err != nil {
 		return err
 	}
@@ -259,7 +260,7 @@ func runStatus(ctx context.Context, args []string) error {
 		tunnelSnaps = make(chan source.Snapshot, 1)
 		loadSnaps := make(chan source.Snapshot, 1)
 		go source.Fanout(ctx, snaps, tunnelSnaps, loadSnaps)
-		l := &loader.Loop{Applier: &vici.Loader{Socket: *sock, Logf: log.Printf}, Interval: 2 * time.Second, SecretsFile: *loadSecrets, Logf: log.Printf}
+		l := &loader.Loop{Applier: &vici.Loader{Socket: *sock, Logf: log.Printf}, Interval: 2 * time.Second, SecretsFile: *loadSecrets, PortRouting: portRouting, Logf: log.Printf}
 		go l.Run(ctx, loadSnaps)
 	}
 	tn := &source.Tunnels{Logf: log.Printf}
@@ -304,4 +305,10 @@ func serveMetrics(ctx context.Context, listen string, col prometheus.Collector) 
 	}
 	log.Printf("metrics on %s", ln.Addr())
 	return exporter.Serve(ctx, ln, col)
+}
+
+// portRouting reports whether init-nat's policy routing for the port's address is in
+// place (read-only: the loader's container has no NET_ADMIN).
+func portRouting(portFixedIP string) (bool, error) {
+	return routing.InPlace(portFixedIP, routing.DefaultTable)
 }

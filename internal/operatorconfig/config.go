@@ -38,6 +38,10 @@ type Config struct {
 	GatewayImage   string
 	AgentImage     string
 	WireGuardImage string
+	// GatewayDataplane is charon's kernel backend in every gateway pod: "kernel" (XFRM,
+	// the default) or "libipsec" (userspace ESP over a TUN device, for nodes whose kernel
+	// has no ESP).
+	GatewayDataplane string
 	// NADTemplate is a Go text/template for the NetworkAttachmentDefinition's CNI config;
 	// empty means the built-in host-device-by-MAC template.
 	NADTemplate string
@@ -64,6 +68,7 @@ const (
 	DefaultGatewayImage                    = "ghcr.io/bnerd/bnerd-vpn-gateway:v0.1.0"
 	DefaultAgentImage                      = "ghcr.io/bnerd/bnerd-vpn-gateway:v0.1.0"
 	DefaultWireGuardImage                  = "ghcr.io/bnerd/bnerd-vpn-gateway-wireguard:v0.1.0"
+	DefaultGatewayDataplane                = "kernel"
 )
 
 // The status agent's heartbeat and the age at which the operator calls its report stale.
@@ -84,6 +89,7 @@ func Default() Config {
 		GatewayImage:                    DefaultGatewayImage,
 		AgentImage:                      DefaultAgentImage,
 		WireGuardImage:                  DefaultWireGuardImage,
+		GatewayDataplane:                DefaultGatewayDataplane,
 		ClusterLinkCredentialsNamespace: DefaultClusterLinkCredentialsNamespace,
 		ResyncInterval:                  DefaultResyncInterval,
 		MaxConcurrentReconciles:         4,
@@ -114,6 +120,7 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	fs.StringVar(&c.GatewayImage, "gateway-image", env("IPSEC_GATEWAY_IMAGE", c.GatewayImage), "strongSwan image (IPSEC_GATEWAY_IMAGE)")
 	fs.StringVar(&c.AgentImage, "agent-image", env("IPSEC_AGENT_IMAGE", c.AgentImage), "gateway agent image (IPSEC_AGENT_IMAGE)")
 	fs.StringVar(&c.WireGuardImage, "gateway-wireguard-image", env("IPSEC_GATEWAY_WIREGUARD_IMAGE", c.WireGuardImage), "WireGuard gateway image (IPSEC_GATEWAY_WIREGUARD_IMAGE)")
+	fs.StringVar(&c.GatewayDataplane, "gateway-dataplane", env("IPSEC_GATEWAY_DATAPLANE", c.GatewayDataplane), "gateway pods' IPsec dataplane: kernel or libipsec (IPSEC_GATEWAY_DATAPLANE)")
 	fs.StringVar(&c.NADTemplate, "nad-template", env("IPSEC_NAD_TEMPLATE", ""), "NetworkAttachmentDefinition config template (IPSEC_NAD_TEMPLATE)")
 	fs.StringVar(&c.ClusterLinkCredentialsNamespace, "clusterlink-credentials-namespace", env("IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE", c.ClusterLinkCredentialsNamespace), "namespace of ClusterLink customer credentials (IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE)")
 	fs.StringVar(&resync, "resync-interval", env("IPSEC_RESYNC_INTERVAL", c.ResyncInterval.String()), "periodic resync (IPSEC_RESYNC_INTERVAL)")
@@ -132,6 +139,9 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	}
 	if c.GatewayNetworkPolicy, err = strconv.ParseBool(netpol); err != nil {
 		return c, fmt.Errorf("gateway network policy switch %q: %w", netpol, err)
+	}
+	if c.GatewayDataplane != "kernel" && c.GatewayDataplane != "libipsec" {
+		return c, fmt.Errorf("gateway dataplane %q: must be kernel or libipsec", c.GatewayDataplane)
 	}
 	if c.ResyncInterval, err = time.ParseDuration(resync); err != nil || c.ResyncInterval <= 0 {
 		return c, fmt.Errorf("resync interval %q: must be a positive duration", resync)

@@ -106,6 +106,10 @@ func flatten(s *gatewayconfig.Section, prefix string) []string {
 // initiates connections that have no IKE SA, so unchanged tunnels keep their SAs.
 type Loader struct {
 	Socket string
+	// LocalAddress, when set, is the only address an IKE SA may run from (the gateway
+	// port's fixed IP): an SA established from any other (over the pod network, before
+	// the port's routing was in place) is terminated and initiated again.
+	LocalAddress string
 	// Logf receives one line per action; it never receives secret values.
 	Logf func(format string, args ...any)
 
@@ -119,7 +123,16 @@ type Loader struct {
 // Result reports what one Apply did.
 type Result struct {
 	Loaded, Unloaded, Initiated []string
-	SecretsLoaded               bool
+	// Terminated are connections whose IKE SA ran from the wrong address.
+	Terminated    []string
+	SecretsLoaded bool
+}
+
+// SetLocalAddress sets LocalAddress (safe while Apply runs elsewhere).
+func (l *Loader) SetLocalAddress(a string) {
+	l.mu.Lock()
+	l.LocalAddress = a
+	l.mu.Unlock()
 }
 
 func (l *Loader) logf(format string, args ...any) {
@@ -207,6 +220,29 @@ func (l *Loader) Apply(ctx context.Context, swanctl, secrets string) (Result, er
 	sas, err := ListSAs(ctx, s)
 	if err != nil {
 		return res, err
+	}
+	if l.LocalAddress != "" {
+		for name, list := range sas {
+			kept := list[:0]
+			for _, sa := range list {
+				if sa.LocalHost == "" || sa.LocalHost == l.LocalAddress {
+					kept = append(kept, sa)
+					continue
+				}
+				m := govici.NewMessage()
+				_ = m.Set("ike-id", sa.UniqueID)
+				_ = m.Set("force", "yes")
+				_ = m.Set("timeout", "-1")
+				if err := call(ctx, s, "terminate", m); err != nil {
+					l.logf("terminate %s #%s (from %s): %v", name, sa.UniqueID, sa.LocalHost, err)
+					kept = append(kept, sa)
+					continue
+				}
+				res.Terminated = append(res.Terminated, name)
+				l.logf("terminated %s #%s: it ran from %s, not from the port's address %s", name, sa.UniqueID, sa.LocalHost, l.LocalAddress)
+			}
+			sas[name] = kept
+		}
 	}
 	for _, c := range conns {
 		switch tunnelState(sas[c.Name], c.Name) {
