@@ -29,13 +29,21 @@ type Env struct {
 	procs  map[string]*exec.Cmd
 }
 
+// BinDirEnv names a directory of prebuilt binaries (by package base name) that Build
+// returns instead of compiling: the kernel VM has no Go toolchain.
+const BinDirEnv = "BNERD_E2E_BIN_DIR"
+
 // Require skips the test unless it runs as root with every binary named.
 func Require(t testing.TB, bins ...string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		testenv.SkipDataplane(t, "namespace e2e needs root (network namespaces, nftables)")
 	}
-	for _, b := range append([]string{"ip", "nft", "tcpdump", "go"}, bins...) {
+	need := []string{"ip", "nft", "tcpdump"}
+	if os.Getenv(BinDirEnv) == "" {
+		need = append(need, "go")
+	}
+	for _, b := range append(need, bins...) {
 		if _, err := exec.LookPath(b); err != nil {
 			testenv.SkipDataplane(t, "namespace e2e needs "+b+"; run hack/install-deps.sh")
 		}
@@ -186,7 +194,7 @@ func (e *Env) Log(name string) string {
 // Eventually polls cond until it holds; the generous two minutes only bound a hung test.
 func (e *Env) Eventually(what string, cond func() bool) {
 	e.T.Helper()
-	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Duration(float64(2*time.Minute) * WaitScale())); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if cond() {
 			return
 		}
@@ -235,6 +243,12 @@ func ReadPcap(t testing.TB, file string, filter ...string) []string {
 func (e *Env) Build(pkgs ...string) map[string]string {
 	e.T.Helper()
 	out := map[string]string{}
+	if dir := os.Getenv(BinDirEnv); dir != "" {
+		for _, pkg := range pkgs {
+			out[pkg] = filepath.Join(dir, filepath.Base(pkg))
+		}
+		return out
+	}
 	for _, pkg := range pkgs {
 		bin := filepath.Join(e.Dir, filepath.Base(pkg))
 		cmd := exec.Command("go", "build", "-o", bin, pkg)
@@ -253,4 +267,16 @@ func First(s []string, n int) []string {
 		return s[:n]
 	}
 	return s
+}
+
+// WaitScaleEnv multiplies every wait (software emulation in the VM is several times
+// slower than the host).
+const WaitScaleEnv = "BNERD_E2E_WAIT_SCALE"
+
+// WaitScale is the factor of WaitScaleEnv, at least 1.
+func WaitScale() float64 {
+	if v, err := strconv.ParseFloat(os.Getenv(WaitScaleEnv), 64); err == nil && v >= 1 {
+		return v
+	}
+	return 1
 }
