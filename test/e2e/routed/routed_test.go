@@ -46,12 +46,12 @@ const (
 	internalLibipsec = "203.0.113.0/27"
 	internalKernel   = "203.0.113.16/28"
 	outsideAddr      = "203.0.113.40" // a fabric address outside the internal sources
-	portFixedIP = "203.0.113.5"
-	backendAddr = "203.0.113.20"
-	fabricAddr  = "203.0.113.30"
-	serviceCIDR = "100.64.7.0/24"
-	pskA        = "e2e-routed-psk-a-not-a-real-secret-0123"
-	pskB        = "e2e-routed-psk-b-not-a-real-secret-4567"
+	portFixedIP      = "203.0.113.5"
+	backendAddr      = "203.0.113.20"
+	fabricAddr       = "203.0.113.30"
+	serviceCIDR      = "100.64.7.0/24"
+	pskA             = "e2e-routed-psk-a-not-a-real-secret-0123"
+	pskB             = "e2e-routed-psk-b-not-a-real-secret-4567"
 )
 
 type world struct {
