@@ -2,9 +2,14 @@ package v1alpha1_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/testenv"
@@ -72,5 +77,42 @@ func TestWireGuardAdmission(t *testing.T) {
 				t.Fatalf("defaults not applied: %+v", gw.Spec.WireGuard)
 			}
 		})
+	}
+}
+
+// The WireGuard and routed-mode examples are accepted by the real API server and by
+// Validate.
+func TestNewExamplesAdmitted(t *testing.T) {
+	testenv.Need(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		file string
+		obj  client.Object
+	}{
+		{"vpngateway-wireguard.yaml", &v1.VPNGateway{}},
+		{"ipsecgateway-routed.yaml", &v1.IPsecGateway{}},
+	} {
+		b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "examples", tc.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.UnmarshalStrict(b, tc.obj); err != nil {
+			t.Fatalf("%s: %v", tc.file, err)
+		}
+		tc.obj.SetNamespace(ns)
+		tc.obj.SetName(name("example"))
+		if err := env.Client.Create(ctx, tc.obj); err != nil {
+			t.Fatalf("%s refused: %v", tc.file, err)
+		}
+		var errs field.ErrorList
+		switch o := tc.obj.(type) {
+		case *v1.VPNGateway:
+			errs = o.Spec.Validate()
+		case *v1.IPsecGateway:
+			errs = o.Spec.Validate()
+		}
+		if len(errs) != 0 {
+			t.Errorf("%s: %v", tc.file, errs.ToAggregate())
+		}
 	}
 }
