@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	govici "github.com/strongswan/govici/vici"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -47,6 +48,8 @@ roles:
   status-agent       write tunnel state into the gateway object's status (with
                      --load-secrets-file it also runs the loader, as in the gateway pod)
   ipsec-exporter     serve Prometheus metrics
+  wireguard          create and configure a WireGuard gateway's interface (kernel, or
+                     wireguard-go in this process where the kernel has no WireGuard)
 
 run "vpn-gateway-agent <role> -h" for the role's flags`
 
@@ -129,6 +132,8 @@ func main() {
 		err = runStatus(ctx, args)
 	case "ipsec-exporter":
 		err = runExporter(ctx, args)
+	case "wireguard":
+		err = runWireGuard(ctx, args)
 	default:
 		fmt.Fprintln(os.Stderr, usage)
 		os.Exit(2)
@@ -227,6 +232,7 @@ func runStatus(ctx context.Context, args []string) error {
 	interval := fs.Duration("interval", 10*time.Second, "poll interval besides VICI events")
 	heartbeat := fs.Duration("heartbeat", operatorconfig.DefaultStatusAgentHeartbeat, "longest time between two status writes while nothing changes (the operator calls a report stale after its IPSEC_STATUS_AGENT_STALE_AFTER)")
 	loadSecrets := fs.String("load-secrets-file", "", "also load the connections into charon, with the shared keys read from this file")
+	wgState := fs.String("wireguard-state-file", "", "a WireGuard gateway: report its peers from the wireguard role's state file (no charon)")
 	_ = fs.Parse(args)
 	snaps, err := c.run(ctx, false)
 	if err != nil {
@@ -243,6 +249,10 @@ func runStatus(ctx context.Context, args []string) error {
 	cl, err := client.New(rc, client.Options{Scheme: scheme})
 	if err != nil {
 		return err
+	}
+	if *wgState != "" {
+		runWireGuardStatus(ctx, snaps, cl, *wgState, *interval, *heartbeat)
+		return nil
 	}
 	tunnelSnaps := snaps
 	if *loadSecrets != "" {
@@ -271,6 +281,7 @@ func runExporter(ctx context.Context, args []string) error {
 	sock := fs.String("vici-socket", "/var/run/charon.vici", "charon's VICI socket")
 	listen := fs.String("listen", ":9903", "metrics listen address")
 	stateFile := fs.String("nat-state-file", "", "init-nat's state file")
+	wgState := fs.String("wireguard-state-file", "", "a WireGuard gateway: per-peer metrics from the wireguard role's state file (no charon)")
 	_ = fs.Parse(args)
 	snaps, err := c.run(ctx, false)
 	if err != nil {
@@ -278,10 +289,17 @@ func runExporter(ctx context.Context, args []string) error {
 	}
 	tn := &source.Tunnels{Logf: log.Printf}
 	go tn.Follow(ctx, snaps)
+	if *wgState != "" {
+		return serveMetrics(ctx, *listen, &exporter.WireGuardCollector{Peers: tn.Names, StateFile: *wgState, NATStateFile: *stateFile})
+	}
 	var rekeys exporter.Rekeys
 	go (&vici.Watcher{Dial: vici.DialEvents(*sock), Events: []string{"ike-rekey", "child-rekey"}, OnEvent: rekeys.Observe, Logf: log.Printf}).Run(ctx)
 	col := &exporter.Collector{Tunnels: tn.Names, SAs: vici.ListSAsOn(*sock), NATStateFile: *stateFile, Rekeys: rekeys.Counts}
-	ln, err := net.Listen("tcp", *listen)
+	return serveMetrics(ctx, *listen, col)
+}
+
+func serveMetrics(ctx context.Context, listen string, col prometheus.Collector) error {
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
 	}

@@ -70,7 +70,7 @@ func RenderSwanctl(cfg *Config) (string, error) {
 		w.open("children")
 		w.open(t.Name)
 		w.kv("mode", "tunnel")
-		w.kv("local_ts", cfg.ServiceCIDR)
+		w.kv("local_ts", strings.Join(localTS(cfg, t), ","))
 		w.kv("remote_ts", strings.Join(t.RemoteSubnets, ","))
 		w.kv("esp_proposals", strings.Join(t.ESPProposals, ","))
 		w.kv("rekey_time", fmt.Sprintf("%ds", t.ESPRekeySeconds))
@@ -258,12 +258,29 @@ func RenderStrongswanConf(opts StrongswanOptions) (string, error) {
 	return w.b.String(), nil
 }
 
-// ConnectionNames lists the connection names RenderSwanctl produces for cfg, sorted.
+// ConnectionNames lists the tunnels the status agent and the exporter report on, sorted:
+// the connection names RenderSwanctl produces, or a WireGuard gateway's peer names.
 func ConnectionNames(cfg *Config) []string {
 	out := make([]string, 0, len(cfg.Tunnels))
 	for _, t := range cfg.Tunnels {
 		out = append(out, t.Name)
 	}
+	if cfg.WireGuard != nil {
+		for _, p := range cfg.WireGuard.Peers {
+			out = append(out, p.Name)
+		}
+	}
 	sort.Strings(out)
 	return out
+}
+
+// localTS is a tunnel's local traffic selector: the service CIDR (virtual IPs and .1)
+// and, for a routed tunnel, the fabric's internal sources it reaches by their real
+// addresses.
+func localTS(cfg *Config, t Tunnel) []string {
+	ts := []string{cfg.ServiceCIDR}
+	if t.Mode == ModeRouted {
+		ts = append(ts, cfg.InternalSources...)
+	}
+	return ts
 }

@@ -27,18 +27,20 @@ func ConfigMap(g Gateway, cfg *gatewayconfig.Config) (*corev1.ConfigMap, error) 
 	if err != nil {
 		return nil, err
 	}
+	cm := &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: objectMeta(g, ConfigMapName(g.Name)),
+		Data:       map[string]string{gatewayconfig.ConfigMapKeyConfig: string(js)},
+	}
+	if cfg.Protocol == gatewayconfig.ProtocolWireGuard {
+		return cm, nil // no charon
+	}
 	swan, err := gatewayconfig.RenderSwanctl(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &corev1.ConfigMap{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: objectMeta(g, ConfigMapName(g.Name)),
-		Data: map[string]string{
-			gatewayconfig.ConfigMapKeyConfig:  string(js),
-			gatewayconfig.ConfigMapKeySwanctl: swan,
-		},
-	}, nil
+	cm.Data[gatewayconfig.ConfigMapKeySwanctl] = swan
+	return cm, nil
 }
 
 // Secret carries the rendered secrets section (the IKE pre-shared keys).
@@ -170,6 +172,8 @@ type Workload struct {
 	PortMAC      string
 	GatewayImage string
 	AgentImage   string
+	// WireGuardImage runs the wireguard container of a WireGuard gateway.
+	WireGuardImage string
 	// Dataplane is charon's kernel backend: kernel XFRM (the default) or libipsec
 	// (userspace ESP over a TUN device, for kernels without ESP).
 	Dataplane gatewayconfig.DataplaneMode

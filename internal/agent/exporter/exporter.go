@@ -155,16 +155,24 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if viciUp == 1 {
 		c.last = seen
 	}
-	if c.NATStateFile != "" {
-		if b, err := os.ReadFile(c.NATStateFile); err == nil {
-			var st NATState
-			if json.Unmarshal(b, &st) == nil {
-				ch <- prometheus.MustNewConstMetric(descNATErrors, prometheus.CounterValue, float64(st.ApplyErrors))
-				ch <- prometheus.MustNewConstMetric(descNATApplies, prometheus.CounterValue, float64(st.Applies))
-				ch <- prometheus.MustNewConstMetric(descNATDur, prometheus.GaugeValue, st.LastApplySeconds)
-				ch <- prometheus.MustNewConstMetric(descNATDrift, prometheus.CounterValue, float64(st.DriftRepairs))
-				ch <- prometheus.MustNewConstMetric(descGuardDrops, prometheus.CounterValue, float64(st.GuardDroppedPackets))
-			}
-		}
+	collectNAT(ch, c.NATStateFile)
+}
+
+// collectNAT publishes init-nat's apply statistics from its state file, if any.
+func collectNAT(ch chan<- prometheus.Metric, file string) {
+	if file == "" {
+		return
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return
+	}
+	var st NATState
+	if json.Unmarshal(b, &st) == nil {
+		ch <- prometheus.MustNewConstMetric(descNATErrors, prometheus.CounterValue, float64(st.ApplyErrors))
+		ch <- prometheus.MustNewConstMetric(descNATApplies, prometheus.CounterValue, float64(st.Applies))
+		ch <- prometheus.MustNewConstMetric(descNATDur, prometheus.GaugeValue, st.LastApplySeconds)
+		ch <- prometheus.MustNewConstMetric(descNATDrift, prometheus.CounterValue, float64(st.DriftRepairs))
+		ch <- prometheus.MustNewConstMetric(descGuardDrops, prometheus.CounterValue, float64(st.GuardDroppedPackets))
 	}
 }

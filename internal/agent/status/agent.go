@@ -41,7 +41,10 @@ type Agent struct {
 	// Tunnels returns the configured tunnels and the gateway they belong to.
 	Tunnels func() ([]string, gatewayconfig.GatewayRef)
 	// SAs lists charon's SAs (a fresh VICI session each time: charon may have restarted).
-	SAs   func(ctx context.Context) (map[string][]vici.IKESA, error)
+	SAs func(ctx context.Context) (map[string][]vici.IKESA, error)
+	// State, when set, computes the tunnels instead of SAs (a WireGuard gateway's
+	// peers, from the wireguard role's state file).
+	State func(names []string, now time.Time) ([]v1alpha1.TunnelState, string)
 	Write WriteFunc
 	// Kick triggers a round besides the timer.
 	Kick     <-chan struct{}
@@ -70,17 +73,21 @@ func (a *Agent) Round(ctx context.Context) (tunnels []v1alpha1.TunnelState, read
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cur, err := a.SAs(ctx)
-	if err != nil {
-		// charon unreachable: every tunnel is down, which is worth reporting.
-		cur = nil
-	}
 	now := time.Now
 	if a.Now != nil {
 		now = a.Now
 	}
-	tunnels, ready = Compute(names, cur, now())
-	wrote, err = a.Write(ctx, ref, tunnels, ready)
+	if a.State != nil {
+		tunnels, ready = a.State(names, now())
+	} else {
+		cur, err := a.SAs(ctx)
+		if err != nil {
+			// charon unreachable: every tunnel is down, which is worth reporting.
+			cur = nil
+		}
+		tunnels, ready = Compute(names, cur, now())
+	}
+	wrote, err := a.Write(ctx, ref, tunnels, ready)
 	if err != nil {
 		a.logf("status: %v", err)
 		return tunnels, ready, false

@@ -74,6 +74,9 @@ func Equal(a, b []v1alpha1.TunnelState) bool {
 		if x.Name != y.Name || x.State != y.State || x.IKESAs != y.IKESAs || x.ChildSAs != y.ChildSAs || x.Message != y.Message {
 			return false
 		}
+		if (x.LatestHandshake == nil) != (y.LatestHandshake == nil) || x.LatestHandshake != nil && !x.LatestHandshake.Equal(y.LatestHandshake) {
+			return false
+		}
 		if (x.EstablishedAt == nil) != (y.EstablishedAt == nil) {
 			return false
 		}
@@ -95,6 +98,9 @@ type Writer struct {
 	Kind      string
 	Namespace string
 	Name      string
+	// InterfacePublicKey is a WireGuard gateway's interface key, written with the
+	// tunnels (empty for IPsec).
+	InterfacePublicKey string
 	// Heartbeat is the longest time between two writes while nothing changes (default
 	// operatorconfig.DefaultStatusAgentHeartbeat).
 	Heartbeat time.Duration
@@ -143,7 +149,7 @@ func (w *Writer) Write(ctx context.Context, tunnels []v1alpha1.TunnelState, read
 	now := clock().Truncate(time.Second).UTC()
 	cur := st()
 	tunnels = carryTransitions(cur.Tunnels, tunnels, now)
-	if cur.TunnelsReady == ready && Equal(cur.Tunnels, tunnels) {
+	if cur.TunnelsReady == ready && Equal(cur.Tunnels, tunnels) && cur.InterfacePublicKey == w.InterfacePublicKey {
 		if w.wrote && !w.heartbeatDue(cur.TunnelsObservedTime, now) {
 			return false, nil
 		}
@@ -153,7 +159,7 @@ func (w *Writer) Write(ctx context.Context, tunnels []v1alpha1.TunnelState, read
 		tunnels = cur.Tunnels
 	}
 	observed := metav1.NewTime(now)
-	cur.Tunnels, cur.TunnelsReady, cur.TunnelsObservedTime = tunnels, ready, &observed
+	cur.Tunnels, cur.TunnelsReady, cur.TunnelsObservedTime, cur.InterfacePublicKey = tunnels, ready, &observed, w.InterfacePublicKey
 	sw := statuswrite.Writer{Client: w.Client, Manager: statuswrite.ManagerStatusAgent, Fields: AgentFields, Unguarded: true}
 	if err := sw.Apply(ctx, obj, nil); err != nil {
 		return false, fmt.Errorf("writing status of %s %s/%s: %w", w.Kind, w.Namespace, w.Name, err)
@@ -191,4 +197,4 @@ func carryTransitions(prev, next []v1alpha1.TunnelState, now time.Time) []v1alph
 }
 
 // AgentFields are the status fields the status agent owns.
-var AgentFields = []string{"tunnels", "tunnelsReady", "tunnelsObservedTime"}
+var AgentFields = []string{"tunnels", "tunnelsReady", "tunnelsObservedTime", "interfacePublicKey"}

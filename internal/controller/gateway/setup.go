@@ -86,7 +86,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		b := ctrl.NewControllerManagedBy(mgr).
 			Named(strings.ToLower(kind)).
-			For(newObject(kind), builder.WithPredicates(specOrLifecycleChanged)).
+			For(newObject(kind), builder.WithPredicates(predicate.Or(specOrLifecycleChanged, wireGuardKeyEvents))).
 			Owns(&corev1.ConfigMap{}).
 			Owns(&corev1.Secret{}).
 			Owns(&corev1.ServiceAccount{}).
