@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,8 +29,11 @@ func ClientWriter(c client.Client) WriteFunc {
 type Agent struct {
 	// Tunnels returns the configured tunnels and the gateway they belong to.
 	Tunnels func() ([]string, gatewayconfig.GatewayRef)
-	// SAs lists charon's SAs (a fresh VICI session each time: charon may have restarted).
-	SAs   func(ctx context.Context) (map[string][]vici.IKESA, error)
+	// SAs lists the named tunnels' SAs (a fresh VICI session each time: charon may have
+	// restarted).
+	SAs func(ctx context.Context, names []string) (map[string][]vici.IKESA, error)
+	// Notes adds what is known beyond the listing (causes, the loader's plan). Optional.
+	Notes func(tunnel string) Note
 	Write WriteFunc
 	// Kick triggers a round besides the timer.
 	Kick     <-chan struct{}
@@ -38,7 +42,16 @@ type Agent struct {
 	Timeout time.Duration
 	Now     func() time.Time
 	Logf    func(format string, args ...any)
+
+	// failures counts consecutive listings that failed although charon's socket answered.
+	failures int
 }
+
+// listingGrace is how many consecutive failed listings of a charon that is running (it
+// accepted the connection) are not reported: a charon busy past the call timeout says
+// nothing about the tunnels, and reporting them down would be false. A charon that is
+// not running is reported at once.
+const listingGrace = 2
 
 func (a *Agent) logf(format string, args ...any) {
 	if a.Logf != nil {
@@ -58,16 +71,28 @@ func (a *Agent) Round(ctx context.Context) (tunnels []v1alpha1.TunnelState, read
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cur, err := a.SAs(ctx)
+	cur, err := a.SAs(ctx, names)
+	notes := a.Notes
 	if err != nil {
+		if !errors.Is(err, vici.ErrCharonNotRunning) && a.failures < listingGrace {
+			a.failures++
+			a.logf("status: listing the SAs failed (%v); keeping the last report", err)
+			return nil, "", false
+		}
 		// charon unreachable: every tunnel is down, which is worth reporting.
 		cur = nil
+		msg := err.Error()
+		notes = func(string) Note {
+			return Note{Reason: ReasonCharonUnreachable, Message: "charon does not answer over VICI: " + msg}
+		}
+	} else {
+		a.failures = 0
 	}
 	now := time.Now
 	if a.Now != nil {
 		now = a.Now
 	}
-	tunnels, ready = Compute(names, cur, now())
+	tunnels, ready = Compute(names, cur, notes, now())
 	wrote, err = a.Write(ctx, ref, tunnels, ready)
 	if err != nil {
 		a.logf("status: %v", err)
