@@ -437,7 +437,7 @@ func (l *Loader) unanswered(name string, p *plan) bool {
 		return false
 	}
 	c, ok := l.Causes.Cause(name)
-	return ok && c.Reason == cause.PeerNotResponding && c.At.After(p.last)
+	return ok && c.Reason == cause.PeerNotResponding && !c.At.Before(p.last)
 }
 
 func (l *Loader) initiate(ctx context.Context, s *govici.Session, name string) bool {
