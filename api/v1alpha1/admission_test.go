@@ -293,6 +293,13 @@ func TestKubectlShowsColumnsAndDescriptions(t *testing.T) {
 	gw.Status.ServiceCIDR = "100.64.3.0/24"
 	gw.Status.NodeName = "vpn01-worker-a"
 	gw.Status.TunnelsReady = "1/1"
+	gw.Status.TunnelSummary = "1/1"
+	observed := metav1.Now()
+	gw.Status.TunnelsObservedTime = &observed
+	gw.Status.Conditions = []metav1.Condition{
+		{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.ReasonReconciled, LastTransitionTime: observed},
+		{Type: v1.ConditionPodReady, Status: metav1.ConditionTrue, Reason: v1.ReasonPodReady, LastTransitionTime: observed},
+	}
 	if err := env.Client.Status().Update(ctx, gw); err != nil {
 		t.Fatal(err)
 	}
@@ -311,9 +318,15 @@ func TestKubectlShowsColumnsAndDescriptions(t *testing.T) {
 		return strings.Join(strings.Fields(string(out)), " ")
 	}
 	out := run("get", "ipsecgw", "-n", ns, gw.Name)
-	for _, col := range []string{"READY", "FLOATING IP", "SERVICE CIDR", "NODE", "TUNNELS UP", "AGE", "203.0.113.10", "100.64.3.0/24", "vpn01-worker-a", "1/1"} {
+	for _, col := range []string{"READY", "REASON", "POD", "TUNNELS UP", "FLOATING IP", "NODE", "AGE", "True Reconciled PodReady 1/1 203.0.113.10 vpn01-worker-a"} {
 		if !strings.Contains(out, col) {
 			t.Errorf("kubectl get ipsecgw lacks %q", col)
+		}
+	}
+	out = run("get", "ipsecgw", "-n", ns, gw.Name, "-o", "wide")
+	for _, col := range []string{"SERVICE CIDR", "AGENT REPORT", "100.64.3.0/24"} {
+		if !strings.Contains(out, col) {
+			t.Errorf("kubectl get ipsecgw -o wide lacks %q", col)
 		}
 	}
 	out = run("get", "clink")

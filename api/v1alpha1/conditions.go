@@ -23,6 +23,15 @@ const (
 	ConditionWorkloadReady      = "WorkloadReady"
 )
 
+// Gateway condition types that observe the running gateway rather than converge
+// anything: the gateway pod as the kubelet reports it, and the tunnels as the pod's
+// status agent reports them. They feed Ready after the phase conditions: a gateway is
+// Ready only when every phase converged, its pod is ready and every tunnel is up.
+const (
+	ConditionPodReady  = "PodReady"
+	ConditionTunnelsUp = "TunnelsUp"
+)
+
 // ClusterLink condition types, in reconcile order.
 const (
 	ConditionTenantIsolationAttested = "TenantIsolationAttested"
@@ -84,6 +93,44 @@ const (
 	ReasonPSKSecretMissing = "PreSharedKeyNotFound"
 )
 
+// PodReady reasons: the gateway pod as the kubelet reports it.
+const (
+	// ReasonPodReady: the pod runs on the pinned node and is ready.
+	ReasonPodReady = "PodReady"
+	// ReasonPodNotFound: no pod of the gateway's Deployment exists (yet).
+	ReasonPodNotFound = "PodNotFound"
+	// ReasonPodPending: the pod is not scheduled or its containers are not started yet
+	// (image pulls, volumes, a sandbox still being created).
+	ReasonPodPending = "PodPending"
+	// ReasonPodNetworkFailed: the pod's sandbox cannot be created because a CNI plugin
+	// fails; on a gateway that is mostly the host-device plugin not finding the port's
+	// interface on the node ("failed to find host device"): the port is attached to
+	// another node's server.
+	ReasonPodNetworkFailed = "PodNetworkFailed"
+	// ReasonPodOnWrongNode: the pod runs on another node than status.nodeName, whose
+	// server holds the port.
+	ReasonPodOnWrongNode = "PodOnWrongNode"
+	// ReasonPodCrashLooping: a container of the pod keeps exiting (CrashLoopBackOff).
+	ReasonPodCrashLooping = "PodCrashLooping"
+	// ReasonPodNotReady: the pod runs but is not ready, or it failed.
+	ReasonPodNotReady = "PodNotReady"
+)
+
+// TunnelsUp reasons: the tunnels as the gateway's status agent reports them.
+const (
+	// ReasonTunnelsUp: every tunnel of the spec has an IKE SA and an installed child SA.
+	ReasonTunnelsUp = "TunnelsUp"
+	// ReasonTunnelsDown: at least one tunnel is down or still connecting; the message
+	// names each with its state and since when.
+	ReasonTunnelsDown = "TunnelsDown"
+	// ReasonTunnelsNotReported: no running status agent has reported yet (no pod, the
+	// agent's container not running, or the report predates it).
+	ReasonTunnelsNotReported = "TunnelsNotReported"
+	// ReasonStatusAgentSilent: the status agent's last heartbeat is older than the
+	// operator's stale-after time; its last report is shown as such, not as current.
+	ReasonStatusAgentSilent = "StatusAgentSilent"
+)
+
 // ClusterLink reasons (the cross-tenant table of the specification, plus same-tenant ones).
 const (
 	ReasonAttested                      = "Attested"
@@ -115,6 +162,12 @@ const (
 	ReasonReverseRoutesInstalled        = "ReverseRoutesInstalled"
 	ReasonEnsureReverseRoutesFailed     = "EnsureReverseRoutesFailed"
 )
+
+// ReasonTransitNetworkSharedWithAllProjects: the transit network is shared with every
+// project of the cloud (its shared flag, or an access_as_shared RBAC policy with target
+// "*"). Every ClusterLink refuses to build or change anything (on TransitIPAllocated, or
+// TransitNetworkShared on a cross-tenant link) until an OpenStack admin removes it.
+const ReasonTransitNetworkSharedWithAllProjects = "TransitNetworkSharedWithAllProjects"
 
 // Annotations.
 const (

@@ -308,6 +308,10 @@ type TunnelState struct {
 	// attempt is due.
 	// +optional
 	Message string `json:"message,omitempty"`
+	// LastTransitionTime is when the status agent first saw the tunnel in its current
+	// state (kept across agent restarts while the state stays the same).
+	// +optional
+	LastTransitionTime *metav1.Time `json:"lastTransitionTime,omitempty"`
 }
 
 // GatewayStatus is the observed state shared by IPsecGateway and VPNGateway.
@@ -370,6 +374,17 @@ type GatewayStatus struct {
 	// TunnelsReady summarises the tunnels as "up/total", written by the status agent.
 	// +optional
 	TunnelsReady string `json:"tunnelsReady,omitempty"`
+	// TunnelsObservedTime is the status agent's heartbeat: when it last confirmed
+	// status.tunnels against charon. It is written with every change and at least once a
+	// minute; the operator treats the report as stale (TunnelsUp Unknown) when it is
+	// older than its status-agent stale-after time.
+	// +optional
+	TunnelsObservedTime *metav1.Time `json:"tunnelsObservedTime,omitempty"`
+	// TunnelSummary is the operator's reading of the status agent's report, shown by
+	// kubectl get: "up/total" while the report is current, "?/total" while there is none
+	// or it is stale (see the TunnelsUp condition).
+	// +optional
+	TunnelSummary string `json:"tunnelSummary,omitempty"`
 	// Conditions are the operator's reconcile phases and the Ready summary.
 	// +listType=map
 	// +listMapKey=type
@@ -385,11 +400,13 @@ type GatewayStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=ipsecgw;ipgw,categories=bnerd-vpn
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.status.conditions[?(@.type=="PodReady")].reason`
+// +kubebuilder:printcolumn:name="Tunnels Up",type=string,JSONPath=`.status.tunnelSummary`
 // +kubebuilder:printcolumn:name="Floating IP",type=string,JSONPath=`.status.floatingIP`
-// +kubebuilder:printcolumn:name="Service CIDR",type=string,JSONPath=`.status.serviceCIDR`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
-// +kubebuilder:printcolumn:name="Tunnels Up",type=string,JSONPath=`.status.tunnelsReady`
-// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Service CIDR",type=string,JSONPath=`.status.serviceCIDR`,priority=1
+// +kubebuilder:printcolumn:name="Agent Report",type=date,JSONPath=`.status.tunnelsObservedTime`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type IPsecGateway struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -440,11 +457,13 @@ type VPNGatewaySpec struct {
 // +kubebuilder:resource:shortName=vpngw,categories=bnerd-vpn
 // +kubebuilder:printcolumn:name="Protocol",type=string,JSONPath=`.spec.protocol`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.status.conditions[?(@.type=="PodReady")].reason`
+// +kubebuilder:printcolumn:name="Tunnels Up",type=string,JSONPath=`.status.tunnelSummary`
 // +kubebuilder:printcolumn:name="Floating IP",type=string,JSONPath=`.status.floatingIP`
-// +kubebuilder:printcolumn:name="Service CIDR",type=string,JSONPath=`.status.serviceCIDR`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
-// +kubebuilder:printcolumn:name="Tunnels Up",type=string,JSONPath=`.status.tunnelsReady`
-// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Service CIDR",type=string,JSONPath=`.status.serviceCIDR`,priority=1
+// +kubebuilder:printcolumn:name="Agent Report",type=date,JSONPath=`.status.tunnelsObservedTime`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type VPNGateway struct {
 	metav1.TypeMeta   `json:",inline"`

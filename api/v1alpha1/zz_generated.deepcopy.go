@@ -257,6 +257,10 @@ func (in *GatewayStatus) DeepCopyInto(out *GatewayStatus) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.TunnelsObservedTime != nil {
+		in, out := &in.TunnelsObservedTime, &out.TunnelsObservedTime
+		*out = (*in).DeepCopy()
+	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
 		*out = make([]v1.Condition, len(*in))
@@ -496,6 +500,10 @@ func (in *TunnelState) DeepCopyInto(out *TunnelState) {
 	*out = *in
 	if in.EstablishedAt != nil {
 		in, out := &in.EstablishedAt, &out.EstablishedAt
+		*out = (*in).DeepCopy()
+	}
+	if in.LastTransitionTime != nil {
+		in, out := &in.LastTransitionTime, &out.LastTransitionTime
 		*out = (*in).DeepCopy()
 	}
 }

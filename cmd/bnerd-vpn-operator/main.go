@@ -12,9 +12,12 @@ import (
 	"os"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -78,6 +81,11 @@ func managerOptions(f flags, cfg operatorconfig.Config, scheme *runtime.Scheme) 
 		// The process exits right after the manager stops, so handing the Lease over at
 		// once is safe and saves the next replica a lease duration.
 		LeaderElectionReleaseOnCancel: true,
+		// The gateway health controllers watch gateway pods: cache those, not every pod
+		// of the cluster.
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}: {Label: gateway.GatewayPodSelector()},
+		}},
 	}
 }
 
@@ -179,17 +187,23 @@ func run() error {
 	}
 
 	// The preflight warns and never blocks: the operator cannot fix the cluster setting.
-	if err := mgr.Add(preflightRunnable{mgr}); err != nil {
+	if err := mgr.Add(preflightRunnable{mgr: mgr, networking: osClients.Networking, transit: cfg.GatewayNetwork}); err != nil {
 		return err
 	}
 	log.Info("starting the manager")
 	return mgr.Start(ctx)
 }
 
-type preflightRunnable struct{ mgr ctrl.Manager }
+type preflightRunnable struct {
+	mgr        ctrl.Manager
+	networking openstack.Networking
+	transit    string
+}
 
 func (p preflightRunnable) Start(ctx context.Context) error {
-	preflight.CheckCiliumExclusive(ctx, p.mgr.GetAPIReader(), ctrl.Log.WithName("preflight"))
+	log := ctrl.Log.WithName("preflight")
+	preflight.CheckCiliumExclusive(ctx, p.mgr.GetAPIReader(), log)
+	preflight.CheckTransitNetworkShare(ctx, p.networking, p.transit, log)
 	return nil
 }
 

@@ -27,6 +27,8 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/conditions"
+	"bnerd.net/vpn-operator/internal/controller/gateway"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/openstack/sim"
 	"bnerd.net/vpn-operator/internal/testenv"
@@ -49,8 +51,8 @@ var nodes = []struct{ name, serverID string }{
 }
 
 func main() {
-	stay := flag.Bool("stay", false, "keep everything running after the gateway is Ready and print how to reach it")
-	timeout := flag.Duration("timeout", 3*time.Minute, "how long to wait for the gateway to become Ready")
+	stay := flag.Bool("stay", false, "keep everything running after the gateway converged and print how to reach it")
+	timeout := flag.Duration("timeout", 3*time.Minute, "how long to wait for the gateway to converge (and the ClusterLink to become Ready)")
 	seedPath := flag.String("seed", "examples/sim-estate.yaml", "simulator seed")
 	gatewayPath := flag.String("gateway", "examples/ipsecgateway.yaml", "gateway manifest to apply")
 	linkPath := flag.String("clusterlink", "examples/clusterlink.yaml", "ClusterLink manifest to apply after the gateway (empty: none)")
@@ -164,7 +166,9 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath strin
 	if err := apply(ctx, c, gatewayPath, gw, tenantNamespace); err != nil {
 		return err
 	}
-	if err := waitReady(ctx, c, gw, func() []metav1.Condition { return gw.Status.Conditions }, timeout); err != nil {
+	// No kubelet runs here: the gateway converges (every phase True), but its pod never
+	// runs, so Ready stays False with PodReady's reason, as it would in a real cluster.
+	if err := waitReady(ctx, c, gw, func() []metav1.Condition { return gw.Status.Conditions }, gateway.ConditionTypes, timeout); err != nil {
 		fmt.Printf("\noperator log (%s):\n", logPath)
 		tail(logPath, 40)
 		return err
@@ -182,7 +186,7 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath strin
 		if err := apply(ctx, c, linkPath, link, ""); err != nil {
 			return err
 		}
-		if err := waitReady(ctx, c, link, func() []metav1.Condition { return link.Status.Conditions }, timeout); err != nil {
+		if err := waitReady(ctx, c, link, func() []metav1.Condition { return link.Status.Conditions }, []string{v1.ConditionReady}, timeout); err != nil {
 			fmt.Printf("\noperator log (%s):\n", logPath)
 			tail(logPath, 40)
 			return err
@@ -286,14 +290,18 @@ func apply(ctx context.Context, c client.Client, path string, obj client.Object,
 	return c.Create(ctx, obj)
 }
 
-// waitReady re-reads obj and prints every change of its conditions until Ready is True
-// for its current generation.
-func waitReady(ctx context.Context, c client.Client, obj client.Object, conds func() []metav1.Condition, timeout time.Duration) error {
+// waitReady re-reads obj and prints every change of its conditions until every condition
+// of want is True for its current generation.
+func waitReady(ctx context.Context, c client.Client, obj client.Object, conds func() []metav1.Condition, want []string, timeout time.Duration) error {
 	key := client.ObjectKeyFromObject(obj)
 	kind := fmt.Sprintf("%T", obj)[len("*v1alpha1."):]
 	name := key.String()
 	if key.Namespace == "" {
 		name = key.Name
+	}
+	what := "Ready"
+	if len(want) > 1 || want[0] != v1.ConditionReady {
+		what = "converged"
 	}
 	deadline := time.Now().Add(timeout)
 	seen := map[string]string{}
@@ -306,17 +314,24 @@ func waitReady(ctx context.Context, c client.Client, obj client.Object, conds fu
 			line := fmt.Sprintf("%s=%s %s %s", cond.Type, cond.Status, cond.Reason, cond.Message)
 			if seen[cond.Type] != line {
 				seen[cond.Type] = line
-				fmt.Printf("    %6.1fs  %-23s %-6s %-26s %s\n", time.Since(start).Seconds(), cond.Type, cond.Status, cond.Reason, cond.Message)
+				fmt.Printf("    %6.1fs  %-23s %-7s %-26s %s\n", time.Since(start).Seconds(), cond.Type, cond.Status, cond.Reason, cond.Message)
 			}
 		}
-		for _, cond := range conds() {
-			if cond.Type == v1.ConditionReady && cond.Status == metav1.ConditionTrue && cond.ObservedGeneration == obj.GetGeneration() {
-				step("%s %s is Ready after %.1fs", kind, name, time.Since(start).Seconds())
-				return nil
+		done := true
+		for _, t := range want {
+			done = done && conditions.IsTrue(conds(), t, obj.GetGeneration())
+		}
+		if done {
+			step("%s %s is %s after %.1fs", kind, name, what, time.Since(start).Seconds())
+			if what == "converged" {
+				if r := conditions.Get(conds(), v1.ConditionReady); r != nil {
+					step("%s %s: Ready=%s/%s (no kubelet runs in the sandbox, so no gateway pod does either)", kind, name, r.Status, r.Reason)
+				}
 			}
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s %s not Ready after %s", kind, name, timeout)
+			return fmt.Errorf("%s %s not %s after %s", kind, name, what, timeout)
 		}
 		select {
 		case <-ctx.Done():

@@ -36,6 +36,7 @@ import (
 	"bnerd.net/vpn-operator/internal/agent/status"
 	"bnerd.net/vpn-operator/internal/agent/vici"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
+	"bnerd.net/vpn-operator/internal/operatorconfig"
 )
 
 const usage = `usage: vpn-gateway-agent <role> [flags]
@@ -244,6 +245,7 @@ func runStatus(ctx context.Context, args []string) error {
 	c.register(fs, false)
 	sock := fs.String("vici-socket", "/var/run/charon.vici", "charon's VICI socket")
 	interval := fs.Duration("interval", 10*time.Second, "poll interval besides VICI events")
+	heartbeat := fs.Duration("heartbeat", operatorconfig.DefaultStatusAgentHeartbeat, "longest time between two status writes while nothing changes (the operator calls a report stale after its IPSEC_STATUS_AGENT_STALE_AFTER)")
 	loadSecrets := fs.String("load-secrets-file", "", "also load the connections into charon, with the shared keys read from this file")
 	var r retries
 	r.register(fs)
@@ -289,7 +291,7 @@ func runStatus(ctx context.Context, args []string) error {
 			}
 		}, Logf: log.Printf,
 	}).Run(ctx)
-	(&status.Agent{Tunnels: tn.Get, SAs: vici.ListSAsOn(*sock), Notes: status.Notes(causes, plans, nil), Write: status.ClientWriter(cl), Kick: kicks, Interval: *interval, Logf: log.Printf}).Run(ctx)
+	(&status.Agent{Tunnels: tn.Get, SAs: vici.ListSAsOn(*sock), Notes: status.Notes(causes, plans, nil), Write: status.ClientWriter(cl, *heartbeat), Kick: kicks, Interval: *interval, Logf: log.Printf}).Run(ctx)
 	return nil
 }
 

@@ -25,7 +25,9 @@ import (
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/agent/exporter"
+	"bnerd.net/vpn-operator/internal/agent/status"
 	"bnerd.net/vpn-operator/internal/agent/vici"
+	"bnerd.net/vpn-operator/internal/conditions"
 	"bnerd.net/vpn-operator/internal/controller/gateway"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/openstack/sim"
@@ -138,7 +140,7 @@ func newWorld(t *testing.T) *world {
 			Target: v1alpha1.Target{Address: "192.168.10.5", Ports: []v1alpha1.PortSpec{{Port: 8443, Protocol: v1alpha1.ProtocolTCP}}}}},
 	}}
 	must(c.Create(ctx, gw))
-	w.waitReady()
+	w.waitConverged()
 	w.exporter = &fakeCharon{up: true, nat: exporter.NATState{Applies: 3}}
 	w.exporter.writeNAT(t, w.natState)
 	w.startPod(w.gateway().Status.NodeName)
@@ -155,18 +157,22 @@ func (w *world) gateway() *v1alpha1.IPsecGateway {
 	return &g
 }
 
-func (w *world) waitReady() {
+// waitConverged waits until every phase condition is True for the current generation
+// (Ready also needs the pod and the tunnels, which the tests play next).
+func (w *world) waitConverged() {
 	w.t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		g := w.gateway()
-		for _, c := range g.Status.Conditions {
-			if c.Type == v1alpha1.ConditionReady && c.Status == metav1.ConditionTrue && c.ObservedGeneration == g.Generation {
-				return
-			}
+		ok := true
+		for _, typ := range gateway.ConditionTypes {
+			ok = ok && conditions.IsTrue(g.Status.Conditions, typ, g.Generation)
+		}
+		if ok {
+			return
 		}
 		if time.Now().After(deadline) {
-			w.t.Fatalf("gateway never Ready: %+v", g.Status.Conditions)
+			w.t.Fatalf("gateway never converged: %+v", g.Status.Conditions)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -204,18 +210,20 @@ func (w *world) startPod(nodeName string) *corev1.Pod {
 	return pod
 }
 
-// reportTunnels writes status.tunnels as the status agent does.
-func (w *world) reportTunnels(state, msg string) {
+// reportTunnels writes status.tunnels as the status agent does (its own writer).
+func (w *world) reportTunnels(state, msg string) { w.reportTunnelsAt(time.Now(), state, msg) }
+
+// reportTunnelsAt writes the report with the heartbeat at.
+func (w *world) reportTunnelsAt(at time.Time, state, msg string) {
 	w.t.Helper()
-	g := w.gateway()
 	st := v1alpha1.TunnelState{Name: "hq", State: state, Message: msg}
 	ready := "0/1"
 	if state == "Up" {
 		t := metav1.NewTime(time.Now().Add(-3 * time.Minute).Truncate(time.Second))
 		st.EstablishedAt, st.IKESAs, st.ChildSAs, ready = &t, 1, 1, "1/1"
 	}
-	g.Status.Tunnels, g.Status.TunnelsReady = []v1alpha1.TunnelState{st}, ready
-	if err := env.Client.Status().Update(w.ctx, g); err != nil {
+	agent := &status.Writer{Client: env.Client, Kind: "IPsecGateway", Namespace: w.ns, Name: w.name, Now: func() time.Time { return at }}
+	if _, err := agent.Write(w.ctx, []v1alpha1.TunnelState{st}, ready); err != nil {
 		w.t.Fatal(err)
 	}
 }
@@ -486,6 +494,14 @@ func TestDiagnose(t *testing.T) {
 		w.exporter.mu.Unlock()
 		w.reportTunnels("Up", "")
 		w.expectHealthy("with the tunnel up again")
+	})
+
+	t.Run("status agent silent", func(t *testing.T) {
+		w.t = t
+		w.reportTunnelsAt(time.Now().Add(-10*time.Minute), "Up", "")
+		w.expectFirst(w.diagnose(), "status.tunnels", "is not current: the status agent last reported at", "-c status-agent")
+		w.reportTunnels("Up", "")
+		w.expectHealthy("with a fresh report")
 	})
 
 	t.Run("status agent stale", func(t *testing.T) {

@@ -247,37 +247,32 @@ func orName(r openstack.Router) string {
 }
 
 // checkTransit looks for the one thing that must never be: the gateway network shared
-// with every project (network --share, or a wildcard RBAC rule). The operator does not
-// detect it; this check does.
+// with every project (network --share, or a wildcard RBAC rule). It reads the network
+// the way the operator does (openstack.ReadNetworkShare), which refuses every ClusterLink
+// on such a network (TransitNetworkSharedWithAllProjects); this check names it per gateway.
 func (r *run) checkTransit(port *openstack.Port) {
 	const id, title = "openstack.transit", "Transit network not shared with every project"
-	net, err := r.src.OpenStack.GetNetwork(r.ctx, port.NetworkID)
+	share, err := openstack.ReadNetworkShare(r.ctx, r.src.OpenStack, port.NetworkID)
 	if err != nil {
 		r.unreadable(id, title, err)
 		return
 	}
-	if net.Shared {
+	net := share.Network
+	switch {
+	case share.Flag:
 		r.add(Check{ID: id, Title: title, Status: Fail,
 			Detail:  fmt.Sprintf("network %s (%s) has shared=True: every project of the cloud can create ports on it and reach every linked cluster through the gateway router", orText(net.Name, net.ID), net.ID),
 			Fix:     "An OpenStack admin removes it: openstack network set --no-share " + net.ID + "; customers get per-project RBAC shares from their ClusterLinks.",
 			Runbook: anchor(FindingTransitShared)})
-		return
+	case len(share.Wildcard) > 0:
+		p := share.Wildcard[0]
+		r.add(Check{ID: id, Title: title, Status: Fail,
+			Detail:  fmt.Sprintf("RBAC policy %s shares network %s with every project (target *)", p.ID, net.ID),
+			Fix:     "An OpenStack admin deletes it: openstack network rbac delete " + p.ID,
+			Runbook: anchor(FindingTransitShared)})
+	default:
+		r.add(Check{ID: id, Title: title, Status: Pass, Detail: fmt.Sprintf("%s: %d per-project shares", orText(net.Name, net.ID), len(share.PerProject))})
 	}
-	pols, err := r.src.OpenStack.ListRBACPolicies(r.ctx, openstack.ListRBACPoliciesOpts{ObjectID: net.ID, ObjectType: openstack.RBACObjectNetwork, Action: openstack.RBACActionAccessAsShared})
-	if err != nil {
-		r.unreadable(id, title, err)
-		return
-	}
-	for _, p := range pols {
-		if p.TargetProject == "*" {
-			r.add(Check{ID: id, Title: title, Status: Fail,
-				Detail:  fmt.Sprintf("RBAC policy %s shares network %s with every project (target *)", p.ID, net.ID),
-				Fix:     "An OpenStack admin deletes it: openstack network rbac delete " + p.ID,
-				Runbook: anchor(FindingTransitShared)})
-			return
-		}
-	}
-	r.add(Check{ID: id, Title: title, Status: Pass, Detail: fmt.Sprintf("%s: %d per-project shares", orText(net.Name, net.ID), len(pols))})
 }
 
 func orText(v, def string) string {

@@ -10,6 +10,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/operatorconfig"
 )
 
 // checkTunnels reads the status agent's view: status.tunnels, written from charon's SAs.
@@ -30,6 +34,22 @@ func (r *run) checkTunnels(workloadUp bool) {
 		}
 		r.add(Check{ID: "status.tunnels", Title: title, Status: Fail,
 			Detail:  "status.tunnels is empty although the gateway pod runs: the status agent has not reported",
+			Fix:     fmt.Sprintf("Read its log: kubectl -n %s logs %s -c status-agent (it needs get/patch on the gateway's status)", g.obj.GetNamespace(), r.podName()),
+			Runbook: anchor(FindingStatusAgent)})
+		return
+	}
+	// A report the status agent stopped confirming is not the present: the operator's
+	// own reading (TunnelsUp Unknown/StatusAgentSilent, after its configured time), or a
+	// heartbeat older than the default stale-after time.
+	silent := ""
+	if c := meta.FindStatusCondition(g.status.Conditions, v1alpha1.ConditionTunnelsUp); c != nil && c.Reason == v1alpha1.ReasonStatusAgentSilent {
+		silent = c.Message
+	} else if hb := g.status.TunnelsObservedTime; hb != nil && r.now.Sub(hb.Time) > operatorconfig.DefaultStatusAgentStaleAfter {
+		silent = fmt.Sprintf("the status agent last reported at %s, %s ago", hb.UTC().Format(time.RFC3339), r.now.Sub(hb.Time).Round(time.Second))
+	}
+	if silent != "" {
+		r.add(Check{ID: "status.tunnels", Title: title, Status: Fail,
+			Detail:  "status.tunnels is not current: " + silent,
 			Fix:     fmt.Sprintf("Read its log: kubectl -n %s logs %s -c status-agent (it needs get/patch on the gateway's status)", g.obj.GetNamespace(), r.podName()),
 			Runbook: anchor(FindingStatusAgent)})
 		return

@@ -4,7 +4,9 @@
 // status, and the number of exposures. These series do not depend on the gateway pod
 // being scraped, so alerts can join them against the pod's own scrape: a gateway whose pod
 // has no IP (pending, or on a node that is gone) leaves no scrape target and no `up`
-// series, but it still has a bnerd_gateway_info series here.
+// series, but it still has a bnerd_gateway_info series here. A tunnel state is exported
+// only while the operator reads the status agent's report as current (TunnelsUp True or
+// False): a stale report is never shown as the present.
 //
 // Series carry the labels namespace (the gateway's), gateway and gateway_kind (the
 // lowercase kind, as on the gateway pod's ipsec.bnerd.net/gateway-kind label). Prometheus
@@ -36,13 +38,13 @@ var (
 		"1 for every gateway that exists and is not being deleted: its pod should be running and scraped.",
 		append(gatewayLabels, "node", "floating_ip"), nil)
 	descReady = prometheus.NewDesc("bnerd_gateway_ready",
-		"1 when the gateway's Ready condition is True for its current generation.",
+		"1 when the gateway's Ready condition is True for its current generation: every phase converged, its pod ready, every tunnel up.",
 		gatewayLabels, nil)
 	descPodReady = prometheus.NewDesc("bnerd_gateway_pod_ready",
 		"1 when the gateway's Deployment reports a ready pod; 0 while the pod is missing, pending, crash-looping or unready.",
 		gatewayLabels, nil)
 	descTunnelReported = prometheus.NewDesc("bnerd_gateway_tunnel_reported_up",
-		"The tunnel's state as the gateway's status agent last wrote it into status.tunnels: 1 Up, 0 otherwise.",
+		"The tunnel's state as the gateway's status agent last wrote it into status.tunnels: 1 Up, 0 otherwise; absent while that report is not current (condition TunnelsUp Unknown).",
 		append(gatewayLabels, "tunnel"), nil)
 	descExposures = prometheus.NewDesc("bnerd_gateway_exposures",
 		"Exposures (direction forward) and reverse exposures (direction reverse) with an allocated virtual IP.",
@@ -128,7 +130,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descPodReady, prometheus.GaugeValue, podReady, labels...)
 		}
 
-		for _, t := range g.status.Tunnels {
+		for _, t := range currentTunnels(g.status) {
 			up := 0.0
 			if t.State == "Up" {
 				up = 1
@@ -139,6 +141,17 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descExposures, prometheus.GaugeValue, float64(len(g.status.ReverseExposures)), append(labels, "reverse")...)
 	}
 	ch <- prometheus.MustNewConstMetric(descScrapeErrors, prometheus.GaugeValue, failed)
+}
+
+// currentTunnels is status.tunnels while the operator reads the report as current:
+// TunnelsUp True or False. Unknown (no running agent, a report from an earlier pod, a
+// heartbeat older than the stale-after time) or not evaluated yet: none.
+func currentTunnels(st *v1alpha1.GatewayStatus) []v1alpha1.TunnelState {
+	c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionTunnelsUp)
+	if c == nil || c.Status == metav1.ConditionUnknown {
+		return nil
+	}
+	return st.Tunnels
 }
 
 // podReady reads the gateway's Deployment: a ready replica of the current template. A

@@ -78,20 +78,27 @@ func TestCollector(t *testing.T) {
 		ReverseExposures: []v1alpha1.AllocatedAddress{{Name: "r", VirtualIP: "100.64.0.200"}},
 		Tunnels:          []v1alpha1.TunnelState{{Name: "hq", State: "Up"}, {Name: "branch", State: "Down"}},
 		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonReconciled,
-			ObservedGeneration: office.Generation, LastTransitionTime: metav1.Now()}},
+			ObservedGeneration: office.Generation, LastTransitionTime: metav1.Now()},
+			{Type: v1alpha1.ConditionTunnelsUp, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonTunnelsDown,
+				ObservedGeneration: office.Generation, LastTransitionTime: metav1.Now()}},
 	}
 	if err := env.Client.Status().Update(ctx, office); err != nil {
 		t.Fatal(err)
 	}
 	deployment(t, ctx, office, v1alpha1.GroupVersion.WithKind("IPsecGateway"), 1)
 
-	// A VPNGateway whose pod is not ready and whose Ready condition is stale (older generation).
+	// A VPNGateway whose pod is not ready and whose Ready condition is stale (older
+	// generation); its status agent's last report is stale too (TunnelsUp Unknown): no
+	// tunnel series.
 	dc := &v1alpha1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "dc"}, Spec: v1alpha1.VPNGatewaySpec{GatewaySpec: tunnelSpec()}}
 	if err := env.Client.Create(ctx, dc); err != nil {
 		t.Fatal(err)
 	}
 	dc.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonReconciled,
-		ObservedGeneration: dc.Generation - 1, LastTransitionTime: metav1.Now()}}
+		ObservedGeneration: dc.Generation - 1, LastTransitionTime: metav1.Now()},
+		{Type: v1alpha1.ConditionTunnelsUp, Status: metav1.ConditionUnknown, Reason: v1alpha1.ReasonStatusAgentSilent,
+			ObservedGeneration: dc.Generation, LastTransitionTime: metav1.Now()}}
+	dc.Status.Tunnels = []v1alpha1.TunnelState{{Name: "hq", State: "Up"}}
 	if err := env.Client.Status().Update(ctx, dc); err != nil {
 		t.Fatal(err)
 	}
@@ -128,12 +135,12 @@ bnerd_gateway_info{floating_ip="203.0.113.10",gateway="office",gateway_kind="ips
 bnerd_gateway_pod_ready{gateway="dc",gateway_kind="vpngateway",namespace="metrics-test"} 0
 bnerd_gateway_pod_ready{gateway="fresh",gateway_kind="ipsecgateway",namespace="metrics-test"} 0
 bnerd_gateway_pod_ready{gateway="office",gateway_kind="ipsecgateway",namespace="metrics-test"} 1
-# HELP bnerd_gateway_ready 1 when the gateway's Ready condition is True for its current generation.
+# HELP bnerd_gateway_ready 1 when the gateway's Ready condition is True for its current generation: every phase converged, its pod ready, every tunnel up.
 # TYPE bnerd_gateway_ready gauge
 bnerd_gateway_ready{gateway="dc",gateway_kind="vpngateway",namespace="metrics-test"} 0
 bnerd_gateway_ready{gateway="fresh",gateway_kind="ipsecgateway",namespace="metrics-test"} 0
 bnerd_gateway_ready{gateway="office",gateway_kind="ipsecgateway",namespace="metrics-test"} 1
-# HELP bnerd_gateway_tunnel_reported_up The tunnel's state as the gateway's status agent last wrote it into status.tunnels: 1 Up, 0 otherwise.
+# HELP bnerd_gateway_tunnel_reported_up The tunnel's state as the gateway's status agent last wrote it into status.tunnels: 1 Up, 0 otherwise; absent while that report is not current (condition TunnelsUp Unknown).
 # TYPE bnerd_gateway_tunnel_reported_up gauge
 bnerd_gateway_tunnel_reported_up{gateway="office",gateway_kind="ipsecgateway",namespace="metrics-test",tunnel="branch"} 0
 bnerd_gateway_tunnel_reported_up{gateway="office",gateway_kind="ipsecgateway",namespace="metrics-test",tunnel="hq"} 1

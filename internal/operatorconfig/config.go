@@ -46,6 +46,11 @@ type Config struct {
 	ResyncInterval time.Duration
 	// MaxConcurrentReconciles per controller.
 	MaxConcurrentReconciles int
+	// StatusAgentStaleAfter is how old a gateway status agent's heartbeat
+	// (status.tunnelsObservedTime) may be before its report is stale: TunnelsUp turns
+	// Unknown/StatusAgentSilent and Ready with it. The agent writes one at least every
+	// DefaultStatusAgentHeartbeat, so the default tolerates two missed heartbeats.
+	StatusAgentStaleAfter time.Duration
 }
 
 // Defaults from the specification.
@@ -56,6 +61,15 @@ const (
 	DefaultGatewayNetwork                  = "vpn-transit"
 	DefaultGatewayImage                    = "ghcr.io/bnerd/bnerd-vpn-gateway:v0.1.0"
 	DefaultAgentImage                      = "ghcr.io/bnerd/bnerd-vpn-gateway:v0.1.0"
+)
+
+// The status agent's heartbeat and the age at which the operator calls its report stale.
+const (
+	// DefaultStatusAgentHeartbeat is how often a gateway's status agent confirms its
+	// report when nothing changed (its --heartbeat flag's default).
+	DefaultStatusAgentHeartbeat = time.Minute
+	// DefaultStatusAgentStaleAfter is three heartbeats.
+	DefaultStatusAgentStaleAfter = 3 * DefaultStatusAgentHeartbeat
 )
 
 // Default returns the configuration with every default applied and nothing read.
@@ -69,6 +83,7 @@ func Default() Config {
 		ClusterLinkCredentialsNamespace: DefaultClusterLinkCredentialsNamespace,
 		ResyncInterval:                  DefaultResyncInterval,
 		MaxConcurrentReconciles:         4,
+		StatusAgentStaleAfter:           DefaultStatusAgentStaleAfter,
 	}
 }
 
@@ -78,7 +93,7 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 		getenv = os.Getenv
 	}
 	c := Default()
-	var pool, internal, resync, netpol, conc string
+	var pool, internal, resync, netpol, conc, stale string
 	env := func(name, def string) string {
 		if v := getenv(name); v != "" {
 			return v
@@ -98,6 +113,7 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	fs.StringVar(&c.ClusterLinkCredentialsNamespace, "clusterlink-credentials-namespace", env("IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE", c.ClusterLinkCredentialsNamespace), "namespace of ClusterLink customer credentials (IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE)")
 	fs.StringVar(&resync, "resync-interval", env("IPSEC_RESYNC_INTERVAL", c.ResyncInterval.String()), "periodic resync (IPSEC_RESYNC_INTERVAL)")
 	fs.StringVar(&conc, "max-concurrent-reconciles", env("IPSEC_MAX_CONCURRENT_RECONCILES", strconv.Itoa(c.MaxConcurrentReconciles)), "workers per controller (IPSEC_MAX_CONCURRENT_RECONCILES)")
+	fs.StringVar(&stale, "status-agent-stale-after", env("IPSEC_STATUS_AGENT_STALE_AFTER", c.StatusAgentStaleAfter.String()), "age of a status agent's heartbeat after which its tunnel report is stale (IPSEC_STATUS_AGENT_STALE_AFTER)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -114,6 +130,9 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	}
 	if c.ResyncInterval, err = time.ParseDuration(resync); err != nil || c.ResyncInterval <= 0 {
 		return c, fmt.Errorf("resync interval %q: must be a positive duration", resync)
+	}
+	if c.StatusAgentStaleAfter, err = time.ParseDuration(stale); err != nil || c.StatusAgentStaleAfter <= DefaultStatusAgentHeartbeat {
+		return c, fmt.Errorf("status agent stale-after %q: must be a duration longer than the agent's heartbeat (%s)", stale, DefaultStatusAgentHeartbeat)
 	}
 	if c.MaxConcurrentReconciles, err = strconv.Atoi(conc); err != nil || c.MaxConcurrentReconciles < 1 {
 		return c, fmt.Errorf("max concurrent reconciles %q: must be a positive integer", conc)

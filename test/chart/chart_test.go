@@ -95,6 +95,7 @@ func TestDeploymentEnvDefaults(t *testing.T) {
 		"IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE": consts["DefaultClusterLinkCredentialsNamespace"],
 		"IPSEC_RESYNC_INTERVAL":                   "5m",
 		"IPSEC_MAX_CONCURRENT_RECONCILES":         "4",
+		"IPSEC_STATUS_AGENT_STALE_AFTER":          "3m",
 	}
 	for name, v := range want {
 		if v == "" && name != "IPSEC_INTERNAL_SOURCE_CIDRS" {

@@ -115,17 +115,17 @@ func waitAll(t *testing.T, c client.Client, ns string, n int) {
 		must(t, c.List(context.Background(), &l, client.InNamespace(ns)))
 		ready := 0
 		for _, g := range l.Items {
-			for _, cd := range g.Status.Conditions {
-				if cd.Type == v1alpha1.ConditionReady && cd.Status == metav1.ConditionTrue && cd.ObservedGeneration == g.Generation {
-					ready++
-				}
+			// Converged: every phase True (Ready also needs a running pod and the
+			// tunnels up, which no kubelet or peer provides here).
+			if converged(g.Status.Conditions, g.Generation) {
+				ready++
 			}
 		}
 		if ready == n {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d gateways Ready", ready, n)
+			t.Fatalf("%d of %d gateways converged", ready, n)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}

@@ -16,6 +16,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"bnerd.net/vpn-operator/internal/conditions"
 	"bnerd.net/vpn-operator/internal/controller/gateway"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/openstack/sim"
@@ -128,4 +129,16 @@ func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
 		t.Fatalf("%s=%q: want a duration", name, v)
 	}
 	return d
+}
+
+// converged: every phase condition of a gateway True for generation gen (the OpenStack
+// and Kubernetes objects are converged; Ready also needs a running pod and the tunnels
+// up, which nothing provides in these harnesses).
+func converged(conds []metav1.Condition, gen int64) bool {
+	for _, t := range gateway.ConditionTypes {
+		if !conditions.IsTrue(conds, t, gen) {
+			return false
+		}
+	}
+	return true
 }

@@ -3,6 +3,7 @@ package status
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -16,16 +17,27 @@ import (
 // whether it wrote.
 type WriteFunc func(ctx context.Context, ref gatewayconfig.GatewayRef, tunnels []v1alpha1.TunnelState, ready string) (bool, error)
 
-// ClientWriter is the production WriteFunc: a Writer per call, on c.
-func ClientWriter(c client.Client) WriteFunc {
+// ClientWriter is the production WriteFunc: one Writer per gateway on c, kept for the
+// life of the process (its first write is the new agent's announcement), with a
+// heartbeat at least every heartbeat (zero: the default).
+func ClientWriter(c client.Client, heartbeat time.Duration) WriteFunc {
+	var mu sync.Mutex
+	writers := map[gatewayconfig.GatewayRef]*Writer{}
 	return func(ctx context.Context, ref gatewayconfig.GatewayRef, tunnels []v1alpha1.TunnelState, ready string) (bool, error) {
-		w := &Writer{Client: c, Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}
+		mu.Lock()
+		w := writers[ref]
+		if w == nil {
+			w = &Writer{Client: c, Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name, Heartbeat: heartbeat}
+			writers[ref] = w
+		}
+		mu.Unlock()
 		return w.Write(ctx, tunnels, ready)
 	}
 }
 
 // Agent is the status-agent loop: on every kick (a VICI event) and every Interval it
-// reads charon's SAs and writes the tunnels' state when it changed.
+// reads charon's SAs and hands the tunnels' state to Write, which writes it when it
+// changed or a heartbeat is due.
 type Agent struct {
 	// Tunnels returns the configured tunnels and the gateway they belong to.
 	Tunnels func() ([]string, gatewayconfig.GatewayRef)

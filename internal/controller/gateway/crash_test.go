@@ -182,7 +182,7 @@ func converge(t *testing.T, h *harness, r *Reconciler, name string, wantGone boo
 		if wantGone && apierrors.IsNotFound(err) {
 			return
 		}
-		if !wantGone && err == nil && lastErr == nil && isReady(gw.Status.Conditions, gw.Generation) {
+		if !wantGone && err == nil && lastErr == nil && converged(gw.Status.Conditions, gw.Generation) {
 			return
 		}
 	}

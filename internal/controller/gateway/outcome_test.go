@@ -95,7 +95,7 @@ func TestRefusalWaitsForSpecChange(t *testing.T) {
 	h.mutate("refused", func(s *v1alpha1.GatewaySpec) {
 		s.Exposures = append(s.Exposures, v1alpha1.Exposure{Name: "api", Target: v1alpha1.Target{Address: "10.250.0.21", Ports: []v1alpha1.PortSpec{{Port: 443, Protocol: v1alpha1.ProtocolTCP}}}})
 	})
-	h.waitReady("refused")
+	h.waitConverged("refused")
 	if n := len(h.postPortTimes()); n != 1 {
 		t.Fatalf("%d port creates after the spec change, want exactly one", n)
 	}
@@ -135,7 +135,7 @@ func TestServerErrorStormBacksOff(t *testing.T) {
 		}
 	}
 	t.Logf("%d attempts in the storm, gaps %v", len(times), gaps(times))
-	h.waitReady("storm")
+	h.waitConverged("storm")
 }
 
 // A 429 with Retry-After is never retried sooner than asked, even while the
@@ -148,7 +148,7 @@ func TestRetryAfterHonoured(t *testing.T) {
 	defer remove()
 	h.start()
 	h.create("limited", spec(false))
-	h.waitReady("limited")
+	h.waitConverged("limited")
 	times := h.postPortTimes()
 	if len(times) != 4 {
 		t.Fatalf("%d port creates, want 3 refused and one that succeeded", len(times))
@@ -269,7 +269,7 @@ func TestNovaWaitHoldsNoWorker(t *testing.T) {
 
 	close(gc.gate)
 	for i := range n {
-		h.waitReady(fmt.Sprintf("slow-%02d", i))
+		h.waitConverged(fmt.Sprintf("slow-%02d", i))
 	}
 	ports, calls := gc.counts()
 	if ports != n || calls != n {
@@ -368,16 +368,16 @@ loop:
 	if len(gw.Status.Tunnels) != 1 || gw.Status.Tunnels[0].Message != lastAgent.Load() {
 		t.Fatalf("the agent's last write %q is not the tunnel state %+v", lastAgent.Load(), gw.Status.Tunnels)
 	}
-	if !isReady(gw.Status.Conditions, gw.Generation) {
-		t.Fatalf("not Ready after the run: %s", condOf(gw.Status.Conditions, v1alpha1.ConditionReady))
+	if !converged(gw.Status.Conditions, gw.Generation) {
+		t.Fatalf("not converged after the run: %s", condOf(gw.Status.Conditions, v1alpha1.ConditionReady))
 	}
 	owners := statusOwners(t, gw)
-	for _, f := range []string{"f:tunnels", "f:tunnelsReady"} {
+	for _, f := range []string{"f:tunnels", "f:tunnelsReady", "f:tunnelsObservedTime"} {
 		if got := owners[f]; len(got) != 1 || got[0] != statuswrite.ManagerStatusAgent {
 			t.Errorf("status %s is owned by %v, want only the status agent", f, got)
 		}
 	}
-	for _, f := range []string{"f:conditions", "f:exposures", "f:portID", "f:serviceCIDR"} {
+	for _, f := range []string{"f:conditions", "f:exposures", "f:portID", "f:serviceCIDR", "f:tunnelSummary"} {
 		if got := owners[f]; len(got) != 1 || got[0] != statuswrite.ManagerOperator {
 			t.Errorf("status %s is owned by %v, want only the operator", f, got)
 		}

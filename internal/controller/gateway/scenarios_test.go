@@ -180,7 +180,7 @@ func TestSecurityGroupRules(t *testing.T) {
 		v1alpha1.ReverseExposure{Name: "anything", Tunnel: "br", Target: v1alpha1.Target{Address: "192.168.30.9"}},
 	)
 	h.create("sg", s)
-	gw := h.waitReady("sg")
+	gw := h.waitConverged("sg")
 	want := []string{
 		"any from 10.250.0.0/16", "any from 10.254.0.0/24",
 		"tcp/636 from 10.250.0.0/16", "tcp/636 from 10.254.0.0/24",
@@ -196,7 +196,7 @@ func TestSecurityGroupRules(t *testing.T) {
 		s.Tunnels = s.Tunnels[:2]
 		s.ReverseExposures = s.ReverseExposures[:2]
 	})
-	gw = h.waitReady("sg")
+	gw = h.waitConverged("sg")
 	want = []string{
 		"tcp/636 from 10.250.0.0/16", "tcp/636 from 10.254.0.0/24",
 		"tcp/8443 from 10.250.0.0/16", "tcp/8443 from 10.254.0.0/24",
@@ -227,7 +227,7 @@ func TestMissingInternalSourceCIDRs(t *testing.T) {
 	if c := condOf(gw.Status.Conditions, v1alpha1.ConditionRoutingReady); !strings.Contains(c, "security-group half is missing") {
 		t.Fatalf("message: %s", c)
 	}
-	h.waitReady("nocidr")
+	h.waitConverged("nocidr")
 	if got := routesVia(h.operatorRouter(), gw.Status.PortFixedIP); len(got) != 1 {
 		t.Fatalf("routing must still be programmed: %v", got)
 	}
@@ -267,7 +267,7 @@ func TestPinnedFloatingIP(t *testing.T) {
 	s := spec(false)
 	s.Endpoint = &v1alpha1.Endpoint{FloatingIP: "203.0.113.77"}
 	h.create("pinned", s)
-	gw := h.waitReady("pinned")
+	gw := h.waitConverged("pinned")
 	if gw.Status.FloatingIP != "203.0.113.77" || gw.Status.FloatingIPID != pre.ID {
 		t.Fatalf("status %s/%s", gw.Status.FloatingIP, gw.Status.FloatingIPID)
 	}
@@ -307,7 +307,7 @@ func TestRoutingFollowsReverseExposures(t *testing.T) {
 	h.psk("hq-psk", "k")
 	h.start()
 	h.create("rt", spec(false))
-	gw := h.waitReady("rt")
+	gw := h.waitConverged("rt")
 	if c := condOf(gw.Status.Conditions, v1alpha1.ConditionRoutingReady); !strings.Contains(c, "True/NotRequired") {
 		t.Fatalf("%s", c)
 	}
@@ -326,11 +326,11 @@ func TestRoutingFollowsReverseExposures(t *testing.T) {
 	check(false)
 	h.mutate("rt", func(s *v1alpha1.GatewaySpec) { s.ReverseExposures = spec(true).ReverseExposures })
 	h.waitCond("rt", v1alpha1.ConditionRoutingReady, metav1.ConditionTrue, v1alpha1.ReasonRoutingReady)
-	h.waitReady("rt")
+	h.waitConverged("rt")
 	check(true)
 	h.mutate("rt", func(s *v1alpha1.GatewaySpec) { s.ReverseExposures = nil })
 	h.waitCond("rt", v1alpha1.ConditionRoutingReady, metav1.ConditionTrue, v1alpha1.ReasonNotRequired)
-	h.waitReady("rt")
+	h.waitConverged("rt")
 	check(false)
 }
 
@@ -343,7 +343,7 @@ func TestNodeStickyAndMove(t *testing.T) {
 	h.psk("hq-psk", "k")
 	h.start()
 	h.create("mv", spec(false))
-	gw := h.waitReady("mv")
+	gw := h.waitConverged("mv")
 	if gw.Status.NodeName != "node-b" || gw.Status.ServerID != serverB {
 		t.Fatalf("placed on %s/%s", gw.Status.NodeName, gw.Status.ServerID)
 	}
@@ -365,7 +365,7 @@ func TestNodeStickyAndMove(t *testing.T) {
 	h.setReady("node-b", false)
 	eventually(t, "gateway moved", func() (bool, string) {
 		gw = h.get("mv")
-		return gw.Status.NodeName == "node-a" && gw.Status.ServerID == serverA && isReady(gw.Status.Conditions, gw.Generation),
+		return gw.Status.NodeName == "node-a" && gw.Status.ServerID == serverA && converged(gw.Status.Conditions, gw.Generation),
 			gw.Status.NodeName + " " + gw.Status.ServerID + " " + condOf(gw.Status.Conditions, v1alpha1.ConditionReady)
 	})
 	if gw.Status.ServerID != serverA {
@@ -440,7 +440,7 @@ func TestExposureChangeUpdatesConfigMapOnly(t *testing.T) {
 	h.psk("hq-psk", "k")
 	h.start()
 	h.create("ex", spec(false))
-	h.waitReady("ex")
+	h.waitConverged("ex")
 	var dep appsv1.Deployment
 	mustGet(t, h, client.ObjectKey{Namespace: h.ns, Name: render.DeploymentName("ex")}, &dep)
 	rv := dep.ResourceVersion
@@ -449,7 +449,7 @@ func TestExposureChangeUpdatesConfigMapOnly(t *testing.T) {
 		s.Exposures = append(s.Exposures, v1alpha1.Exposure{Name: "directory",
 			Target: v1alpha1.Target{Address: "10.250.0.21", Ports: []v1alpha1.PortSpec{{Port: 636, Protocol: v1alpha1.ProtocolTCP}}}})
 	})
-	h.waitReady("ex")
+	h.waitConverged("ex")
 	var cm corev1.ConfigMap
 	mustGet(t, h, client.ObjectKey{Namespace: h.ns, Name: render.ConfigMapName("ex")}, &cm)
 	if !strings.Contains(cm.Data[gatewayconfig.ConfigMapKeyConfig], `"name": "directory"`) {
@@ -468,7 +468,7 @@ func TestNetworkPolicySwitch(t *testing.T) {
 	h.psk("hq-psk", "k")
 	h.start()
 	h.create("np", spec(false))
-	h.waitReady("np")
+	h.waitConverged("np")
 	key := client.ObjectKey{Namespace: h.ns, Name: render.NetworkPolicyName("np")}
 	var np networkingv1.NetworkPolicy
 	mustGet(t, h, key, &np)
@@ -484,7 +484,7 @@ func TestNetworkPolicySwitch(t *testing.T) {
 		err := env.Client.Get(h.ctx, key, &np)
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
-	h.waitReady("np")
+	h.waitConverged("np")
 }
 
 // Deletion leaves no tagged OpenStack object, no attachment and no route via the port.
@@ -494,7 +494,7 @@ func TestDeletionLeavesNothing(t *testing.T) {
 	h.psk("hq-psk", "k")
 	h.start()
 	h.create("del", spec(true))
-	gw := h.waitReady("del")
+	gw := h.waitConverged("del")
 	st := gw.Status
 	if err := env.Client.Delete(h.ctx, gw); err != nil {
 		t.Fatal(err)
@@ -547,7 +547,7 @@ func TestPSKRotationAndMissingSecret(t *testing.T) {
 		t.Fatalf("message must name the Secret: %s", c)
 	}
 	h.psk("hq-psk", "first-key")
-	h.waitReady("psk")
+	h.waitConverged("psk")
 	secretHas := func(v string) (bool, string) {
 		var s corev1.Secret
 		if err := env.Client.Get(h.ctx, client.ObjectKey{Namespace: h.ns, Name: render.SecretName("psk")}, &s); err != nil {
@@ -596,7 +596,7 @@ func TestDriftRepaired(t *testing.T) {
 	h.psk("hq-psk", "k")
 	h.start()
 	h.create("drift", spec(false))
-	h.waitReady("drift")
+	h.waitConverged("drift")
 	key := client.ObjectKey{Namespace: h.ns, Name: render.DeploymentName("drift")}
 	var dep appsv1.Deployment
 	mustGet(t, h, key, &dep)
@@ -631,7 +631,7 @@ func TestOutOfBandDetachRepairedOnAnnotation(t *testing.T) {
 	h.psk("hq-psk", "k")
 	h.start()
 	h.create("oob", spec(false))
-	gw := h.waitReady("oob")
+	gw := h.waitConverged("oob")
 	h.quiesce("oob")
 	// Nova takes its time: the re-attach must show up as the recorded wait.
 	h.sim.SetNovaDelays(300*time.Millisecond, 0)
@@ -664,7 +664,7 @@ func TestOutOfBandDetachRepairedOnAnnotation(t *testing.T) {
 	if n := h.eventsWith(v1alpha1.ReasonPortAttached + " " + v1alpha1.ConditionPortAttached + "=True:"); n != 2 {
 		t.Fatalf("%d Attached Events, want two (the attach and the re-attach)", n)
 	}
-	h.waitReady("oob")
+	h.waitConverged("oob")
 }
 
 // Injected OpenStack failures (5xx on the create calls) are retried with backoff and
@@ -684,7 +684,7 @@ func TestTransientOpenStackFailures(t *testing.T) {
 	}
 	h.start()
 	h.create("flaky", spec(true))
-	gw := h.waitReady("flaky")
+	gw := h.waitConverged("flaky")
 	if c := h.sim.Counters(); c.Faulted < 6 {
 		t.Fatalf("only %d faults were hit: %v", c.Faulted, c.ByRoute)
 	}

@@ -41,6 +41,8 @@ const indexPSKSecret = "ipsec.bnerd.net/psk-secret"
 // +kubebuilder:rbac:groups="",resources=configmaps;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=events,verbs=list
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
@@ -107,6 +109,19 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			r.Log.Info("WARNING: the NetworkAttachmentDefinition CRD (Multus) is not installed; gateway NADs cannot be created or watched", "error", nadErr.Error())
 		}
 		if err := b.Complete(kindReconciler{r: r, kind: kind}); err != nil {
+			return err
+		}
+		// The observations (PodReady, TunnelsUp) between the phases' reconciles.
+		if err := ctrl.NewControllerManagedBy(mgr).
+			Named(strings.ToLower(kind)+"-health").
+			For(newObject(kind), builder.WithPredicates(healthChanged)).
+			Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(mapPod(kind))).
+			WithOptions(controller.Options{
+				MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles,
+				SkipNameValidation:      &r.SkipNameValidation,
+				RateLimiter:             r.healthBackoff[kind],
+			}).
+			Complete(healthReconciler{r: r, kind: kind}); err != nil {
 			return err
 		}
 	}
@@ -188,7 +203,7 @@ func (r *Reconciler) mapSecret(kind string) handler.MapFunc {
 // second attempt. An annotation change is how a user asks for a reconcile now (what
 // OpenStack changed out of band, a detached port say, is no event the operator can watch;
 // `kubectl vpn diagnose` prints the command), as on ClusterLinks; the operator itself
-// never writes a gateway's annotations.
+// never writes a gateway's annotations. The health controller observes the agent's reports.
 var specOrLifecycleChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld, e.ObjectNew

@@ -843,8 +843,13 @@ func TestDataplane(t *testing.T) {
 			got = cur.Status
 			return got.TunnelsReady == "1/1"
 		})
-		if len(got.Tunnels) != 1 || got.Tunnels[0].Name != "t1" || got.Tunnels[0].State != "Up" || got.Tunnels[0].ChildSAs < 1 || got.Tunnels[0].EstablishedAt == nil {
+		if len(got.Tunnels) != 1 || got.Tunnels[0].Name != "t1" || got.Tunnels[0].State != "Up" || got.Tunnels[0].ChildSAs < 1 || got.Tunnels[0].EstablishedAt == nil ||
+			got.Tunnels[0].LastTransitionTime == nil {
 			t.Errorf("tunnel state in status: %+v", got.Tunnels)
+		}
+		// The heartbeat the operator reads the report's age from.
+		if got.TunnelsObservedTime == nil || time.Since(got.TunnelsObservedTime.Time) > time.Minute {
+			t.Errorf("no current heartbeat in status: %v", got.TunnelsObservedTime)
 		}
 	})
 
