@@ -72,6 +72,7 @@ type Tracker struct {
 	mu     sync.Mutex
 	causes map[string]Cause
 	sas    map[string]*saContext
+	up     map[string]time.Time
 }
 
 // saContext is what the tracker remembers of one IKE SA's recent exchanges.
@@ -131,6 +132,7 @@ func (t *Tracker) ObserveLine(l Line) (changed bool) {
 	if t.sas == nil {
 		t.sas = map[string]*saContext{}
 		t.causes = map[string]Cause{}
+		t.up = map[string]time.Time{}
 	}
 	now := t.now()
 	sa := t.sas[l.ID]
@@ -175,6 +177,9 @@ func (t *Tracker) ObserveLine(l Line) (changed bool) {
 	case reChildUp.MatchString(msg):
 		sa.childUp = true
 		delete(t.causes, sa.name)
+		if sa.name != "" {
+			t.up[sa.name] = now
+		}
 
 	case msg == "received AUTHENTICATION_FAILED notify error":
 		set(AuthenticationFailed, "the peer rejected our authentication (AUTHENTICATION_FAILED): its pre-shared key or the identities it expects differ from ours")
@@ -262,6 +267,15 @@ func (t *Tracker) Cause(tunnel string) (Cause, bool) {
 	defer t.mu.Unlock()
 	c, ok := t.causes[tunnel]
 	return c, ok
+}
+
+// UpAt returns when charon last logged a child SA of the tunnel as established (zero
+// when never): the loader starts its schedule over once a tunnel came up, also when the
+// peer brought it up between two rounds.
+func (t *Tracker) UpAt(tunnel string) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.up[tunnel]
 }
 
 // Clear forgets a tunnel's cause (its configuration changed).

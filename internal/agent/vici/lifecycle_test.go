@@ -115,18 +115,25 @@ func TestRefusalsBackOffAndSayWhy(t *testing.T) {
 	if got := p.loader.backoff(20); got != 5*time.Minute {
 		t.Errorf("backoff is not capped at 5 minutes: %s", got)
 	}
-	// The client fixes its key: the next attempt, when due, brings the tunnel up and
-	// resets the schedule.
+	// The client fixes its key and initiates itself, long before our next attempt: the
+	// tunnel is up, the cause gone.
 	p.loadClient(client(1, nil))
-	p.clock.Advance(80 * time.Second)
-	p.apply()
+	pairRun(t, "ip", "netns", "exec", p.pns, "swanctl", "--initiate", "--child", "gw1", "--uri", "unix://"+p.psock)
 	p.until("tunnel up after the client's fix", 20*time.Second, func() bool { return p.up("t1") })
-	p.apply()
-	if pl := p.loader.Plan("t1"); pl.Attempts != 0 {
-		t.Errorf("schedule not reset once up: %+v", pl)
-	}
 	if c, ok := p.causes.Cause("t1"); ok {
 		t.Errorf("cause kept once up: %+v", c)
+	}
+	// It fails again before the loader ever saw it up: the schedule starts over (an
+	// attempt at once, the next after 5 s), it does not continue at 80 s.
+	p.loadClient(client(1, map[string]string{"psk": "not-the-gateways-key-0123456789"}))
+	pairRun(t, "ip", "netns", "exec", p.pns, "swanctl", "--terminate", "--ike", "gw1", "--uri", "unix://"+p.psock)
+	p.until("down again", 20*time.Second, func() bool { return len(p.sas()["t1"]) == 0 })
+	p.clock.Advance(time.Second)
+	if !initiated(p.apply()) {
+		t.Fatal("no attempt at once after the tunnel had been up")
+	}
+	if pl := p.loader.Plan("t1"); pl.Attempts != 1 || !pl.Next.Equal(p.clock.Now().Add(5*time.Second)) {
+		t.Errorf("schedule not started over: %+v", pl)
 	}
 }
 

@@ -132,6 +132,7 @@ type Loader struct {
 	// Optional: without it every failure backs off.
 	Causes interface {
 		Cause(tunnel string) (cause.Cause, bool)
+		UpAt(tunnel string) time.Time
 	}
 	// RetryInitial is the wait after a first failed attempt, doubled per further failure
 	// up to RetryMax (defaults 5s and 5m).
@@ -375,6 +376,11 @@ func (l *Loader) Apply(ctx context.Context, swanctl, secrets string) (Result, er
 func (l *Loader) converge(ctx context.Context, s *govici.Session, name string, sas []IKESA, now time.Time, res *Result) {
 	p := l.plan(name)
 	sum := Summarize(sas, name)
+	// Up since the last attempt (perhaps only between two rounds, brought up by the
+	// peer): whatever fails next starts the schedule over.
+	if l.Causes != nil && p.attempts > 0 && !l.Causes.UpAt(name).Before(p.last) {
+		p.attempts, p.next = 0, time.Time{}
+	}
 	if p.change != nil {
 		if !sum.Up && !sum.Established && !sum.Negotiating {
 			p.change = nil // nothing left running on the old settings
