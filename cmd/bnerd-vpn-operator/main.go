@@ -137,6 +137,15 @@ func run() error {
 		return fmt.Errorf("reading the operator's OpenStack token: %w", err)
 	}
 	log.Info("authenticated to OpenStack", "project", token.ProjectID, "region", token.Region)
+	// Neutron's extensions decide which path the seam takes (tags with or after the
+	// create, atomic or revision-checked routes); without a required one the operator
+	// cannot work, and says which.
+	features, err := openstack.DiscoverFeatures(authCtx, osClients.Networking)
+	if err != nil {
+		return fmt.Errorf("checking Neutron's extensions: %w", err)
+	}
+	log.Info("Neutron extensions", "tagsAtCreate", features.TagCreation, "portTagsAtCreate", features.PortTagCreation,
+		"extrarouteAtomic", features.ExtraRouteAtomic)
 
 	scheme, err := newScheme()
 	if err != nil {

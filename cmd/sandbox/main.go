@@ -1,9 +1,16 @@
-// Command sandbox runs the whole operator locally: a real kube-apiserver and etcd, the
-// OpenStack simulator seeded with a realistic estate, three nodes whose providerIDs match
-// seeded Nova servers, and the operator binary itself. It applies an example gateway,
-// shows its progress, prints what it produced in Kubernetes and OpenStack, and then (by
-// default) deletes it, checks that nothing is left behind and stops everything. With
-// --stay it keeps running and prints the KUBECONFIG and OS_* settings to explore with.
+// Command sandbox runs the product locally. By default (root) it runs the whole product
+// (product.go, internal/world): a control plane and two real nodes, images built here,
+// the OpenStack simulator, the packet fabric, the operator installed with the Helm
+// chart, a client site with its own strongSwan; it applies the example gateway and
+// ClusterLink, shows each phase converging, the tunnel up and traffic through it both
+// ways, then deletes everything and shows nothing is left.
+//
+// With --objects-only (no root needed) it runs the lighter sandbox: a real
+// kube-apiserver and etcd, the OpenStack simulator seeded with a realistic estate, three
+// nodes whose providerIDs match seeded Nova servers, and the operator binary itself. It
+// applies an example gateway, shows its progress, prints what it produced in Kubernetes
+// and OpenStack, and then (by default) deletes it, checks that nothing is left behind and
+// stops everything. With --stay either keeps running and prints how to explore it.
 package main
 
 import (
@@ -19,11 +26,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
@@ -44,6 +53,9 @@ const (
 	tenantNamespace    = "tenant-a"
 )
 
+// openstackKind is --openstack: which OpenStack the story runs against.
+var openstackKind string
+
 var nodes = []struct{ name, serverID string }{
 	{"vpn01-worker-a", "11111111-1111-4111-8111-111111111111"},
 	{"vpn01-worker-b", "22222222-2222-4222-8222-222222222222"},
@@ -56,15 +68,33 @@ func main() {
 	seedPath := flag.String("seed", "examples/sim-estate.yaml", "simulator seed")
 	gatewayPath := flag.String("gateway", "examples/ipsecgateway.yaml", "gateway manifest to apply")
 	linkPath := flag.String("clusterlink", "examples/clusterlink.yaml", "ClusterLink manifest to apply after the gateway (empty: none)")
+	objectsOnly := flag.Bool("objects-only", false, "run the objects-only sandbox (API server, simulator, operator binary; no root needed) instead of the whole product")
+	flag.StringVar(&openstackKind, "openstack", "sim", "sim: the OpenStack simulator; real: the real OpenStack of hack/openstack.sh (brought up if it is not running; needs root); runs the objects-only story")
 	flag.Parse()
+	// The client's errors are returned and printed here; controller-runtime's own log
+	// would only add its "log.SetLogger(...) was never called" stack dump.
+	ctrllog.SetLogger(logr.Discard())
 
-	if err := run(*stay, *timeout, *seedPath, *gatewayPath, *linkPath); err != nil {
+	var err error
+	// The packet fabric plugs the simulator's attachments into the nodes; against a real
+	// OpenStack the objects-only story runs.
+	if *objectsOnly || openstackKind != "sim" {
+		err = run(*stay, *timeout, *seedPath, *gatewayPath, *linkPath)
+	} else {
+		err = runProduct(*stay, *timeout, *gatewayPath, *linkPath)
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "sandbox: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func step(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
+var started = time.Now()
+
+// step prints a progress line with the time since the sandbox started.
+func step(format string, args ...any) {
+	fmt.Printf("[%6.1fs] ==> "+format+"\n", append([]any{time.Since(started).Seconds()}, args...)...)
+}
 
 func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath string) (err error) {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -100,30 +130,15 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath strin
 	}
 	c := env.Client
 
-	step("starting the OpenStack simulator (seed %s)", seedPath)
-	seed, err := sim.LoadSeed(seedPath)
+	os1, err := startCloud(ctx, openstackKind, seedPath)
 	if err != nil {
 		return err
 	}
-	os1, err := sim.Start(seed)
-	if err != nil {
-		return err
-	}
-	defer os1.Close()
-	credID, credSecret, ok := os1.AppCredential(operatorCredential)
-	if !ok {
-		return fmt.Errorf("seed %s has no application credential %q", seedPath, operatorCredential)
-	}
-	osEnv := []string{
-		"OS_AUTH_URL=" + os1.AuthURL(),
-		"OS_REGION_NAME=" + os1.Region(),
-		"OS_AUTH_TYPE=v3applicationcredential",
-		"OS_APPLICATION_CREDENTIAL_ID=" + credID,
-		"OS_APPLICATION_CREDENTIAL_SECRET=" + credSecret,
-	}
+	defer os1.close()
+	osEnv := os1.env()
 
 	step("creating namespaces, nodes and the pre-shared key")
-	if err := seedCluster(ctx, c); err != nil {
+	if err := seedCluster(ctx, c, os1); err != nil {
 		return err
 	}
 
@@ -198,7 +213,7 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath strin
 		fmt.Println(indent(string(out)))
 	}
 	step("OpenStack objects the operator produced")
-	printOpenStack(os1)
+	os1.print(ctx)
 
 	if stay {
 		// Written outside the work dir, which is removed on exit, so a second shell can
@@ -232,7 +247,7 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath strin
 	if err := deleteAndWait(ctx, c, gw, timeout); err != nil {
 		return err
 	}
-	left := leftovers(os1)
+	left := os1.leftovers(ctx)
 	if len(left) > 0 {
 		return fmt.Errorf("the operator left OpenStack objects behind: %s", strings.Join(left, "; "))
 	}
@@ -240,7 +255,7 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath strin
 	return nil
 }
 
-func seedCluster(ctx context.Context, c client.Client) error {
+func seedCluster(ctx context.Context, c client.Client, os1 cloud) error {
 	for _, ns := range []string{operatorNamespace, tenantNamespace} {
 		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
@@ -249,7 +264,7 @@ func seedCluster(ctx context.Context, c client.Client) error {
 	for _, n := range nodes {
 		node := &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: map[string]string{"kubernetes.io/hostname": n.name}},
-			Spec:       corev1.NodeSpec{ProviderID: "openstack:///" + n.serverID},
+			Spec:       corev1.NodeSpec{ProviderID: "openstack:///" + os1.serverID(n.name)},
 		}
 		if err := c.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err

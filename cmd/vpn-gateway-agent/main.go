@@ -155,7 +155,7 @@ func runInitNAT(ctx context.Context, args []string) error {
 	stateFile := fs.String("state-file", "", "write NAT apply statistics here for ipsec-exporter")
 	_ = fs.Parse(args)
 
-	opts := nat.Options{Table: *table, Guard: nat.GuardMode(*guard), TunnelMTU: *mtu}
+	opts := nat.Options{Table: *table, Guard: nat.GuardMode(*guard), TunnelMTU: *mtu, PortInterface: *iface}
 	if opts.Guard == nat.GuardInterface {
 		opts.TunnelInterface = *tunIface
 	}
@@ -170,14 +170,15 @@ func runInitNAT(ctx context.Context, args []string) error {
 			DriftInterval: *drift, ElementEvery: *elementEvery, StateFile: *stateFile,
 		},
 		NAT: prog, Drift: nat.NewDriftChecker(prog), Route: routing.Apply, ReadFile: os.ReadFile,
-		Logf: log.Printf,
+		Forward: routing.EnsureForwarding, Logf: log.Printf,
 	}
 	if *stateFile != "" {
 		r.WriteState = func(st exporter.NATState) error { return exporter.WriteNATState(*stateFile, st) }
 	}
-	// Refuse before touching anything: without forwarding the pod would look healthy
-	// while no exposure passes.
-	if err := initnat.CheckForwarding(os.ReadFile); err != nil {
+	// Refuse before reading any config when forwarding cannot be had: the pod would look
+	// healthy while no exposure passes.
+	_ = r.Forward(*iface)
+	if err := initnat.CheckForwarding(os.ReadFile, *iface); err != nil {
 		return err
 	}
 	snaps, err := c.run(ctx, false)
@@ -206,7 +207,7 @@ func runLoader(ctx context.Context, args []string) error {
 	go tn.Follow(ctx, tunnelSnaps)
 	causes := &cause.Tracker{PeerTunnel: tn.ByPeer}
 	go (&vici.Watcher{Dial: vici.DialEvents(*sock), Events: []string{"log"}, OnEvent: func(ev govici.Event) { causes.Observe(ev) }, Logf: log.Printf}).Run(ctx)
-	(&loader.Loop{Applier: r.loader(*sock, causes), Interval: *interval, Logf: log.Printf}).Run(ctx, loadSnaps)
+	(&loader.Loop{Applier: r.loader(*sock, causes), Interval: *interval, PortRouting: portRouting, ServiceAddress: routing.HasLocalAddress, Logf: log.Printf}).Run(ctx, loadSnaps)
 	return nil
 }
 
@@ -232,7 +233,7 @@ func runCharon(args []string) error {
 	bin := fs.String("charon", "/usr/sbin/charon-systemd", "charon binary to run")
 	_ = fs.Parse(args)
 	st, err := charon.Prepare(charon.Options{Dataplane: gatewayconfig.DataplaneMode(*dataplane), VICISocket: *sock, Conf: *conf, Binary: *bin,
-		FlushXFRM: charon.FlushXFRM, Logf: log.Printf}, os.Environ())
+		TUNDevice: "/dev/net/tun", FlushXFRM: charon.FlushXFRM, Logf: log.Printf}, os.Environ())
 	if err != nil {
 		return err
 	}
@@ -277,7 +278,7 @@ func runStatus(ctx context.Context, args []string) error {
 		go source.Fanout(ctx, snaps, tunnelSnaps, loadSnaps)
 		ld := r.loader(*sock, causes)
 		plans = ld.Plan
-		l := &loader.Loop{Applier: ld, Interval: 2 * time.Second, SecretsFile: *loadSecrets, Logf: log.Printf}
+		l := &loader.Loop{Applier: ld, Interval: 2 * time.Second, SecretsFile: *loadSecrets, PortRouting: portRouting, ServiceAddress: routing.HasLocalAddress, Logf: log.Printf}
 		go l.Run(ctx, loadSnaps)
 	}
 	go tn.Follow(ctx, tunnelSnaps)
@@ -322,4 +323,10 @@ func runExporter(ctx context.Context, args []string) error {
 	}
 	log.Printf("metrics on %s", ln.Addr())
 	return exporter.Serve(ctx, ln, col)
+}
+
+// portRouting reports whether init-nat's policy routing for the port's address is in
+// place (read-only: the loader's container has no NET_ADMIN).
+func portRouting(portFixedIP string) (bool, error) {
+	return routing.InPlace(portFixedIP, routing.DefaultTable)
 }

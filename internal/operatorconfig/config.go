@@ -36,6 +36,10 @@ type Config struct {
 	// GatewayImage runs strongSwan; AgentImage runs the gateway agent's roles.
 	GatewayImage string
 	AgentImage   string
+	// GatewayDataplane is charon's kernel backend in every gateway pod: "kernel" (XFRM,
+	// the default) or "libipsec" (userspace ESP over a TUN device, for nodes whose kernel
+	// has no ESP).
+	GatewayDataplane string
 	// NADTemplate is a Go text/template for the NetworkAttachmentDefinition's CNI config;
 	// empty means the built-in host-device-by-MAC template.
 	NADTemplate string
@@ -61,6 +65,7 @@ const (
 	DefaultGatewayNetwork                  = "vpn-transit"
 	DefaultGatewayImage                    = "ghcr.io/bnerd/bnerd-vpn-gateway:v0.1.0"
 	DefaultAgentImage                      = "ghcr.io/bnerd/bnerd-vpn-gateway:v0.1.0"
+	DefaultGatewayDataplane                = "kernel"
 )
 
 // The status agent's heartbeat and the age at which the operator calls its report stale.
@@ -80,6 +85,7 @@ func Default() Config {
 		GatewayNetworkPolicy:            true,
 		GatewayImage:                    DefaultGatewayImage,
 		AgentImage:                      DefaultAgentImage,
+		GatewayDataplane:                DefaultGatewayDataplane,
 		ClusterLinkCredentialsNamespace: DefaultClusterLinkCredentialsNamespace,
 		ResyncInterval:                  DefaultResyncInterval,
 		MaxConcurrentReconciles:         4,
@@ -109,6 +115,7 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	fs.StringVar(&netpol, "gateway-network-policy", env("IPSEC_GATEWAY_NETWORKPOLICY_ENABLED", "true"), "create the <name>-nic1 NetworkPolicy (IPSEC_GATEWAY_NETWORKPOLICY_ENABLED)")
 	fs.StringVar(&c.GatewayImage, "gateway-image", env("IPSEC_GATEWAY_IMAGE", c.GatewayImage), "strongSwan image (IPSEC_GATEWAY_IMAGE)")
 	fs.StringVar(&c.AgentImage, "agent-image", env("IPSEC_AGENT_IMAGE", c.AgentImage), "gateway agent image (IPSEC_AGENT_IMAGE)")
+	fs.StringVar(&c.GatewayDataplane, "gateway-dataplane", env("IPSEC_GATEWAY_DATAPLANE", c.GatewayDataplane), "gateway pods' IPsec dataplane: kernel or libipsec (IPSEC_GATEWAY_DATAPLANE)")
 	fs.StringVar(&c.NADTemplate, "nad-template", env("IPSEC_NAD_TEMPLATE", ""), "NetworkAttachmentDefinition config template (IPSEC_NAD_TEMPLATE)")
 	fs.StringVar(&c.ClusterLinkCredentialsNamespace, "clusterlink-credentials-namespace", env("IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE", c.ClusterLinkCredentialsNamespace), "namespace of ClusterLink customer credentials (IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE)")
 	fs.StringVar(&resync, "resync-interval", env("IPSEC_RESYNC_INTERVAL", c.ResyncInterval.String()), "periodic resync (IPSEC_RESYNC_INTERVAL)")
@@ -127,6 +134,9 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	}
 	if c.GatewayNetworkPolicy, err = strconv.ParseBool(netpol); err != nil {
 		return c, fmt.Errorf("gateway network policy switch %q: %w", netpol, err)
+	}
+	if c.GatewayDataplane != "kernel" && c.GatewayDataplane != "libipsec" {
+		return c, fmt.Errorf("gateway dataplane %q: must be kernel or libipsec", c.GatewayDataplane)
 	}
 	if c.ResyncInterval, err = time.ParseDuration(resync); err != nil || c.ResyncInterval <= 0 {
 		return c, fmt.Errorf("resync interval %q: must be a positive duration", resync)

@@ -14,6 +14,7 @@ func TestLoadDefaultsEnvAndFlags(t *testing.T) {
 		"IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE": "creds",
 		"IPSEC_RESYNC_INTERVAL":                   "30s",
 		"IPSEC_STATUS_AGENT_STALE_AFTER":          "5m",
+		"IPSEC_GATEWAY_DATAPLANE":                 "libipsec",
 	}
 	c, err := Load(flag.NewFlagSet("t", flag.ContinueOnError), []string{"--router", "r1"}, func(k string) string { return env[k] })
 	if err != nil {
@@ -21,7 +22,7 @@ func TestLoadDefaultsEnvAndFlags(t *testing.T) {
 	}
 	if c.Namespace != "bnerd-vpn" || c.Router != "r1" || c.ClusterLinkCredentialsNamespace != "creds" ||
 		c.ResyncInterval != 30*time.Second || len(c.InternalSourceCIDRs) != 2 ||
-		c.ServiceCIDRPool.String() != "100.64.0.0/16" || !c.GatewayNetworkPolicy || c.StatusAgentStaleAfter != 5*time.Minute {
+		c.ServiceCIDRPool.String() != "100.64.0.0/16" || !c.GatewayNetworkPolicy || c.StatusAgentStaleAfter != 5*time.Minute || c.GatewayDataplane != "libipsec" {
 		t.Fatalf("unexpected config %+v", c)
 	}
 }
@@ -34,6 +35,7 @@ func TestLoadRefusesBadValues(t *testing.T) {
 		"IPSEC_RESYNC_INTERVAL=-1s":                   "positive duration",
 		"IPSEC_MAX_CONCURRENT_RECONCILES=0":           "positive integer",
 		"IPSEC_STATUS_AGENT_STALE_AFTER=30s":          "longer than the agent's heartbeat",
+		"IPSEC_GATEWAY_DATAPLANE=wireguard":           "kernel or libipsec",
 	} {
 		k, v, _ := strings.Cut(env, "=")
 		_, err := Load(flag.NewFlagSet("t", flag.ContinueOnError), nil, func(n string) string {

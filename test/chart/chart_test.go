@@ -92,6 +92,7 @@ func TestDeploymentEnvDefaults(t *testing.T) {
 		"IPSEC_GATEWAY_IMAGE":                     "ghcr.io/bnerd/bnerd-vpn-gateway:" + appVersion,
 		"IPSEC_AGENT_IMAGE":                       "ghcr.io/bnerd/bnerd-vpn-gateway:" + appVersion,
 		"IPSEC_NAD_TEMPLATE":                      renderConsts["DefaultNADTemplate"],
+		"IPSEC_GATEWAY_DATAPLANE":                 consts["DefaultGatewayDataplane"],
 		"IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE": consts["DefaultClusterLinkCredentialsNamespace"],
 		"IPSEC_RESYNC_INTERVAL":                   "5m",
 		"IPSEC_MAX_CONCURRENT_RECONCILES":         "4",

@@ -15,8 +15,12 @@
 package charon
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/vishvananda/netlink"
 
@@ -29,6 +33,10 @@ type Options struct {
 	VICISocket string
 	// Conf is where strongswan.conf is written; Binary the charon to exec.
 	Conf, Binary string
+	// TUNDevice, when set, is created as the TUN character device if missing, with the
+	// libipsec dataplane only: libipsec opens /dev/net/tun, which container runtimes do
+	// not provide (their device cgroup allows it; creating the node takes CAP_MKNOD).
+	TUNDevice string
 	// FlushXFRM clears the network namespace's XFRM state and policies (FlushXFRM) and
 	// reports how many it found; used with the kernel dataplane only.
 	FlushXFRM func() (states, policies int, err error)
@@ -45,6 +53,11 @@ type Start struct {
 // Prepare renders strongswan.conf and returns the exec of charon with environ plus
 // STRONGSWAN_CONF.
 func Prepare(o Options, environ []string) (Start, error) {
+	if o.Dataplane == gatewayconfig.DataplaneLibipsec && o.TUNDevice != "" {
+		if err := ensureTUN(o.TUNDevice); err != nil {
+			return Start{}, err
+		}
+	}
 	text, err := gatewayconfig.RenderStrongswanConf(gatewayconfig.StrongswanOptions{Mode: o.Dataplane, VICISocket: o.VICISocket})
 	if err != nil {
 		return Start{}, err
@@ -63,6 +76,24 @@ func Prepare(o Options, environ []string) (Start, error) {
 	}
 	env := append(append([]string(nil), environ...), "STRONGSWAN_CONF="+o.Conf)
 	return Start{Path: o.Binary, Argv: []string{o.Binary}, Env: env}, nil
+}
+
+// ensureTUN creates the TUN device node at path (character device 10:200) unless a
+// character device is there already.
+func ensureTUN(path string) error {
+	if fi, err := os.Stat(path); err == nil {
+		if fi.Mode()&os.ModeCharDevice == 0 {
+			return fmt.Errorf("%s exists and is not a character device", path)
+		}
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", filepath.Dir(path), err)
+	}
+	if err := unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(10, 200))); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("creating %s (libipsec needs it; the container needs CAP_MKNOD): %w", path, err)
+	}
+	return nil
 }
 
 func (o Options) logf(format string, args ...any) {

@@ -51,3 +51,32 @@ func TestPrepareRendersAndExecsCharon(t *testing.T) {
 		t.Error("an unknown dataplane was accepted")
 	}
 }
+
+// Regression (the real node): libipsec needs /dev/net/tun, which the container runtime
+// does not provide; the charon role creates it, and only in libipsec mode.
+func TestPrepareCreatesTheTUNDevice(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("creating a device node needs root (CAP_MKNOD)")
+	}
+	dir := t.TempDir()
+	for _, mode := range []gatewayconfig.DataplaneMode{gatewayconfig.DataplaneKernel, gatewayconfig.DataplaneLibipsec} {
+		tun := filepath.Join(dir, string(mode), "net", "tun")
+		if _, err := Prepare(Options{Dataplane: mode, Conf: filepath.Join(dir, "c.conf"), Binary: "/bin/true", TUNDevice: tun}, nil); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(tun)
+		if mode == gatewayconfig.DataplaneKernel {
+			if err == nil {
+				t.Error("kernel mode created a TUN device")
+			}
+			continue
+		}
+		if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+			t.Fatalf("no TUN character device at %s: %v", tun, err)
+		}
+		// A second start finds it and leaves it.
+		if _, err := Prepare(Options{Dataplane: mode, Conf: filepath.Join(dir, "c.conf"), Binary: "/bin/true", TUNDevice: tun}, nil); err != nil {
+			t.Errorf("second start: %v", err)
+		}
+	}
+}

@@ -56,6 +56,11 @@ type Options struct {
 	// TunnelMTU bounds the MSS of SYNs arriving from the tunnel when the config does not
 	// pin an MSS (libipsec's TUN defaults to 1400).
 	TunnelMTU int
+	// PortInterface, when set, is the only device IKE and ESP may leave by (NIC2): the
+	// guard drops them on any other, so a tunnel can never be negotiated or carried over
+	// the pod network and the node's address, whatever order the pod's containers start
+	// or restart in.
+	PortInterface string
 }
 
 // Programmer owns the table. Safe for concurrent use.
@@ -110,13 +115,15 @@ func (o Options) validate() error {
 	if o.Guard != GuardInterface && o.Guard != GuardXFRM {
 		return fmt.Errorf("guard mode %q must be %s or %s", o.Guard, GuardInterface, GuardXFRM)
 	}
-	for _, r := range o.TunnelInterface {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
-			return fmt.Errorf("tunnel interface %q has characters outside [a-z0-9._-]", o.TunnelInterface)
+	for what, name := range map[string]string{"tunnel": o.TunnelInterface, "port": o.PortInterface} {
+		for _, r := range name {
+			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+				return fmt.Errorf("%s interface %q has characters outside [a-z0-9._-]", what, name)
+			}
 		}
-	}
-	if len(o.TunnelInterface) > 15 {
-		return fmt.Errorf("tunnel interface %q is longer than 15 characters", o.TunnelInterface)
+		if len(name) > 15 {
+			return fmt.Errorf("%s interface %q is longer than 15 characters", what, name)
+		}
 	}
 	if o.TunnelMTU < 576 || o.TunnelMTU > 65535 {
 		return fmt.Errorf("tunnel MTU %d out of range", o.TunnelMTU)
@@ -257,6 +264,12 @@ func (p *Programmer) ruleText(m *gatewayconfig.NAT) []string {
 		// Runs after SNAT, when the route has been re-looked-up with the final source and
 		// carries the XFRM bundle if a policy matched.
 		add(ChainGuard, fmt.Sprintf("ip daddr %s rt ipsec missing counter drop comment %q", peers, GuardComment))
+	}
+	if p.opts.PortInterface != "" {
+		// IKE (UDP 500, NAT-T 4500) and ESP leave only through the dedicated port.
+		add(ChainGuard, fmt.Sprintf("udp sport { 500, 4500 } oifname != %q counter drop", p.opts.PortInterface))
+		add(ChainGuard, fmt.Sprintf("udp dport { 500, 4500 } oifname != %q counter drop", p.opts.PortInterface))
+		add(ChainGuard, fmt.Sprintf("meta l4proto esp oifname != %q counter drop", p.opts.PortInterface))
 	}
 	// Only exposures cross the gateway: anything else from the client's subnets or to
 	// them that was not translated is dropped here, so it can never leave in the clear

@@ -195,6 +195,30 @@ func TestRealTableDriftRepair(t *testing.T) {
 	})
 }
 
+// With the port interface named, the guard keeps IKE and ESP on it; without, no such
+// rule exists (tests of other parts of the ruleset run without a port).
+func TestIKEGuardFollowsThePortInterface(t *testing.T) {
+	for _, port := range []string{"net1", ""} {
+		fake := knftables.NewFake(knftables.IPv4Family, DefaultTable)
+		p, err := NewWithInterface(fake, Options{PortInterface: port})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Sync(context.Background(), model(1)); err != nil {
+			t.Fatal(err)
+		}
+		dump := fake.Dump()
+		for _, rule := range []string{`udp sport { 500, 4500 } oifname != "net1" counter drop`, `udp dport { 500, 4500 } oifname != "net1" counter drop`, `meta l4proto esp oifname != "net1" counter drop`} {
+			if got := strings.Contains(dump, rule); got != (port != "") {
+				t.Errorf("port %q: rule %q present=%v:\n%s", port, rule, got, dump)
+			}
+		}
+	}
+	if _, err := NewWithInterface(knftables.NewFake(knftables.IPv4Family, DefaultTable), Options{PortInterface: "net1; drop"}); err == nil {
+		t.Error("a port interface name with nft syntax in it was accepted")
+	}
+}
+
 // TestGuardDropCounterSurvivesRewrite makes the interface guard drop locally generated
 // packets to a peer subnet (routed to lo, not the tunnel device) and reads the drop count
 // through the drift check: it counts exactly the dropped pings, and keeps counting up

@@ -189,3 +189,63 @@ func Apply(p Params) error {
 	}
 	return nil
 }
+
+// InPlace reports whether the prelude's essentials are installed: the rule sending the
+// port's own address to table and a default route in table. It only reads, so a role
+// without NET_ADMIN can wait on it (the loader does, before charon may initiate IKE).
+func InPlace(portFixedIP string, table int) (bool, error) {
+	if table == 0 {
+		table = DefaultTable
+	}
+	fixed, err := netip.ParseAddr(portFixedIP)
+	if err != nil {
+		return false, fmt.Errorf("port fixed IP: %w", err)
+	}
+	rules, err := netlink.RuleListFiltered(netlink.FAMILY_V4, &netlink.Rule{Table: table}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return false, fmt.Errorf("listing rules: %w", err)
+	}
+	ruled := false
+	for _, r := range rules {
+		if fromIPNet(r.Src) == netip.PrefixFrom(fixed, 32) {
+			ruled = true
+		}
+	}
+	if !ruled {
+		return false, nil
+	}
+	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: table}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return false, fmt.Errorf("listing table %d: %w", table, err)
+	}
+	for _, r := range routes {
+		if r.Dst == nil || fromIPNet(r.Dst) == (netip.Prefix{}) {
+			return r.Gw != nil, nil
+		}
+	}
+	return false, nil
+}
+
+// HasLocalAddress reports whether addr is assigned to the loopback device (init-nat puts
+// .1 of the service CIDR there: the local end of every child SA, whose routes charon
+// cannot install before it exists). Read-only, like InPlace.
+func HasLocalAddress(addr string) (bool, error) {
+	want, err := netip.ParseAddr(addr)
+	if err != nil {
+		return false, fmt.Errorf("address: %w", err)
+	}
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return false, fmt.Errorf("loopback: %w", err)
+	}
+	addrs, err := netlink.AddrList(lo, netlink.FAMILY_V4)
+	if err != nil {
+		return false, fmt.Errorf("listing addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if got, ok := netip.AddrFromSlice(a.IP.To4()); ok && got == want {
+			return true, nil
+		}
+	}
+	return false, nil
+}

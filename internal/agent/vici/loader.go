@@ -126,6 +126,10 @@ func flatten(s *gatewayconfig.Section, prefix string) []string {
 //     says so.
 type Loader struct {
 	Socket string
+	// LocalAddress, when set, is the only address an IKE SA may run from (the gateway
+	// port's fixed IP): an SA established from any other (over the pod network, before
+	// the port's routing was in place) is terminated and initiated again.
+	LocalAddress string
 	// Logf receives one line per action; it never receives secret values.
 	Logf func(format string, args ...any)
 	// Causes tells why a tunnel's last attempt failed (charon's log, package cause).
@@ -146,6 +150,9 @@ type Loader struct {
 	loaded  map[string]string
 	secrets string
 	plans   map[string]*plan
+
+	pmu       sync.Mutex
+	published map[string]Plan
 }
 
 // plan is the loader's memory of one tunnel between rounds.
@@ -189,7 +196,16 @@ type Result struct {
 	// Restarted are tunnels whose IKE SA was ended to start over (half-open, or a change
 	// that could not be applied beside it).
 	Migrated, Restarted []string
-	SecretsLoaded       bool
+	// Terminated are connections whose IKE SA ran from the wrong address.
+	Terminated    []string
+	SecretsLoaded bool
+}
+
+// SetLocalAddress sets LocalAddress (safe while Apply runs elsewhere).
+func (l *Loader) SetLocalAddress(a string) {
+	l.mu.Lock()
+	l.LocalAddress = a
+	l.mu.Unlock()
 }
 
 func (l *Loader) logf(format string, args ...any) {
@@ -222,14 +238,17 @@ func (l *Loader) backoff(attempts int) time.Duration {
 	return d
 }
 
-// Plan returns the loader's intentions for tunnel (safe while Apply runs elsewhere).
+// Plan returns the loader's intentions for tunnel. It never waits for a running Apply
+// (which may wait up to MigrateTimeout for a change to come up): it reads what the last
+// step published.
 func (l *Loader) Plan(tunnel string) Plan {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	p := l.plans[tunnel]
-	if p == nil {
-		return Plan{}
-	}
+	l.pmu.Lock()
+	defer l.pmu.Unlock()
+	return l.published[tunnel]
+}
+
+// publish makes p readable by Plan.
+func (l *Loader) publish(name string, p *plan) {
 	out := Plan{Attempts: p.attempts, Next: p.next}
 	switch {
 	case p.reestablishing != "":
@@ -238,7 +257,12 @@ func (l *Loader) Plan(tunnel string) Plan {
 		out.ChangeReason = ReasonChangeRefused
 		out.ChangeMessage = "the peer refused the changed settings (" + p.change.refused + "); the tunnel still runs on the previous settings; next attempt at " + p.next.UTC().Format(time.RFC3339)
 	}
-	return out
+	l.pmu.Lock()
+	defer l.pmu.Unlock()
+	if l.published == nil {
+		l.published = map[string]Plan{}
+	}
+	l.published[name] = out
 }
 
 func (l *Loader) plan(name string) *plan {
@@ -356,6 +380,9 @@ func (l *Loader) Apply(ctx context.Context, swanctl, secrets string) (Result, er
 		}
 		delete(l.loaded, name)
 		delete(l.plans, name)
+		l.pmu.Lock()
+		delete(l.published, name)
+		l.pmu.Unlock()
 		res.Unloaded = append(res.Unloaded, name)
 		l.logf("unloaded connection %s", name)
 	}
@@ -364,9 +391,33 @@ func (l *Loader) Apply(ctx context.Context, swanctl, secrets string) (Result, er
 	if err != nil {
 		return res, err
 	}
+	if l.LocalAddress != "" {
+		for name, list := range sas {
+			kept := list[:0]
+			for _, sa := range list {
+				if sa.LocalHost == "" || sa.LocalHost == l.LocalAddress {
+					kept = append(kept, sa)
+					continue
+				}
+				m := govici.NewMessage()
+				_ = m.Set("ike-id", sa.UniqueID)
+				_ = m.Set("force", "yes")
+				_ = m.Set("timeout", "-1")
+				if err := call(ctx, s, "terminate", m); err != nil {
+					l.logf("terminate %s #%s (from %s): %v", name, sa.UniqueID, sa.LocalHost, err)
+					kept = append(kept, sa)
+					continue
+				}
+				res.Terminated = append(res.Terminated, name)
+				l.logf("terminated %s #%s: it ran from %s, not from the port's address %s", name, sa.UniqueID, sa.LocalHost, l.LocalAddress)
+			}
+			sas[name] = kept
+		}
+	}
 	now := l.now()
 	for _, c := range conns {
 		l.converge(ctx, s, c.Name, sas[c.Name], now, &res)
+		l.publish(c.Name, l.plan(c.Name))
 	}
 	sort.Strings(res.Unloaded)
 	return res, nil

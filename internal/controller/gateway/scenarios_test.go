@@ -733,3 +733,56 @@ func TestPeerSubnetOverlaps(t *testing.T) {
 		t.Fatalf("gateway network overlap: %s", c)
 	}
 }
+
+// Regression (the real node: a lost node kept the gateway down until the pod garbage
+// collector, about a minute): when the gateway moves off a node that is gone or not
+// Ready, its pod bound there is deleted at once, so the Recreate rollout can start the
+// new pod; pods on a Ready node, or on the selected node, are left to their kubelets.
+func TestStrandedPodReleased(t *testing.T) {
+	h := newHarness(t)
+	h.node("node-b", "openstack:///"+serverB, true, nil)
+	h.node("node-c", "openstack:///"+serverC, true, nil)
+	h.psk("hq-psk", "k")
+	h.start()
+	h.create("st", spec(false))
+	if gw := h.waitConverged("st"); gw.Status.NodeName != "node-b" {
+		t.Fatalf("placed on %s", gw.Status.NodeName)
+	}
+	labels := render.SelectorLabels(render.Gateway{Kind: "IPsecGateway", Name: "st"})
+	pod := func(name, node string) {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.ns, Labels: labels},
+			Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "x"}}},
+		}
+		if err := env.Client.Create(h.ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.node("node-z", "openstack:///"+serverA, true, nil) // sorts last: never selected
+	pod("on-b", "node-b")
+	pod("on-z", "node-z")
+	h.setReady("node-b", false)
+	eventually(t, "the pod on the NotReady node deleted", func() (bool, string) {
+		var p corev1.Pod
+		err := env.Client.Get(h.ctx, client.ObjectKey{Namespace: h.ns, Name: "on-b"}, &p)
+		return apierrors.IsNotFound(err), fmt.Sprintf("%v", err)
+	})
+	if gw := h.get("st"); gw.Status.NodeName != "node-c" {
+		t.Fatalf("moved to %s", gw.Status.NodeName)
+	}
+	var p corev1.Pod
+	if err := env.Client.Get(h.ctx, client.ObjectKey{Namespace: h.ns, Name: "on-z"}, &p); err != nil || p.DeletionTimestamp != nil {
+		t.Errorf("a pod on a Ready node was deleted: %v", err)
+	}
+	h.events.mu.Lock()
+	n := 0
+	for _, e := range h.events.events {
+		if strings.Contains(e, "StrandedPodDeleted pod on-b was bound to node node-b, which is not Ready") {
+			n++
+		}
+	}
+	h.events.mu.Unlock()
+	if n != 1 {
+		t.Errorf("want one StrandedPodDeleted event for on-b, got %d", n)
+	}
+}

@@ -87,6 +87,7 @@ func (r *Reconciler) ensureWorkload(ctx context.Context, g *gateway) (bool, erro
 	dep, err := render.Deployment(render.Workload{
 		Gateway: ref, NodeName: g.status.NodeName, PortMAC: g.status.PortMACAddress,
 		GatewayImage: r.Config.GatewayImage, AgentImage: r.Config.AgentImage,
+		Dataplane: gatewayconfig.DataplaneMode(r.Config.GatewayDataplane),
 	})
 	if err != nil {
 		return terminal(v1alpha1.ReasonWorkloadFailed, err.Error())
@@ -100,6 +101,7 @@ func (r *Reconciler) ensureWorkload(ctx context.Context, g *gateway) (bool, erro
 		func() error { return r.applyRole(ctx, render.Role(ref, v1alpha1.GroupVersion.Group)) },
 		func() error { return r.applyRoleBinding(ctx, render.RoleBinding(ref)) },
 		func() error { return r.applyDeployment(ctx, dep) },
+		func() error { return r.releaseStrandedPods(ctx, g) },
 		func() error {
 			if r.Config.GatewayNetworkPolicy {
 				return r.applyNetworkPolicy(ctx, render.NetworkPolicy(ref, r.Config.Namespace))

@@ -3,8 +3,9 @@ package dataplane
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
@@ -115,27 +117,50 @@ func (e *env) lifecycleStatus(t *testing.T) statusReader {
 		if err := api.Client.Create(ctx, obj); err != nil {
 			t.Fatal(err)
 		}
-		kubeconfig, err := api.WriteKubeConfig(e.dir)
+		// The status agent runs in the gateway's namespace, as in the pod: its loader
+		// waits for the port's policy routing there. The API server is reached through
+		// a forward from the namespace's loopback, as in kernel mode.
+		u, err := url.Parse(api.Config.Host)
 		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := inNetns(e.ns("g"), func() (net.Listener, error) { return net.Listen("tcp", apiAddr) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					up, err := net.DialTimeout("tcp", u.Host, 10*time.Second)
+					if err != nil {
+						_ = c.Close()
+						return
+					}
+					pipe(c, up)
+				}()
+			}
+		}()
+		kc, err := clientcmd.Load(api.KubeConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range kc.Clusters {
+			c.Server = "https://" + apiAddr
+		}
+		kubeconfig := filepath.Join(e.dir, "status-agent.kubeconfig")
+		if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
 			t.Fatal(err)
 		}
 		e.stop("loader", syscall.SIGTERM)
-		// In the host namespace, as in TestDataplane: it reaches the API server on
-		// loopback and charon through its VICI socket file.
 		cfg := filepath.Join(e.dir, "config")
-		logf, err := os.OpenFile(filepath.Join(e.dir, "status-agent.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(e.bin.agent, "status-agent", "--config-file", filepath.Join(cfg, gatewayconfig.ConfigMapKeyConfig),
+		e.start("status-agent", e.ns("g"), nil, e.bin.agent, "status-agent", "--config-file", filepath.Join(cfg, gatewayconfig.ConfigMapKeyConfig),
 			"--vici-socket", e.sock("g"), "--kubeconfig", kubeconfig, "--interval", "1s",
 			"--load-secrets-file", filepath.Join(cfg, gatewayconfig.SecretKeySecrets))
-		cmd.Stdout, cmd.Stderr = logf, logf
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		_ = logf.Close()
-		e.procs["status-agent"] = cmd
 		t.Cleanup(func() { e.stop("status-agent", syscall.SIGTERM) })
 		cl = api.Client
 	}
