@@ -39,7 +39,7 @@ type Loop struct {
 	// local address (routing.HasLocalAddress): the child SA's routes need it, and a child
 	// SA attempted before it exists fails.
 	ServiceAddress func(addr string) (bool, error)
-	Logf        func(format string, args ...any)
+	Logf           func(format string, args ...any)
 }
 
 func (l *Loop) logf(format string, args ...any) {

@@ -479,4 +479,3 @@ func (e *env) lifecycleCauses(t *testing.T, read statusReader) {
 		restore(t)
 	})
 }
-
