@@ -30,6 +30,9 @@ import (
 // peerOpts are the knobs of the client's hand-written configuration.
 type peerOpts struct {
 	ike, esp, remoteTS, psk string
+	// anyRemote: accept IKE from any address (the client that would take an SA from the
+	// gateway's pod network too).
+	anyRemote bool
 }
 
 func defaultPeer() peerOpts {
@@ -41,6 +44,10 @@ func defaultPeer() peerOpts {
 // connection has no start action).
 func (e *env) configurePeerWith(o peerOpts) {
 	e.t.Helper()
+	remote := floatingIP
+	if o.anyRemote {
+		remote = "%any"
+	}
 	conf := fmt.Sprintf(`connections {
   gw {
     version = 2
@@ -74,7 +81,7 @@ secrets {
     secret = "%s"
   }
 }
-`, peerWAN, floatingIP, o.ike, peerWAN, floatingIP, clientNet, o.remoteTS, o.esp, peerWAN, floatingIP, o.psk)
+`, peerWAN, remote, o.ike, peerWAN, floatingIP, clientNet, o.remoteTS, o.esp, peerWAN, floatingIP, o.psk)
 	f := filepath.Join(e.dir, "p", "swanctl.conf")
 	if err := os.WriteFile(f, []byte(conf), 0o600); err != nil {
 		e.t.Fatal(err)
@@ -158,9 +165,10 @@ func (e *env) lifecycleStatus(t *testing.T) statusReader {
 		}
 		e.stop("loader", syscall.SIGTERM)
 		cfg := filepath.Join(e.dir, "config")
-		e.start("status-agent", e.ns("g"), nil, e.bin.agent, "status-agent", "--config-file", filepath.Join(cfg, gatewayconfig.ConfigMapKeyConfig),
+		e.statusArgs = []string{e.bin.agent, "status-agent", "--config-file", filepath.Join(cfg, gatewayconfig.ConfigMapKeyConfig),
 			"--vici-socket", e.sock("g"), "--kubeconfig", kubeconfig, "--interval", "1s",
-			"--load-secrets-file", filepath.Join(cfg, gatewayconfig.SecretKeySecrets))
+			"--load-secrets-file", filepath.Join(cfg, gatewayconfig.SecretKeySecrets)}
+		e.start("status-agent", e.ns("g"), nil, e.statusArgs...)
 		t.Cleanup(func() { e.stop("status-agent", syscall.SIGTERM) })
 		cl = api.Client
 	}
@@ -348,6 +356,7 @@ func TestTunnelLifecycle(t *testing.T) {
 		}
 	})
 
+	e.startOrder(t, read)
 	if !e.kernel {
 		e.lifecycleCauses(t, read)
 	}
@@ -478,4 +487,159 @@ func (e *env) lifecycleCauses(t *testing.T, read statusReader) {
 		figure(t.Logf, "unanswered peer: up %.1fs after it answers again", time.Since(fixed).Seconds())
 		restore(t)
 	})
+}
+
+// roleCtl stops and starts one of the gateway's roles: init-nat, charon, or the status
+// agent with its loader.
+func (e *env) roleCtl(role string) (stop, start func()) {
+	name := map[string]string{"init-nat": "init-nat", "charon": e.gwCharon(), "status": "status-agent"}[role]
+	if e.kernel {
+		name = map[string]string{"init-nat": render.ContainerInitNAT, "charon": render.ContainerStrongswan, "status": render.ContainerStatus}[role]
+	}
+	stop = func() { e.stop(name, syscall.SIGTERM) }
+	switch role {
+	case "charon":
+		start = func() { e.startCharon("g") }
+	case "init-nat":
+		start = func() { e.startAgent(name) }
+	default:
+		start = func() {
+			if e.kernel {
+				e.startContainer(name)
+				return
+			}
+			e.start(name, e.ns("g"), nil, e.statusArgs...)
+		}
+	}
+	return stop, start
+}
+
+// clearPortRouting removes what init-nat's routing prelude installed (a pod whose
+// init-nat has not run yet).
+func (e *env) clearPortRouting() {
+	for i := 0; i < 10; i++ {
+		if _, err := e.sh(e.ns("g"), "ip", "rule", "del", "table", "100"); err != nil {
+			break
+		}
+	}
+	_, _ = e.sh(e.ns("g"), "ip", "route", "flush", "table", "100")
+	_, _ = e.sh(e.ns("g"), "ip", "addr", "del", "100.64.7.1/32", "dev", "lo")
+}
+
+// localHosts lists the addresses the gateway's IKE SAs of t1 run from.
+func (e *env) localHosts() []string {
+	s, err := vici.Dial(e.sock("g"))
+	if err != nil {
+		return nil
+	}
+	defer s.Close()
+	sas, err := vici.ListSAs(context.Background(), s, "t1")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, sa := range sas["t1"] {
+		out = append(out, sa.LocalHost)
+	}
+	return out
+}
+
+// onPort: the tunnel is up, carries traffic, and its only IKE SA runs from the port.
+func (e *env) onPort(read statusReader) bool {
+	st, ok := read()
+	if !ok || st.State != "Up" || !e.probe() {
+		return false
+	}
+	h := e.localHosts()
+	return len(h) == 1 && h[0] == portFixedIP
+}
+
+// startOrder: the gateway's pod also has a pod network (eth0, with the default route,
+// masqueraded by the node), and the client accepts IKE from any address, so IKE that
+// left before the port's policy routing exists would build an SA over the wrong path.
+// init-nat started seconds after charon and the loader, and each role restarted alone:
+// no IKE or ESP ever leaves by eth0, the SA runs from the port's address, traffic flows.
+// An SA built over the pod network anyway (initiated by hand before init-nat ran) is
+// ended and rebuilt on the port once the routing is there.
+func (e *env) startOrder(t *testing.T, read statusReader) {
+	g, r := e.ns("g"), e.ns("r")
+	e.must("", "ip", "link", "add", "eth0", "netns", g, "type", "veth", "peer", "name", "pod0", "netns", r)
+	e.must(g, "ip", "addr", "add", "10.244.0.2/24", "dev", "eth0")
+	e.must(r, "ip", "addr", "add", "10.244.0.1/24", "dev", "pod0")
+	e.must(g, "ip", "link", "set", "eth0", "up")
+	e.must(r, "ip", "link", "set", "pod0", "up")
+	e.must(g, "ip", "route", "add", "default", "via", "10.244.0.1")
+	e.nft("r", `table ip tn_podnat {
+  chain post { type nat hook postrouting priority srcnat; policy accept;
+    oifname "wan0" ip saddr 10.244.0.0/24 masquerade
+  }
+}`)
+	defer func() {
+		_, _ = e.sh(g, "ip", "link", "del", "eth0")
+		_, _ = e.sh(r, "nft", "delete", "table", "ip", "tn_podnat")
+	}()
+	anyPeer := defaultPeer()
+	anyPeer.ike, anyPeer.esp, anyPeer.anyRemote = "aes256gcm16-prfsha384-x25519", "aes256gcm16-x25519", true
+	e.configurePeerWith(anyPeer)
+	stopCapture := e.capture("pod-network", "g", "eth0", 128)
+
+	e.run(t, "init-nat started seconds after charon and the loader", func(t *testing.T) {
+		stopInit, startInit := e.roleCtl("init-nat")
+		stopCharon, startCharon := e.roleCtl("charon")
+		stopStatus, startStatus := e.roleCtl("status")
+		stopStatus()
+		stopCharon()
+		stopInit()
+		e.clearPortRouting()
+		startCharon()
+		startStatus()
+		e.sleep(5 * time.Second)
+		if h := e.localHosts(); len(h) != 0 {
+			t.Errorf("IKE SAs before init-nat ran: from %v", h)
+		}
+		startInit()
+		e.eventually("up from the port's address once init-nat ran", func() bool { return e.onPort(read) })
+		if !strings.Contains(e.statusAgentLog(), "waiting for the port's policy routing") {
+			t.Errorf("the loader did not wait for the port's routing:\n%s", tail(e.statusAgentLog(), 30))
+		}
+	})
+	for _, role := range []string{"init-nat", "charon", "status"} {
+		e.run(t, role+" restarted alone", func(t *testing.T) {
+			stop, start := e.roleCtl(role)
+			stop()
+			e.sleep(2 * time.Second)
+			start()
+			e.sleep(2 * time.Second)
+			e.eventually("up from the port's address after restarting "+role, func() bool { return e.onPort(read) })
+		})
+	}
+	pcap := stopCapture()
+	if ike := readPcap(t, pcap, "udp port 500 or udp port 4500"); len(ike) != 0 {
+		t.Errorf("IKE or ESP left by the pod network:\n%s", strings.Join(first(ike, 10), "\n"))
+	}
+
+	e.run(t, "an SA built over the pod network is rebuilt on the port", func(t *testing.T) {
+		stopInit, startInit := e.roleCtl("init-nat")
+		stopStatus, startStatus := e.roleCtl("status")
+		stopStatus()
+		stopInit()
+		e.clearPortRouting()
+		if out, err := e.swanctl("g", "--terminate", "--ike", "t1"); err != nil {
+			t.Fatalf("%v %s", err, out)
+		}
+		// charon initiates without the loader (as a restart by charon itself would).
+		if out, err := e.swanctl("g", "--initiate", "--child", "t1", "--timeout", "20"); err != nil {
+			t.Fatalf("the wrong-path SA did not come up: %v %s", err, out)
+		}
+		if h := e.localHosts(); len(h) != 1 || h[0] != "10.244.0.2" {
+			t.Fatalf("the SA runs from %v, want the pod network's 10.244.0.2", h)
+		}
+		startInit()
+		startStatus()
+		e.eventually("rebuilt from the port's address", func() bool { return e.onPort(read) })
+		if !strings.Contains(e.statusAgentLog(), "not from the port's address") {
+			t.Errorf("the loader did not end the wrong-path SA:\n%s", tail(e.statusAgentLog(), 30))
+		}
+	})
+	e.configurePeerWith(peerOpts{ike: anyPeer.ike, esp: anyPeer.esp, remoteTS: serviceCIDR, psk: psk})
 }
