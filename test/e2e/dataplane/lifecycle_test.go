@@ -538,9 +538,11 @@ func (e *env) roleCtl(role string) (stop, start func()) {
 	return stop, start
 }
 
-// clearPortRouting removes what init-nat's routing prelude installed (a pod whose
-// init-nat has not run yet).
+// clearPortRouting removes what init-nat installed: its routing prelude and its
+// nftables table, whose guard would drop IKE leaving by the pod network (a pod whose
+// init-nat has not run yet has neither).
 func (e *env) clearPortRouting() {
+	_, _ = e.sh(e.ns("g"), "nft", "delete", "table", "ip", "bnerd-gw")
 	for i := 0; i < 10; i++ {
 		if _, err := e.sh(e.ns("g"), "ip", "rule", "del", "table", "100"); err != nil {
 			break
