@@ -98,6 +98,7 @@ var (
 	reNoKey      = regexp.MustCompile(`^no shared key found for '(.*)' - '(.*)'$`)
 	reTSBad      = regexp.MustCompile(`^traffic selectors (.*) unacceptable$`)
 	reGiveUp     = regexp.MustCompile(`^giving up after (\d+) retransmits$`)
+	reRetransmit = regexp.MustCompile(`^retransmit (\d+) of request with message ID \d+$`)
 	reRekeyFail  = regexp.MustCompile(`^CHILD_SA rekeying failed, trying again in (\d+) seconds$`)
 	// A key exchange method in a proposal as charon prints it (MODP_2048, ECP_256,
 	// CURVE_25519, ECP_256_BP, ...).
@@ -222,6 +223,13 @@ func (t *Tracker) ObserveLine(l Line) (changed bool) {
 
 	case reGiveUp.MatchString(msg):
 		set(PeerNotResponding, "no answer from the peer to "+orDefault(sa.sentExchange, "our request")+" after "+reGiveUp.FindStringSubmatch(msg)[1]+" retransmits")
+	case reRetransmit.MatchString(msg):
+		// Said early for a tunnel being set up: charon keeps retransmitting for about
+		// 84 s before it gives up. (Not for an established SA's DPD: a late answer
+		// there would leave the reason behind on an Up tunnel.)
+		if n := reRetransmit.FindStringSubmatch(msg)[1]; n != "1" && sa.sentExchange == "IKE_SA_INIT" {
+			set(PeerNotResponding, "no answer from the peer to IKE_SA_INIT yet (retransmit "+n+")")
+		}
 	case msg == "establishing IKE_SA failed, peer not responding":
 		set(PeerNotResponding, "no answer from the peer to IKE_SA_INIT")
 	case reRekeyFail.MatchString(msg):

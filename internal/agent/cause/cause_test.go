@@ -112,3 +112,30 @@ func TestFromEvent(t *testing.T) {
 		t.Errorf("cause %+v %v", c, ok)
 	}
 }
+
+// TestPeerNotRespondingSaidEarly: from the second retransmission of an unanswered
+// IKE_SA_INIT on, long before charon gives up; not for retransmissions of an
+// established SA's DPD.
+func TestPeerNotRespondingSaidEarly(t *testing.T) {
+	tr := &Tracker{}
+	for _, m := range []string{
+		"generating IKE_SA_INIT request 0 [ SA KE No N(NATD_S_IP) N(NATD_D_IP) N(FRAG_SUP) N(HASH_ALG) N(REDIR_SUP) ]",
+		"retransmit 1 of request with message ID 0",
+	} {
+		tr.ObserveLine(Line{Name: "t1", ID: "3", Msg: m})
+	}
+	if c, ok := tr.Cause("t1"); ok {
+		t.Fatalf("cause after one retransmission: %+v", c)
+	}
+	tr.ObserveLine(Line{Name: "t1", ID: "3", Msg: "retransmit 2 of request with message ID 0"})
+	if c, ok := tr.Cause("t1"); !ok || c.Reason != PeerNotResponding || !strings.Contains(c.Message, "retransmit 2") {
+		t.Fatalf("cause %+v %v", c, ok)
+	}
+	dpd := &Tracker{}
+	for _, m := range []string{"generating INFORMATIONAL request 5 [ ]", "retransmit 2 of request with message ID 5", "retransmit 3 of request with message ID 5"} {
+		dpd.ObserveLine(Line{Name: "t1", ID: "4", Msg: m})
+	}
+	if c, ok := dpd.Cause("t1"); ok {
+		t.Errorf("cause from DPD retransmissions of an established SA: %+v", c)
+	}
+}

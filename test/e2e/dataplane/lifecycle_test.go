@@ -489,7 +489,7 @@ func (e *env) lifecycleCauses(t *testing.T, read statusReader) {
 		if out, err := e.swanctl("g", "--terminate", "--ike", "t1"); err != nil {
 			t.Fatalf("%v %s", err, out)
 		}
-		// charon gives up after its retransmissions (about 84 s with retransmit_limit 20).
+		// Reported from charon's second retransmission of IKE_SA_INIT (about 11 s).
 		var st v1alpha1.TunnelState
 		deadline := time.Now().Add(scaled(3 * time.Minute))
 		for time.Now().Before(deadline) {
@@ -501,7 +501,7 @@ func (e *env) lifecycleCauses(t *testing.T, read statusReader) {
 		if st.Reason != cause.PeerNotResponding {
 			t.Fatalf("status %+v, want %s", st, cause.PeerNotResponding)
 		}
-		// A new attempt runs at once; the client answers again 10 s into it.
+		// The client answers again 10 s later.
 		e.sleep(10 * time.Second)
 		fixed := time.Now()
 		e.must(e.ns("p"), "nft", "delete", "table", "ip", "tn_drop")
