@@ -710,12 +710,10 @@ func TestConformancePortDelete(t *testing.T) {
 }
 
 // Crash safety where tags follow the create: an object left with the marker
-// description is found by the owner's tag lookup, tagged and returned.
+// description is found by the owner's tag lookup, tagged and returned. Not applicable
+// where tags travel in every create (tag-creation).
 func TestConformanceAdoptHalfTaggedObjects(t *testing.T) {
 	forTargets(t, func(t *testing.T, w *world) {
-		if w.features.TagCreation {
-			t.Skip("this Neutron takes tags in the create; nothing is ever half-tagged")
-		}
 		ctx := ctxT(t)
 		owner := openstack.Owner{Kind: "IPsecGateway", Namespace: "ns", Name: "crash", UID: "uid-crash"}
 		// What a crash right after the create leaves: the marker, no tags.
@@ -741,7 +739,7 @@ func TestConformanceAdoptHalfTaggedObjects(t *testing.T) {
 		if w.requests.writes() != 0 {
 			t.Errorf("a lookup of tagged objects wrote: %s", w.requests)
 		}
-	})
+	}, onlyWhen(func(f openstack.Features) bool { return !f.TagCreation }, "tags travel in every create"))
 }
 
 // ---------------------------------------------------------------- security groups
@@ -1507,10 +1505,9 @@ func TestConformanceNovaAttachDetach(t *testing.T) {
 
 // Nova finishing in the background: the API answers before device_id changes, and
 // only the wait helper tells when it did. The simulator's delays stand in for a busy
-// Nova; the real one attaches synchronously (see NovaAttachDetach).
+// Nova; the real one attaches synchronously (see NovaAttachDetach). Simulator only.
 func TestConformanceNovaAsync(t *testing.T) {
 	forTargets(t, func(t *testing.T, w *world) {
-		w.simOnly(t, "delays Nova's work on purpose")
 		ctx := ctxT(t)
 		n, c := w.op.Networking, w.op.Compute
 		wait := openstack.WaitOpts{Interval: 10 * time.Millisecond, Timeout: 30 * time.Second}
@@ -1540,7 +1537,7 @@ func TestConformanceNovaAsync(t *testing.T) {
 		if got == nil || got.DeviceID != "" {
 			t.Errorf("stuck attach must return the last port read: %+v", got)
 		}
-	})
+	}, onlySim("delays Nova on purpose"))
 }
 
 // ---------------------------------------------------------------- accounting and faults
@@ -1577,9 +1574,10 @@ func TestConformanceReadOnlySequenceWritesNothing(t *testing.T) {
 	})
 }
 
+// Injected faults (errors, Retry-After, latency, dropped and hung connections) are
+// classified as the operator relies on. Simulator only.
 func TestConformanceFaults(t *testing.T) {
 	forTargets(t, func(t *testing.T, w *world) {
-		w.simOnly(t, "injects faults")
 		ctx := ctxT(t)
 		n := w.op.Networking
 		portPath := "/network/v2.0/ports/*"
@@ -1665,16 +1663,14 @@ func TestConformanceFaults(t *testing.T) {
 		if c := w.srv.Counters(); c.Faulted < 8 {
 			t.Errorf("faulted requests counted: %d", c.Faulted)
 		}
-	})
+	}, onlySim("injects faults"))
 }
 
 // A failed tag update after the create must not leave an untagged object behind.
+// Simulator only (the fault is injected), and only where a port's tags follow its
+// create.
 func TestConformanceFailedTaggingLeavesNothing(t *testing.T) {
 	forTargets(t, func(t *testing.T, w *world) {
-		w.simOnly(t, "injects a fault into the tag update")
-		if w.features.PortTagCreation {
-			t.Skip("this shape tags in the create")
-		}
 		ctx := ctxT(t)
 		owner := openstack.Owner{Kind: "IPsecGateway", Namespace: "ns", Name: "tagfail", UID: "uid-tagfail"}
 		remove := w.srv.Inject(sim.Fault{Method: "PUT", PathPattern: "/network/v2.0/ports/*/tags", Status: 503, Count: 1})
@@ -1688,5 +1684,6 @@ func TestConformanceFailedTaggingLeavesNothing(t *testing.T) {
 				t.Errorf("an untagged port stayed behind: %+v", p)
 			}
 		}
-	})
+	}, onlySim("injects a fault into the tag update"),
+		onlyWhen(func(f openstack.Features) bool { return !f.PortTagCreation }, "tags travel in the port create"))
 }

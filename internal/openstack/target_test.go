@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,17 +58,74 @@ func shapeExtensions(target string) []string {
 	}
 }
 
-func activeTargets() []string {
-	var out []string
-	for _, t := range realstack.Targets() {
-		switch t {
-		case targetSim:
-			out = append(out, simShapes...)
-		case targetReal:
-			out = append(out, targetReal)
+// target is one target of this test process and what is known of it before any case
+// runs: a simulator shape's features are fixed, the real Neutron's are discovered once.
+// A case decides from them whether it applies (see forTargets).
+type target struct {
+	name     string
+	features openstack.Features
+	// err: the real OpenStack is required and missing, or its discovery failed; every
+	// case on the target fails with it.
+	err error
+}
+
+var (
+	targetsOnce sync.Once
+	targets     []target
+)
+
+// activeTargets are the targets asked for (BNERD_OPENSTACK): "sim" stands for every
+// simulator shape. The real target is in the list when it is asked for and running, or
+// when it is required (BNERD_REQUIRE_OPENSTACK=1, which asks for it as realstack.Need
+// does), running or not: then its absence fails every case. Asked for, not running and
+// not required, it is left out with a note; no case is ever skipped for it.
+func activeTargets() []target {
+	targetsOnce.Do(func() {
+		asked := realstack.Targets()
+		if slices.Contains(asked, targetSim) {
+			for _, s := range simShapes {
+				exts := shapeExtensions(s)
+				if exts == nil {
+					exts = sim.DefaultNeutronExtensions
+				}
+				targets = append(targets, target{name: s, features: openstack.FeaturesOf(exts)})
+			}
+		}
+		if slices.Contains(asked, targetReal) || realstack.Required() {
+			if tg, ok := discoverReal(); ok {
+				targets = append(targets, tg)
+			}
+		}
+	})
+	return targets
+}
+
+// discoverReal finds the real OpenStack and asks its Neutron for its extensions, with
+// the operator's credential, once per process (reads only).
+func discoverReal() (target, bool) {
+	tg := target{name: targetReal}
+	realOnce.Do(func() { realC, realErr = realstack.Load() })
+	if realErr != nil {
+		if !realstack.Required() {
+			fmt.Fprintf(os.Stderr, "conformance: the real target is left out: %v (%s=1 makes this a failure)\n", realErr, realstack.RequireEnv)
+			return tg, false
+		}
+		tg.err = fmt.Errorf("%v (and %s=1 requires it)", realErr, realstack.RequireEnv)
+		return tg, true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cred, err := realC.Credential("cf-operator")
+	if err == nil {
+		var c *openstack.Clients
+		if c, err = openstack.NewClients(ctx, cred, openstack.ClientOptions{Timeout: 60 * time.Second}); err == nil {
+			tg.features, err = openstack.DiscoverFeatures(ctx, c.Networking)
 		}
 	}
-	return out
+	if err != nil {
+		tg.err = fmt.Errorf("discovering the real Neutron's extensions: %w", err)
+	}
+	return tg, true
 }
 
 // world is one test's view of a target: clients for the operator, the customer, an
@@ -103,20 +161,11 @@ type world struct {
 
 func (w *world) real() bool { return w.target == targetReal }
 
-// simOnly skips a part of a case that needs the simulator's side doors (fault
-// injection, delayed Nova, its own state); the fidelity table marks such cases.
-func (w *world) simOnly(t *testing.T, why string) {
-	t.Helper()
-	if w.srv == nil {
-		t.Skipf("simulator only: %s", why)
-	}
-}
-
 // --- results, for the fidelity table
 
 type outcome struct {
 	ran, failed, skipped bool
-	skipReason           string
+	na                   string // why the case does not apply to the target (it did not run)
 }
 
 var (
@@ -133,25 +182,53 @@ func record(name, target string, o outcome) {
 	results[name][target] = o
 }
 
-// forTargets runs fn against every active target as a subtest named after it.
-func forTargets(t *testing.T, fn func(t *testing.T, w *world)) {
+// applies tells whether a case applies to a target, and why not, from what is known of
+// the target before the case starts.
+type applies func(tg target) (ok bool, why string)
+
+// onlySim: the case needs the simulator's side doors (fault injection, delayed Nova,
+// its own state).
+func onlySim(why string) applies {
+	return func(tg target) (bool, string) { return tg.name != targetReal, "simulator only: " + why }
+}
+
+// onlyWhen: the case needs a shape of Neutron. A target whose features are unknown
+// (its discovery failed) gets the case, which fails with the discovery's error.
+func onlyWhen(cond func(openstack.Features) bool, why string) applies {
+	return func(tg target) (bool, string) { return tg.err != nil || cond(tg.features), why }
+}
+
+// forTargets runs fn against every active target the case applies to, as a subtest
+// named after the target. A target it does not apply to gets no subtest (a skip would
+// look like a gap in the run): the fidelity table shows "n/a (why)" and the agreement
+// figures leave the case out for that target.
+func forTargets(t *testing.T, fn func(t *testing.T, w *world), only ...applies) {
 	t.Helper()
 	name := t.Name()
-	for _, target := range activeTargets() {
-		t.Run(target, func(t *testing.T) {
+	for _, tg := range activeTargets() {
+		if why, na := notApplicable(tg, only); na {
+			t.Logf("%s: n/a (%s)", tg.name, why)
+			record(name, tg.name, outcome{na: why})
+			continue
+		}
+		t.Run(tg.name, func(t *testing.T) {
 			o := outcome{ran: true}
 			defer func() {
 				o.failed, o.skipped = t.Failed(), t.Skipped()
-				record(name, target, o)
+				record(name, tg.name, o)
 			}()
-			w := newWorld(t, target)
-			if w == nil {
-				o.skipped = true
-				return
-			}
-			fn(t, w)
+			fn(t, newWorld(t, tg))
 		})
 	}
+}
+
+func notApplicable(tg target, only []applies) (string, bool) {
+	for _, a := range only {
+		if ok, why := a(tg); !ok {
+			return why, true
+		}
+	}
+	return "", false
 }
 
 // --- request log: every request the world's clients send, by route
@@ -292,7 +369,20 @@ const conformanceEstate = "testdata/conformance-estate.yaml"
 // empty request log.
 var realWorld *world
 
-func newWorld(t *testing.T, target string) *world {
+func newWorld(t *testing.T, tg target) *world {
+	t.Helper()
+	if tg.err != nil {
+		t.Fatal(tg.err)
+	}
+	w := buildWorld(t, tg.name)
+	// The applicability of the cases was judged on the features known beforehand.
+	if !slices.Equal(w.features.Extensions, tg.features.Extensions) {
+		t.Fatalf("%s presents the extensions %v, the suite judged which cases apply on %v", tg.name, w.features.Extensions, tg.features.Extensions)
+	}
+	return w
+}
+
+func buildWorld(t *testing.T, target string) *world {
 	t.Helper()
 	if target == targetReal {
 		cloud := realCloud(t)
@@ -432,17 +522,19 @@ var (
 	realOnce sync.Once
 	realC    *realstack.Cloud
 	realErr  error
+	// realUsed: a case ran on the real OpenStack, so the estate is put back at the end.
+	realUsed atomic.Bool
 )
 
+// realCloud is the real OpenStack discoverReal found; the real target is only in the
+// list when it was found or is required (then its error fails the case).
 func realCloud(t *testing.T) *realstack.Cloud {
 	t.Helper()
 	realOnce.Do(func() { realC, realErr = realstack.Load() })
 	if realErr != nil {
-		if realstack.Required() {
-			t.Fatalf("%v (and %s=1 requires it)", realErr, realstack.RequireEnv)
-		}
-		t.Skip(realErr.Error())
+		t.Fatalf("%v (and %s=1 requires it)", realErr, realstack.RequireEnv)
 	}
+	realUsed.Store(true)
 	return realC
 }
 
@@ -486,7 +578,7 @@ func TestMain(m *testing.M) {
 	if s := fidelitySummary(); s != "" {
 		fmt.Println(s)
 	}
-	if realC != nil {
+	if realUsed.Load() {
 		// Leave the conformance estate as the seeding made it.
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		if err := sweepReal(ctx, realC); err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
+	"bnerd.net/vpn-operator/internal/testenv"
 )
 
 func TestPrepareRendersAndExecsCharon(t *testing.T) {
@@ -56,7 +57,7 @@ func TestPrepareRendersAndExecsCharon(t *testing.T) {
 // does not provide; the charon role creates it, and only in libipsec mode.
 func TestPrepareCreatesTheTUNDevice(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("creating a device node needs root (CAP_MKNOD)")
+		testenv.SkipDataplane(t, "creating a device node needs root (CAP_MKNOD)")
 	}
 	dir := t.TempDir()
 	for _, mode := range []gatewayconfig.DataplaneMode{gatewayconfig.DataplaneKernel, gatewayconfig.DataplaneLibipsec} {
