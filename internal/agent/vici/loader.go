@@ -581,6 +581,13 @@ func (l *Loader) migrate(ctx context.Context, s *govici.Session, name string, sa
 	p.reestablishing = "the changed settings could not be applied beside the running SA (" + msg + "); the tunnel was torn down to apply them"
 	l.logf("%s: %s", name, p.reestablishing)
 	p.change = nil
+	// Everything of the tunnel goes, also a new attempt charon may still be working on
+	// after the initiate's timeout.
+	if cur, err := ListSAs(ctx, s, name); err == nil {
+		for _, sa := range cur[name] {
+			oldIKE[sa.UniqueID] = true
+		}
+	}
 	for id := range oldIKE {
 		l.terminateIKE(ctx, s, name, id)
 	}
