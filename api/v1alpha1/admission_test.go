@@ -81,7 +81,8 @@ func TestGatewayAdmission(t *testing.T) {
 		{"reverse virtual IP not an IP", func(s *v1.GatewaySpec) { s.ReverseExposures[0].VirtualIP = "vip" }, "virtualIP must be an IPv4 address"},
 		{"floating IP not an IP", func(s *v1.GatewaySpec) { s.Endpoint = &v1.Endpoint{FloatingIP: "203.0.113.300"} }, "endpoint.floatingIP must be an IPv4 address"},
 		{"tunnel name not a DNS label", func(s *v1.GatewaySpec) { s.Tunnels[0].Name = "HQ_1" }, "spec.tunnels[0].name: Invalid value"},
-		{"no tunnels", func(s *v1.GatewaySpec) { s.Tunnels = []v1.Tunnel{}; s.ReverseExposures = nil }, "spec.tunnels: Invalid value: 0: spec.tunnels in body should have at least 1 items"},
+		{"no tunnels", func(s *v1.GatewaySpec) { s.Tunnels = []v1.Tunnel{}; s.ReverseExposures = nil }, "spec.tunnels is required: an IPsec gateway needs at least one tunnel"},
+		{"routed mode", func(s *v1.GatewaySpec) { s.Tunnels[0].Mode = v1.TunnelModeRouted }, ""},
 		{"lifetime not a duration", func(s *v1.GatewaySpec) { s.Tunnels[0].IKE.Lifetime = "4 hours" }, "spec.tunnels[0].ike.lifetime"},
 		{"proposal injecting syntax", func(s *v1.GatewaySpec) { s.Tunnels[0].ESP.Proposals = []string{"aes256 }"} }, "spec.tunnels[0].esp.proposals[0]"},
 		{"peer id injecting syntax", func(s *v1.GatewaySpec) { s.Tunnels[0].Peer.ID = "hq\n}" }, "spec.tunnels[0].peer.id"},
@@ -148,7 +149,7 @@ func TestVPNGatewayAdmission(t *testing.T) {
 		want     string
 	}{
 		{"default protocol", "", nil, ""},
-		{"wireguard is accepted by the schema", v1.VPNProtocolWireGuard, nil, ""},
+		{"wireguard without peers", v1.VPNProtocolWireGuard, nil, "protocol wireguard needs spec.wireguard (its peers) and no spec.tunnels"},
 		{"unknown protocol", "openvpn", nil, `supported values: "ipsec", "wireguard"`},
 		{"reverse exposure names an unknown tunnel", "", func(s *v1.GatewaySpec) { s.ReverseExposures[0].Tunnel = "x" }, "every reverseExposures[].tunnel must name a tunnel"},
 	}

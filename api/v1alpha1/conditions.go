@@ -60,7 +60,6 @@ const (
 	// ReasonPlaintextExposure: an exposure carries a protocol that is not encrypted end
 	// to end (or every port) and does not set allowPlaintext.
 	ReasonPlaintextExposure = "PlaintextExposure"
-	ReasonUnsupported       = "Unsupported"
 	ReasonAllocated         = "Allocated"
 	ReasonAllocationFailed  = "AllocationFailed"
 	ReasonPortReady         = "PortReady"
@@ -212,4 +211,32 @@ const (
 const (
 	FinalizerGateway     = "ipsec.bnerd.net/gateway-cleanup"
 	FinalizerClusterLink = "ipsec.bnerd.net/clusterlink-cleanup"
+)
+
+// AnnotationRotateWireGuardKey on a VPNGateway with protocol wireguard asks for a new
+// gateway key pair: every new value rotates once. The previous key pair is kept until
+// every peer has completed a handshake with the new key.
+const AnnotationRotateWireGuardKey = "ipsec.bnerd.net/rotate-wireguard-key"
+
+// WireGuard gateway condition and reasons.
+const (
+	// ConditionWireGuardKeyReady: the gateway's key pair exists in its Secret and the
+	// public key is published in status.wireguard (protocol wireguard only).
+	ConditionWireGuardKeyReady = "WireGuardKeyReady"
+	ReasonKeyReady             = "KeyReady"
+	// ReasonKeyRotationPending: a rotated key is in use and the previous one is kept
+	// until every peer has completed a handshake with the new key.
+	ReasonKeyRotationPending = "KeyRotationPending"
+	ReasonKeyFailed          = "EnsureKeyFailed"
+	// ReasonListenPortOpen: SecurityGroupReady is True, but a peer without a fixed
+	// endpoint makes the WireGuard listen port open to every source address.
+	ReasonListenPortOpen = "ListenPortOpenToAnywhere"
+)
+
+// Routed-mode reason.
+const (
+	// ReasonRoutedSubnetConflict: a routed tunnel's subnet overlaps the gateway network,
+	// the service CIDR pool, a linked service cluster or another gateway's routed subnet,
+	// so routing it to this gateway would capture someone else's traffic.
+	ReasonRoutedSubnetConflict = "RoutedSubnetConflict"
 )

@@ -44,7 +44,7 @@ func TestGatewayValidate(t *testing.T) {
 			s.ReverseExposures[0].VirtualIP = "100.64.3.254"
 		}, ""},
 		{"no tunnels", func(s *GatewaySpec) { s.Tunnels = nil }, "at least one tunnel"},
-		{"routed mode refused naming the version", func(s *GatewaySpec) { s.Tunnels[0].Mode = TunnelModeRouted }, "mode routed is not implemented in bnerd-vpn-operator v"},
+		{"routed mode", func(s *GatewaySpec) { s.Tunnels[0].Mode = TunnelModeRouted }, ""},
 		{"unknown mode", func(s *GatewaySpec) { s.Tunnels[0].Mode = "bridge" }, "Unsupported value"},
 		{"duplicate tunnel", func(s *GatewaySpec) { s.Tunnels = append(s.Tunnels, s.Tunnels[0]) }, "Duplicate value"},
 		{"bad tunnel name", func(s *GatewaySpec) { s.Tunnels[0].Name = "Bad_Name" }, "DNS label"},
@@ -171,30 +171,12 @@ func TestVPNGatewayProtocol(t *testing.T) {
 	if errs := s.Validate(); len(errs) != 0 {
 		t.Fatalf("ipsec must be valid: %v", errs)
 	}
+	s.WireGuard = goodWireGuard()
+	checkErrs(t, s.Validate(), "only a gateway with protocol wireguard takes spec.wireguard")
 	s.Protocol = VPNProtocolWireGuard
-	errs := s.Validate()
-	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "protocol wireguard is not implemented in bnerd-vpn-operator v") {
-		t.Fatalf("wireguard must be refused naming the version, got %v", errs)
-	}
-}
-
-func TestOnlyUnsupported(t *testing.T) {
-	s := goodGateway()
-	s.Tunnels[0].Mode = TunnelModeRouted
-	if errs := s.Validate(); !OnlyUnsupported(errs) {
-		t.Fatalf("routed alone must count as unsupported: %v", errs)
-	}
-	s.Tunnels[0].Peer.Address = "bad"
-	if errs := s.Validate(); OnlyUnsupported(errs) {
-		t.Fatal("a spec mistake beside it must not")
-	}
-	v := VPNGatewaySpec{GatewaySpec: goodGateway(), Protocol: VPNProtocolWireGuard}
-	if errs := v.Validate(); !OnlyUnsupported(errs) {
-		t.Fatalf("wireguard alone must count as unsupported: %v", errs)
-	}
-	if OnlyUnsupported(nil) {
-		t.Fatal("no errors is not unsupported")
-	}
+	checkErrs(t, s.Validate(), "takes its peers from spec.wireguard.peers, not spec.tunnels")
+	s.Protocol = "openvpn"
+	checkErrs(t, s.Validate(), "Unsupported value")
 }
 
 func TestPlaintextExposures(t *testing.T) {

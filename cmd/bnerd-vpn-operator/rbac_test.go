@@ -27,11 +27,13 @@ var reviewedClusterRole = []string{
 	// Pods: the health controllers watch gateway pods (the cache holds only those); a
 	// gateway pod stranded on a lost node is deleted so its replacement can start.
 	`"" pods delete,get,list,watch`,
-	// Secrets: no write. get/list/watch because Kubernetes lets the operator create the
-	// gateway pod's Role (get/list/watch on the Secrets its tunnels name) only if it holds
-	// them; used by name only (no cluster-wide list or watch: the audit test). delete: the
-	// Secret of rendered keys earlier releases wrote.
-	`"" secrets delete,get,list,watch`,
+	// Secrets: get/list/watch because Kubernetes lets the operator create the gateway
+	// pod's Role (get/list/watch on the Secrets its tunnels name) only if it holds them;
+	// used by name only (no cluster-wide list or watch: the audit test). create/update:
+	// a WireGuard gateway's key Secret, the only Secret the operator writes. delete: that
+	// key Secret when the gateway stops using WireGuard, and the Secret of rendered keys
+	// earlier releases wrote.
+	`"" secrets create,delete,get,list,update,watch`,
 	`apps deployments create,get,list,update,watch`,
 	`events.k8s.io events create,patch`,
 	`ipsec.bnerd.net clusterlinks,ipsecgateways,vpngateways get,list,patch,update,watch`,

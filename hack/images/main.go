@@ -5,6 +5,8 @@
 //     distroless-like root (Debian's CA bundle, passwd and group with nonroot 65532);
 //   - gateway: build/gateway.Dockerfile's binary and entrypoint on a Debian root made by
 //     debootstrap from build/gateway.packages, the package list the Dockerfile installs;
+//   - gateway-wireguard: build/gateway-wireguard.Dockerfile's binary and entrypoint on a
+//     Debian root from build/gateway-wireguard.packages (built only when named);
 //   - pause: the pod sandbox image of the local node world (hack/images/pause).
 //
 // Everything is cached under the cache directory by content: the Debian root by its
@@ -81,6 +83,17 @@ var defs = []imageDef{
 		Dockerfile:   "build/gateway.Dockerfile",
 		Base:         baseDebian,
 		PackagesFile: "build/gateway.packages",
+		Binaries:     []binary{{Package: "./cmd/vpn-gateway-agent", Path: "/usr/local/bin/vpn-gateway-agent"}},
+		Entrypoint:   []string{"/usr/local/bin/vpn-gateway-agent"},
+	},
+	{
+		// The WireGuard gateway's wireguard container (images.gatewayWireguard). Not built
+		// by default: the local worlds run no WireGuard gateway.
+		Name:         "gateway-wireguard",
+		Repository:   "localhost/bnerd/bnerd-vpn-gateway-wireguard",
+		Dockerfile:   "build/gateway-wireguard.Dockerfile",
+		Base:         baseDebian,
+		PackagesFile: "build/gateway-wireguard.packages",
 		Binaries:     []binary{{Package: "./cmd/vpn-gateway-agent", Path: "/usr/local/bin/vpn-gateway-agent"}},
 		Entrypoint:   []string{"/usr/local/bin/vpn-gateway-agent"},
 	},

@@ -36,29 +36,31 @@ func anchor(heading string) string {
 
 // Findings of checks beyond the conditions, each with its troubleshooting heading.
 const (
-	FindingPortMissing      = "Port missing"
-	FindingPortDetached     = "Port detached"
-	FindingPortSecGroups    = "Port security groups changed"
-	FindingSecGroupMissing  = "Security group missing"
-	FindingIKERuleMissing   = "IKE rule missing"
-	FindingFloatingIPMoved  = "Floating IP not on the port"
-	FindingRouteMissing     = "Route missing"
-	FindingAddressPair      = "Allowed address pair missing"
-	FindingTransitShared    = "Transit network shared with every project"
-	FindingNodeGone         = "Node gone or not ready"
-	FindingNodeServer       = "Node server mismatch"
-	FindingNoPod            = "No gateway pod"
-	FindingPodWrongNode     = "Pod on the wrong node"
-	FindingPodNoSecondNIC   = "Pod without its second interface"
-	FindingPodNotReady      = "Pod not ready"
-	FindingTunnelDown       = "Tunnel down"
-	FindingStatusAgent      = "Status agent silent"
-	FindingCharonDown       = "Charon unreachable"
-	FindingNATNotApplied    = "NAT not applied"
-	FindingNATErrors        = "NAT apply errors"
-	FindingStaleGeneration  = "Operator behind the spec"
-	FindingGatewayDeleting  = "Gateway being deleted"
-	FindingWireGuardRefused = "WireGuard gateway"
+	FindingPortMissing     = "Port missing"
+	FindingPortDetached    = "Port detached"
+	FindingPortSecGroups   = "Port security groups changed"
+	FindingSecGroupMissing = "Security group missing"
+	FindingIKERuleMissing  = "IKE rule missing"
+	FindingFloatingIPMoved = "Floating IP not on the port"
+	FindingRouteMissing    = "Route missing"
+	FindingAddressPair     = "Allowed address pair missing"
+	FindingTransitShared   = "Transit network shared with every project"
+	FindingNodeGone        = "Node gone or not ready"
+	FindingNodeServer      = "Node server mismatch"
+	FindingNoPod           = "No gateway pod"
+	FindingPodWrongNode    = "Pod on the wrong node"
+	FindingPodNoSecondNIC  = "Pod without its second interface"
+	FindingPodNotReady     = "Pod not ready"
+	FindingTunnelDown      = "Tunnel down"
+	FindingStatusAgent     = "Status agent silent"
+	FindingCharonDown      = "Charon unreachable"
+	FindingNATNotApplied   = "NAT not applied"
+	FindingNATErrors       = "NAT apply errors"
+	FindingStaleGeneration = "Operator behind the spec"
+	FindingGatewayDeleting = "Gateway being deleted"
+	FindingWireGuardKey    = "WireGuard gateway key"
+	FindingWireGuardDown   = "WireGuard interface unobservable"
+	FindingListenPort      = "WireGuard listen port rule missing"
 )
 
 // Findings lists every finding heading (for the documentation test).
@@ -67,7 +69,7 @@ var Findings = []string{
 	FindingFloatingIPMoved, FindingRouteMissing, FindingAddressPair, FindingTransitShared, FindingNodeGone,
 	FindingNodeServer, FindingNoPod, FindingPodWrongNode, FindingPodNoSecondNIC, FindingPodNotReady,
 	FindingTunnelDown, FindingStatusAgent, FindingCharonDown, FindingNATNotApplied, FindingNATErrors,
-	FindingStaleGeneration, FindingGatewayDeleting, FindingWireGuardRefused,
+	FindingStaleGeneration, FindingGatewayDeleting, FindingWireGuardKey, FindingWireGuardDown, FindingListenPort,
 }
 
 // reconcileNudge is how to make the operator converge now instead of at its next resync:
@@ -78,7 +80,10 @@ const reconcileNudge = "kubectl annotate %s %s -n %s " + NudgeAnnotation + "=\"$
 // troubleshooting runbook under the reason's own heading).
 var reasonFix = map[string]string{
 	v1alpha1.ReasonInvalidSpec:            "Fix the field the message names in the gateway's spec; nothing was created in OpenStack.",
-	v1alpha1.ReasonUnsupported:            "Remove the planned feature the message names (mode routed, protocol wireguard); use reverseExposures for traffic towards the client.",
+	v1alpha1.ReasonKeyFailed:              "Read the API error: the operator must create and update the Secret <name>-gateway-wireguard in the gateway's namespace (kubectl auth can-i).",
+	v1alpha1.ReasonKeyRotationPending:     "Give every client the new status.wireguard.publicKey as its peer's key; the previous key is dropped once each peer has completed a handshake with the new one.",
+	v1alpha1.ReasonListenPortOpen:         "Give every peer a fixed spec.wireguard.peers[].endpoint so the listen port is admitted from those addresses only; a roaming peer needs it open to everyone.",
+	v1alpha1.ReasonRoutedSubnetConflict:   "Renumber or drop the routed tunnel's subnet the message names, or switch that tunnel to mode snat: the router cannot route one network to two places.",
 	v1alpha1.ReasonPlaintextExposure:      "Expose the service's TLS port, or set allowPlaintext: true on that exposure after deciding the plaintext hop is acceptable.",
 	v1alpha1.ReasonAllocationFailed:       "Free or widen the pool (IPSEC_SERVICE_CIDR_POOL), move a pinned virtual IP into its range, or pick a /24 that does not overlap the client's networks.",
 	v1alpha1.ReasonPortFailed:             "Read the OpenStack error in the message: quota (openstack quota show), the gateway network's name (IPSEC_GATEWAY_NETWORK) or the operator's credential.",

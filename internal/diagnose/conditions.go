@@ -34,10 +34,7 @@ func (r *run) checkObject() {
 			Runbook: anchor(FindingGatewayDeleting)})
 	}
 	if g.kind == "VPNGateway" && g.protocol == v1alpha1.VPNProtocolWireGuard {
-		r.add(Check{ID: "gateway.protocol", Title: "Gateway protocol implemented", Status: Fail,
-			Detail:  "protocol wireguard is not implemented in this release",
-			Fix:     "Use protocol ipsec; WireGuard gateways are refused (Validated=False/Unsupported).",
-			Runbook: anchor(FindingWireGuardRefused)})
+		r.checkWireGuardKey()
 	}
 }
 
@@ -47,7 +44,11 @@ func (r *run) checkConditions() bool {
 	g := r.g
 	ok := true
 	blocked := ""
-	for _, typ := range PhaseConditions {
+	types := PhaseConditions
+	if g.isWireGuard() {
+		types = append([]string{PhaseConditions[0], v1alpha1.ConditionWireGuardKeyReady}, PhaseConditions[1:]...)
+	}
+	for _, typ := range types {
 		id := "condition." + typ
 		title := "Condition " + typ
 		if blocked != "" {
@@ -73,7 +74,7 @@ func (r *run) checkConditions() bool {
 				Detail:  fmt.Sprintf("True for generation %d, the spec is at generation %d", c.ObservedGeneration, g.generation),
 				Fix:     "The operator has not reconciled the latest spec: check it runs, then " + fmt.Sprintf(reconcileNudge, strings.ToLower(g.kind), g.obj.GetName(), g.obj.GetNamespace()),
 				Runbook: anchor(FindingStaleGeneration)})
-		case c.Reason == v1alpha1.ReasonInternalSourcesMissing:
+		case c.Reason == v1alpha1.ReasonInternalSourcesMissing || c.Reason == v1alpha1.ReasonListenPortOpen || c.Reason == v1alpha1.ReasonKeyRotationPending:
 			fix, rb := fixFor(c.Reason)
 			r.add(Check{ID: id, Title: title, Status: Warn, Detail: fmt.Sprintf("True/%s: %s", c.Reason, c.Message), Fix: fix, Runbook: rb})
 		default:

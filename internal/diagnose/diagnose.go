@@ -158,6 +158,7 @@ type gw struct {
 	spec       *v1alpha1.GatewaySpec
 	status     *v1alpha1.GatewayStatus
 	protocol   v1alpha1.VPNProtocol
+	wireguard  *v1alpha1.WireGuardSpec
 	generation int64
 }
 
@@ -181,7 +182,7 @@ func get(ctx context.Context, c client.Reader, kind, ns, name string) (*gw, erro
 		var o v1alpha1.VPNGateway
 		err := c.Get(ctx, key, &o)
 		if err == nil {
-			return &gw{kind: gatewayconfig.KindVPNGateway, obj: &o, spec: &o.Spec.GatewaySpec, status: &o.Status, protocol: o.Spec.Protocol, generation: o.Generation}, nil
+			return &gw{kind: gatewayconfig.KindVPNGateway, obj: &o, spec: &o.Spec.GatewaySpec, status: &o.Status, protocol: o.Spec.Protocol, wireguard: o.Spec.WireGuard, generation: o.Generation}, nil
 		}
 		if !apierrors.IsNotFound(err) {
 			return nil, err

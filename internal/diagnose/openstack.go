@@ -129,6 +129,10 @@ func (r *run) checkSecurityGroup(port *openstack.Port) {
 		r.unreadable(id, title, err)
 		return
 	}
+	if r.g.isWireGuard() {
+		r.checkWireGuardRules(id, title, sg)
+		return
+	}
 	var missing []string
 	for _, t := range r.g.spec.Tunnels {
 		for _, p := range []int{500, 4500} {

@@ -56,10 +56,11 @@ func (r *run) checkTunnels(workloadUp bool) {
 	}
 	up := 0
 	var down []string
-	for _, t := range g.spec.Tunnels {
+	tunnels := g.tunnels()
+	for _, t := range tunnels {
 		var found bool
 		for _, s := range g.status.Tunnels {
-			if s.Name != t.Name {
+			if s.Name != t.name {
 				continue
 			}
 			found = true
@@ -70,18 +71,23 @@ func (r *run) checkTunnels(workloadUp bool) {
 				if msg == "" {
 					msg = "no detail"
 				}
-				down = append(down, fmt.Sprintf("%s is %s (%s; peer %s)", t.Name, s.State, msg, t.Peer.Address))
+				down = append(down, fmt.Sprintf("%s is %s (%s; peer %s)", t.name, s.State, msg, t.peer))
 			}
 		}
 		if !found {
-			down = append(down, t.Name+" is not in status.tunnels (the status agent has not reported it)")
+			down = append(down, t.name+" is not in status.tunnels (the status agent has not reported it)")
 		}
 	}
 	if len(down) > 0 {
+		fix := fmt.Sprintf("The peer must answer on UDP 500/4500 with matching identities, key and proposals: compare with kubectl vpn peer-config %s -n %s --tunnel <name>, and read charon's log: kubectl -n %s logs %s -c strongswan",
+			g.obj.GetName(), g.obj.GetNamespace(), g.obj.GetNamespace(), r.podName())
+		if g.isWireGuard() {
+			fix = fmt.Sprintf("The peer must complete a handshake with the gateway's public key (status.wireguard.publicKey) on UDP %d: compare with kubectl vpn peer-config %s -n %s --tunnel <name> --format wireguard, and read the wireguard container's log: kubectl -n %s logs %s -c wireguard",
+				v1alpha1.WireGuardListenPort(g.wireguard), g.obj.GetName(), g.obj.GetNamespace(), g.obj.GetNamespace(), r.podName())
+		}
 		r.add(Check{ID: "status.tunnels", Title: title, Status: Fail,
-			Detail: fmt.Sprintf("%d/%d up; %s", up, len(g.spec.Tunnels), strings.Join(down, "; ")),
-			Fix: fmt.Sprintf("The peer must answer on UDP 500/4500 with matching identities, key and proposals: compare with kubectl vpn peer-config %s -n %s --tunnel <name>, and read charon's log: kubectl -n %s logs %s -c strongswan",
-				g.obj.GetName(), g.obj.GetNamespace(), g.obj.GetNamespace(), r.podName()),
+			Detail:  fmt.Sprintf("%d/%d up; %s", up, len(tunnels), strings.Join(down, "; ")),
+			Fix:     fix,
 			Runbook: anchor(FindingTunnelDown)})
 		return
 	}
@@ -93,7 +99,7 @@ func (r *run) checkTunnels(workloadUp bool) {
 			}
 		}
 	}
-	detail := fmt.Sprintf("%d/%d up", up, len(g.spec.Tunnels))
+	detail := fmt.Sprintf("%d/%d up", up, len(tunnels))
 	if newest >= 0 {
 		detail += fmt.Sprintf(", newest IKE SA established %s ago", newest.Round(time.Second))
 	}
@@ -134,7 +140,17 @@ func (r *run) checkExporter(podOK bool) {
 		r.add(Check{ID: id, Title: title, Status: Skipped, Detail: "the exporter's answer does not parse: " + err.Error()})
 		return
 	}
-	if v, ok := single(fams, "bnerd_ipsec_vici_up"); !ok || v != 1 {
+	upMetric, tunnelMetric, who := "bnerd_ipsec_vici_up", "bnerd_ipsec_tunnel_up", "charon"
+	if r.g.isWireGuard() {
+		upMetric, tunnelMetric, who = "bnerd_wireguard_up", "bnerd_wireguard_peer_up", "the WireGuard interface"
+		if v, ok := single(fams, upMetric); !ok || v != 1 {
+			r.add(Check{ID: id, Title: title, Status: Fail,
+				Detail:  "the wireguard container has not reported the interface to the exporter: every peer of the gateway is down or unobservable",
+				Fix:     fmt.Sprintf("Read its log: kubectl -n %s logs %s -c wireguard", r.pod.Namespace, r.pod.Name),
+				Runbook: anchor(FindingWireGuardDown)})
+			return
+		}
+	} else if v, ok := single(fams, upMetric); !ok || v != 1 {
 		r.add(Check{ID: id, Title: title, Status: Fail,
 			Detail:  "charon does not answer the exporter over VICI: every tunnel of the gateway is down or unobservable",
 			Fix:     fmt.Sprintf("Read charon's log: kubectl -n %s logs %s -c strongswan", r.pod.Namespace, r.pod.Name),
@@ -151,13 +167,13 @@ func (r *run) checkExporter(podOK bool) {
 	}
 	// charon's view next to the status agent's.
 	var disagree []string
-	if f := fams["bnerd_ipsec_tunnel_up"]; f != nil {
+	if f := fams[tunnelMetric]; f != nil {
 		for _, m := range f.Metric {
 			name := label(m, "tunnel")
 			live := m.GetGauge().GetValue() == 1
 			for _, s := range r.g.status.Tunnels {
 				if s.Name == name && (s.State == "Up") != live {
-					disagree = append(disagree, fmt.Sprintf("%s: status says %s, charon says %s", name, s.State, map[bool]string{true: "up", false: "down"}[live]))
+					disagree = append(disagree, fmt.Sprintf("%s: status says %s, %s says %s", name, s.State, who, map[bool]string{true: "up", false: "down"}[live]))
 				}
 			}
 		}
@@ -177,7 +193,7 @@ func (r *run) checkExporter(podOK bool) {
 			Runbook: anchor(FindingNATErrors)})
 		return
 	}
-	r.add(Check{ID: id, Title: title, Status: Pass, Detail: fmt.Sprintf("charon answers; NAT applied %.0f times without error", applies)})
+	r.add(Check{ID: id, Title: title, Status: Pass, Detail: fmt.Sprintf("%s answers; NAT applied %.0f times without error", who, applies)})
 }
 
 func single(fams map[string]*dto.MetricFamily, name string) (float64, bool) {

@@ -172,7 +172,10 @@ func TestBuildErrors(t *testing.T) {
 		{"no floating IP yet", func(in *Input) { in.Status.FloatingIP = "" }, ErrIncomplete, "floatingIP"},
 		{"vip not allocated", func(in *Input) { in.Status.Exposures = in.Status.Exposures[:1] }, ErrIncomplete, "ldaps"},
 		{"pinned vip not yet in status", func(in *Input) { in.Spec.Exposures[1].VirtualIP = "100.64.3.51" }, ErrIncomplete, "pinned"},
-		{"routed mode", func(in *Input) { in.Spec.Tunnels[0].Mode = v1alpha1.TunnelModeRouted }, ErrInvalid, "routed"},
+		{"routed subnet inside the internal sources", func(in *Input) {
+			in.Spec.Tunnels[1].Mode = v1alpha1.TunnelModeRouted
+			in.InternalSources = []netip.Prefix{netip.MustParsePrefix("172.16.0.0/16")}
+		}, ErrInvalid, "overlaps internal source"},
 		{"bad kind", func(in *Input) { in.Kind = "Pod" }, ErrInvalid, "kind"},
 		{"vip .1", func(in *Input) { in.Status.Exposures[0].VirtualIP = "100.64.3.1" }, ErrInvalid, "outside"},
 		{"forward vip in reverse range", func(in *Input) { in.Status.Exposures[0].VirtualIP = "100.64.3.210" }, ErrInvalid, "outside"},
@@ -348,7 +351,7 @@ func TestSwanctlStructure(t *testing.T) {
 		t.Errorf("local id %q, want the floating IP", id)
 	}
 	child := hq.Sub("children").Sub("hq")
-	for k, v := range map[string]string{"mode": "tunnel", "local_ts": "100.64.3.0/24", "remote_ts": "192.168.10.0/24,192.168.20.0/24", "start_action": "start", "close_action": "none", "dpd_action": "clear", "rekey_time": "2700s"} {
+	for k, v := range map[string]string{"mode": "tunnel", "local_ts": "100.64.3.0/24", "remote_ts": "192.168.10.0/24,192.168.20.0/24", "start_action": "none", "close_action": "none", "dpd_action": "clear", "rekey_time": "2700s"} {
 		if got, _ := child.Get(k); got != v {
 			t.Errorf("child.%s = %q, want %q", k, got, v)
 		}

@@ -89,12 +89,14 @@ func RenderSwanctlFor(cfg *Config, tunnels []string) (string, error) {
 		w.open("children")
 		w.open(t.Name)
 		w.kv("mode", "tunnel")
-		w.kv("local_ts", cfg.ServiceCIDR)
+		w.kv("local_ts", strings.Join(localTS(cfg, t), ","))
 		w.kv("remote_ts", strings.Join(t.RemoteSubnets, ","))
 		w.kv("esp_proposals", strings.Join(t.ESPProposals, ","))
 		w.kv("rekey_time", fmt.Sprintf("%ds", t.ESPRekeySeconds))
 		w.kv("dpd_action", t.DPDAction)
-		w.kv("start_action", "start")
+		// The agent's loader initiates (charon's start action would run on every
+		// load-conn, and replacing a connection that has it tears its SAs down first).
+		w.kv("start_action", "none")
 		w.kv("close_action", dpdActions[t.DPDAction])
 		w.close()
 		// The shunt has the tunnel child's selectors: charon installs drop shunts with a
@@ -303,6 +305,10 @@ func RenderStrongswanConf(opts StrongswanOptions) (string, error) {
 	w.open("charon")
 	w.kv("load", load)
 	w.kv("install_virtual_ip", "no")
+	// Retransmissions (IKE_SA_INIT to a peer that does not answer, DPD) at most every
+	// 20 s instead of up to 76 s: a client that fixes its side is answered within 20 s,
+	// and an unanswered attempt gives up after about 84 s instead of 165 s.
+	w.kv("retransmit_limit", "20")
 	w.open("plugins")
 	w.open("vici")
 	w.kv("socket", "unix://"+sock)
@@ -328,12 +334,29 @@ func RenderStrongswanConf(opts StrongswanOptions) (string, error) {
 	return w.b.String(), nil
 }
 
-// ConnectionNames lists the connection names RenderSwanctl produces for cfg, sorted.
+// ConnectionNames lists the tunnels the status agent and the exporter report on, sorted:
+// the connection names RenderSwanctl produces, or a WireGuard gateway's peer names.
 func ConnectionNames(cfg *Config) []string {
 	out := make([]string, 0, len(cfg.Tunnels))
 	for _, t := range cfg.Tunnels {
 		out = append(out, t.Name)
 	}
+	if cfg.WireGuard != nil {
+		for _, p := range cfg.WireGuard.Peers {
+			out = append(out, p.Name)
+		}
+	}
 	sort.Strings(out)
 	return out
+}
+
+// localTS is a tunnel's local traffic selector: the service CIDR (virtual IPs and .1)
+// and, for a routed tunnel, the fabric's internal sources it reaches by their real
+// addresses.
+func localTS(cfg *Config, t Tunnel) []string {
+	ts := []string{cfg.ServiceCIDR}
+	if t.Mode == ModeRouted {
+		ts = append(ts, cfg.InternalSources...)
+	}
+	return ts
 }

@@ -40,9 +40,11 @@ type Config struct {
 	ClusterLinkSafeRoles []string
 	// GatewayNetworkPolicy toggles the per-gateway <name>-nic1 NetworkPolicy.
 	GatewayNetworkPolicy bool
-	// GatewayImage runs strongSwan; AgentImage runs the gateway agent's roles.
-	GatewayImage string
-	AgentImage   string
+	// GatewayImage runs strongSwan; AgentImage runs the gateway agent's roles;
+	// WireGuardImage runs a WireGuard gateway's interface (the agent's wireguard role).
+	GatewayImage   string
+	AgentImage     string
+	WireGuardImage string
 	// GatewayDataplane is charon's kernel backend in every gateway pod: "kernel" (XFRM,
 	// the default) or "libipsec" (userspace ESP over a TUN device, for nodes whose kernel
 	// has no ESP).
@@ -72,6 +74,7 @@ const (
 	DefaultGatewayNetwork                  = "vpn-transit"
 	DefaultGatewayImage                    = "ghcr.io/bnerd/bnerd-vpn-gateway:v0.1.0"
 	DefaultAgentImage                      = "ghcr.io/bnerd/bnerd-vpn-gateway:v0.1.0"
+	DefaultWireGuardImage                  = "ghcr.io/bnerd/bnerd-vpn-gateway-wireguard:v0.1.0"
 	DefaultGatewayDataplane                = "kernel"
 )
 
@@ -92,6 +95,7 @@ func Default() Config {
 		GatewayNetworkPolicy:            true,
 		GatewayImage:                    DefaultGatewayImage,
 		AgentImage:                      DefaultAgentImage,
+		WireGuardImage:                  DefaultWireGuardImage,
 		GatewayDataplane:                DefaultGatewayDataplane,
 		ClusterLinkCredentialsNamespace: DefaultClusterLinkCredentialsNamespace,
 		ResyncInterval:                  DefaultResyncInterval,
@@ -124,6 +128,7 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	fs.StringVar(&netpol, "gateway-network-policy", env("IPSEC_GATEWAY_NETWORKPOLICY_ENABLED", "true"), "create the <name>-nic1 NetworkPolicy (IPSEC_GATEWAY_NETWORKPOLICY_ENABLED)")
 	fs.StringVar(&c.GatewayImage, "gateway-image", env("IPSEC_GATEWAY_IMAGE", c.GatewayImage), "strongSwan image (IPSEC_GATEWAY_IMAGE)")
 	fs.StringVar(&c.AgentImage, "agent-image", env("IPSEC_AGENT_IMAGE", c.AgentImage), "gateway agent image (IPSEC_AGENT_IMAGE)")
+	fs.StringVar(&c.WireGuardImage, "gateway-wireguard-image", env("IPSEC_GATEWAY_WIREGUARD_IMAGE", c.WireGuardImage), "WireGuard gateway image (IPSEC_GATEWAY_WIREGUARD_IMAGE)")
 	fs.StringVar(&c.GatewayDataplane, "gateway-dataplane", env("IPSEC_GATEWAY_DATAPLANE", c.GatewayDataplane), "gateway pods' IPsec dataplane: kernel or libipsec (IPSEC_GATEWAY_DATAPLANE)")
 	fs.StringVar(&c.NADTemplate, "nad-template", env("IPSEC_NAD_TEMPLATE", ""), "NetworkAttachmentDefinition config template (IPSEC_NAD_TEMPLATE)")
 	fs.StringVar(&c.ClusterLinkCredentialsNamespace, "clusterlink-credentials-namespace", env("IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE", c.ClusterLinkCredentialsNamespace), "namespace of ClusterLink customer credentials (IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE)")

@@ -62,6 +62,11 @@ type Input struct {
 	Tunnel   string
 	// PSK is the tunnel's pre-shared key; empty leaves a placeholder naming the Secret.
 	PSK string
+	// WireGuard is a WireGuard VPNGateway's spec.wireguard (Tunnel then names a peer).
+	WireGuard *v1alpha1.WireGuardSpec
+	// InternalSources are the operator's internal source CIDRs (from the gateway's
+	// rendered config), which a routed tunnel's client reaches by their real addresses.
+	InternalSources []netip.Prefix
 }
 
 // Exposure is one of our services the client reaches through the tunnel.
@@ -92,6 +97,12 @@ type Peer struct {
 	LocalSubnets []netip.Prefix // the client's networks
 	RemoteSubnet netip.Prefix   // the gateway's service CIDR
 	SNATSource   netip.Addr     // .1 of the service CIDR: source of reverse-exposure traffic
+
+	// Routed: the tunnel is in routed mode; RoutedRemote are the fabric's networks the
+	// client's networks reach by their real addresses (remote selectors besides
+	// RemoteSubnet).
+	Routed       bool
+	RoutedRemote []netip.Prefix
 
 	Exposures        []Exposure
 	ReverseExposures []ReverseExposure
@@ -181,6 +192,9 @@ func Build(in Input) (*Peer, error) {
 	if p.LocalID == "" {
 		p.LocalID = t.Peer.Address
 	}
+	if t.Mode == v1alpha1.TunnelModeRouted {
+		p.Routed, p.RoutedRemote = true, append([]netip.Prefix(nil), in.InternalSources...)
+	}
 	if p.LocalIDType, err = idType(p.LocalID); err != nil {
 		return nil, fmt.Errorf("%s: tunnel %s: %v", ref, t.Name, err)
 	}
@@ -246,11 +260,14 @@ func Build(in Input) (*Peer, error) {
 
 // Render writes the client's side of in.Tunnel in the given format.
 func Render(in Input, f Format) (string, error) {
-	if f == FormatWireGuard {
-		return "", wireguardRefusal(in)
-	}
-	if in.Kind == gatewayconfig.KindVPNGateway && in.Protocol == v1alpha1.VPNProtocolWireGuard {
-		return "", fmt.Errorf("%w: VPNGateway %s/%s uses protocol wireguard, which this release does not implement; there is no IPsec side to configure against", ErrUnsupported, in.Namespace, in.Name)
+	wg := in.Kind == gatewayconfig.KindVPNGateway && in.Protocol == v1alpha1.VPNProtocolWireGuard
+	switch {
+	case f == FormatWireGuard && wg:
+		return renderWireGuard(in)
+	case f == FormatWireGuard:
+		return "", fmt.Errorf("%w: %s %s/%s is an IPsec gateway; --format wireguard applies only to a WireGuard gateway (VPNGateway with protocol wireguard). Use --format strongswan, fortigate, cisco-iosxe, mikrotik or pfsense", ErrUnsupported, in.Kind, in.Namespace, in.Name)
+	case wg:
+		return "", fmt.Errorf("%w: VPNGateway %s/%s uses protocol wireguard: use --format wireguard (there is no IPsec side to configure)", ErrUnsupported, in.Namespace, in.Name)
 	}
 	p, err := Build(in)
 	if err != nil {
@@ -280,14 +297,10 @@ func FormatNames() string {
 	return strings.Join(s, "|")
 }
 
-// wireguardRefusal explains why there is no WireGuard configuration: the WireGuard
-// gateway does not exist in this release, so there is no public key, endpoint or
-// allowed-IPs contract to write against.
-func wireguardRefusal(in Input) error {
-	if in.Kind == gatewayconfig.KindVPNGateway && in.Protocol == v1alpha1.VPNProtocolWireGuard {
-		return fmt.Errorf("%w: VPNGateway %s/%s asks for protocol wireguard, which this release does not implement (the operator refuses it with Validated=False/Unsupported); there is no gateway key or endpoint to write a WireGuard peer against", ErrUnsupported, in.Namespace, in.Name)
-	}
-	return fmt.Errorf("%w: %s %s/%s is an IPsec gateway; --format wireguard applies only to a WireGuard gateway (VPNGateway with protocol wireguard, not implemented in this release). Use --format strongswan, fortigate, cisco-iosxe, mikrotik or pfsense", ErrUnsupported, in.Kind, in.Namespace, in.Name)
+// remoteSubnets are the remote traffic selectors: the service CIDR and, routed, the
+// fabric's networks.
+func (p *Peer) remoteSubnets() []netip.Prefix {
+	return append([]netip.Prefix{p.RemoteSubnet}, p.RoutedRemote...)
 }
 
 func or(v, def string) string {
@@ -358,7 +371,17 @@ func summary(p *Peer, comment string) string {
 	line := func(s string) { b.WriteString(strings.TrimRight(comment+" "+s, " ") + "\n") }
 	line(fmt.Sprintf("Client side of tunnel %s of %s.", p.Tunnel, p.Gateway))
 	line(fmt.Sprintf("Gateway: %s (IKEv2, NAT-T; UDP 500 and 4500 from %s only).", p.GatewayAddress, p.LocalAddress))
-	line(fmt.Sprintf("Traffic selectors: %s <-> %s.", prefixesText(p.LocalSubnets), p.RemoteSubnet))
+	line(fmt.Sprintf("Traffic selectors: %s <-> %s.", prefixesText(p.LocalSubnets), prefixesText(p.remoteSubnets())))
+	if p.Routed {
+		if len(p.RoutedRemote) > 0 {
+			line(fmt.Sprintf("Routed mode: your networks and %s reach each other by their real addresses (no NAT);", prefixesText(p.RoutedRemote)))
+			line("route those networks into the tunnel and admit them in your firewall.")
+		} else {
+			line("Routed mode: your networks reach the platform's internal networks by their real addresses, but this")
+			line("output does not know them (the gateway's rendered config has none yet): ask the platform team and add")
+			line("them to the remote traffic selectors.")
+		}
+	}
 	if len(p.Exposures) > 0 {
 		line("Our services, reached at these virtual IPs through the tunnel:")
 		for _, e := range p.Exposures {

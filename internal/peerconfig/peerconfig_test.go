@@ -3,6 +3,7 @@ package peerconfig
 import (
 	"errors"
 	"flag"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -70,7 +71,29 @@ func goldenCases() []golden {
 	for _, f := range []Format{FormatStrongSwan, FormatFortiGate, FormatCiscoIOSXE, FormatMikroTik, FormatPfSense} {
 		out = append(out, golden{"branch-psk-" + string(f), withPSK("branch"), f})
 	}
+	out = append(out, golden{"hq-routed-strongswan", func() Input {
+		in := acme()
+		in.Spec.Tunnels[0].Mode = v1alpha1.TunnelModeRouted
+		in.InternalSources = []netip.Prefix{netip.MustParsePrefix("10.254.0.0/24"), netip.MustParsePrefix("10.250.0.0/16")}
+		return in
+	}, FormatStrongSwan})
+	out = append(out, golden{"hq-wireguard", func() Input { return wgAcme() }, FormatWireGuard})
+	out = append(out, golden{"laptop-wireguard", func() Input { in := wgAcme(); in.Tunnel = "laptop"; return in }, FormatWireGuard})
 	return out
+}
+
+// wgAcme is acme as a WireGuard VPNGateway: hq with a fixed endpoint, laptop roaming.
+func wgAcme() Input {
+	in := acme()
+	in.Kind, in.Protocol = gatewayconfig.KindVPNGateway, v1alpha1.VPNProtocolWireGuard
+	in.Spec.Tunnels = nil
+	in.WireGuard = &v1alpha1.WireGuardSpec{ListenPort: 51820, Peers: []v1alpha1.WireGuardPeer{
+		{Name: "hq", PublicKey: "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=", AllowedIPs: []string{"192.168.10.0/24", "192.168.20.0/24"},
+			Endpoint: &v1alpha1.WireGuardEndpoint{Address: "198.51.100.7", Port: 51820}},
+		{Name: "laptop", PublicKey: "TrMvSoP4jYQlY6RIzBgbssQqY3vxI2Pi+y71lOWWXX0=", AllowedIPs: []string{"172.16.5.0/24"}},
+	}}
+	in.Status.WireGuard = &v1alpha1.WireGuardStatus{PublicKey: "yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk="}
+	return in
 }
 
 func TestGolden(t *testing.T) {
@@ -158,17 +181,43 @@ func TestNotExpressible(t *testing.T) {
 	}
 }
 
-func TestWireGuardRefused(t *testing.T) {
-	_, err := Render(acme(), FormatWireGuard)
-	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "IPsec gateway") {
+func TestWireGuard(t *testing.T) {
+	out, err := Render(wgAcme(), FormatWireGuard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"PublicKey = yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk=", "Endpoint = 192.0.2.44:51820", "AllowedIPs = 100.64.3.0/24", "ListenPort = 51820", "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg="} {
+		if !strings.Contains(out, want) {
+			t.Errorf("lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := Render(acme(), FormatWireGuard); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "IPsec gateway") {
 		t.Errorf("wireguard for an IPsec gateway: %v", err)
 	}
+	if _, err := Render(wgAcme(), FormatStrongSwan); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "--format wireguard") {
+		t.Errorf("strongswan for a WireGuard gateway: %v", err)
+	}
+	in := wgAcme()
+	in.Status.WireGuard = nil
+	if _, err := Render(in, FormatWireGuard); !errors.Is(err, ErrNotReady) {
+		t.Errorf("no public key yet: %v", err)
+	}
+	in = wgAcme()
+	in.Tunnel = "nope"
+	if _, err := Render(in, FormatWireGuard); err == nil || !strings.Contains(err.Error(), "hq, laptop") {
+		t.Errorf("unknown peer: %v", err)
+	}
+}
+
+func TestRoutedNote(t *testing.T) {
 	in := acme()
-	in.Kind, in.Protocol = gatewayconfig.KindVPNGateway, v1alpha1.VPNProtocolWireGuard
-	for _, f := range []Format{FormatWireGuard, FormatStrongSwan} {
-		if _, err := Render(in, f); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "not implement") {
-			t.Errorf("%s for a wireguard VPNGateway: %v", f, err)
-		}
+	in.Spec.Tunnels[0].Mode = v1alpha1.TunnelModeRouted
+	out, err := Render(in, FormatFortiGate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "Routed mode") || !strings.Contains(out, "ask the platform team") {
+		t.Errorf("a routed tunnel without known internal sources is not flagged:\n%s", out)
 	}
 }
 

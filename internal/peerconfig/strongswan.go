@@ -45,7 +45,7 @@ func renderStrongSwan(p *Peer) (string, error) {
 	w.open(name)
 	w.kv("mode", "tunnel")
 	w.kv("local_ts", prefixesList(p))
-	w.kv("remote_ts", p.RemoteSubnet.String())
+	w.kv("remote_ts", strings.ReplaceAll(prefixesText(p.remoteSubnets()), " ", ""))
 	w.kv("esp_proposals", strings.Join(esp, ","))
 	w.kv("rekey_time", fmt.Sprintf("%ds", p.ESPLifetime))
 	w.kv("dpd_action", "restart")

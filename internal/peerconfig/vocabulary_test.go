@@ -2,6 +2,7 @@ package peerconfig
 
 import (
 	"fmt"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strconv"
@@ -406,7 +407,7 @@ func (r *report) Errorf(format string, a ...any) { r.msgs = append(r.msgs, fmt.S
 func TestVendorSyntax(t *testing.T) {
 	checks := map[Format]func(*report, string){
 		FormatStrongSwan: checkStrongSwan, FormatFortiGate: checkFortiGate, FormatCiscoIOSXE: checkCisco,
-		FormatMikroTik: checkMikroTik, FormatPfSense: checkPfSense,
+		FormatMikroTik: checkMikroTik, FormatPfSense: checkPfSense, FormatWireGuard: checkWireGuard,
 	}
 	for _, g := range goldenCases() {
 		t.Run(g.name, func(t *testing.T) {
@@ -428,12 +429,70 @@ func TestVendorSyntax(t *testing.T) {
 		FormatMikroTik:   "/ip ipsec profile add name=x hash-algorithm=sha384\n",
 		FormatPfSense:    "  Encryption Algorithm 1:  AES256-GCM, Key length 256 bits, Hash SHA384, DH Group 20 (nist ecp384)\n",
 		FormatStrongSwan: "connections {\n  x {\n    remote_addr = 1.2.3.4\n  }\n}\n",
+		FormatWireGuard:  "[Peer]\nPublicKey = abc\nAllowedIP = 10.0.0.0/8\n",
 	}
 	for f, text := range bad {
 		r := &report{}
 		checks[f](r, text)
 		if len(r.msgs) == 0 {
 			t.Errorf("%s checker accepted %q", f, text)
+		}
+	}
+}
+
+// wgQuickKeys are the keys wg-quick(8) accepts per section (wg(8)'s plus wg-quick's own).
+var wgQuickKeys = map[string][]string{
+	"Interface": {"PrivateKey", "ListenPort", "FwMark", "Address", "DNS", "MTU", "Table", "PreUp", "PostUp", "PreDown", "PostDown", "SaveConfig"},
+	"Peer":      {"PublicKey", "PresharedKey", "AllowedIPs", "Endpoint", "PersistentKeepalive"},
+}
+
+var reWGKey = regexp.MustCompile(`^[A-Za-z0-9+/]{42}[AEIMQUYcgkosw480]=$`)
+
+// checkWireGuard checks wg-quick syntax: known sections and keys, keys in base64 (the
+// private key may be the placeholder), addresses and networks that parse.
+func checkWireGuard(r *report, text string) {
+	section := ""
+	for n, raw := range strings.Split(text, "\n") {
+		l := strings.TrimSpace(raw)
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		if strings.HasPrefix(l, "[") {
+			section = strings.Trim(l, "[]")
+			if _, ok := wgQuickKeys[section]; !ok {
+				r.Errorf("line %d: unknown section %q", n+1, l)
+			}
+			continue
+		}
+		k, v, ok := strings.Cut(l, "=")
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if !ok || !slices.Contains(wgQuickKeys[section], k) {
+			r.Errorf("line %d: %q is not a wg-quick key of [%s]", n+1, k, section)
+			continue
+		}
+		switch k {
+		case "PublicKey":
+			if !reWGKey.MatchString(v) {
+				r.Errorf("line %d: %q is not a WireGuard key", n+1, v)
+			}
+		case "PrivateKey":
+			if v != "<this device's private key>" && !reWGKey.MatchString(v) {
+				r.Errorf("line %d: private key neither a key nor the placeholder", n+1)
+			}
+		case "AllowedIPs":
+			for _, c := range strings.Split(v, ",") {
+				if _, err := netip.ParsePrefix(strings.TrimSpace(c)); err != nil {
+					r.Errorf("line %d: allowed IP %q: %v", n+1, c, err)
+				}
+			}
+		case "Endpoint":
+			if _, err := netip.ParseAddrPort(v); err != nil {
+				r.Errorf("line %d: endpoint %q: %v", n+1, v, err)
+			}
+		case "ListenPort", "PersistentKeepalive":
+			if x, err := strconv.Atoi(v); err != nil || x < 0 || x > 65535 {
+				r.Errorf("line %d: %s %q", n+1, k, v)
+			}
 		}
 	}
 }

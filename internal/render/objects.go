@@ -30,9 +30,12 @@ func ConfigMap(g Gateway, cfg *gatewayconfig.Config) (*corev1.ConfigMap, error) 
 	if err != nil {
 		return nil, err
 	}
-	// Rendering here too refuses a config the agent would refuse.
-	if _, err := gatewayconfig.RenderSwanctl(cfg); err != nil {
-		return nil, err
+	// Rendering here too refuses a config the agent would refuse (a WireGuard gateway
+	// runs no charon).
+	if cfg.Protocol != gatewayconfig.ProtocolWireGuard {
+		if _, err := gatewayconfig.RenderSwanctl(cfg); err != nil {
+			return nil, err
+		}
 	}
 	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
@@ -173,6 +176,8 @@ type Workload struct {
 	PortMAC      string
 	GatewayImage string
 	AgentImage   string
+	// WireGuardImage runs the wireguard container of a WireGuard gateway.
+	WireGuardImage string
 	// Dataplane is charon's kernel backend: kernel XFRM (the default) or libipsec
 	// (userspace ESP over a TUN device, for kernels without ESP).
 	Dataplane gatewayconfig.DataplaneMode
@@ -212,29 +217,13 @@ func Deployment(w Workload) (*appsv1.Deployment, error) {
 	}
 	one := int32(1)
 	f := false
-	t := true
 	grace := int64(30)
-	tokenTTL := int64(3607)
-	readOnly := int32(0o444)
-	uid, gid := int64(AgentUID), int64(AgentGID)
-	caps := func(add ...corev1.Capability) *corev1.SecurityContext {
-		return &corev1.SecurityContext{
-			AllowPrivilegeEscalation: &f,
-			Capabilities:             &corev1.Capabilities{Add: add, Drop: []corev1.Capability{"ALL"}},
-		}
-	}
-	// The status agent and the exporter need no privilege: another user than root, no
-	// capability, nothing writable but the shared run directory.
-	unprivileged := func() *corev1.SecurityContext {
-		sc := caps()
-		sc.RunAsUser, sc.RunAsGroup, sc.RunAsNonRoot = &uid, &gid, &t
-		sc.ReadOnlyRootFilesystem = &t
-		return sc
-	}
+	caps := dropAllBut
+	unprivileged := unprivilegedContext
 	run := corev1.VolumeMount{Name: "run", MountPath: RunMountPath}
 	// The ServiceAccount token reaches only the containers that talk to the API server;
 	// charon, which parses IKE from the internet, has none.
-	token := corev1.VolumeMount{Name: "api-access", MountPath: ServiceAccountMountPath, ReadOnly: true}
+	token := apiAccessMount
 	// Every agent role reads the ConfigMap through the API (kubelet refreshes a mounted
 	// ConfigMap only after up to minutes; a watch applies a change within a second).
 	sock := RunMountPath + "/charon.vici"
@@ -273,9 +262,7 @@ func Deployment(w Workload) (*appsv1.Deployment, error) {
 					AutomountServiceAccountToken:  &f,
 					EnableServiceLinks:            &f,
 					TerminationGracePeriodSeconds: &grace,
-					SecurityContext: &corev1.PodSecurityContext{
-						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-					},
+					SecurityContext:               podSecurityContext(),
 					Containers: []corev1.Container{
 						agent(ContainerInitNAT, append(append(append([]string{"init-nat"}, guard...), "--state-file="+natState), source...),
 							caps("NET_ADMIN"), run, token),
@@ -291,36 +278,78 @@ func Deployment(w Workload) (*appsv1.Deployment, error) {
 						// Secret through the API (the Role names exactly those Secrets).
 						agent(ContainerStatus, append([]string{"status-agent", "--vici-socket=" + sock, "--load"}, source...),
 							unprivileged(), run, token),
-						func() corev1.Container {
-							// The pod's own address only: not the port's address on NIC2 or
-							// the service CIDR's, so nothing reaches it through a tunnel.
-							c := agent(ContainerExporter, append([]string{"ipsec-exporter", fmt.Sprintf("--listen=$(POD_IP):%d", MetricsPort),
-								"--vici-socket=" + sock, "--nat-state-file=" + natState}, source...), unprivileged(), run, token)
-							c.Env = []corev1.EnvVar{{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "status.podIP"}}}}
-							c.Ports = []corev1.ContainerPort{{Name: MetricsPortName, ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP}}
-							return c
-						}(),
+						// The pod's own address only: not the port's address on NIC2 or the
+						// service CIDR's, so nothing reaches it through a tunnel.
+						exporterOnPodIP(agent(ContainerExporter, append([]string{"ipsec-exporter", fmt.Sprintf("--listen=$(POD_IP):%d", MetricsPort),
+							"--vici-socket=" + sock, "--nat-state-file=" + natState}, source...), unprivileged(), run, token)),
 					},
 					Volumes: []corev1.Volume{
 						{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-						// What automounting would give every container, for the three that
-						// need it.
-						{Name: "api-access", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
-							DefaultMode: &readOnly,
-							Sources: []corev1.VolumeProjection{
-								{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: &tokenTTL}},
-								{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
-									Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
-								{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "namespace",
-									FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}}}},
-							},
-						}}},
+						apiAccessVolume(),
 					},
 				},
 			},
 		},
 	}
 	return d, nil
+}
+
+// What both gateway pods (IPsec and WireGuard) share of their hardening
+// (docs/security.md).
+
+// podSecurityContext: the runtime's default seccomp filter for every container.
+func podSecurityContext() *corev1.PodSecurityContext {
+	return &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+}
+
+// dropAllBut drops every capability but add, and privilege escalation.
+func dropAllBut(add ...corev1.Capability) *corev1.SecurityContext {
+	f := false
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: &f,
+		Capabilities:             &corev1.Capabilities{Add: add, Drop: []corev1.Capability{"ALL"}},
+	}
+}
+
+// unprivilegedContext is for the containers that need no privilege (the status agent
+// and the exporter): another user than root, no capability, nothing writable but the
+// shared run directory.
+func unprivilegedContext() *corev1.SecurityContext {
+	t := true
+	uid, gid := int64(AgentUID), int64(AgentGID)
+	sc := dropAllBut()
+	sc.RunAsUser, sc.RunAsGroup, sc.RunAsNonRoot = &uid, &gid, &t
+	sc.ReadOnlyRootFilesystem = &t
+	return sc
+}
+
+// apiAccessMount mounts apiAccessVolume where client-go looks for the in-cluster token,
+// into the containers that talk to the API server only.
+var apiAccessMount = corev1.VolumeMount{Name: "api-access", MountPath: ServiceAccountMountPath, ReadOnly: true}
+
+// apiAccessVolume is what automounting would give every container (token, cluster CA,
+// namespace), for the containers that need it.
+func apiAccessVolume() corev1.Volume {
+	readOnly := int32(0o444)
+	tokenTTL := int64(3607)
+	return corev1.Volume{Name: "api-access", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		DefaultMode: &readOnly,
+		Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: &tokenTTL}},
+			{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
+				Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "namespace",
+				FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}}}},
+		},
+	}}}
+}
+
+// exporterOnPodIP gives the exporter container its POD_IP (its --listen names
+// $(POD_IP)) and its metrics port.
+func exporterOnPodIP(c corev1.Container) corev1.Container {
+	c.Env = []corev1.EnvVar{{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "status.podIP"}}}}
+	c.Ports = []corev1.ContainerPort{{Name: MetricsPortName, ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP}}
+	return c
 }
 
 // NetworkPolicy governs NIC1 only (NIC2 is outside NetworkPolicy's reach): metrics from

@@ -144,7 +144,52 @@ func TestDeploymentHardening(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkHardening(t, d.Spec.Template.Spec, map[string]bool{ContainerInitNAT: true, ContainerStatus: true, ContainerExporter: true})
 	ps := d.Spec.Template.Spec
+	byName := map[string]corev1.Container{}
+	for _, c := range ps.Containers {
+		byName[c.Name] = c
+	}
+	if !slices.Contains(byName[ContainerStatus].Args, "--load") {
+		t.Errorf("the status agent must load charon with keys it reads itself: %v", byName[ContainerStatus].Args)
+	}
+	for _, v := range ps.Volumes {
+		if v.Secret != nil {
+			t.Errorf("volume %s mounts a Secret; the agent reads keys through the API", v.Name)
+		}
+	}
+}
+
+// TestWireGuardDeploymentHardening: the WireGuard pod is hardened as the IPsec one; every
+// container reads its ConfigMap through the API, so each gets the token, and the only
+// Secret mounted is the key, into the wireguard container alone.
+func TestWireGuardDeploymentHardening(t *testing.T) {
+	w := workload()
+	w.WireGuardImage = "example.org/wireguard:1"
+	d, err := WireGuardDeployment(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := d.Spec.Template.Spec
+	checkHardening(t, ps, map[string]bool{ContainerInitNAT: true, ContainerWireGuard: true, ContainerStatus: true, ContainerExporter: true})
+	for _, c := range ps.Containers {
+		for _, m := range c.VolumeMounts {
+			if m.Name == "wireguard-key" && c.Name != ContainerWireGuard {
+				t.Errorf("%s mounts the WireGuard key", c.Name)
+			}
+		}
+		if c.Name == ContainerWireGuard && !slices.Equal(c.SecurityContext.Capabilities.Add, []corev1.Capability{"NET_ADMIN", "MKNOD"}) {
+			t.Errorf("wireguard: capabilities %v, want NET_ADMIN and MKNOD only", c.SecurityContext.Capabilities.Add)
+		}
+	}
+}
+
+// checkHardening: seccomp, no automounted token, no host namespace, all capabilities
+// dropped but those added, no privilege escalation, the token exactly in the containers
+// of withToken, the status agent and the exporter unprivileged, the exporter on the pod
+// IP.
+func checkHardening(t *testing.T, ps corev1.PodSpec, withToken map[string]bool) {
+	t.Helper()
 	if ps.SecurityContext == nil || ps.SecurityContext.SeccompProfile == nil || ps.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
 		t.Error("the pod must run with the RuntimeDefault seccomp profile")
 	}
@@ -170,7 +215,7 @@ func TestDeploymentHardening(t *testing.T) {
 				hasToken = m.ReadOnly
 			}
 		}
-		if wantToken := c.Name != ContainerStrongswan; hasToken != wantToken {
+		if wantToken := withToken[c.Name]; hasToken != wantToken {
 			t.Errorf("%s: ServiceAccount token mounted = %v, want %v", c.Name, hasToken, wantToken)
 		}
 	}
@@ -189,14 +234,6 @@ func TestDeploymentHardening(t *testing.T) {
 	exp := byName[ContainerExporter]
 	if !slices.Contains(exp.Args, "--listen=$(POD_IP):9903") || len(exp.Env) != 1 || exp.Env[0].ValueFrom.FieldRef.FieldPath != "status.podIP" {
 		t.Errorf("the exporter must listen on the pod IP only: %v %v", exp.Args, exp.Env)
-	}
-	if !slices.Contains(byName[ContainerStatus].Args, "--load") {
-		t.Errorf("the status agent must load charon with keys it reads itself: %v", byName[ContainerStatus].Args)
-	}
-	for _, v := range ps.Volumes {
-		if v.Secret != nil {
-			t.Errorf("volume %s mounts a Secret; the agent reads keys through the API", v.Name)
-		}
 	}
 }
 

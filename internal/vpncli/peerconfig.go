@@ -2,15 +2,18 @@ package vpncli
 
 import (
 	"fmt"
+	"net/netip"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
 	"bnerd.net/vpn-operator/internal/peerconfig"
+	"bnerd.net/vpn-operator/internal/render"
 )
 
 func newPeerConfig(g *global) *cobra.Command {
@@ -29,7 +32,7 @@ Formats: strongswan (swanctl.conf), fortigate (FortiOS CLI), cisco-iosxe (IOS XE
 crypto map), mikrotik (RouterOS 7 CLI), pfsense (the IPsec tunnel form's fields).
 A proposal the device cannot negotiate is left out with a note; if none of a phase's
 proposals fit, the command fails and says which proposal to add to the gateway.
-wireguard is refused: the WireGuard gateway is not implemented in this release.
+wireguard writes a wg-quick(8) configuration for a peer of a WireGuard gateway.
 
 The pre-shared key is written only with --include-secret (read from the tunnel's
 Secret, which needs get on that Secret); otherwise a placeholder names the Secret.`,
@@ -64,7 +67,7 @@ Secret, which needs get on that Secret); otherwise a placeholder names the Secre
 			if !found && (k == "" || k == gatewayconfig.KindVPNGateway) {
 				var o v1alpha1.VPNGateway
 				if err := c.Get(cmd.Context(), key, &o); err == nil {
-					in.Kind, in.Spec, in.Status, in.Protocol, found = gatewayconfig.KindVPNGateway, &o.Spec.GatewaySpec, &o.Status, o.Spec.Protocol, true
+					in.Kind, in.Spec, in.Status, in.Protocol, in.WireGuard, found = gatewayconfig.KindVPNGateway, &o.Spec.GatewaySpec, &o.Status, o.Spec.Protocol, o.Spec.WireGuard, true
 				} else if !apierrors.IsNotFound(err) {
 					return &ExitError{Code: ExitIncomplete, Err: err}
 				}
@@ -72,6 +75,9 @@ Secret, which needs get on that Secret); otherwise a placeholder names the Secre
 			if !found {
 				return &ExitError{Code: ExitIncomplete, Err: fmt.Errorf("no IPsecGateway or VPNGateway %s/%s", ns, args[0])}
 			}
+			// A routed tunnel's client also needs the fabric's networks: the operator
+			// renders its internal source CIDRs into the gateway's config.
+			in.InternalSources = internalSources(cmd, c, ns, args[0])
 			if includeSecret {
 				psk, err := readPSK(cmd, g, in)
 				if err != nil {
@@ -121,4 +127,24 @@ func readPSK(cmd *cobra.Command, g *global, in peerconfig.Input) (string, error)
 		return string(v), nil
 	}
 	return "", fmt.Errorf("%s %s/%s has no tunnel %q", in.Kind, in.Namespace, in.Name, in.Tunnel)
+}
+
+// internalSources reads the operator's internal source CIDRs from the gateway's rendered
+// config (present while a tunnel is routed); nil when there is none to read.
+func internalSources(cmd *cobra.Command, c client.Client, ns, name string) []netip.Prefix {
+	var cm corev1.ConfigMap
+	if err := c.Get(cmd.Context(), types.NamespacedName{Namespace: ns, Name: render.ConfigMapName(name)}, &cm); err != nil {
+		return nil
+	}
+	cfg, err := gatewayconfig.Unmarshal([]byte(cm.Data[gatewayconfig.ConfigMapKeyConfig]))
+	if err != nil {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, s := range cfg.InternalSources {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
 }

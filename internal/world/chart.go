@@ -42,9 +42,12 @@ func (w *World) ChartValues() map[string]any {
 		"resyncInterval":      "1m",
 		"openstack":           map[string]any{"credentials": map[string]any{"secretName": CredentialSecret}},
 		"images": map[string]any{
-			"operator": map[string]any{"repository": opRepo, "tag": opTag, "pullPolicy": "Never"},
-			"gateway":  map[string]any{"repository": gwRepo, "tag": gwTag},
-			"agent":    map[string]any{"repository": gwRepo, "tag": gwTag},
+			"operator":    map[string]any{"repository": opRepo, "tag": opTag, "pullPolicy": "Never"},
+			"gateway":     map[string]any{"repository": gwRepo, "tag": gwTag},
+			"statusAgent": map[string]any{"repository": gwRepo, "tag": gwTag},
+			// The world runs no WireGuard gateway; the gateway image holds the agent, which
+			// is all the wireguard container runs.
+			"gatewayWireguard": map[string]any{"repository": gwRepo, "tag": gwTag},
 		},
 	}
 }

@@ -91,6 +91,7 @@ func TestDeploymentEnvDefaults(t *testing.T) {
 		"IPSEC_GATEWAY_NETWORKPOLICY_ENABLED":     "true",
 		"IPSEC_GATEWAY_IMAGE":                     "ghcr.io/bnerd/bnerd-vpn-gateway:" + appVersion,
 		"IPSEC_AGENT_IMAGE":                       "ghcr.io/bnerd/bnerd-vpn-gateway:" + appVersion,
+		"IPSEC_GATEWAY_WIREGUARD_IMAGE":           "ghcr.io/bnerd/bnerd-vpn-gateway-wireguard:" + appVersion,
 		"IPSEC_NAD_TEMPLATE":                      renderConsts["DefaultNADTemplate"],
 		"IPSEC_GATEWAY_DATAPLANE":                 consts["DefaultGatewayDataplane"],
 		"IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE": consts["DefaultClusterLinkCredentialsNamespace"],
@@ -110,9 +111,11 @@ func TestDeploymentEnvDefaults(t *testing.T) {
 	}
 	// The chart's defaults are the operator's built-in ones, so leaving a value out of the
 	// chart and leaving the variable unset mean the same.
-	if env["IPSEC_GATEWAY_IMAGE"].Value != consts["DefaultGatewayImage"] || env["IPSEC_AGENT_IMAGE"].Value != consts["DefaultAgentImage"] {
-		t.Errorf("default gateway/agent images %q/%q differ from the operator's built-in %q/%q",
-			env["IPSEC_GATEWAY_IMAGE"].Value, env["IPSEC_AGENT_IMAGE"].Value, consts["DefaultGatewayImage"], consts["DefaultAgentImage"])
+	if env["IPSEC_GATEWAY_IMAGE"].Value != consts["DefaultGatewayImage"] || env["IPSEC_AGENT_IMAGE"].Value != consts["DefaultAgentImage"] ||
+		env["IPSEC_GATEWAY_WIREGUARD_IMAGE"].Value != consts["DefaultWireGuardImage"] {
+		t.Errorf("default gateway/agent/WireGuard images %q/%q/%q differ from the operator's built-in %q/%q/%q",
+			env["IPSEC_GATEWAY_IMAGE"].Value, env["IPSEC_AGENT_IMAGE"].Value, env["IPSEC_GATEWAY_WIREGUARD_IMAGE"].Value,
+			consts["DefaultGatewayImage"], consts["DefaultAgentImage"], consts["DefaultWireGuardImage"])
 	}
 	if dur, err := time.ParseDuration(env["IPSEC_RESYNC_INTERVAL"].Value); err != nil || dur != 5*time.Minute {
 		t.Errorf("IPSEC_RESYNC_INTERVAL %q is not the operator's 5m default", env["IPSEC_RESYNC_INTERVAL"].Value)
@@ -236,8 +239,9 @@ func TestValuesFlowToEnv(t *testing.T) {
 	vals = with(vals, "internalSourceCIDRs", []any{"10.0.0.0/24", "192.168.10.0/23"})
 	vals = with(vals, "gatewayNetworkPolicy.enabled", false)
 	vals = with(vals, "images.gateway.tag", "0.3.1")
-	vals = with(vals, "images.agent.repository", "registry.example/agent")
-	vals = with(vals, "images.agent.tag", "0.3.2")
+	vals = with(vals, "images.statusAgent.repository", "registry.example/agent")
+	vals = with(vals, "images.statusAgent.tag", "0.3.2")
+	vals = with(vals, "images.gatewayWireguard.tag", "0.3.3")
 	vals = with(vals, "images.operator.tag", "v0.2.0")
 	vals = with(vals, "nadTemplate", nad)
 	vals = with(vals, "clusterLink.credentialsNamespace", "link-creds")
@@ -258,6 +262,7 @@ func TestValuesFlowToEnv(t *testing.T) {
 		"IPSEC_GATEWAY_NETWORKPOLICY_ENABLED":     "false",
 		"IPSEC_GATEWAY_IMAGE":                     "ghcr.io/bnerd/bnerd-vpn-gateway:0.3.1",
 		"IPSEC_AGENT_IMAGE":                       "registry.example/agent:0.3.2",
+		"IPSEC_GATEWAY_WIREGUARD_IMAGE":           "ghcr.io/bnerd/bnerd-vpn-gateway-wireguard:0.3.3",
 		"IPSEC_NAD_TEMPLATE":                      nad,
 		"IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE": "link-creds",
 		"IPSEC_RESYNC_INTERVAL":                   "90s",

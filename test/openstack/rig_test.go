@@ -436,15 +436,23 @@ func (r *rig) createGateway(name string, reverse bool) *v1.IPsecGateway {
 	return gw
 }
 
+// gatewayReady waits until every phase condition is True for the current generation:
+// the OpenStack and Kubernetes objects are converged. No kubelet runs here, so the
+// gateway's own Ready (which also needs the pod and its tunnels) stays False.
 func (r *rig) gatewayReady(name string) *v1.IPsecGateway {
 	r.t.Helper()
 	var gw v1.IPsecGateway
-	eventually(r.t, "gateway "+name+" Ready", func() (bool, string) {
+	eventually(r.t, "gateway "+name+" converged", func() (bool, string) {
 		if err := env.Client.Get(r.ctx, client.ObjectKey{Namespace: r.ns, Name: name}, &gw); err != nil {
 			return false, err.Error()
 		}
-		c := meta.FindStatusCondition(gw.Status.Conditions, v1.ConditionReady)
-		return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == gw.Generation, condString(gw.Status.Conditions)
+		for _, typ := range gateway.ConditionTypes {
+			c := meta.FindStatusCondition(gw.Status.Conditions, typ)
+			if c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != gw.Generation {
+				return false, condString(gw.Status.Conditions)
+			}
+		}
+		return true, ""
 	})
 	return &gw
 }

@@ -154,9 +154,7 @@ func (r *Runner) routeParams() routing.Params {
 		SubnetGatewayIP: r.cfg.SubnetGatewayIP, ServiceGatewayAddress: r.cfg.GatewayAddress,
 		Table: r.RouteTable, Priority: r.RulePriority,
 	}
-	for _, t := range r.cfg.Tunnels {
-		p.PeerAddresses = append(p.PeerAddresses, t.PeerAddress)
-	}
+	p.PeerAddresses = r.cfg.PeerEndpoints()
 	return p
 }
 

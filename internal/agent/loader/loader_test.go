@@ -289,3 +289,36 @@ func TestLoopWaitsForThePortRouting(t *testing.T) {
 		t.Errorf("the applier was told the local address %q", got)
 	}
 }
+
+// TestLoopWaitsForTheServiceAddress: with the port's routing in place but .1 of the
+// service CIDR not yet on the loopback, nothing is loaded (a child SA attempted now would
+// fail to install its routes); once it is there, loading starts.
+func TestLoopWaitsForTheServiceAddress(t *testing.T) {
+	js := config(t)
+	keys := secretsFile(t, js, map[string]string{"hq": hqKey, "branch": branchKey})
+	f := &addressedApplier{}
+	var present atomic.Bool
+	var asked atomic.Value
+	var lg logs
+	l := &Loop{Applier: f, Interval: 5 * time.Millisecond, Logf: lg.logf,
+		PortRouting: func(string) (bool, error) { return true, nil },
+		ServiceAddress: func(a string) (bool, error) {
+			asked.Store(a)
+			return present.Load(), nil
+		}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	snaps := make(chan source.Snapshot, 1)
+	go l.Run(ctx, snaps)
+	snaps <- source.Snapshot{Config: js, Secrets: keys}
+	waitFor(t, "the service address consulted", func() bool { return asked.Load() == "100.64.3.1" })
+	time.Sleep(30 * time.Millisecond)
+	if f.n() != 0 {
+		t.Fatal("connections loaded before the service CIDR's .1 was local")
+	}
+	if !strings.Contains(lg.all(), "waiting for 100.64.3.1") {
+		t.Errorf("the wait is not logged:\n%s", lg.all())
+	}
+	present.Store(true)
+	waitFor(t, "loaded once the address is there", func() bool { return f.n() > 0 })
+}

@@ -243,6 +243,9 @@ func (p *Programmer) ruleText(m *gatewayconfig.NAT) []string {
 	add(ChainPrerouting, fmt.Sprintf("%s dnat ip to ip daddr . meta l4proto . th dport map @%s", p.notFromTunnel(), MapReversePorts))
 	add(ChainPrerouting, fmt.Sprintf("%s dnat ip to ip daddr map @%s", p.notFromTunnel(), MapReverseAll))
 
+	// Routed-mode tunnels keep their real addresses both ways (see routedRules).
+	routed := routedRules(m, p.fromTunnel())
+	out = append(out, routed.postrouting...)
 	// Reverse exposures reach the client from .1 (inside the child SA's local selector);
 	// exposure targets see the port's fixed IP, which they can route back to.
 	add(ChainPostrouting, fmt.Sprintf("ct status dnat ip daddr %s snat ip to %s", peers, m.ReverseSNATAddress))
@@ -269,15 +272,17 @@ func (p *Programmer) ruleText(m *gatewayconfig.NAT) []string {
 		// carries the XFRM bundle if a policy matched.
 		add(ChainGuard, fmt.Sprintf("ip daddr %s rt ipsec missing counter drop comment %q", peers, GuardComment))
 	}
+	out = append(out, routed.forward...)
 	if p.opts.PortInterface != "" {
 		// IKE (UDP 500, NAT-T 4500) and ESP leave only through the dedicated port.
 		add(ChainGuard, fmt.Sprintf("udp sport { 500, 4500 } oifname != %q counter drop", p.opts.PortInterface))
 		add(ChainGuard, fmt.Sprintf("udp dport { 500, 4500 } oifname != %q counter drop", p.opts.PortInterface))
 		add(ChainGuard, fmt.Sprintf("meta l4proto esp oifname != %q counter drop", p.opts.PortInterface))
 	}
-	// Only exposures cross the gateway: anything else from the client's subnets or to
-	// them that was not translated is dropped here, so it can never leave in the clear
-	// through a router that does not know it belongs in a tunnel.
+	// Only exposures (and routed-mode traffic above) cross the gateway: anything else
+	// from the client's subnets or to them that was not translated is dropped here, so it
+	// can never leave in the clear through a router that does not know it belongs in a
+	// tunnel.
 	add(ChainForward, fmt.Sprintf("ip saddr %s ct status & dnat == 0 counter drop", peers))
 	add(ChainForward, fmt.Sprintf("ip daddr %s ct status & dnat == 0 counter drop", peers))
 	// The client reaches our services through the exposures, never the gateway pod

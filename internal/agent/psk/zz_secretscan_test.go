@@ -67,7 +67,7 @@ func TestZZAgentSecretScan(t *testing.T) {
 	kicks, kick := status.Kicker()
 	agent := &status.Agent{
 		Tunnels: func() ([]string, gatewayconfig.GatewayRef) { return []string{"hq", "branch"}, ref },
-		SAs:     func(context.Context) (map[string][]vici.IKESA, error) { return nil, nil },
+		SAs:     func(context.Context, []string) (map[string][]vici.IKESA, error) { return nil, nil },
 		Write:   status.ClientWriter(podClient, time.Hour),
 		Waiting: l.Waiting, Kick: kicks, Interval: 50 * time.Millisecond, Logf: lg.logf,
 	}

@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -40,11 +41,17 @@ func ClientWriter(c client.Client, heartbeat time.Duration) WriteFunc {
 type Agent struct {
 	// Tunnels returns the configured tunnels and the gateway they belong to.
 	Tunnels func() ([]string, gatewayconfig.GatewayRef)
-	// SAs lists charon's SAs (a fresh VICI session each time: charon may have restarted).
-	SAs   func(ctx context.Context) (map[string][]vici.IKESA, error)
+	// SAs lists the named tunnels' SAs (a fresh VICI session each time: charon may have
+	// restarted).
+	SAs func(ctx context.Context, names []string) (map[string][]vici.IKESA, error)
+	// Notes adds what is known beyond the listing (causes, the loader's plan). Optional.
+	Notes func(tunnel string) Note
+	// State, when set, computes the tunnels instead of SAs (a WireGuard gateway's
+	// peers, from the wireguard role's state file).
+	State func(names []string, now time.Time) ([]v1alpha1.TunnelState, string)
 	Write WriteFunc
 	// Waiting, when set, names the tunnels the loader holds back and why (a missing
-	// pre-shared key): such a tunnel without an SA is reported Down with that reason.
+	// pre-shared key): such a tunnel, unless up, is reported with ReasonWaitingForKey.
 	Waiting func() map[string]string
 	// Kick triggers a round besides the timer.
 	Kick     <-chan struct{}
@@ -53,7 +60,16 @@ type Agent struct {
 	Timeout time.Duration
 	Now     func() time.Time
 	Logf    func(format string, args ...any)
+
+	// failures counts consecutive listings that failed although charon's socket answered.
+	failures int
 }
+
+// listingGrace is how many consecutive failed listings of a charon that is running (it
+// accepted the connection) are not reported: a charon busy past the call timeout says
+// nothing about the tunnels, and reporting them down would be false. A charon that is
+// not running is reported at once.
+const listingGrace = 2
 
 func (a *Agent) logf(format string, args ...any) {
 	if a.Logf != nil {
@@ -73,25 +89,47 @@ func (a *Agent) Round(ctx context.Context) (tunnels []v1alpha1.TunnelState, read
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cur, err := a.SAs(ctx)
-	if err != nil {
-		// charon unreachable: every tunnel is down, which is worth reporting.
-		cur = nil
-	}
 	now := time.Now
 	if a.Now != nil {
 		now = a.Now
 	}
-	tunnels, ready = Compute(names, cur, now())
-	if a.Waiting != nil {
-		waiting := a.Waiting()
-		for i := range tunnels {
-			if why, ok := waiting[tunnels[i].Name]; ok && tunnels[i].State == StateDown {
-				tunnels[i].Message = "not started, waiting for its pre-shared key: " + why
+	if a.State != nil {
+		tunnels, ready = a.State(names, now())
+	} else {
+		cur, err := a.SAs(ctx, names)
+		notes := a.Notes
+		if err != nil {
+			if !errors.Is(err, vici.ErrCharonNotRunning) && a.failures < listingGrace {
+				a.failures++
+				a.logf("status: listing the SAs failed (%v); keeping the last report", err)
+				return nil, "", false
+			}
+			// charon unreachable: every tunnel is down, which is worth reporting.
+			cur = nil
+			msg := err.Error()
+			notes = func(string) Note {
+				return Note{Reason: ReasonCharonUnreachable, Message: "charon does not answer over VICI: " + msg}
+			}
+		} else {
+			a.failures = 0
+		}
+		if a.Waiting != nil {
+			// A tunnel the loader holds back for want of a usable key says so, whatever
+			// charon last said about it.
+			waiting, inner := a.Waiting(), notes
+			notes = func(name string) Note {
+				if why, ok := waiting[name]; ok {
+					return Note{Reason: ReasonWaitingForKey, Message: "not started, waiting for its pre-shared key: " + why}
+				}
+				if inner == nil {
+					return Note{}
+				}
+				return inner(name)
 			}
 		}
+		tunnels, ready = Compute(names, cur, notes, now())
 	}
-	wrote, err = a.Write(ctx, ref, tunnels, ready)
+	wrote, err := a.Write(ctx, ref, tunnels, ready)
 	if err != nil {
 		a.logf("status: %v", err)
 		return tunnels, ready, false

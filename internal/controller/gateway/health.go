@@ -287,7 +287,7 @@ func agentStarted(pod *corev1.Pod) *metav1.Time {
 func (r *Reconciler) ensureTunnelsUp(g *gateway, pod *corev1.Pod) time.Duration {
 	const cond = v1alpha1.ConditionTunnelsUp
 	st := g.status
-	total := len(g.spec.Tunnels)
+	total := len(g.remotes())
 	st.TunnelSummary = fmt.Sprintf("?/%d", total)
 	last := ""
 	if st.TunnelsReady != "" && st.TunnelsObservedTime != nil {
@@ -315,7 +315,7 @@ func (r *Reconciler) ensureTunnelsUp(g *gateway, pod *corev1.Pod) time.Duration 
 			fmt.Sprintf("the status agent of pod %s last reported at %s, more than %s ago%s", pod.Name, hb.UTC().Format(time.RFC3339), stale, last))
 		return 0
 	}
-	up, down := tunnelsFromReport(g.spec, st.Tunnels)
+	up, down := tunnelsFromReport(g, st.Tunnels)
 	st.TunnelSummary = fmt.Sprintf("%d/%d", up, total)
 	if len(down) == 0 {
 		r.condTrue(g, cond, v1alpha1.ReasonTunnelsUp, fmt.Sprintf("%d/%d tunnels up", up, total))
@@ -326,28 +326,33 @@ func (r *Reconciler) ensureTunnelsUp(g *gateway, pod *corev1.Pod) time.Duration 
 	return stale - age + time.Second
 }
 
-// tunnelsFromReport counts the spec's tunnels the report has Up and describes the
-// others with their state, since when, and why.
-func tunnelsFromReport(spec *v1alpha1.GatewaySpec, report []v1alpha1.TunnelState) (int, []string) {
+// tunnelsFromReport counts the gateway's tunnels (WireGuard: peers) the report has Up
+// and describes the others with their state, since when, and why.
+func tunnelsFromReport(g *gateway, report []v1alpha1.TunnelState) (int, []string) {
 	byName := map[string]v1alpha1.TunnelState{}
 	for _, t := range report {
 		byName[t.Name] = t
 	}
 	up := 0
 	var down []string
-	for _, t := range spec.Tunnels {
-		s, ok := byName[t.Name]
+	for _, t := range g.remotes() {
+		s, ok := byName[t.name]
 		switch {
 		case !ok:
-			down = append(down, t.Name+" not reported yet")
+			down = append(down, t.name+" not reported yet")
 		case s.State == "Up":
 			up++
 		default:
-			d := t.Name + " " + s.State
+			d := t.name + " " + s.State
 			if s.LastTransitionTime != nil {
 				d += " since " + s.LastTransitionTime.UTC().Format(time.RFC3339)
 			}
-			if s.Message != "" {
+			switch {
+			case s.Reason != "" && s.Message != "":
+				d += " (" + s.Reason + ": " + s.Message + ")"
+			case s.Reason != "":
+				d += " (" + s.Reason + ")"
+			case s.Message != "":
 				d += " (" + s.Message + ")"
 			}
 			down = append(down, d)
@@ -363,7 +368,7 @@ func tunnelsFromReport(spec *v1alpha1.GatewaySpec, report []v1alpha1.TunnelState
 // tunnel.
 func (r *Reconciler) summarize(g *gateway) {
 	conds := g.status.Conditions
-	switch blocking, health := conditions.Summary(conds, ConditionTypes...), conditions.Summary(conds, HealthConditionTypes...); {
+	switch blocking, health := conditions.Summary(conds, g.conditionTypes()...), conditions.Summary(conds, HealthConditionTypes...); {
 	case blocking != nil:
 		r.setCond(g, v1alpha1.ConditionReady, metav1.ConditionFalse, blocking.Reason, blocking.Type+": "+blocking.Message)
 	case health != nil:
@@ -401,7 +406,7 @@ func observationsOnly(a, b *v1alpha1.GatewayStatus) bool {
 
 // withoutAgentFields is st less the fields the status agent owns.
 func withoutAgentFields(st v1alpha1.GatewayStatus) v1alpha1.GatewayStatus {
-	st.Tunnels, st.TunnelsReady, st.TunnelsObservedTime = nil, "", nil
+	st.Tunnels, st.TunnelsReady, st.TunnelsObservedTime, st.InterfacePublicKey = nil, "", nil, ""
 	return st
 }
 

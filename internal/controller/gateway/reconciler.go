@@ -170,6 +170,7 @@ type phase struct {
 func (r *Reconciler) phases() []phase {
 	return []phase{
 		{v1alpha1.ConditionValidated, r.ensureValidated},
+		{v1alpha1.ConditionWireGuardKeyReady, r.ensureWireGuardKey},
 		{v1alpha1.ConditionAllocated, r.ensureAllocated},
 		{v1alpha1.ConditionPortReady, r.ensurePort},
 		{v1alpha1.ConditionSecurityGroupReady, r.ensureSecurityGroup},
@@ -286,7 +287,7 @@ func (r *Reconciler) condFailed(g *gateway, condType, reason string, err error) 
 
 // AgentStatusFields are the status fields the gateway's status agent owns; the operator
 // never writes them.
-var AgentStatusFields = []string{"tunnels", "tunnelsReady", "tunnelsObservedTime"}
+var AgentStatusFields = []string{"tunnels", "tunnelsReady", "tunnelsObservedTime", "interfacePublicKey"}
 
 // persist writes the operator's part of the status when it differs from what was last
 // read or written: a server-side apply under the operator's field manager, guarded by
@@ -366,18 +367,14 @@ func statusOf(obj client.Object) *v1alpha1.GatewayStatus {
 // ensureValidated refuses a spec the schema could not judge, before any OpenStack call.
 func (r *Reconciler) ensureValidated(ctx context.Context, g *gateway) (bool, error) {
 	if errs := g.validate(); len(errs) > 0 {
-		reason := v1alpha1.ReasonInvalidSpec
-		if v1alpha1.OnlyUnsupported(errs) {
-			reason = v1alpha1.ReasonUnsupported
-		}
-		r.condFalse(g, v1alpha1.ConditionValidated, reason, errs.ToAggregate().Error())
+		r.condFalse(g, v1alpha1.ConditionValidated, v1alpha1.ReasonInvalidSpec, errs.ToAggregate().Error())
 		return false, nil
 	}
 	if errs := g.spec.PlaintextExposures(); len(errs) > 0 {
 		r.condFalse(g, v1alpha1.ConditionValidated, v1alpha1.ReasonPlaintextExposure, errs.ToAggregate().Error())
 		return false, nil
 	}
-	if errs := g.spec.ValidateAddresses(r.addressPolicy(g)); len(errs) > 0 {
+	if errs := g.validateAddresses(r.addressPolicy(g)); len(errs) > 0 {
 		r.condFalse(g, v1alpha1.ConditionValidated, v1alpha1.ReasonInvalidSpec, errs.ToAggregate().Error())
 		return false, nil
 	}

@@ -32,12 +32,19 @@ func (k ruleKey) String() string {
 
 // DesiredIngressRules is the gateway security group's ingress: IKE (UDP 500) and NAT-T
 // (UDP 4500) from each tunnel's peer only, never from anywhere and never bare ESP (NAT-T
-// is mandatory behind the floating IP); and each reverse exposure's ports from each of
-// the reverse sources (every protocol when the reverse exposure lists no ports): the
+// is mandatory behind the floating IP); each reverse exposure's ports from each of the
+// reverse sources (every protocol when the reverse exposure lists no ports): the
 // operator-wide internal source CIDRs and the service clusters of the ClusterLinks that
-// serve this gateway (reverseSources).
-func DesiredIngressRules(spec *v1alpha1.GatewaySpec, internal []netip.Prefix) []ruleKey {
+// serve this gateway (reverseSources); and every protocol from each operator-wide
+// internal source CIDR while a tunnel is routed (the fabric reaches the client's real
+// addresses through the port; a ClusterLink routes only the gateway's service CIDR).
+func DesiredIngressRules(spec *v1alpha1.GatewaySpec, internal, reverse []netip.Prefix) []ruleKey {
 	set := map[ruleKey]bool{}
+	if len(routedSubnets(spec)) > 0 {
+		for _, cidr := range internal {
+			set[ruleKey{Remote: cidr.String()}] = true
+		}
+	}
 	for _, t := range spec.Tunnels {
 		a, err := netip.ParseAddr(t.Peer.Address)
 		if err != nil || !a.Is4() {
@@ -49,7 +56,7 @@ func DesiredIngressRules(spec *v1alpha1.GatewaySpec, internal []netip.Prefix) []
 		}
 	}
 	for _, re := range spec.ReverseExposures {
-		for _, cidr := range internal {
+		for _, cidr := range reverse {
 			if len(re.Target.Ports) == 0 {
 				set[ruleKey{Remote: cidr.String()}] = true
 				continue
@@ -63,6 +70,10 @@ func DesiredIngressRules(spec *v1alpha1.GatewaySpec, internal []netip.Prefix) []
 			}
 		}
 	}
+	return sortedRules(set)
+}
+
+func sortedRules(set map[ruleKey]bool) []ruleKey {
 	out := make([]ruleKey, 0, len(set))
 	for k := range set {
 		out = append(out, k)
@@ -128,7 +139,11 @@ func (r *Reconciler) ensureSecurityGroup(ctx context.Context, g *gateway) (bool,
 	// Record the group before touching its rules, so the next reconcile finds it by ID.
 	g.status.SecurityGroupID = sg.ID
 
-	want := DesiredIngressRules(g.spec, r.reverseSources(g.links))
+	reverse := r.reverseSources(g.links)
+	want, openToAll := DesiredIngressRules(g.spec, r.Config.InternalSourceCIDRs, reverse), ""
+	if g.wg != nil {
+		want, openToAll = wireGuardIngressRules(g.spec, g.wg, reverse)
+	}
 	wantSet := map[ruleKey]bool{}
 	for _, k := range want {
 		wantSet[k] = true
@@ -174,6 +189,10 @@ func (r *Reconciler) ensureSecurityGroup(ctx context.Context, g *gateway) (bool,
 	msg := fmt.Sprintf("security group %s admits %d ingress rules", sg.ID, len(want))
 	if len(g.spec.ReverseExposures) > 0 {
 		msg += fmt.Sprintf("; reverse exposures admitted from the ClusterLinks serving this gateway: %s", linkNames(g.links, true))
+	}
+	if openToAll != "" {
+		r.condTrue(g, v1alpha1.ConditionSecurityGroupReady, v1alpha1.ReasonListenPortOpen, msg+"; "+openToAll)
+		return true, nil
 	}
 	r.condTrue(g, v1alpha1.ConditionSecurityGroupReady, v1alpha1.ReasonSecurityGroup, msg)
 	return true, nil

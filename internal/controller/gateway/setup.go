@@ -46,14 +46,17 @@ const indexPSKSecret = "ipsec.bnerd.net/psk-secret"
 // +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=ipsecgateways;vpngateways,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=ipsecgateways/status;vpngateways/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=ipsecgateways/finalizers;vpngateways/finalizers;clusterlinks/finalizers,verbs=update
-// Secrets: the operator writes none. It holds get, list and watch because Kubernetes
-// lets it create the gateway pod's Role (get, list and watch on the Secrets the tunnels
-// name) only if it holds those itself; it uses get to check a key's presence and
-// length without caching it, and list/watch only name by name, metadata only
-// (namedwatch); delete removes the Secret of rendered keys earlier releases wrote.
+// Secrets: the operator writes only a WireGuard gateway's key Secret
+// (<name>-gateway-wireguard: create, update on rotation, delete when the gateway stops
+// using WireGuard); it never writes or reads a tenant's pre-shared key Secret beyond get.
+// It holds get, list and watch because Kubernetes lets it create the gateway pod's Role
+// (get, list and watch on the Secrets the tunnels name) only if it holds those itself;
+// it uses get to check a key's presence and length without caching it, and list/watch
+// only name by name, metadata only (namedwatch); delete also removes the Secret of
+// rendered keys earlier releases wrote.
 //
 // +kubebuilder:rbac:groups="",resources=configmaps;serviceaccounts,verbs=get;list;watch;create;update
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=nodes;namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=list
@@ -110,7 +113,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// followed one by one, metadata only (r.secrets).
 		b := ctrl.NewControllerManagedBy(mgr).
 			Named(strings.ToLower(kind)).
-			For(newObject(kind), builder.WithPredicates(specOrLifecycleChanged)).
+			For(newObject(kind), builder.WithPredicates(predicate.Or(specOrLifecycleChanged, wireGuardKeyEvents))).
 			Owns(&corev1.ConfigMap{}).
 			Owns(&corev1.ServiceAccount{}).
 			Owns(&rbacv1.Role{}).

@@ -42,6 +42,7 @@ func (r *Reconciler) ensureWorkload(ctx context.Context, g *gateway) (bool, erro
 	}
 	ref := g.ref()
 	cfg, err := gatewayconfig.Build(gatewayconfig.Input{Kind: g.kind, Namespace: ref.Namespace, Name: ref.Name, Spec: g.spec, Status: g.status,
+		WireGuard: g.wg, InternalSources: r.Config.InternalSourceCIDRs,
 		ServiceCIDRPool: r.Config.ServiceCIDRPool, ExposureTargetCIDRs: r.Config.ExposureTargetCIDRs})
 	switch {
 	case errors.Is(err, gatewayconfig.ErrIncomplete):
@@ -71,11 +72,16 @@ func (r *Reconciler) ensureWorkload(ctx context.Context, g *gateway) (bool, erro
 	if err != nil {
 		return terminal(v1alpha1.ReasonWorkloadFailed, err.Error())
 	}
-	dep, err := render.Deployment(render.Workload{
+	wl := render.Workload{
 		Gateway: ref, NodeName: g.status.NodeName, PortMAC: g.status.PortMACAddress,
-		GatewayImage: r.Config.GatewayImage, AgentImage: r.Config.AgentImage,
+		GatewayImage: r.Config.GatewayImage, AgentImage: r.Config.AgentImage, WireGuardImage: r.Config.WireGuardImage,
 		Dataplane: gatewayconfig.DataplaneMode(r.Config.GatewayDataplane),
-	})
+	}
+	deployment := render.Deployment
+	if g.wg != nil {
+		deployment = render.WireGuardDeployment
+	}
+	dep, err := deployment(wl)
 	if err != nil {
 		return terminal(v1alpha1.ReasonWorkloadFailed, err.Error())
 	}
