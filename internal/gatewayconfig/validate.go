@@ -270,7 +270,7 @@ func Validate(cfg *Config) error {
 	}
 
 	if cfg.Protocol == ProtocolWireGuard {
-		if err := validateWireGuard(cfg, svc, subnet, &allSubnets, remotes); err != nil {
+		if err := validateWireGuard(cfg, svc, subnet, pol, &allSubnets, remotes); err != nil {
 			return err
 		}
 	}
