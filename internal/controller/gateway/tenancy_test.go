@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -178,4 +179,52 @@ func TestExposureTargetRefusals(t *testing.T) {
 	// The namespace is the customer's: the link serves the gateway, the target is fine.
 	h.labelNamespace(h.ns, map[string]string{v1alpha1.LabelCustomerProject: project})
 	h.waitConverged("t3")
+}
+
+// A WireGuard gateway is held to the same tenancy as an IPsec one: its reverse exposure
+// is admitted from the ClusterLinks serving it (and the internal sources), not from a
+// link serving another tenant; an exposure into an unlinked service cluster and a peer
+// network inside the service-CIDR pool are refused before anything is built.
+func TestWireGuardGatewayTenancy(t *testing.T) {
+	h := newHarness(t)
+	h.node("node-a", "openstack:///"+serverA, true, nil)
+	h.labelNamespace(h.ns, map[string]string{"tenant": "acme"})
+	h.clusterLink("wg-link-a-"+h.ns, "10.251.0.0/16", "", &v1alpha1.GatewaySelector{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "acme"}}})
+	project := "c0ffee00c0ffee00c0ffee00c0ffee01"
+	h.clusterLink("wg-link-b-"+h.ns, "10.234.0.0/16", project, nil)
+	h.start()
+
+	h.createVPN("wg", wgSpec())
+	gw := h.waitVPNConverged("wg")
+	rules := h.ingressRules(gw.Status.SecurityGroupID)
+	for _, want := range []string{"tcp/8443 from 10.251.0.0/16", "tcp/8443 from 10.254.0.0/24"} {
+		if !slices.Contains(rules, want) {
+			t.Errorf("the WireGuard gateway's security group lacks %q: %v", want, rules)
+		}
+	}
+	for _, r := range rules {
+		if strings.Contains(r, "10.234.0.0/16") {
+			t.Errorf("a link serving another tenant is admitted: %s", r)
+		}
+	}
+	if c := condOf(gw.Status.Conditions, v1alpha1.ConditionSecurityGroupReady); !strings.Contains(c, "wg-link-a-"+h.ns) {
+		t.Errorf("SecurityGroupReady does not name the serving link: %s", c)
+	}
+
+	unlinked := wgSpec()
+	unlinked.Exposures[0].Target.Address = "10.234.0.20"
+	h.createVPN("wg-unlinked", unlinked)
+	g := h.waitVPNCond("wg-unlinked", v1alpha1.ConditionValidated, metav1.ConditionFalse, v1alpha1.ReasonTargetInUnlinkedCluster)
+	if g.Status.PortID != "" {
+		t.Errorf("a port was created for a refused gateway: %s", g.Status.PortID)
+	}
+
+	pool := wgSpec()
+	pool.WireGuard.Peers[1].AllowedIPs = []string{"100.64.200.0/24"}
+	h.createVPN("wg-pool", pool)
+	g = h.waitVPNCond("wg-pool", v1alpha1.ConditionValidated, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec)
+	if c := condOf(g.Status.Conditions, v1alpha1.ConditionValidated); !strings.Contains(c, "spec.wireguard.peers[1].allowedIPs[0]") || !strings.Contains(c, "overlaps the service-CIDR pool") {
+		t.Errorf("Validated: %s", c)
+	}
 }
