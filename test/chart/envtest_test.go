@@ -181,9 +181,12 @@ func TestInstallOnAPIServer(t *testing.T) {
 		// RBAC really decides: what nobody granted is refused.
 		{"delete", "", "nodes", "", "", false},
 		{"create", "ipsec.bnerd.net", "ipsecgateways", "", "tenant-a", false},
-		// The operator writes no Secret, and takes Leases only in its own namespace.
-		{"create", "", "secrets", "", "tenant-a", false},
-		{"update", "", "secrets", "", "tenant-a", false},
+		// The only Secret the operator writes is a WireGuard gateway's key (create, and
+		// update on rotation); no patch, no bulk delete. Leases only in its own namespace.
+		{"create", "", "secrets", "", "tenant-a", true},
+		{"update", "", "secrets", "", "tenant-a", true},
+		{"patch", "", "secrets", "", "tenant-a", false},
+		{"deletecollection", "", "secrets", "", "tenant-a", false},
 		{"create", "coordination.k8s.io", "leases", "", "tenant-a", false},
 	})
 
