@@ -80,12 +80,12 @@ func TestAgentSaysWhyATunnelWaits(t *testing.T) {
 		Now:     func() time.Time { return now },
 	}
 	ts, _, _ := a.Round(context.Background())
-	if ts[1].State != StateDown || ts[1].Message != "not started, waiting for its pre-shared key: Secret ns/branch-psk not found" || ts[0].Message != "no IKE SA" {
+	if ts[1].State != StateDown || ts[1].Reason != ReasonWaitingForKey || ts[1].Message != "not started, waiting for its pre-shared key: Secret ns/branch-psk not found" || ts[0].Message != "no IKE SA" || ts[0].Reason != "" {
 		t.Fatalf("tunnels %+v", ts)
 	}
 	waiting = nil
 	sas = map[string][]vici.IKESA{"branch": {{Name: "branch", State: "ESTABLISHED", Children: []vici.ChildSA{{Name: "branch", State: "INSTALLED"}}}}}
-	if ts, _, _ = a.Round(context.Background()); ts[1].State != StateUp || ts[1].Message != "" {
+	if ts, _, _ = a.Round(context.Background()); ts[1].State != StateUp || ts[1].Message != "" || ts[1].Reason != "" {
 		t.Fatalf("tunnels %+v", ts)
 	}
 }
