@@ -129,7 +129,10 @@ func (e *env) clientCannotReachPod(t *testing.T, pod *corev1.Pod) {
 		return errors.As(err, &ne) && ne.Timeout()
 	}
 	// The tunnel carries traffic at this moment, so a silent dial is the chain's doing.
-	e.waitFor("the portal answering through the tunnel", time.Minute, e.portalAnswers)
+	dir := "https://" + vipOf(e.gateway().Status.Exposures, "directory") + ":636/"
+	e.waitFor("the directory exposure answering through the tunnel", time.Minute, func() bool {
+		return e.answers(world.SiteHostNamespace, dir, world.DirectoryBody)
+	})
 	if err := dial(); !timedOut(err) {
 		t.Errorf("a new connection from the client's host to %s:9903 through the tunnel: %v, want a time-out (dropped)", gwAddr, err)
 	}
