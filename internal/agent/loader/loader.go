@@ -47,11 +47,18 @@ type Loop struct {
 	// local address (routing.HasLocalAddress): the child SA's routes need it, and a child
 	// SA attempted before it exists fails.
 	ServiceAddress func(addr string) (bool, error)
+	// KeyWait is how long a tunnel whose Secret has not been read once yet (psk.Keys'
+	// Pending: a restarted agent's first list, a Role just updated) holds off every
+	// change to charon's connections; default 30s. Without it, an agent restarted next
+	// to a running charon would unload the tunnels whose keys it has not read yet and
+	// tear them down. After it, such a tunnel counts as without a key (fail closed).
+	KeyWait time.Duration
 	// Logf receives one line per change of state; never key material.
 	Logf func(format string, args ...any)
 
 	mu      sync.Mutex
 	waiting map[string]string
+	now     func() time.Time
 }
 
 func (l *Loop) logf(format string, args ...any) {
@@ -103,6 +110,15 @@ func (l *Loop) Run(ctx context.Context, snaps <-chan source.Snapshot) {
 		lastErr = msg
 	}
 	lastWaiting := ""
+	keyWait := l.KeyWait
+	if keyWait <= 0 {
+		keyWait = 30 * time.Second
+	}
+	now := l.now
+	if now == nil {
+		now = time.Now
+	}
+	pendingSince := map[string]time.Time{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -130,6 +146,10 @@ func (l *Loop) Run(ctx context.Context, snaps <-chan source.Snapshot) {
 			continue
 		}
 		k := keys.Keys(cfg)
+		if held := holdForKeys(k.Pending, pendingSince, now(), keyWait); held != "" {
+			report("waiting for the pre-shared keys of " + held + " to be read before changing charon's connections")
+			continue
+		}
 		l.mu.Lock()
 		l.waiting = k.Waiting
 		l.mu.Unlock()
@@ -165,6 +185,28 @@ func (l *Loop) Run(ctx context.Context, snaps <-chan source.Snapshot) {
 		}
 		report("")
 	}
+}
+
+// holdForKeys tracks since when each tunnel's key has been pending and names the ones
+// still inside the wait (sorted, comma-separated; "" when none holds the round).
+func holdForKeys(pending map[string]bool, since map[string]time.Time, now time.Time, wait time.Duration) string {
+	for n := range since {
+		if !pending[n] {
+			delete(since, n)
+		}
+	}
+	var held []string
+	for n := range pending {
+		first, ok := since[n]
+		if !ok {
+			since[n], first = now, now
+		}
+		if now.Sub(first) < wait {
+			held = append(held, n)
+		}
+	}
+	sort.Strings(held)
+	return strings.Join(held, ", ")
 }
 
 func describe(waiting map[string]string) string {

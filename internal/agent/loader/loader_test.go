@@ -12,6 +12,7 @@ import (
 	"time"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/agent/psk"
 	"bnerd.net/vpn-operator/internal/agent/source"
 	"bnerd.net/vpn-operator/internal/agent/vici"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
@@ -321,4 +322,65 @@ func TestLoopWaitsForTheServiceAddress(t *testing.T) {
 	}
 	present.Store(true)
 	waitFor(t, "loaded once the address is there", func() bool { return f.n() > 0 })
+}
+
+// pendingKeys is a key source whose branch Secret has not been read once yet until
+// read is set; hq's key is known from the start.
+type pendingKeys struct {
+	read    atomic.Bool
+	changed chan struct{}
+}
+
+func (p *pendingKeys) Follow([]string)          {}
+func (p *pendingKeys) Changed() <-chan struct{} { return p.changed }
+func (p *pendingKeys) Keys(cfg *gatewayconfig.Config) psk.Keys {
+	k := psk.Keys{ByTunnel: map[string]string{"hq": hqKey}, Waiting: map[string]string{}, Pending: map[string]bool{}}
+	if p.read.Load() {
+		k.ByTunnel["branch"] = branchKey
+	} else {
+		k.Waiting["branch"] = "reading Secret tenant-a/acme-psk"
+		k.Pending["branch"] = true
+	}
+	return k
+}
+
+// TestLoopHoldsWhileAKeyWasNeverRead: an agent restarted next to a running charon has
+// not read its Secrets yet. While a tunnel's key is pending (not known to be missing,
+// only not yet read), the loop changes nothing in charon (rendering without that tunnel
+// would unload it and end a working tunnel); once read, both tunnels load. A key that
+// stays unread past KeyWait counts as missing: the other tunnels load without it.
+func TestLoopHoldsWhileAKeyWasNeverRead(t *testing.T) {
+	t.Run("read in time", func(t *testing.T) {
+		f := &fakeApplier{}
+		var lg logs
+		keys := &pendingKeys{changed: make(chan struct{}, 1)}
+		l := &Loop{Applier: f, Keys: keys, Interval: 5 * time.Millisecond, KeyWait: time.Hour, Logf: lg.logf}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		snaps := make(chan source.Snapshot, 1)
+		go l.Run(ctx, snaps)
+		snaps <- source.Snapshot{Config: config(t)}
+		waitFor(t, "the hold logged", func() bool { return strings.Contains(lg.all(), "waiting for the pre-shared keys of branch to be read") })
+		time.Sleep(50 * time.Millisecond) // about ten rounds
+		if n := f.n(); n != 0 {
+			t.Fatalf("charon was changed %d times while a key was still being read: %+v", n, f.last())
+		}
+		keys.read.Store(true)
+		keys.changed <- struct{}{}
+		waitFor(t, "both loaded", func() bool { return f.n() > 0 && strings.Join(connections(t, f.last().swanctl), ",") == "hq,branch" })
+	})
+	t.Run("never read", func(t *testing.T) {
+		f := &fakeApplier{}
+		keys := &pendingKeys{changed: make(chan struct{}, 1)}
+		l := &Loop{Applier: f, Keys: keys, Interval: 5 * time.Millisecond, KeyWait: 30 * time.Millisecond}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		snaps := make(chan source.Snapshot, 1)
+		go l.Run(ctx, snaps)
+		snaps <- source.Snapshot{Config: config(t)}
+		waitFor(t, "hq loaded without branch", func() bool { return f.n() > 0 && strings.Join(connections(t, f.last().swanctl), ",") == "hq" })
+		if w := l.Waiting(); !strings.Contains(w["branch"], "reading Secret") {
+			t.Fatalf("waiting %v", w)
+		}
+	})
 }

@@ -31,6 +31,12 @@ import (
 type Keys struct {
 	ByTunnel map[string]string
 	Waiting  map[string]string
+	// Pending marks the tunnels of Waiting whose Secret has not been read once yet (its
+	// first list has not answered): not known to be missing, only not known. The loader
+	// holds off changing charon's connections for them for a while, so an agent that
+	// restarts next to a running charon never ends a tunnel it merely has not read the
+	// key of yet.
+	Pending map[string]bool
 }
 
 // Ready lists the tunnels with a usable key, sorted.
@@ -54,10 +60,13 @@ type Source interface {
 }
 
 // resolve applies the floor to a tunnel's key as read.
-func resolve(cfg *gatewayconfig.Config, lookup func(t gatewayconfig.Tunnel) ([]byte, string)) Keys {
-	k := Keys{ByTunnel: map[string]string{}, Waiting: map[string]string{}}
+func resolve(cfg *gatewayconfig.Config, lookup func(t gatewayconfig.Tunnel) (v []byte, why string, pending bool)) Keys {
+	k := Keys{ByTunnel: map[string]string{}, Waiting: map[string]string{}, Pending: map[string]bool{}}
 	for _, t := range cfg.Tunnels {
-		v, why := lookup(t)
+		v, why, pending := lookup(t)
+		if pending {
+			k.Pending[t.Name] = true
+		}
 		if why == "" {
 			if w := gatewayconfig.CheckPSK(v); w != "" {
 				why = fmt.Sprintf("the pre-shared key in Secret %s/%s %s", cfg.Gateway.Namespace, t.PSK, w)
@@ -189,11 +198,11 @@ func (a *API) start(name string) *follow {
 func (a *API) Keys(cfg *gatewayconfig.Config) Keys {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return resolve(cfg, func(t gatewayconfig.Tunnel) ([]byte, string) {
+	return resolve(cfg, func(t gatewayconfig.Tunnel) ([]byte, string, bool) {
 		ref := a.Namespace + "/" + t.PSK.Secret
 		f := a.follows[t.PSK.Secret]
 		if f == nil {
-			return nil, "Secret " + ref + " is not followed yet"
+			return nil, "Secret " + ref + " is not followed yet", true
 		}
 		if !f.inf.HasSynced() {
 			f.mu.Lock()
@@ -202,21 +211,21 @@ func (a *API) Keys(cfg *gatewayconfig.Config) Keys {
 			if msg == "" {
 				msg = "reading Secret " + ref
 			}
-			return nil, msg
+			return nil, msg, true
 		}
 		obj, ok, err := f.inf.GetStore().GetByKey(ref)
 		if err != nil || !ok {
-			return nil, "Secret " + ref + " not found"
+			return nil, "Secret " + ref + " not found", false
 		}
 		s, ok := obj.(*corev1.Secret)
 		if !ok {
-			return nil, "Secret " + ref + " not found"
+			return nil, "Secret " + ref + " not found", false
 		}
 		v, ok := s.Data[t.PSK.Key]
 		if !ok {
-			return nil, fmt.Sprintf("Secret %s has no key %q", ref, t.PSK.Key)
+			return nil, fmt.Sprintf("Secret %s has no key %q", ref, t.PSK.Key), false
 		}
-		return v, ""
+		return v, "", false
 	})
 }
 
@@ -264,14 +273,14 @@ func (f *File) Changed() <-chan struct{} { return f.changed }
 func (f *File) Keys(cfg *gatewayconfig.Config) Keys {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return resolve(cfg, func(t gatewayconfig.Tunnel) ([]byte, string) {
+	return resolve(cfg, func(t gatewayconfig.Tunnel) ([]byte, string, bool) {
 		if f.err != "" {
-			return nil, "secrets file: " + f.err
+			return nil, "secrets file: " + f.err, false
 		}
 		v, ok := f.keys[t.Name]
 		if !ok {
-			return nil, "the secrets file has no key for tunnel " + t.Name
+			return nil, "the secrets file has no key for tunnel " + t.Name, false
 		}
-		return v, ""
+		return v, "", false
 	})
 }
