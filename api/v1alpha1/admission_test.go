@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/cryptofloor"
 	"bnerd.net/vpn-operator/internal/testenv"
 )
 
@@ -85,6 +86,29 @@ func TestGatewayAdmission(t *testing.T) {
 		{"lifetime not a duration", func(s *v1.GatewaySpec) { s.Tunnels[0].IKE.Lifetime = "4 hours" }, "spec.tunnels[0].ike.lifetime"},
 		{"proposal injecting syntax", func(s *v1.GatewaySpec) { s.Tunnels[0].ESP.Proposals = []string{"aes256 }"} }, "spec.tunnels[0].esp.proposals[0]"},
 		{"peer id injecting syntax", func(s *v1.GatewaySpec) { s.Tunnels[0].Peer.ID = "hq\n}" }, "spec.tunnels[0].peer.id"},
+		// Special-purpose addresses are refused at admission.
+		{"exposure targets the metadata service", func(s *v1.GatewaySpec) { s.Exposures[0].Target.Address = "169.254.169.254" }, "target.address must not be a special-purpose address"},
+		{"exposure targets loopback", func(s *v1.GatewaySpec) { s.Exposures[0].Target.Address = "127.0.0.1" }, "target.address must not be a special-purpose address"},
+		{"exposure targets multicast", func(s *v1.GatewaySpec) { s.Exposures[0].Target.Address = "224.0.0.251" }, "target.address must not be a special-purpose address"},
+		{"exposure targets this network", func(s *v1.GatewaySpec) { s.Exposures[0].Target.Address = "0.1.2.3" }, "target.address must not be a special-purpose address"},
+		{"exposure targets broadcast", func(s *v1.GatewaySpec) { s.Exposures[0].Target.Address = "255.255.255.255" }, "target.address must not be a special-purpose address"},
+		{"reverse exposure targets link-local", func(s *v1.GatewaySpec) { s.ReverseExposures[0].Target.Address = "169.254.10.1" }, "spec.reverseExposures[0].target.address: Invalid value"},
+		{"peer subnet is link-local", func(s *v1.GatewaySpec) { s.Tunnels[0].Peer.Subnets = []string{"169.254.0.0/16"} }, "a peer subnet must not overlap a special-purpose range"},
+		{"peer subnet covers link-local", func(s *v1.GatewaySpec) { s.Tunnels[0].Peer.Subnets = []string{"128.0.0.0/1"} }, "a peer subnet must not overlap a special-purpose range"},
+		{"peer subnet inside loopback", func(s *v1.GatewaySpec) { s.Tunnels[0].Peer.Subnets = []string{"127.9.0.0/16"} }, "a peer subnet must not overlap a special-purpose range"},
+		// The crypto floor at admission: the tokens, and a DH group in IKE.
+		{"IKE 3DES", func(s *v1.GatewaySpec) { s.Tunnels[0].IKE.Proposals = []string{"3des-sha256-modp2048"} }, "an IKE proposal uses an algorithm below the crypto floor"},
+		{"IKE SHA-1", func(s *v1.GatewaySpec) { s.Tunnels[0].IKE.Proposals = []string{"aes256-sha1-modp2048"} }, "an IKE proposal uses an algorithm below the crypto floor"},
+		{"IKE modp1024", func(s *v1.GatewaySpec) { s.Tunnels[0].IKE.Proposals = []string{"aes256-sha256-modp1024"} }, "an IKE proposal uses an algorithm below the crypto floor"},
+		{"IKE without DH", func(s *v1.GatewaySpec) { s.Tunnels[0].IKE.Proposals = []string{"aes256-sha256"} }, "an IKE proposal needs a Diffie-Hellman group"},
+		{"ESP MD5", func(s *v1.GatewaySpec) { s.Tunnels[0].ESP.Proposals = []string{"aes256-md5"} }, "an ESP proposal uses an algorithm below the crypto floor"},
+		{"ESP null", func(s *v1.GatewaySpec) { s.Tunnels[0].ESP.Proposals = []string{"null-sha256"} }, "an ESP proposal uses an algorithm below the crypto floor"},
+		{"ESP modp768", func(s *v1.GatewaySpec) { s.Tunnels[0].ESP.Proposals = []string{"aes256gcm16-modp768"} }, "an ESP proposal uses an algorithm below the crypto floor"},
+		{"textbook strongSwan", func(s *v1.GatewaySpec) {
+			s.Tunnels[0].IKE.Proposals = []string{"aes256-sha256-modp2048"}
+			s.Tunnels[0].ESP.Proposals = []string{"aes256-sha256-modp2048"}
+		}, ""},
+		{"ESP without PFS", func(s *v1.GatewaySpec) { s.Tunnels[0].ESP.Proposals = []string{"aes256gcm16"} }, ""},
 	}
 	ctx := context.Background()
 	for _, tc := range cases {
@@ -204,6 +228,29 @@ func TestClusterLinkAdmission(t *testing.T) {
 			l.Spec.CustomerProjectID = "c0ffee"
 			return l
 		}, "customerProjectID is only allowed on a cross-tenant link"},
+		{"service cluster CIDR wider than /8", func(n string) *v1.ClusterLink {
+			l := sameTenant(n)
+			l.Spec.ServiceClusterCIDR = "0.0.0.0/0"
+			return l
+		}, "serviceClusterCIDR must be /8 or narrower"},
+		{"service cluster CIDR /8", func(n string) *v1.ClusterLink {
+			l := sameTenant(n)
+			l.Spec.ServiceClusterCIDR = "10.0.0.0/8"
+			return l
+		}, ""},
+		{"service cluster CIDR link-local", func(n string) *v1.ClusterLink {
+			l := sameTenant(n)
+			l.Spec.ServiceClusterCIDR = "169.254.0.0/16"
+			return l
+		}, "serviceClusterCIDR must not overlap a special-purpose range"},
+		{"gateway selector", func(n string) *v1.ClusterLink {
+			l := crossTenant(n)
+			l.Spec.GatewaySelector = &v1.GatewaySelector{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{v1.LabelCustomerProject: "c0ffee00c0ffee00c0ffee00c0ffee00"}},
+				Selector:          &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"prod"}}}},
+			}
+			return l
+		}, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -410,5 +457,45 @@ func TestExamplesAreAccepted(t *testing.T) {
 	}
 	if seen < 4 {
 		t.Fatalf("found only %d example objects", seen)
+	}
+}
+
+// The CRD's admission rules for proposals are cryptofloor's own, so admission and
+// Validate() agree on the floor.
+func TestProposalRulesMatchTheCryptoFloor(t *testing.T) {
+	for _, file := range []string{"ipsec.bnerd.net_ipsecgateways.yaml", "ipsec.bnerd.net_vpngateways.yaml"} {
+		data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "crd", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc any
+		if err := yaml.Unmarshal(data, &doc); err != nil {
+			t.Fatal(err)
+		}
+		rules := map[string]bool{}
+		var walk func(any)
+		walk = func(n any) {
+			switch v := n.(type) {
+			case map[string]any:
+				if r, ok := v["rule"].(string); ok {
+					rules[r] = true
+				}
+				for _, c := range v {
+					walk(c)
+				}
+			case []any:
+				for _, c := range v {
+					walk(c)
+				}
+			}
+		}
+		walk(doc)
+		for _, k := range []cryptofloor.Kind{cryptofloor.IKE, cryptofloor.ESP} {
+			for _, rule := range cryptofloor.CELRules(k) {
+				if !rules[rule] {
+					t.Errorf("%s: the %s rule %q is not in the CRD; copy cryptofloor.CELRules into the markers", file, k, rule)
+				}
+			}
+		}
 	}
 }

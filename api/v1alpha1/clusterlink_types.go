@@ -19,9 +19,21 @@ type ClusterLinkSpec struct {
 
 	// ServiceClusterCIDR is the service cluster's network, routed on the gateway
 	// cluster's router via the leg's transit IP.
+	// It must be /8 or narrower, must not overlap a special-purpose range, the service-CIDR
+	// pool, the transit subnet or another link's serviceClusterCIDR.
 	// +kubebuilder:validation:MaxLength=18
 	// +kubebuilder:validation:XValidation:rule="isCIDR(self) && cidr(self).ip().family() == 4 && cidr(self).masked() == cidr(self)",message="serviceClusterCIDR must be an IPv4 network in CIDR notation with no host bits set, such as 10.251.0.0/16"
+	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self).prefixLength() >= 8",message="serviceClusterCIDR must be /8 or narrower: a wider route would capture traffic far beyond one service cluster"
+	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self).ip().family() != 4 || !['0.0.0.0/8', '127.0.0.0/8', '169.254.0.0/16', '224.0.0.0/4', '240.0.0.0/4'].exists(r, cidr(r).containsIP(cidr(self).ip()) || cidr(self).containsIP(cidr(r).ip()))",message="serviceClusterCIDR must not overlap a special-purpose range (0.0.0.0/8, loopback 127.0.0.0/8, link-local 169.254.0.0/16, multicast 224.0.0.0/4, reserved 240.0.0.0/4)"
 	ServiceClusterCIDR string `json:"serviceClusterCIDR"`
+
+	// GatewaySelector says which gateways this link serves: only they get a reverse
+	// route on this link's router, only their security groups admit this link's
+	// serviceClusterCIDR, and only they may expose targets inside it. Absent: a
+	// same-tenant link serves every gateway of the estate; a cross-tenant link serves
+	// the gateways in namespaces labelled ipsec.bnerd.net/customer-project=<customerProjectID>.
+	// +optional
+	GatewaySelector *GatewaySelector `json:"gatewaySelector,omitempty"`
 
 	// TransitIP pins the leg's address on the transit subnet (for example to adopt a
 	// hand-made leg). Unset: the lowest free address from .3 upward.
@@ -58,6 +70,26 @@ type SecretRef struct {
 	Namespace string `json:"namespace"`
 }
 
+// GatewaySelector selects gateways (IPsecGateways and VPNGateways) by the labels of
+// their namespace and their own labels; both must match.
+type GatewaySelector struct {
+	// NamespaceSelector selects the gateways' namespaces. Unset: every namespace.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+	// Selector selects gateways by their own labels. Unset: every gateway of the
+	// selected namespaces.
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+}
+
+// Route is one static route a ClusterLink installed.
+type Route struct {
+	// Destination of the route.
+	Destination string `json:"destination"`
+	// NextHop of the route.
+	NextHop string `json:"nextHop"`
+}
+
 // ReverseRoute is a route on the service cluster's router back to a gateway's service
 // CIDR, so the service cluster can reach that gateway's reverse exposures.
 type ReverseRoute struct {
@@ -86,8 +118,12 @@ type ClusterLinkStatus struct {
 	// CustomerProjectID is the project the leg was built in (cross-tenant links).
 	// +optional
 	CustomerProjectID string `json:"customerProjectID,omitempty"`
-	// ReverseRoutes are the routes on the service cluster's router to every gateway
-	// with reverse exposures.
+	// ForwardRoutes are the routes this link installed (or adopted) on the gateway
+	// cluster's router; deletion and a changed serviceClusterCIDR remove exactly these.
+	// +optional
+	ForwardRoutes []Route `json:"forwardRoutes,omitempty"`
+	// ReverseRoutes are the routes on the service cluster's router to every gateway the
+	// link serves that has reverse exposures.
 	// +optional
 	ReverseRoutes []ReverseRoute `json:"reverseRoutes,omitempty"`
 	// Conditions report each reconcile phase and the Ready summary.

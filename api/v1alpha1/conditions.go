@@ -90,6 +90,14 @@ const (
 	ReasonWorkloadPending  = "WorkloadPending"
 	ReasonWorkloadFailed   = "EnsureWorkloadFailed"
 	ReasonPSKSecretMissing = "PreSharedKeyNotFound"
+	// ReasonPSKTooShort: a tunnel's pre-shared key is shorter than MinPSKLength bytes.
+	ReasonPSKTooShort = "PreSharedKeyTooShort"
+	// ReasonTargetInUnlinkedCluster: an exposure targets an address inside a ClusterLink's
+	// serviceClusterCIDR, and that link does not serve this gateway.
+	ReasonTargetInUnlinkedCluster = "ExposureTargetInUnlinkedCluster"
+	// ReasonTargetOnGatewayNetwork: an exposure or reverse exposure targets an address on
+	// the gateway network's own subnet (other gateways' ports, ClusterLink legs).
+	ReasonTargetOnGatewayNetwork = "TargetOnGatewayNetwork"
 )
 
 // PodReady reasons: the gateway pod as the kubelet reports it.
@@ -160,6 +168,9 @@ const (
 	ReasonEnsureRouteFailed             = "EnsureRouteFailed"
 	ReasonReverseRoutesInstalled        = "ReverseRoutesInstalled"
 	ReasonEnsureReverseRoutesFailed     = "EnsureReverseRoutesFailed"
+	// ReasonServiceClusterCIDROverlap: serviceClusterCIDR overlaps the service-CIDR pool,
+	// the transit subnet or an older link's serviceClusterCIDR.
+	ReasonServiceClusterCIDROverlap = "ServiceClusterCIDROverlap"
 )
 
 // ReasonTransitNetworkSharedWithAllProjects: the transit network is shared with every
@@ -177,6 +188,23 @@ const (
 	// AnnotationAbandonCustomerResources set to "true" on a deleting cross-tenant
 	// ClusterLink releases its finalizer without cleaning the customer side.
 	AnnotationAbandonCustomerResources = "ipsec.bnerd.net/abandon-customer-resources"
+)
+
+// Labels.
+const (
+	// LabelCustomerProject on a namespace names the customer OpenStack project its
+	// gateways belong to: a cross-tenant ClusterLink without gatewaySelector serves the
+	// gateways of the namespaces labelled with its customerProjectID. Only platform
+	// admins may set namespace labels (docs/security.md).
+	LabelCustomerProject = "ipsec.bnerd.net/customer-project"
+)
+
+// Limits the API enforces.
+const (
+	// MinPSKLength is the shortest pre-shared key accepted, in bytes.
+	MinPSKLength = 20
+	// MinServiceClusterPrefix is the widest serviceClusterCIDR accepted (a /8).
+	MinServiceClusterPrefix = 8
 )
 
 // Finalizers.

@@ -95,8 +95,9 @@ type Tunnel struct {
 	// Peer is the client's IKE endpoint and the networks behind it.
 	Peer Peer `json:"peer"`
 
-	// PreSharedKey references the Secret key holding the IKE pre-shared key. The Secret
-	// must live in the gateway's namespace.
+	// PreSharedKey references the Secret key holding the IKE pre-shared key, at least 20
+	// bytes long. The Secret must live in the gateway's namespace; the gateway pod reads
+	// it itself (through a Role limited to the Secrets its tunnels name).
 	PreSharedKey SecretKeyRef `json:"preSharedKey"`
 
 	// IKE sets the IKE SA's proposals and lifetime.
@@ -137,6 +138,7 @@ type Peer struct {
 	// +listType=set
 	// +kubebuilder:validation:items:MaxLength=18
 	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self) && cidr(self).ip().family() == 4 && cidr(self).masked() == cidr(self)",message="each peer subnet must be an IPv4 network in CIDR notation with no host bits set, such as 192.168.10.0/24"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self).ip().family() != 4 || !['0.0.0.0/8', '127.0.0.0/8', '169.254.0.0/16', '224.0.0.0/4', '240.0.0.0/4'].exists(r, cidr(r).containsIP(cidr(self).ip()) || cidr(self).containsIP(cidr(r).ip()))",message="a peer subnet must not overlap a special-purpose range (0.0.0.0/8, loopback 127.0.0.0/8, link-local 169.254.0.0/16 with the cloud metadata service, multicast 224.0.0.0/4, reserved 240.0.0.0/4)"
 	Subnets []string `json:"subnets"`
 }
 
@@ -155,12 +157,16 @@ type SecretKeyRef struct {
 
 // IKEOptions are the IKE SA's algorithms and lifetime.
 type IKEOptions struct {
-	// Proposals in strongSwan notation, most preferred first.
-	// +kubebuilder:default={"aes256gcm16-prfsha384-ecp384","aes256-sha384-ecp384"}
+	// Proposals in strongSwan notation, most preferred first, within the crypto floor
+	// (docs/security.md). The default meets a textbook strongSwan (aes256-sha256-modp2048),
+	// a FortiGate's and a Cisco IOS-XE's default IKEv2 proposals (docs/interop.md).
+	// +kubebuilder:default={"aes256gcm16-aes128gcm16-prfsha384-prfsha256-ecp384-ecp256-modp3072-modp2048","aes256-aes128-sha512-sha384-sha256-ecp384-ecp256-modp3072-modp2048"}
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=8
 	// +kubebuilder:validation:items:MaxLength=128
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]+(-[a-z0-9]+)*$`
+	// +kubebuilder:validation:items:XValidation:rule="self.split('-').all(t, t in ['aes128gcm16', 'aes192gcm16', 'aes256gcm16', 'aes128gcm12', 'aes192gcm12', 'aes256gcm12', 'aes128gcm', 'aes192gcm', 'aes256gcm', 'aes128gcm128', 'aes192gcm128', 'aes256gcm128', 'aes128gcm96', 'aes192gcm96', 'aes256gcm96', 'aes128ccm128', 'aes192ccm128', 'aes256ccm128', 'aes128ccm96', 'aes192ccm96', 'aes256ccm96', 'aes128ccm16', 'aes192ccm16', 'aes256ccm16', 'aes128ccm12', 'aes192ccm12', 'aes256ccm12', 'chacha20poly1305', 'aes128', 'aes192', 'aes256', 'aes128ctr', 'aes192ctr', 'aes256ctr', 'sha256', 'sha384', 'sha512', 'modp2048', 'modp3072', 'modp4096', 'modp6144', 'modp8192', 'ecp256', 'ecp384', 'ecp521', 'ecp256bp', 'ecp384bp', 'ecp512bp', 'curve25519', 'x25519', 'curve448', 'x448', 'prfsha256', 'prfsha384', 'prfsha512'])",message="an IKE proposal uses an algorithm below the crypto floor: allowed are AES-GCM/CCM (12- or 16-octet ICV), ChaCha20-Poly1305, AES with sha256/sha384/sha512, prfsha256/384/512, DH groups modp2048 and up, ecp256 and up, curve25519, curve448 (never null, des, 3des, md5, sha1, modp768, modp1024, modp1536)"
+	// +kubebuilder:validation:items:XValidation:rule="self.split('-').exists(t, t in ['modp2048', 'modp3072', 'modp4096', 'modp6144', 'modp8192', 'ecp256', 'ecp384', 'ecp521', 'ecp256bp', 'ecp384bp', 'ecp512bp', 'curve25519', 'x25519', 'curve448', 'x448'])",message="an IKE proposal needs a Diffie-Hellman group: modp2048 or larger, ecp256 or larger, curve25519 or curve448"
 	// +optional
 	Proposals []string `json:"proposals,omitempty"`
 	// Lifetime of the IKE SA before it is rekeyed (seconds, or with an s, m, h or d suffix).
@@ -172,12 +178,16 @@ type IKEOptions struct {
 
 // ESPOptions are the child SA's algorithms and lifetime.
 type ESPOptions struct {
-	// Proposals in strongSwan notation, most preferred first.
-	// +kubebuilder:default={"aes256gcm16-ecp384","aes256-sha384-ecp384"}
+	// Proposals in strongSwan notation, most preferred first, within the crypto floor. A
+	// Diffie-Hellman group in a proposal asks for perfect forward secrecy at each rekey.
+	// The default offers PFS first and the same algorithms without it after, so a client
+	// with PFS gets it and a client without PFS still rekeys (docs/interop.md).
+	// +kubebuilder:default={"aes256gcm16-aes128gcm16-ecp384-ecp256-modp3072-modp2048","aes256-aes128-sha512-sha384-sha256-ecp384-ecp256-modp3072-modp2048","aes256gcm16-aes128gcm16","aes256-aes128-sha512-sha384-sha256"}
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=8
 	// +kubebuilder:validation:items:MaxLength=128
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]+(-[a-z0-9]+)*$`
+	// +kubebuilder:validation:items:XValidation:rule="self.split('-').all(t, t in ['aes128gcm16', 'aes192gcm16', 'aes256gcm16', 'aes128gcm12', 'aes192gcm12', 'aes256gcm12', 'aes128gcm', 'aes192gcm', 'aes256gcm', 'aes128gcm128', 'aes192gcm128', 'aes256gcm128', 'aes128gcm96', 'aes192gcm96', 'aes256gcm96', 'aes128ccm128', 'aes192ccm128', 'aes256ccm128', 'aes128ccm96', 'aes192ccm96', 'aes256ccm96', 'aes128ccm16', 'aes192ccm16', 'aes256ccm16', 'aes128ccm12', 'aes192ccm12', 'aes256ccm12', 'chacha20poly1305', 'aes128', 'aes192', 'aes256', 'aes128ctr', 'aes192ctr', 'aes256ctr', 'sha256', 'sha384', 'sha512', 'modp2048', 'modp3072', 'modp4096', 'modp6144', 'modp8192', 'ecp256', 'ecp384', 'ecp521', 'ecp256bp', 'ecp384bp', 'ecp512bp', 'curve25519', 'x25519', 'curve448', 'x448', 'esn', 'noesn'])",message="an ESP proposal uses an algorithm below the crypto floor: allowed are AES-GCM/CCM (12- or 16-octet ICV), ChaCha20-Poly1305, AES with sha256/sha384/sha512, prfsha256/384/512, DH groups modp2048 and up, ecp256 and up, curve25519, curve448 (never null, des, 3des, md5, sha1, modp768, modp1024, modp1536)"
 	// +optional
 	Proposals []string `json:"proposals,omitempty"`
 	// Lifetime of the child SA before it is rekeyed (seconds, or with an s, m, h or d suffix).
@@ -220,6 +230,7 @@ type Target struct {
 	// address, a VM).
 	// +kubebuilder:validation:MaxLength=15
 	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="target.address must be an IPv4 address such as 10.250.0.20"
+	// +kubebuilder:validation:XValidation:rule="!isIP(self) || ip(self).family() != 4 || !['0.0.0.0/8', '127.0.0.0/8', '169.254.0.0/16', '224.0.0.0/4', '240.0.0.0/4'].exists(r, cidr(r).containsIP(ip(self)))",message="target.address must not be a special-purpose address (0.0.0.0/8, loopback 127.0.0.0/8, link-local 169.254.0.0/16 with the cloud metadata service 169.254.169.254, multicast 224.0.0.0/4, reserved 240.0.0.0/4)"
 	Address string `json:"address"`
 	// Ports forwarded to the target. Empty means every port and protocol.
 	// +listType=map
@@ -309,8 +320,10 @@ type TunnelState struct {
 	// ahead on an Up tunnel (PFSMismatchAtRekey: its rekeys are refused and it goes down
 	// when the child SA expires): AuthenticationFailed, NoCommonIKEProposal,
 	// NoCommonESPProposal, TrafficSelectorsRefused, PeerNotResponding,
-	// PFSMismatchAtRekey; CharonUnreachable when the agent cannot reach charon; and
-	// ChangeRefused or Reestablishing while a changed configuration is being applied.
+	// PFSMismatchAtRekey; CharonUnreachable when the agent cannot reach charon;
+	// WaitingForPreSharedKey when the tunnel is not started because its key is missing,
+	// unreadable or too short; and ChangeRefused or Reestablishing while a changed
+	// configuration is being applied.
 	// Empty when nothing is known to be wrong.
 	// +optional
 	Reason string `json:"reason,omitempty"`

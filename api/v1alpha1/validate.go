@@ -6,7 +6,11 @@ import (
 	"regexp"
 	"sort"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"bnerd.net/vpn-operator/internal/addrpolicy"
+	"bnerd.net/vpn-operator/internal/cryptofloor"
 )
 
 // Host ranges inside a gateway's /24, by last octet.
@@ -130,6 +134,9 @@ func (s *GatewaySpec) validateWith(p *field.Path, wireguard bool, wg *WireGuardS
 				errs = append(errs, field.Invalid(sp, sn, err.Error()))
 				continue
 			}
+			if err := (addrpolicy.Policy{}).ClientSubnet(pfx); err != nil {
+				errs = append(errs, field.Invalid(sp, sn, err.Error()))
+			}
 			if a, err := netip.ParseAddr(t.Peer.Address); err == nil && pfx.Contains(a) {
 				errs = append(errs, field.Invalid(sp, sn, fmt.Sprintf("contains the peer's own address %s: the fail-closed guard would drop the tunnel's own IKE traffic", t.Peer.Address)))
 			}
@@ -143,8 +150,8 @@ func (s *GatewaySpec) validateWith(p *field.Path, wireguard bool, wg *WireGuardS
 		if t.PreSharedKey.Name == "" {
 			errs = append(errs, field.Required(ip.Child("preSharedKey", "name"), "name the Secret holding the pre-shared key"))
 		}
-		errs = append(errs, validateProposals(ip.Child("ike", "proposals"), t.IKE.Proposals)...)
-		errs = append(errs, validateProposals(ip.Child("esp", "proposals"), t.ESP.Proposals)...)
+		errs = append(errs, validateProposals(ip.Child("ike", "proposals"), cryptofloor.IKE, t.IKE.Proposals)...)
+		errs = append(errs, validateProposals(ip.Child("esp", "proposals"), cryptofloor.ESP, t.ESP.Proposals)...)
 		for _, d := range []struct {
 			path *field.Path
 			val  string
@@ -183,6 +190,8 @@ func (s *GatewaySpec) validateWith(p *field.Path, wireguard bool, wg *WireGuardS
 		errs = append(errs, pins.check(xp.Child("virtualIP"), e.VirtualIP, ExposureFirstOctet, ExposureLastOctet, "exposure")...)
 		if a, err := parseIPv4(e.Target.Address); err != nil {
 			errs = append(errs, field.Invalid(xp.Child("target", "address"), e.Target.Address, err.Error()))
+		} else if why := addrpolicy.SpecialAddress(a); why != "" {
+			errs = append(errs, field.Invalid(xp.Child("target", "address"), e.Target.Address, "is a special-purpose address: "+why))
 		} else if pfx, ok := inRemote(a); ok {
 			errs = append(errs, field.Invalid(xp.Child("target", "address"), e.Target.Address,
 				fmt.Sprintf("lies in the client's subnet %s: an exposure targets one of our services; use reverseExposures for the client's", pfx)))
@@ -210,11 +219,47 @@ func (s *GatewaySpec) validateWith(p *field.Path, wireguard bool, wg *WireGuardS
 		a, err := parseIPv4(r.Target.Address)
 		if err != nil {
 			errs = append(errs, field.Invalid(xp.Child("target", "address"), r.Target.Address, err.Error()))
+		} else if why := addrpolicy.SpecialAddress(a); why != "" {
+			errs = append(errs, field.Invalid(xp.Child("target", "address"), r.Target.Address, "is a special-purpose address: "+why))
 		} else if ok && !prefixesContain(subnets, a) {
 			errs = append(errs, field.Invalid(xp.Child("target", "address"), r.Target.Address,
 				fmt.Sprintf("is not inside any peer subnet of tunnel %q, so the tunnel cannot carry traffic to it", r.Tunnel)))
 		}
 		errs = append(errs, validatePorts(xp.Child("target", "ports"), r.Target.Ports)...)
+	}
+	return errs
+}
+
+// ValidateAddresses checks the spec against the operator's address policy: exposure
+// targets must lie outside the service-CIDR pool and the gateway network's subnet and
+// (when the operator set one) inside the exposure-target allow-list; reverse-exposure
+// targets outside the pool and the gateway subnet; client subnets must not overlap the
+// pool. Validate already refuses the special-purpose ranges.
+func (s *GatewaySpec) ValidateAddresses(pol addrpolicy.Policy) field.ErrorList {
+	var errs field.ErrorList
+	p := field.NewPath("spec")
+	for i, t := range s.Tunnels {
+		for j, sn := range t.Peer.Subnets {
+			if pfx, err := netip.ParsePrefix(sn); err == nil {
+				if err := pol.ClientSubnet(pfx); err != nil {
+					errs = append(errs, field.Invalid(p.Child("tunnels").Index(i).Child("peer", "subnets").Index(j), sn, err.Error()))
+				}
+			}
+		}
+	}
+	for i, e := range s.Exposures {
+		if a, err := netip.ParseAddr(e.Target.Address); err == nil {
+			if err := pol.ExposureTarget(a); err != nil {
+				errs = append(errs, field.Invalid(p.Child("exposures").Index(i).Child("target", "address"), e.Target.Address, err.Error()))
+			}
+		}
+	}
+	for i, r := range s.ReverseExposures {
+		if a, err := netip.ParseAddr(r.Target.Address); err == nil {
+			if err := pol.ReverseTarget(a); err != nil {
+				errs = append(errs, field.Invalid(p.Child("reverseExposures").Index(i).Child("target", "address"), r.Target.Address, err.Error()))
+			}
+		}
 	}
 	return errs
 }
@@ -251,8 +296,29 @@ func (s *ClusterLinkSpec) Validate() field.ErrorList {
 	if s.ServiceClusterRouter == "" {
 		errs = append(errs, field.Required(p.Child("serviceClusterRouter"), "name the service cluster's router by name or ID"))
 	}
-	if _, err := parseIPv4Prefix(s.ServiceClusterCIDR); err != nil {
+	if pfx, err := parseIPv4Prefix(s.ServiceClusterCIDR); err != nil {
 		errs = append(errs, field.Invalid(p.Child("serviceClusterCIDR"), s.ServiceClusterCIDR, err.Error()))
+	} else {
+		if pfx.Bits() < MinServiceClusterPrefix {
+			errs = append(errs, field.Invalid(p.Child("serviceClusterCIDR"), s.ServiceClusterCIDR,
+				fmt.Sprintf("must be /%d or narrower: a wider route would capture traffic far beyond one service cluster", MinServiceClusterPrefix)))
+		}
+		if why := addrpolicy.SpecialOverlap(pfx); why != "" {
+			errs = append(errs, field.Invalid(p.Child("serviceClusterCIDR"), s.ServiceClusterCIDR, "overlaps a special-purpose range: "+why))
+		}
+	}
+	if sel := s.GatewaySelector; sel != nil {
+		for _, x := range []struct {
+			name string
+			sel  *metav1.LabelSelector
+		}{{"namespaceSelector", sel.NamespaceSelector}, {"selector", sel.Selector}} {
+			if x.sel == nil {
+				continue
+			}
+			if _, err := metav1.LabelSelectorAsSelector(x.sel); err != nil {
+				errs = append(errs, field.Invalid(p.Child("gatewaySelector", x.name), x.sel.String(), err.Error()))
+			}
+		}
 	}
 	if s.TransitIP != "" {
 		if a, err := parseIPv4(s.TransitIP); err != nil {
@@ -320,11 +386,15 @@ func (ps *pinSet) check(p *field.Path, vip string, first, last uint8, what strin
 	return errs
 }
 
-func validateProposals(p *field.Path, props []string) field.ErrorList {
+func validateProposals(p *field.Path, kind cryptofloor.Kind, props []string) field.ErrorList {
 	var errs field.ErrorList
 	for i, pr := range props {
 		if !proposalRe.MatchString(pr) || len(pr) > 128 {
 			errs = append(errs, field.Invalid(p.Index(i), pr, "must be a strongSwan proposal such as aes256gcm16-prfsha384-ecp384"))
+			continue
+		}
+		if err := cryptofloor.Check(kind, pr); err != nil {
+			errs = append(errs, field.Invalid(p.Index(i), pr, err.Error()))
 		}
 	}
 	return errs

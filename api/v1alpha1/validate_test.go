@@ -1,10 +1,14 @@
 package v1alpha1
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"bnerd.net/vpn-operator/internal/addrpolicy"
 )
 
 func goodGateway() GatewaySpec {
@@ -102,6 +106,40 @@ func TestGatewayValidate(t *testing.T) {
 		{"reverse exposure names unknown tunnel", func(s *GatewaySpec) { s.ReverseExposures[0].Tunnel = "nope" }, "spec.reverseExposures[0].tunnel: Not found"},
 		{"reverse target outside tunnel subnets", func(s *GatewaySpec) { s.ReverseExposures[0].Target.Address = "10.9.9.9" }, "not inside any peer subnet"},
 		{"duplicate reverse exposure", func(s *GatewaySpec) { s.ReverseExposures = append(s.ReverseExposures, s.ReverseExposures[0]) }, "Duplicate value"},
+		// Special-purpose addresses, as targets and as client networks.
+		{"exposure targets the metadata service", func(s *GatewaySpec) { s.Exposures[0].Target.Address = "169.254.169.254" }, "metadata service 169.254.169.254"},
+		{"exposure targets link-local", func(s *GatewaySpec) { s.Exposures[0].Target.Address = "169.254.1.1" }, "link-local"},
+		{"exposure targets loopback", func(s *GatewaySpec) { s.Exposures[0].Target.Address = "127.0.0.1" }, "loopback"},
+		{"exposure targets this network", func(s *GatewaySpec) { s.Exposures[0].Target.Address = "0.0.0.0" }, "this network"},
+		{"exposure targets multicast", func(s *GatewaySpec) { s.Exposures[0].Target.Address = "239.1.2.3" }, "multicast"},
+		{"exposure targets broadcast", func(s *GatewaySpec) { s.Exposures[0].Target.Address = "255.255.255.255" }, "reserved"},
+		{"reverse exposure targets link-local", func(s *GatewaySpec) {
+			s.Tunnels[0].Peer.Subnets = []string{"169.254.0.0/24"}
+			s.ReverseExposures[0].Target.Address = "169.254.0.5"
+		}, "spec.reverseExposures[0].target.address: Invalid value: \"169.254.0.5\": is a special-purpose address"},
+		{"client subnet is link-local", func(s *GatewaySpec) { s.Tunnels[0].Peer.Subnets = []string{"169.254.169.0/24"} }, "overlaps a special-purpose range: link-local"},
+		{"client subnet covers the metadata service", func(s *GatewaySpec) { s.Tunnels[0].Peer.Subnets = []string{"128.0.0.0/1"} }, "metadata service 169.254.169.254"},
+		{"client subnet inside loopback", func(s *GatewaySpec) { s.Tunnels[0].Peer.Subnets = []string{"127.1.0.0/16"} }, "loopback"},
+		// The crypto floor.
+		{"IKE 3DES", func(s *GatewaySpec) { s.Tunnels[0].IKE.Proposals = []string{"3des-sha256-modp2048"} }, `"3des" is below the crypto floor`},
+		{"IKE SHA-1", func(s *GatewaySpec) { s.Tunnels[0].IKE.Proposals = []string{"aes256-sha1-modp2048"} }, `"sha1" is below the crypto floor`},
+		{"IKE MD5", func(s *GatewaySpec) { s.Tunnels[0].IKE.Proposals = []string{"aes256-md5-modp2048"} }, `"md5" is below the crypto floor`},
+		{"IKE modp1024", func(s *GatewaySpec) { s.Tunnels[0].IKE.Proposals = []string{"aes256-sha256-modp1024"} }, `"modp1024" is below the crypto floor`},
+		{"IKE modp768", func(s *GatewaySpec) { s.Tunnels[0].IKE.Proposals = []string{"aes256-sha256-modp768"} }, `"modp768" is below the crypto floor`},
+		{"IKE null", func(s *GatewaySpec) { s.Tunnels[0].IKE.Proposals = []string{"null-sha256-modp2048"} }, `"null" is below the crypto floor`},
+		{"ESP DES", func(s *GatewaySpec) { s.Tunnels[0].ESP.Proposals = []string{"des-sha256"} }, `"des" is below the crypto floor`},
+		{"ESP SHA-1", func(s *GatewaySpec) { s.Tunnels[0].ESP.Proposals = []string{"aes128-sha1"} }, `"sha1" is below the crypto floor`},
+		{"IKE without DH", func(s *GatewaySpec) { s.Tunnels[0].IKE.Proposals = []string{"aes256-sha256"} }, "needs a Diffie-Hellman group"},
+		{"IKE AEAD without PRF", func(s *GatewaySpec) { s.Tunnels[0].IKE.Proposals = []string{"aes256gcm16-ecp384"} }, "needs a PRF"},
+		{"AES without integrity", func(s *GatewaySpec) { s.Tunnels[0].ESP.Proposals = []string{"aes256-ecp384"} }, "without an integrity algorithm"},
+		{"AEAD mixed with CBC", func(s *GatewaySpec) { s.Tunnels[0].ESP.Proposals = []string{"aes256gcm16-aes256-sha256"} }, "mixes AEAD and non-AEAD"},
+		{"ESP PRF", func(s *GatewaySpec) { s.Tunnels[0].ESP.Proposals = []string{"aes256gcm16-prfsha256"} }, "only IKE proposals carry"},
+		{"unknown algorithm", func(s *GatewaySpec) { s.Tunnels[0].ESP.Proposals = []string{"camellia256-sha256"} }, `"camellia256" is not an allowed ESP algorithm`},
+		{"ESP without PFS is allowed", func(s *GatewaySpec) { s.Tunnels[0].ESP.Proposals = []string{"aes256-sha256"} }, ""},
+		{"textbook strongSwan", func(s *GatewaySpec) {
+			s.Tunnels[0].IKE.Proposals = []string{"aes256-sha256-modp2048"}
+			s.Tunnels[0].ESP.Proposals = []string{"aes256-sha256-modp2048"}
+		}, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -183,6 +221,15 @@ func TestClusterLinkValidate(t *testing.T) {
 		{"transit ip on .2", ClusterLinkSpec{ServiceClusterRouter: "r", ServiceClusterCIDR: "10.251.0.0/16", TransitIP: "10.254.0.2"}, "DHCP"},
 		{"secret without project", ClusterLinkSpec{ServiceClusterRouter: "r", ServiceClusterCIDR: "10.234.0.0/16", CredentialsSecretRef: ref}, "must name the customer project"},
 		{"project without secret", ClusterLinkSpec{ServiceClusterRouter: "r", ServiceClusterCIDR: "10.234.0.0/16", CustomerProjectID: "abc"}, "only a cross-tenant link"},
+		{"a /8 is the widest", ClusterLinkSpec{ServiceClusterRouter: "r", ServiceClusterCIDR: "10.0.0.0/8"}, ""},
+		{"wider than /8", ClusterLinkSpec{ServiceClusterRouter: "r", ServiceClusterCIDR: "10.0.0.0/7"}, "must be /8 or narrower"},
+		{"default route", ClusterLinkSpec{ServiceClusterRouter: "r", ServiceClusterCIDR: "0.0.0.0/0"}, "must be /8 or narrower"},
+		{"link-local", ClusterLinkSpec{ServiceClusterRouter: "r", ServiceClusterCIDR: "169.254.0.0/16"}, "special-purpose range: link-local"},
+		{"loopback", ClusterLinkSpec{ServiceClusterRouter: "r", ServiceClusterCIDR: "127.0.0.0/8"}, "loopback"},
+		{"selector", ClusterLinkSpec{ServiceClusterRouter: "r", ServiceClusterCIDR: "10.251.0.0/16", GatewaySelector: &GatewaySelector{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "acme"}}}}, ""},
+		{"bad selector", ClusterLinkSpec{ServiceClusterRouter: "r", ServiceClusterCIDR: "10.251.0.0/16", GatewaySelector: &GatewaySelector{
+			Selector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "x", Operator: "Sometimes"}}}}}, "spec.gatewaySelector.selector"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -202,5 +249,50 @@ func checkErrs(t *testing.T, errs field.ErrorList, want string) {
 	}
 	if len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), want) {
 		t.Fatalf("want an error containing %q, got %v", want, errs.ToAggregate())
+	}
+}
+
+// The operator's address policy: the pool, the gateway network's subnet and the
+// exposure-target allow-list.
+func TestGatewayValidateAddresses(t *testing.T) {
+	pol := addrpolicy.Policy{
+		ServiceCIDRPool: netip.MustParsePrefix("100.64.0.0/16"),
+		GatewaySubnet:   netip.MustParsePrefix("10.254.0.0/24"),
+	}
+	allow := pol
+	allow.ExposureTargets = []netip.Prefix{netip.MustParsePrefix("10.250.0.0/16")}
+	cases := []struct {
+		name   string
+		pol    addrpolicy.Policy
+		mutate func(s *GatewaySpec)
+		want   string
+	}{
+		{"good", pol, func(s *GatewaySpec) {}, ""},
+		{"good inside the allow-list", allow, func(s *GatewaySpec) {}, ""},
+		{"exposure target outside the allow-list", allow, func(s *GatewaySpec) { s.Exposures[0].Target.Address = "10.251.0.7" }, "outside the operator's allowed exposure targets [10.250.0.0/16]"},
+		{"exposure target in the pool", pol, func(s *GatewaySpec) { s.Exposures[0].Target.Address = "100.64.9.10" }, "lies in the service-CIDR pool 100.64.0.0/16"},
+		{"exposure target on the gateway network", pol, func(s *GatewaySpec) { s.Exposures[0].Target.Address = "10.254.0.7" }, "lies in the gateway network's subnet 10.254.0.0/24"},
+		{"reverse target in the pool", pol, func(s *GatewaySpec) {
+			s.Tunnels[0].Peer.Subnets = []string{"100.64.9.0/24"}
+			s.ReverseExposures[0].Target.Address = "100.64.9.5"
+		}, "spec.reverseExposures[0].target.address"},
+		{"client subnet overlaps the pool", pol, func(s *GatewaySpec) { s.Tunnels[0].Peer.Subnets = []string{"100.64.0.0/10"} }, "overlaps the service-CIDR pool"},
+		{"no pool known", addrpolicy.Policy{}, func(s *GatewaySpec) { s.Exposures[0].Target.Address = "100.64.9.10" }, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := goodGateway()
+			tc.mutate(&s)
+			errs := s.ValidateAddresses(tc.pol)
+			if tc.want == "" {
+				if len(errs) != 0 {
+					t.Fatalf("want valid, got %v", errs.ToAggregate())
+				}
+				return
+			}
+			if got := errs.ToAggregate(); got == nil || !strings.Contains(got.Error(), tc.want) {
+				t.Fatalf("error %v does not contain %q", got, tc.want)
+			}
+		})
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"bnerd.net/vpn-operator/internal/addrpolicy"
 )
 
 // WireGuardListenPort is the effective listen port of wg.
@@ -83,6 +85,8 @@ func validateWireGuard(p *field.Path, wg *WireGuardSpec, tunnels map[string][]st
 			}
 			if pfx.Bits() == 0 {
 				errs = append(errs, field.Invalid(sp, sn, "would send everything to this peer; name the client's networks"))
+			} else if err := (addrpolicy.Policy{}).ClientSubnet(pfx); err != nil {
+				errs = append(errs, field.Invalid(sp, sn, err.Error()))
 			}
 			if endpoint.IsValid() && pfx.Contains(endpoint) {
 				errs = append(errs, field.Invalid(sp, sn, fmt.Sprintf("contains the peer's own endpoint %s: its encrypted packets would be routed into the tunnel they carry", endpoint)))
@@ -93,6 +97,27 @@ func validateWireGuard(p *field.Path, wg *WireGuardSpec, tunnels map[string][]st
 				}
 			}
 			*remote = append(*remote, owned{pfx, sp})
+		}
+	}
+	return errs
+}
+
+// ValidateAddresses checks the peers' networks against the operator's address policy,
+// as GatewaySpec.ValidateAddresses does for the tunnels' client subnets (nil: nothing to
+// check).
+func (w *WireGuardSpec) ValidateAddresses(pol addrpolicy.Policy) field.ErrorList {
+	if w == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	p := field.NewPath("spec", "wireguard", "peers")
+	for i, peer := range w.Peers {
+		for j, sn := range peer.AllowedIPs {
+			if pfx, err := netip.ParsePrefix(sn); err == nil && pfx.Bits() > 0 {
+				if err := pol.ClientSubnet(pfx); err != nil {
+					errs = append(errs, field.Invalid(p.Index(i).Child("allowedIPs").Index(j), sn, err.Error()))
+				}
+			}
 		}
 	}
 	return errs

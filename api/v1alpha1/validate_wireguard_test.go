@@ -1,7 +1,11 @@
 package v1alpha1
 
 import (
+	"net/netip"
+	"strings"
 	"testing"
+
+	"bnerd.net/vpn-operator/internal/addrpolicy"
 )
 
 // Public keys of test peers (valid Curve25519 encodings, never used as secrets).
@@ -65,6 +69,9 @@ func TestWireGuardValidate(t *testing.T) {
 		{"reverse exposure outside the peer", func(s *VPNGatewaySpec) { s.ReverseExposures[0].Target.Address = "10.9.9.9" }, "not inside any peer subnet"},
 		{"reverse exposure names no peer", func(s *VPNGatewaySpec) { s.ReverseExposures[0].Tunnel = "nope" }, "spec.reverseExposures[0].tunnel: Not found"},
 		{"exposure target behind a peer", func(s *VPNGatewaySpec) { s.Exposures[0].Target.Address = "192.168.10.9" }, "lies in the client's subnet"},
+		{"allowed IPs at the metadata service", func(s *VPNGatewaySpec) { s.WireGuard.Peers[0].AllowedIPs = []string{"169.254.169.254/32"} }, "special-purpose range"},
+		{"allowed IPs over loopback", func(s *VPNGatewaySpec) { s.WireGuard.Peers[0].AllowedIPs = []string{"127.0.0.0/8"} }, "special-purpose range"},
+		{"exposure target at the metadata service", func(s *VPNGatewaySpec) { s.Exposures[0].Target.Address = "169.254.169.254" }, "special-purpose address"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -72,6 +79,24 @@ func TestWireGuardValidate(t *testing.T) {
 			tc.mutate(&s)
 			checkErrs(t, s.Validate(), tc.want)
 		})
+	}
+}
+
+// The operator's address policy reaches a WireGuard gateway's peers as it reaches
+// tunnels' subnets.
+func TestWireGuardValidateAddresses(t *testing.T) {
+	pol := addrpolicy.Policy{ServiceCIDRPool: netip.MustParsePrefix("100.64.0.0/16")}
+	wg := goodWireGuard()
+	if errs := wg.ValidateAddresses(pol); len(errs) != 0 {
+		t.Fatalf("good peers refused: %v", errs.ToAggregate())
+	}
+	wg.Peers[0].AllowedIPs = []string{"192.168.10.0/24", "100.64.9.0/24"}
+	errs := wg.ValidateAddresses(pol)
+	if got := errs.ToAggregate(); got == nil || !strings.Contains(got.Error(), "spec.wireguard.peers[0].allowedIPs[1]") || !strings.Contains(got.Error(), "overlaps the service-CIDR pool") {
+		t.Fatalf("an allowed IP in the pool: %v", got)
+	}
+	if errs := (*WireGuardSpec)(nil).ValidateAddresses(pol); len(errs) != 0 {
+		t.Fatalf("no WireGuard section: %v", errs)
 	}
 }
 

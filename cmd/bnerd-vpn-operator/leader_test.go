@@ -43,6 +43,13 @@ func TestManagerDefaults(t *testing.T) {
 	if opts.Cache.SyncPeriod != nil {
 		t.Fatalf("the cache has a SyncPeriod (%s) besides the reconcilers' resync", *opts.Cache.SyncPeriod)
 	}
+	// No Secret is ever read through an informer (docs/security.md).
+	if opts.Client.Cache == nil || len(opts.Client.Cache.DisableFor) != 1 {
+		t.Fatal("the manager's client may cache Secrets")
+	}
+	if _, ok := opts.Client.Cache.DisableFor[0].(*corev1.Secret); !ok {
+		t.Fatalf("the client's uncached kind is %T, want Secret", opts.Client.Cache.DisableFor[0])
+	}
 	off, _, err := parseFlags([]string{"--leader-elect=false"}, func(string) string { return "" })
 	if err != nil || off.leaderElect {
 		t.Fatalf("--leader-elect=false: %v %v", off.leaderElect, err)

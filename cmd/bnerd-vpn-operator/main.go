@@ -86,6 +86,11 @@ func managerOptions(f flags, cfg operatorconfig.Config, scheme *runtime.Scheme) 
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}: {Label: gateway.GatewayPodSelector()},
 		}},
+		// A read of a Secret through the manager's client goes to the API server, never
+		// into a cluster-wide informer: the operator keeps no Secret in memory. (It reads
+		// a tunnel's key only to check it, a ClusterLink's credential to use it, and
+		// follows both by name, metadata only.)
+		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
 	}
 }
 
@@ -155,6 +160,23 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
+	if err := setupControllers(mgr, cfg, osClients, cred, token.ProjectID); err != nil {
+		return err
+	}
+
+	// Per-gateway series independent of the gateway pods' own scrape (the chart's alerts
+	// join them against it), read from the manager's cache at scrape time.
+	if err := crmetrics.Registry.Register(&gatewaymetrics.Collector{Reader: mgr.GetClient(), Log: ctrl.Log.WithName("gateway-metrics")}); err != nil {
+		return fmt.Errorf("registering the gateway metrics: %w", err)
+	}
+
+	log.Info("starting the manager")
+	return mgr.Start(ctx)
+}
+
+// setupControllers adds the health checks, both reconcilers and the preflight to mgr:
+// everything the binary runs but the metrics registration (a process-wide registry).
+func setupControllers(mgr ctrl.Manager, cfg operatorconfig.Config, osClients *openstack.Clients, cred openstack.Credential, projectID string) error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
@@ -176,9 +198,10 @@ func run() error {
 		Client:            mgr.GetClient(),
 		APIReader:         mgr.GetAPIReader(),
 		Operator:          osClients,
-		OperatorProjectID: token.ProjectID,
+		OperatorProjectID: projectID,
 		AuthURL:           cred.AuthURL,
 		Region:            cred.Region,
+		Interface:         cred.Interface,
 		CustomerClients: func(ctx context.Context, c openstack.Credential) (*openstack.Clients, error) {
 			return openstack.NewClients(ctx, c, openstack.ClientOptions{UserAgent: "bnerd-vpn-operator/" + version.Version})
 		},
@@ -189,18 +212,8 @@ func run() error {
 		return fmt.Errorf("setting up the ClusterLink controller: %w", err)
 	}
 
-	// Per-gateway series independent of the gateway pods' own scrape (the chart's alerts
-	// join them against it), read from the manager's cache at scrape time.
-	if err := crmetrics.Registry.Register(&gatewaymetrics.Collector{Reader: mgr.GetClient(), Log: ctrl.Log.WithName("gateway-metrics")}); err != nil {
-		return fmt.Errorf("registering the gateway metrics: %w", err)
-	}
-
 	// The preflight warns and never blocks: the operator cannot fix the cluster setting.
-	if err := mgr.Add(preflightRunnable{mgr: mgr, networking: osClients.Networking, transit: cfg.GatewayNetwork}); err != nil {
-		return err
-	}
-	log.Info("starting the manager")
-	return mgr.Start(ctx)
+	return mgr.Add(preflightRunnable{mgr: mgr, networking: osClients.Networking, transit: cfg.GatewayNetwork})
 }
 
 type preflightRunnable struct {

@@ -32,6 +32,7 @@ import (
 	"bnerd.net/vpn-operator/internal/agent/initnat"
 	"bnerd.net/vpn-operator/internal/agent/loader"
 	"bnerd.net/vpn-operator/internal/agent/nat"
+	"bnerd.net/vpn-operator/internal/agent/psk"
 	"bnerd.net/vpn-operator/internal/agent/routing"
 	"bnerd.net/vpn-operator/internal/agent/source"
 	"bnerd.net/vpn-operator/internal/agent/status"
@@ -46,8 +47,8 @@ roles:
   init-nat           policy routing on the port interface and the NAT/guard nftables table
   charon             render strongswan.conf and run charon-systemd in the foreground
   strongswan-loader  load swanctl connections and shared keys into charon over VICI
-  status-agent       write tunnel state into the gateway object's status (with
-                     --load-secrets-file it also runs the loader, as in the gateway pod)
+  status-agent       write tunnel state into the gateway object's status (with --load
+                     it also runs the loader, as in the gateway pod)
   ipsec-exporter     serve Prometheus metrics
   wireguard          create and configure a WireGuard gateway's interface (kernel, or
                      wireguard-go in this process where the kernel has no WireGuard)
@@ -56,20 +57,18 @@ run "vpn-gateway-agent <role> -h" for the role's flags`
 
 // common are the config-source flags every role shares.
 type common struct {
-	configFile, swanctlFile, secretsFile string
-	kubeconfig, namespace                string
-	configMap, secret                    string
+	configFile, secretsFile string
+	kubeconfig, namespace   string
+	configMap               string
 }
 
 func (c *common) register(fs *flag.FlagSet, needSecrets bool) {
-	fs.StringVar(&c.configFile, "config-file", "", "read "+gatewayconfig.ConfigMapKeyConfig+" from this file (siblings "+gatewayconfig.ConfigMapKeySwanctl+" and "+gatewayconfig.SecretKeySecrets+") instead of the API")
-	fs.StringVar(&c.swanctlFile, "swanctl-file", "", "swanctl.conf path with --config-file (default: beside it)")
+	fs.StringVar(&c.configFile, "config-file", "", "read "+gatewayconfig.ConfigMapKeyConfig+" from this file (with the keys in a sibling "+gatewayconfig.SecretKeySecrets+") instead of the API")
 	if needSecrets {
-		fs.StringVar(&c.secretsFile, "secrets-file", "", "secrets.conf path with --config-file (default: beside it)")
-		fs.StringVar(&c.secret, "secret", "", "name of the gateway's Secret holding "+gatewayconfig.SecretKeySecrets)
+		fs.StringVar(&c.secretsFile, "secrets-file", "", gatewayconfig.SecretKeySecrets+" path with --config-file (default: beside it); without --config-file each tunnel's Secret is read through the API")
 	}
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig (default: in-cluster)")
-	fs.StringVar(&c.namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the ConfigMap and Secret (env POD_NAMESPACE)")
+	fs.StringVar(&c.namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the ConfigMap and the pre-shared key Secrets (env POD_NAMESPACE)")
 	fs.StringVar(&c.configMap, "configmap", "", "name of the gateway's ConfigMap")
 }
 
@@ -80,36 +79,50 @@ func (c *common) restConfig() (*rest.Config, error) {
 	return rest.InClusterConfig()
 }
 
-// run starts the configured source and returns its snapshot channel (one slot: the
-// newest snapshot wins).
-func (c *common) run(ctx context.Context, needSecrets bool) (chan source.Snapshot, error) {
-	out := make(chan source.Snapshot, 1)
-	if c.configFile != "" {
-		f := source.NewFiles(c.configFile, c.swanctlFile, c.secretsFile)
-		go func() { _ = f.Run(ctx, out) }()
-		return out, nil
-	}
-	if c.configMap == "" || c.namespace == "" || (needSecrets && c.secret == "") {
-		return nil, errors.New("either --config-file or --namespace and --configmap (and --secret) are required")
-	}
+func (c *common) clientset() (kubernetes.Interface, error) {
 	rc, err := c.restConfig()
 	if err != nil {
 		return nil, err
 	}
-	cs, err := kubernetes.NewForConfig(rc)
+	return kubernetes.NewForConfig(rc)
+}
+
+// run starts the configured source and returns its snapshot channel (one slot: the
+// newest snapshot wins).
+func (c *common) run(ctx context.Context) (chan source.Snapshot, error) {
+	out := make(chan source.Snapshot, 1)
+	if c.configFile != "" {
+		f := source.NewFiles(c.configFile, c.secretsFile)
+		go func() { _ = f.Run(ctx, out) }()
+		return out, nil
+	}
+	if c.configMap == "" || c.namespace == "" {
+		return nil, errors.New("either --config-file or --namespace and --configmap are required")
+	}
+	cs, err := c.clientset()
 	if err != nil {
 		return nil, err
 	}
 	a := &source.API{Client: cs, Namespace: c.namespace, ConfigMap: c.configMap}
-	if needSecrets {
-		a.Secret = c.secret
-	}
 	go func() {
 		if err := a.Run(ctx, out); err != nil {
 			log.Printf("config source: %v", err)
 		}
 	}()
 	return out, nil
+}
+
+// keys is the loader's key source: each tunnel's Secret through the API, or (file mode)
+// the secrets file read with the config.
+func (c *common) keys(ctx context.Context) (psk.Source, error) {
+	if c.configFile != "" {
+		return nil, nil
+	}
+	cs, err := c.clientset()
+	if err != nil {
+		return nil, err
+	}
+	return psk.NewAPI(ctx, cs, c.namespace, log.Printf), nil
 }
 
 func main() {
@@ -186,7 +199,7 @@ func runInitNAT(ctx context.Context, args []string) error {
 	if err := initnat.CheckForwarding(os.ReadFile, *iface); err != nil {
 		return err
 	}
-	snaps, err := c.run(ctx, false)
+	snaps, err := c.run(ctx)
 	if err != nil {
 		return err
 	}
@@ -202,7 +215,11 @@ func runLoader(ctx context.Context, args []string) error {
 	var r retries
 	r.register(fs)
 	_ = fs.Parse(args)
-	snaps, err := c.run(ctx, true)
+	snaps, err := c.run(ctx)
+	if err != nil {
+		return err
+	}
+	keys, err := c.keys(ctx)
 	if err != nil {
 		return err
 	}
@@ -212,7 +229,7 @@ func runLoader(ctx context.Context, args []string) error {
 	go tn.Follow(ctx, tunnelSnaps)
 	causes := &cause.Tracker{PeerTunnel: tn.ByPeer}
 	go (&vici.Watcher{Dial: vici.DialEvents(*sock), Events: []string{"log"}, OnEvent: func(ev govici.Event) { causes.Observe(ev) }, Logf: log.Printf}).Run(ctx)
-	(&loader.Loop{Applier: r.loader(*sock, causes), Interval: *interval, PortRouting: portRouting, ServiceAddress: routing.HasLocalAddress, Logf: log.Printf}).Run(ctx, loadSnaps)
+	(&loader.Loop{Applier: r.loader(*sock, causes), Keys: keys, Interval: *interval, PortRouting: portRouting, ServiceAddress: routing.HasLocalAddress, Logf: log.Printf}).Run(ctx, loadSnaps)
 	return nil
 }
 
@@ -248,16 +265,16 @@ func runCharon(args []string) error {
 func runStatus(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("status-agent", flag.ExitOnError)
 	var c common
-	c.register(fs, false)
+	c.register(fs, true)
 	sock := fs.String("vici-socket", "/var/run/charon.vici", "charon's VICI socket")
 	interval := fs.Duration("interval", 10*time.Second, "poll interval besides VICI events")
 	heartbeat := fs.Duration("heartbeat", operatorconfig.DefaultStatusAgentHeartbeat, "longest time between two status writes while nothing changes (the operator calls a report stale after its IPSEC_STATUS_AGENT_STALE_AFTER)")
-	loadSecrets := fs.String("load-secrets-file", "", "also load the connections into charon, with the shared keys read from this file")
+	load := fs.Bool("load", false, "also load the connections into charon, with each tunnel's pre-shared key read from its Secret (or the secrets file with --config-file)")
 	wgState := fs.String("wireguard-state-file", "", "a WireGuard gateway: report its peers from the wireguard role's state file (no charon)")
 	var r retries
 	r.register(fs)
 	_ = fs.Parse(args)
-	snaps, err := c.run(ctx, false)
+	snaps, err := c.run(ctx)
 	if err != nil {
 		return err
 	}
@@ -281,14 +298,20 @@ func runStatus(ctx context.Context, args []string) error {
 	causes := &cause.Tracker{PeerTunnel: tn.ByPeer}
 	var plans func(string) vici.Plan
 	tunnelSnaps := snaps
-	if *loadSecrets != "" {
+	var waiting func() map[string]string
+	if *load {
+		keys, err := c.keys(ctx)
+		if err != nil {
+			return err
+		}
 		// One watch feeds both loops.
 		tunnelSnaps = make(chan source.Snapshot, 1)
 		loadSnaps := make(chan source.Snapshot, 1)
 		go source.Fanout(ctx, snaps, tunnelSnaps, loadSnaps)
 		ld := r.loader(*sock, causes)
 		plans = ld.Plan
-		l := &loader.Loop{Applier: ld, Interval: 2 * time.Second, SecretsFile: *loadSecrets, PortRouting: portRouting, ServiceAddress: routing.HasLocalAddress, Logf: log.Printf}
+		l := &loader.Loop{Applier: ld, Keys: keys, Interval: 2 * time.Second, PortRouting: portRouting, ServiceAddress: routing.HasLocalAddress, Logf: log.Printf}
+		waiting = l.Waiting
 		go l.Run(ctx, loadSnaps)
 	}
 	go tn.Follow(ctx, tunnelSnaps)
@@ -302,7 +325,7 @@ func runStatus(ctx context.Context, args []string) error {
 			}
 		}, Logf: log.Printf,
 	}).Run(ctx)
-	(&status.Agent{Tunnels: tn.Get, SAs: vici.ListSAsOn(*sock), Notes: status.Notes(causes, plans, nil), Write: status.ClientWriter(cl, *heartbeat), Kick: kicks, Interval: *interval, Logf: log.Printf}).Run(ctx)
+	(&status.Agent{Tunnels: tn.Get, SAs: vici.ListSAsOn(*sock), Notes: status.Notes(causes, plans, nil), Waiting: waiting, Write: status.ClientWriter(cl, *heartbeat), Kick: kicks, Interval: *interval, Logf: log.Printf}).Run(ctx)
 	return nil
 }
 
@@ -315,7 +338,7 @@ func runExporter(ctx context.Context, args []string) error {
 	stateFile := fs.String("nat-state-file", "", "init-nat's state file")
 	wgState := fs.String("wireguard-state-file", "", "a WireGuard gateway: per-peer metrics from the wireguard role's state file (no charon)")
 	_ = fs.Parse(args)
-	snaps, err := c.run(ctx, false)
+	snaps, err := c.run(ctx)
 	if err != nil {
 		return err
 	}

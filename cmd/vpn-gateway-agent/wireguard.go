@@ -38,7 +38,7 @@ func runWireGuard(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	snaps, err := c.run(ctx, false)
+	snaps, err := c.run(ctx)
 	if err != nil {
 		return err
 	}

@@ -12,9 +12,24 @@ import (
 // Defaults applied when a spec built in Go (not through the API server's defaulting)
 // leaves a field empty; they match the CRD defaults.
 var (
-	DefaultIKEProposals = []string{"aes256gcm16-prfsha384-ecp384", "aes256-sha384-ecp384"}
-	DefaultESPProposals = []string{"aes256gcm16-ecp384", "aes256-sha384-ecp384"}
+	DefaultIKEProposals = []string{
+		"aes256gcm16-aes128gcm16-prfsha384-prfsha256-ecp384-ecp256-modp3072-modp2048",
+		"aes256-aes128-sha512-sha384-sha256-ecp384-ecp256-modp3072-modp2048",
+	}
+	// DefaultESPProposals offer perfect forward secrecy first and the same algorithms
+	// without a DH group after: a client with PFS gets it at every rekey, a client
+	// without PFS still rekeys (IKEv2 creates the first CHILD_SA without a DH exchange,
+	// so a PFS-only list would fail such a client only at its first rekey).
+	DefaultESPProposals = []string{
+		"aes256gcm16-aes128gcm16-ecp384-ecp256-modp3072-modp2048",
+		"aes256-aes128-sha512-sha384-sha256-ecp384-ecp256-modp3072-modp2048",
+		"aes256gcm16-aes128gcm16",
+		"aes256-aes128-sha512-sha384-sha256",
+	}
 )
+
+// DefaultPSKKey is the key of a pre-shared key's Secret when the spec names none.
+const DefaultPSKKey = "psk"
 
 const (
 	defaultIKELifetime = "4h"
@@ -30,6 +45,10 @@ type Input struct {
 	Name      string
 	Spec      *v1alpha1.GatewaySpec
 	Status    *v1alpha1.GatewayStatus
+	// ServiceCIDRPool and ExposureTargetCIDRs are the operator's address policy, carried
+	// into the config for the agent's own check (optional).
+	ServiceCIDRPool     netip.Prefix
+	ExposureTargetCIDRs []netip.Prefix
 	// WireGuard is the spec's wireguard section of a VPNGateway with protocol wireguard
 	// (nil for IPsec).
 	WireGuard *v1alpha1.WireGuardSpec
@@ -87,6 +106,12 @@ func Build(in Input) (*Config, error) {
 		ReverseExposures: []ReverseExposure{},
 		MSSClamp:         MSSClamp{Enabled: true},
 	}
+	if in.ServiceCIDRPool.IsValid() {
+		cfg.ServiceCIDRPool = in.ServiceCIDRPool.String()
+	}
+	for _, p := range in.ExposureTargetCIDRs {
+		cfg.ExposureTargetCIDRs = append(cfg.ExposureTargetCIDRs, p.String())
+	}
 
 	if in.WireGuard != nil {
 		cfg.Protocol = ProtocolWireGuard
@@ -104,6 +129,7 @@ func Build(in Input) (*Config, error) {
 			IKEProposals:  orList(t.IKE.Proposals, DefaultIKEProposals),
 			ESPProposals:  orList(t.ESP.Proposals, DefaultESPProposals),
 			DPDAction:     or(t.DPD.Action, defaultDPDAction),
+			PSK:           SecretKeyRef{Secret: t.PreSharedKey.Name, Key: or(t.PreSharedKey.Key, DefaultPSKKey)},
 		}
 		if ct.IKERekeySeconds, err = ParseDuration(or(t.IKE.Lifetime, defaultIKELifetime)); err != nil {
 			return nil, invalidf("tunnel %s: ike.lifetime: %v", t.Name, err)

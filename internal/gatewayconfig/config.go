@@ -10,19 +10,24 @@ import (
 	"fmt"
 )
 
-// Keys of the gateway's ConfigMap and Secret.
+// Keys and file names of the rendered configuration.
 const (
-	// ConfigMapKeyConfig holds the JSON-encoded Config.
+	// ConfigMapKeyConfig holds the JSON-encoded Config: the only key of the gateway's
+	// ConfigMap. The gateway agent renders swanctl.conf and the keys from it itself.
 	ConfigMapKeyConfig = "gateway.json"
-	// ConfigMapKeySwanctl holds RenderSwanctl's output (no secrets).
+	// ConfigMapKeySwanctl names RenderSwanctl's output where it is written to a file
+	// (tests, the agent's file mode); it is no longer part of the ConfigMap.
 	ConfigMapKeySwanctl = "swanctl.conf"
-	// SecretKeySecrets holds RenderSecrets' output.
+	// SecretKeySecrets names RenderSecrets' output where it is written to a file: the
+	// agent's file mode reads the pre-shared keys from it. No Secret carries it any more.
 	SecretKeySecrets = "secrets.conf"
 )
 
 // FormatVersion is bumped on any incompatible change of Config; the agent refuses a
-// version it does not know rather than guessing.
-const FormatVersion = 1
+// version it does not know rather than guessing. Version 2: tunnels name the Secret of
+// their pre-shared key (the agent reads it), and the operator's address policy travels
+// with the config so the agent can check targets against it.
+const FormatVersion = 2
 
 // Gateway kinds accepted by Build.
 const (
@@ -56,6 +61,12 @@ type Config struct {
 
 	// FloatingIP is every tunnel's IKE local identity.
 	FloatingIP string `json:"floatingIP"`
+
+	// ServiceCIDRPool is the operator's pool of gateway /24s; ExposureTargetCIDRs, when
+	// set, the only space exposure targets may lie in. Both only narrow what the agent
+	// accepts (addrpolicy); the special-purpose ranges are refused whatever they say.
+	ServiceCIDRPool     string   `json:"serviceCIDRPool,omitempty"`
+	ExposureTargetCIDRs []string `json:"exposureTargetCIDRs,omitempty"`
 
 	Tunnels          []Tunnel          `json:"tunnels"`
 	Exposures        []Exposure        `json:"exposures"`
@@ -94,7 +105,19 @@ type Tunnel struct {
 	DPDAction       string `json:"dpdAction"`
 	// Mode is empty (snat) or ModeRouted.
 	Mode string `json:"mode,omitempty"`
+	// PSK names the Secret (in the gateway's namespace) and key holding the tunnel's
+	// pre-shared key. Never the key itself.
+	PSK SecretKeyRef `json:"psk"`
 }
+
+// SecretKeyRef names a key of a Secret in the gateway's namespace.
+type SecretKeyRef struct {
+	Secret string `json:"secret"`
+	Key    string `json:"key"`
+}
+
+// String is "<secret> key <key>", for messages.
+func (r SecretKeyRef) String() string { return r.Secret + " key " + r.Key }
 
 // ModeRouted marks a routed-mode tunnel: no SNAT, its subnets and the internal sources
 // reach each other by their real addresses.
@@ -129,6 +152,20 @@ type ReverseExposure struct {
 type MSSClamp struct {
 	Enabled bool  `json:"enabled"`
 	MSS     int32 `json:"mss"`
+}
+
+// PSKSecrets lists the Secrets the tunnels read their keys from, sorted, once each.
+func (c *Config) PSKSecrets() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, t := range c.Tunnels {
+		if t.PSK.Secret != "" && !seen[t.PSK.Secret] {
+			seen[t.PSK.Secret] = true
+			out = append(out, t.PSK.Secret)
+		}
+	}
+	sortStrings(out)
+	return out
 }
 
 // PeerSubnets returns the union of every tunnel's (or WireGuard peer's) remote subnets,

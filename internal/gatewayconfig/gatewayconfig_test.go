@@ -101,7 +101,7 @@ func TestGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden(t, "swanctl.conf.golden", sw)
-	sec, err := RenderSecrets(cfg, map[string]string{"hq": "hq-key \"quoted\" }\n{", "branch": "branch-key"})
+	sec, err := RenderSecrets(cfg, map[string]string{"hq": "hq-key \"quoted\" }\n{ 20 bytes+", "branch": "branch-key of 20 bytes+"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,6 +192,24 @@ func TestBuildErrors(t *testing.T) {
 		{"bad dpd action", func(in *Input) { in.Spec.Tunnels[0].DPD.Action = "hold" }, ErrInvalid, "dpd action"},
 		{"service cidr not /24", func(in *Input) { in.Status.ServiceCIDR = "100.64.0.0/16"; in.Status.ServiceCIDRGatewayAddress = "" }, ErrInvalid, "/24"},
 		{"shared peer id", func(in *Input) { in.Spec.Tunnels[1].Peer.ID = "vpn.acme.example" }, ErrInvalid, "share peer ID"},
+		{"weak IKE proposal", func(in *Input) { in.Spec.Tunnels[0].IKE.Proposals = []string{"aes256-sha1-modp2048"} }, ErrInvalid, `"sha1" is below the crypto floor`},
+		{"weak ESP proposal", func(in *Input) { in.Spec.Tunnels[0].ESP.Proposals = []string{"3des-sha256"} }, ErrInvalid, `"3des" is below the crypto floor`},
+		{"exposure at the metadata service", func(in *Input) { in.Spec.Exposures[0].Target.Address = "169.254.169.254" }, ErrInvalid, "metadata service"},
+		{"exposure at loopback", func(in *Input) { in.Spec.Exposures[0].Target.Address = "127.0.0.1" }, ErrInvalid, "loopback"},
+		{"exposure on the gateway network", func(in *Input) { in.Spec.Exposures[0].Target.Address = "10.254.0.33" }, ErrInvalid, "gateway network's subnet"},
+		{"exposure at another gateway's VIP", func(in *Input) {
+			in.ServiceCIDRPool = netip.MustParsePrefix("100.64.0.0/16")
+			in.Spec.Exposures[0].Target.Address = "100.64.9.10"
+		}, ErrInvalid, "service-CIDR pool"},
+		{"exposure at its own VIP", func(in *Input) { in.Spec.Exposures[0].Target.Address = "100.64.3.11" }, ErrInvalid, "service-CIDR pool 100.64.3.0/24"},
+		{"exposure outside the allow-list", func(in *Input) {
+			in.ExposureTargetCIDRs = []netip.Prefix{netip.MustParsePrefix("10.250.0.20/32")}
+		}, ErrInvalid, "outside the operator's allowed exposure targets"},
+		{"client subnet link-local", func(in *Input) {
+			in.Spec.Tunnels[1].Peer.Subnets = []string{"169.254.0.0/16"}
+			in.Spec.ReverseExposures[1].Target.Address = "169.254.0.9"
+		}, ErrInvalid, "link-local"},
+		{"service CIDR outside the pool", func(in *Input) { in.ServiceCIDRPool = netip.MustParsePrefix("100.65.0.0/16") }, ErrInvalid, "is not in serviceCIDRPool"},
 		{"duplicate port", func(in *Input) {
 			in.Spec.Exposures[1].Target.Ports = append(in.Spec.Exposures[1].Target.Ports, v1alpha1.PortSpec{Port: 636, Protocol: v1alpha1.ProtocolTCP})
 		}, ErrInvalid, "duplicate port"},
@@ -213,10 +231,15 @@ func TestBuildErrors(t *testing.T) {
 
 func TestUnmarshalRefusesUnknownAndVersions(t *testing.T) {
 	js := string(mustMarshal(t, mustBuild(t)))
-	if _, err := Unmarshal([]byte(strings.Replace(js, `"version": 1`, `"version": 2`, 1))); !errors.Is(err, ErrInvalid) {
-		t.Errorf("version 2 accepted: %v", err)
+	if _, err := Unmarshal([]byte(js)); err != nil {
+		t.Fatalf("the rendered config is refused: %v", err)
 	}
-	if _, err := Unmarshal([]byte(strings.Replace(js, `"version": 1,`, `"version": 1, "extra": true,`, 1))); !errors.Is(err, ErrInvalid) {
+	for _, v := range []string{`"version": 1`, `"version": 3`} {
+		if _, err := Unmarshal([]byte(strings.Replace(js, `"version": 2`, v, 1))); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s accepted: %v", v, err)
+		}
+	}
+	if _, err := Unmarshal([]byte(strings.Replace(js, `"version": 2,`, `"version": 2, "extra": true,`, 1))); !errors.Is(err, ErrInvalid) {
 		t.Errorf("unknown field accepted: %v", err)
 	}
 	if _, err := Unmarshal([]byte(strings.Replace(js, `"peerID": "vpn.acme.example"`, `"peerID": "x\"\n}"`, 1))); !errors.Is(err, ErrInvalid) {
@@ -226,7 +249,7 @@ func TestUnmarshalRefusesUnknownAndVersions(t *testing.T) {
 
 func TestSecretsRoundTripAndNoLeak(t *testing.T) {
 	cfg := mustBuild(t)
-	psks := map[string]string{"hq": "s3cr3t\"}\n secrets {", "branch": "plain"}
+	psks := map[string]string{"hq": "s3cr3t\"}\n secrets { long enough", "branch": "plain and long enough"}
 	text, err := RenderSecrets(cfg, psks)
 	if err != nil {
 		t.Fatal(err)
@@ -238,15 +261,41 @@ func TestSecretsRoundTripAndNoLeak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || string(got[0].Secret) != psks["hq"] || string(got[1].Secret) != "plain" {
+	if len(got) != 2 || string(got[0].Secret) != psks["hq"] || string(got[1].Secret) != psks["branch"] {
 		t.Fatalf("round trip: %+v", got)
 	}
 	if !reflect.DeepEqual(got[0].Owners, []string{"192.0.2.44", "vpn.acme.example"}) {
 		t.Errorf("owners %v", got[0].Owners)
 	}
-	_, err = RenderSecrets(cfg, map[string]string{"hq": "x"})
-	if !errors.Is(err, ErrIncomplete) || strings.Contains(err.Error(), "x\"") {
+	_, err = RenderSecrets(cfg, map[string]string{"hq": psks["hq"]})
+	if !errors.Is(err, ErrIncomplete) || !strings.Contains(err.Error(), "branch") {
 		t.Errorf("missing PSK: %v", err)
+	}
+	// A key below the floor is refused, naming the Secret and key, never the value.
+	_, err = RenderSecrets(cfg, map[string]string{"hq": psks["hq"], "branch": "short-psk-0123"})
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "Secret acme-psk key branch") || !strings.Contains(err.Error(), "shorter than 20 bytes") || strings.Contains(err.Error(), "short-psk") {
+		t.Errorf("short PSK: %v", err)
+	}
+	// Only the named tunnels are rendered: the agent leaves out a tunnel without a key.
+	only, err := RenderSecretsFor(cfg, map[string]string{"hq": psks["hq"]}, []string{"hq"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keys, err := ParseSecrets(only); err != nil || len(keys) != 1 || keys[0].Section != SecretSectionPrefix+"hq" {
+		t.Errorf("subset secrets: %v %+v", err, keys)
+	}
+	conns, err := RenderSwanctlFor(cfg, []string{"hq"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if root, err := ParseSettings(conns); err != nil || root.Sub("connections").Sub("hq") == nil || root.Sub("connections").Sub("branch") != nil {
+		t.Errorf("subset connections: %v\n%s", err, conns)
+	}
+	if none, err := RenderSwanctlFor(cfg, nil); err != nil || !strings.Contains(none, "connections {\n}") {
+		t.Errorf("no connections: %v\n%s", err, none)
+	}
+	if _, err := RenderSwanctlFor(cfg, []string{"nope"}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("unknown tunnel rendered: %v", err)
 	}
 	sw, _ := RenderSwanctl(cfg)
 	if strings.Contains(sw, "secret") {

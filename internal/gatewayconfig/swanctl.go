@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 )
 
 // FailClosedChildSuffix names each tunnel's drop shunt. '_' cannot occur in a tunnel name,
@@ -43,13 +45,30 @@ func (w *writer) line(s string) {
 // shunt from anywhere to those subnets so that, while charon runs, nothing reaches them
 // unencrypted when the child SA is missing. It never contains secrets.
 func RenderSwanctl(cfg *Config) (string, error) {
+	if cfg == nil {
+		return "", invalidf("nil config")
+	}
+	return RenderSwanctlFor(cfg, ConnectionNames(cfg))
+}
+
+// RenderSwanctlFor renders the connections of the named tunnels only (the gateway agent
+// leaves out a tunnel whose pre-shared key it does not have). The whole config is
+// validated; an empty list renders an empty connections section.
+func RenderSwanctlFor(cfg *Config, tunnels []string) (string, error) {
 	if err := Validate(cfg); err != nil {
+		return "", err
+	}
+	include, err := selectTunnels(cfg, tunnels)
+	if err != nil {
 		return "", err
 	}
 	w := &writer{}
 	w.line(fmt.Sprintf("# Rendered for %s %s/%s. Secrets are loaded separately.", cfg.Gateway.Kind, cfg.Gateway.Namespace, cfg.Gateway.Name))
 	w.open("connections")
 	for _, t := range cfg.Tunnels {
+		if !include[t.Name] {
+			continue
+		}
 		w.open(t.Name)
 		w.kv("version", "2")
 		w.kv("local_addrs", "%any")
@@ -101,22 +120,58 @@ func RenderSwanctl(cfg *Config) (string, error) {
 	return w.b.String(), nil
 }
 
+// MinPSKLength is the shortest pre-shared key rendered, in bytes (the API's floor).
+const MinPSKLength = v1alpha1.MinPSKLength
+
+// MaxPSKLength is the longest pre-shared key rendered, in bytes.
+const MaxPSKLength = 4096
+
+// CheckPSK says why a pre-shared key cannot be used ("" when it can). It never quotes
+// the key or its exact length.
+func CheckPSK(psk []byte) string {
+	switch {
+	case len(psk) == 0:
+		return "is empty"
+	case len(psk) < MinPSKLength:
+		return fmt.Sprintf("is shorter than %d bytes", MinPSKLength)
+	case len(psk) > MaxPSKLength:
+		return fmt.Sprintf("is longer than %d bytes", MaxPSKLength)
+	}
+	return ""
+}
+
 // RenderSecrets renders the secrets section of swanctl.conf with one IKE pre-shared key
 // per tunnel, keyed by tunnel name in psks. Keys are written base64-encoded (strongSwan's
 // 0s prefix), so no key content can break the file's syntax.
 func RenderSecrets(cfg *Config, psks map[string]string) (string, error) {
+	if cfg == nil {
+		return "", invalidf("nil config")
+	}
+	return RenderSecretsFor(cfg, psks, ConnectionNames(cfg))
+}
+
+// RenderSecretsFor renders the keys of the named tunnels only; each must be in psks and
+// pass CheckPSK. Errors never quote key material.
+func RenderSecretsFor(cfg *Config, psks map[string]string, tunnels []string) (string, error) {
 	if err := Validate(cfg); err != nil {
+		return "", err
+	}
+	include, err := selectTunnels(cfg, tunnels)
+	if err != nil {
 		return "", err
 	}
 	w := &writer{}
 	w.open("secrets")
 	for _, t := range cfg.Tunnels {
+		if !include[t.Name] {
+			continue
+		}
 		psk, ok := psks[t.Name]
 		if !ok || psk == "" {
 			return "", fmt.Errorf("%w: tunnel %s: no pre-shared key", ErrIncomplete, t.Name)
 		}
-		if len(psk) > 4096 {
-			return "", invalidf("tunnel %s: pre-shared key longer than 4096 bytes", t.Name)
+		if why := CheckPSK([]byte(psk)); why != "" {
+			return "", invalidf("tunnel %s: the pre-shared key (Secret %s) %s", t.Name, t.PSK, why)
 		}
 		w.open(SecretSectionPrefix + t.Name)
 		w.kv("id-local", quote(cfg.FloatingIP))
@@ -126,6 +181,21 @@ func RenderSecrets(cfg *Config, psks map[string]string) (string, error) {
 	}
 	w.close()
 	return w.b.String(), nil
+}
+
+func selectTunnels(cfg *Config, tunnels []string) (map[string]bool, error) {
+	include := map[string]bool{}
+	known := map[string]bool{}
+	for _, t := range cfg.Tunnels {
+		known[t.Name] = true
+	}
+	for _, n := range tunnels {
+		if !known[n] {
+			return nil, invalidf("tunnel %q is not in the config", n)
+		}
+		include[n] = true
+	}
+	return include, nil
 }
 
 // SharedSecret is one IKE PSK parsed back from secrets.conf.

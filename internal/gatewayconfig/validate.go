@@ -7,6 +7,9 @@ import (
 	"net/netip"
 	"regexp"
 	"sort"
+
+	"bnerd.net/vpn-operator/internal/addrpolicy"
+	"bnerd.net/vpn-operator/internal/cryptofloor"
 )
 
 // Every value that reaches swanctl.conf, strongswan.conf or an nft expression passes one
@@ -18,6 +21,7 @@ var (
 	reProposal = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
 	reKind     = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]{0,62}$`)
 	reK8sName  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
+	reDataKey  = regexp.MustCompile(`^[-._a-zA-Z0-9]{1,253}$`)
 )
 
 // Limits of the rendered names: charon truncates nothing, but a tunnel name also becomes
@@ -135,6 +139,27 @@ func Validate(cfg *Config) error {
 	if subnet.Overlaps(svc) {
 		return invalidf("subnetCIDR %s overlaps serviceCIDR %s", subnet, svc)
 	}
+	// The address policy: the special-purpose ranges always, the gateway network's
+	// subnet and this gateway's own /24 always, the pool and the allow-list as the
+	// operator sent them.
+	pol := addrpolicy.Policy{GatewaySubnet: subnet}
+	if cfg.ServiceCIDRPool != "" {
+		if pol.ServiceCIDRPool, err = parsePrefix4("serviceCIDRPool", cfg.ServiceCIDRPool); err != nil {
+			return err
+		}
+		if !pol.ServiceCIDRPool.Contains(svc.Addr()) {
+			return invalidf("serviceCIDR %s is not in serviceCIDRPool %s", svc, pol.ServiceCIDRPool)
+		}
+	} else {
+		pol.ServiceCIDRPool = svc
+	}
+	for _, c := range cfg.ExposureTargetCIDRs {
+		p, err := parsePrefix4("exposureTargetCIDRs", c)
+		if err != nil {
+			return err
+		}
+		pol.ExposureTargets = append(pol.ExposureTargets, p)
+	}
 
 	switch cfg.Protocol {
 	case "":
@@ -201,6 +226,9 @@ func Validate(cfg *Config) error {
 			if p.Overlaps(svc) || p.Overlaps(subnet) {
 				return invalidf("tunnel %s: remote subnet %s overlaps the service CIDR or the gateway subnet", t.Name, p)
 			}
+			if err := pol.ClientSubnet(p); err != nil {
+				return invalidf("tunnel %s: remote subnet %s %v", t.Name, p, err)
+			}
 			// The fail-closed guard drops everything to the remote subnets that is not
 			// encrypted; IKE to a peer inside them would be dropped too.
 			if p.Contains(peer) {
@@ -222,11 +250,14 @@ func Validate(cfg *Config) error {
 			}
 			allSubnets = append(allSubnets, p)
 		}
-		if err := checkProposals(t.Name+" IKE", t.IKEProposals); err != nil {
+		if err := checkProposals(t.Name, cryptofloor.IKE, t.IKEProposals); err != nil {
 			return err
 		}
-		if err := checkProposals(t.Name+" ESP", t.ESPProposals); err != nil {
+		if err := checkProposals(t.Name, cryptofloor.ESP, t.ESPProposals); err != nil {
 			return err
+		}
+		if !reK8sName.MatchString(t.PSK.Secret) || len(t.PSK.Secret) > 253 || !reDataKey.MatchString(t.PSK.Key) {
+			return invalidf("tunnel %s: pre-shared key reference %q is not a Secret name and key", t.Name, t.PSK.String())
 		}
 		for _, v := range []int64{t.IKERekeySeconds, t.ESPRekeySeconds, t.DPDDelaySeconds} {
 			if v < 1 || v > maxLifetimeSecs {
@@ -239,7 +270,7 @@ func Validate(cfg *Config) error {
 	}
 
 	if cfg.Protocol == ProtocolWireGuard {
-		if err := validateWireGuard(cfg, svc, subnet, &allSubnets, remotes); err != nil {
+		if err := validateWireGuard(cfg, svc, subnet, pol, &allSubnets, remotes); err != nil {
 			return err
 		}
 	}
@@ -275,6 +306,9 @@ func Validate(cfg *Config) error {
 		if err != nil {
 			return err
 		}
+		if err := pol.ExposureTarget(tgt); err != nil {
+			return invalidf("exposure %s: target %s %v", e.Name, tgt, err)
+		}
 		for _, p := range allSubnets {
 			if p.Contains(tgt) {
 				return invalidf("exposure %s: target %s lies in a peer subnet", e.Name, tgt)
@@ -303,6 +337,9 @@ func Validate(cfg *Config) error {
 		if err != nil {
 			return err
 		}
+		if err := pol.ReverseTarget(tgt); err != nil {
+			return invalidf("reverse exposure %s: target %s %v", r.Name, tgt, err)
+		}
 		inside := false
 		for _, s := range remote {
 			if netip.MustParsePrefix(s).Contains(tgt) {
@@ -323,13 +360,16 @@ func Validate(cfg *Config) error {
 	return nil
 }
 
-func checkProposals(what string, ps []string) error {
+func checkProposals(tunnel string, kind cryptofloor.Kind, ps []string) error {
 	if len(ps) == 0 {
-		return invalidf("%s: no proposals", what)
+		return invalidf("%s %s: no proposals", tunnel, kind)
 	}
 	for _, p := range ps {
 		if len(p) > maxProposalLen || !reProposal.MatchString(p) {
-			return invalidf("%s: proposal %q must match %s", what, p, reProposal)
+			return invalidf("%s %s: proposal %q must match %s", tunnel, kind, p, reProposal)
+		}
+		if err := cryptofloor.Check(kind, p); err != nil {
+			return invalidf("%s %s: proposal %q: %v", tunnel, kind, p, err)
 		}
 	}
 	return nil

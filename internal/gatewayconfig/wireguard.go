@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/addrpolicy"
 )
 
 // ProtocolWireGuard is Config.Protocol of a WireGuard gateway.
@@ -70,7 +71,7 @@ func CheckKey(k string) error {
 
 // validateWireGuard checks a WireGuard gateway's interface and peers, adding their
 // allowed IPs to allSubnets and their names to remotes.
-func validateWireGuard(cfg *Config, svc, subnet netip.Prefix, allSubnets *[]netip.Prefix, remotes map[string][]string) error {
+func validateWireGuard(cfg *Config, svc, subnet netip.Prefix, pol addrpolicy.Policy, allSubnets *[]netip.Prefix, remotes map[string][]string) error {
 	wg := cfg.WireGuard
 	if wg == nil {
 		return invalidf("protocol wireguard without a wireguard section")
@@ -129,6 +130,9 @@ func validateWireGuard(cfg *Config, svc, subnet netip.Prefix, allSubnets *[]neti
 			}
 			if pfx.Bits() == 0 || pfx.Overlaps(svc) || pfx.Overlaps(subnet) {
 				return invalidf("wireguard peer %s: allowed IP %s is the whole address space or overlaps the service CIDR or the gateway subnet", p.Name, pfx)
+			}
+			if err := pol.ClientSubnet(pfx); err != nil {
+				return invalidf("wireguard peer %s: allowed IP %s %v", p.Name, pfx, err)
 			}
 			if ep.IsValid() && pfx.Contains(ep) {
 				return invalidf("wireguard peer %s: endpoint %s lies inside its allowed IP %s", p.Name, ep, pfx)

@@ -1,6 +1,7 @@
 package migrate
 
 import (
+	"bnerd.net/vpn-operator/internal/cryptofloor"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -129,7 +130,7 @@ func (r *Result) convert(c conn) *tunnelDraft {
 		switch s.key {
 		case "version", "remote_addrs":
 		case "proposals":
-			if p, ok := r.proposals(s.path, s.value); ok {
+			if p, ok := r.proposals(cryptofloor.IKE, s.path, s.value); ok {
 				d.t.IKE.Proposals = p
 			}
 		case "rekey_time":
@@ -174,7 +175,7 @@ func (r *Result) convert(c conn) *tunnelDraft {
 			case "local_ts":
 				r.drop(s.path, s.value, whyLocalTS)
 			case "esp_proposals":
-				if p, ok := r.proposals(s.path, s.value); ok && len(d.t.ESP.Proposals) == 0 {
+				if p, ok := r.proposals(cryptofloor.ESP, s.path, s.value); ok && len(d.t.ESP.Proposals) == 0 {
 					d.t.ESP.Proposals = p
 				}
 			case "rekey_time":
@@ -262,11 +263,11 @@ func (r *Result) convertLegacy(c conn) *tunnelDraft {
 			d.localID = strings.TrimPrefix(s.value, "@")
 			r.drop(s.path, s.value, "the gateway's IKE identity is always its floating IP")
 		case "ike":
-			if p, ok := r.proposals(s.path, s.value); ok {
+			if p, ok := r.proposals(cryptofloor.IKE, s.path, s.value); ok {
 				d.t.IKE.Proposals = p
 			}
 		case "esp":
-			if p, ok := r.proposals(s.path, s.value); ok {
+			if p, ok := r.proposals(cryptofloor.ESP, s.path, s.value); ok {
 				d.t.ESP.Proposals = p
 			}
 		case "ikelifetime":

@@ -12,6 +12,8 @@
 package migrate
 
 import (
+	"bnerd.net/vpn-operator/internal/cryptofloor"
+	"bnerd.net/vpn-operator/internal/gatewayconfig"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -343,17 +345,23 @@ func splitList(v string) []string {
 
 // proposals converts a proposal list; ipsec.conf's strict marker "!" is the gateway's
 // behaviour anyway (it offers exactly its list).
-func (r *Result) proposals(path, v string) ([]string, bool) {
+func (r *Result) proposals(kind cryptofloor.Kind, path, v string) ([]string, bool) {
 	var out []string
+	below := 0
 	for _, p := range splitList(v) {
 		p = strings.TrimSuffix(p, "!")
 		if p == "default" {
-			r.drop(path, v, "the keyword \"default\" means strongSwan's built-in proposals; the gateway's defaults (aes256gcm16-prfsha384-ecp384, aes256-sha384-ecp384 for IKE; aes256gcm16-ecp384, aes256-sha384-ecp384 for ESP) apply instead: check the client supports them")
+			r.drop(path, v, "the keyword \"default\" means strongSwan's built-in proposals; the gateway's defaults ("+defaultsText(kind)+") apply instead: check the client supports them")
 			return nil, false
 		}
 		if !reProposal.MatchString(p) || len(p) > 128 {
 			r.drop(path, v, fmt.Sprintf("proposal %q is not in the notation the API accepts", p))
 			return nil, false
+		}
+		if err := cryptofloor.Check(kind, p); err != nil {
+			r.drop(path, p, fmt.Sprintf("below the gateway's crypto floor: %v", err))
+			below++
+			continue
 		}
 		out = append(out, p)
 	}
@@ -361,7 +369,21 @@ func (r *Result) proposals(path, v string) ([]string, bool) {
 		r.drop(path, v, "the API takes at most 8 proposals; the first 8 are kept")
 		out = out[:8]
 	}
-	return out, len(out) > 0
+	if len(out) == 0 {
+		if below > 0 {
+			r.drop(path, v, "no proposal meets the crypto floor: the gateway's defaults ("+defaultsText(kind)+") apply instead; the client must be reconfigured to one of them")
+		}
+		return nil, false
+	}
+	return out, true
+}
+
+// defaultsText names the gateway's default proposals of kind for a report.
+func defaultsText(kind cryptofloor.Kind) string {
+	if kind == cryptofloor.ESP {
+		return "ESP " + strings.Join(gatewayconfig.DefaultESPProposals, ", ")
+	}
+	return "IKE " + strings.Join(gatewayconfig.DefaultIKEProposals, ", ")
 }
 
 func (r *Result) duration(path, v string) (string, bool) {

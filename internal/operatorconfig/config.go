@@ -31,6 +31,13 @@ type Config struct {
 	// InternalSourceCIDRs are the fabric's source networks admitted to reverse exposures
 	// by the gateway security group.
 	InternalSourceCIDRs []netip.Prefix
+	// ExposureTargetCIDRs, when not empty, is the only space exposure targets may lie
+	// in (the special-purpose ranges, the pool and the gateway network are refused
+	// whatever it says).
+	ExposureTargetCIDRs []netip.Prefix
+	// ClusterLinkSafeRoles extends the built-in list of OpenStack roles a cross-tenant
+	// ClusterLink's credential may carry; any other role is refused.
+	ClusterLinkSafeRoles []string
 	// GatewayNetworkPolicy toggles the per-gateway <name>-nic1 NetworkPolicy.
 	GatewayNetworkPolicy bool
 	// GatewayImage runs strongSwan; AgentImage runs the gateway agent's roles;
@@ -103,7 +110,7 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 		getenv = os.Getenv
 	}
 	c := Default()
-	var pool, internal, resync, netpol, conc, stale string
+	var pool, internal, targets, roles, resync, netpol, conc, stale string
 	env := func(name, def string) string {
 		if v := getenv(name); v != "" {
 			return v
@@ -116,6 +123,8 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	fs.StringVar(&c.Router, "router", env("IPSEC_ROUTER_ID", ""), "gateway cluster router name or ID (IPSEC_ROUTER_ID)")
 	fs.StringVar(&pool, "service-cidr-pool", env("IPSEC_SERVICE_CIDR_POOL", DefaultServiceCIDRPool), "pool of gateway /24s (IPSEC_SERVICE_CIDR_POOL)")
 	fs.StringVar(&internal, "internal-source-cidrs", env("IPSEC_INTERNAL_SOURCE_CIDRS", ""), "comma-separated fabric source CIDRs admitted to reverse exposures (IPSEC_INTERNAL_SOURCE_CIDRS)")
+	fs.StringVar(&targets, "exposure-target-cidrs", env("IPSEC_EXPOSURE_TARGET_CIDRS", ""), "comma-separated CIDRs exposure targets must lie in; empty allows any address outside the refused ranges (IPSEC_EXPOSURE_TARGET_CIDRS)")
+	fs.StringVar(&roles, "clusterlink-safe-roles", env("IPSEC_CLUSTERLINK_SAFE_ROLES", ""), "comma-separated OpenStack roles a ClusterLink customer credential may carry besides the built-in member roles (IPSEC_CLUSTERLINK_SAFE_ROLES)")
 	fs.StringVar(&netpol, "gateway-network-policy", env("IPSEC_GATEWAY_NETWORKPOLICY_ENABLED", "true"), "create the <name>-nic1 NetworkPolicy (IPSEC_GATEWAY_NETWORKPOLICY_ENABLED)")
 	fs.StringVar(&c.GatewayImage, "gateway-image", env("IPSEC_GATEWAY_IMAGE", c.GatewayImage), "strongSwan image (IPSEC_GATEWAY_IMAGE)")
 	fs.StringVar(&c.AgentImage, "agent-image", env("IPSEC_AGENT_IMAGE", c.AgentImage), "gateway agent image (IPSEC_AGENT_IMAGE)")
@@ -136,6 +145,14 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	}
 	if c.InternalSourceCIDRs, err = ParseCIDRList(internal); err != nil {
 		return c, fmt.Errorf("internal source CIDRs: %w", err)
+	}
+	if c.ExposureTargetCIDRs, err = ParseCIDRList(targets); err != nil {
+		return c, fmt.Errorf("exposure target CIDRs: %w", err)
+	}
+	for _, r := range strings.Split(roles, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			c.ClusterLinkSafeRoles = append(c.ClusterLinkSafeRoles, r)
+		}
 	}
 	if c.GatewayNetworkPolicy, err = strconv.ParseBool(netpol); err != nil {
 		return c, fmt.Errorf("gateway network policy switch %q: %w", netpol, err)

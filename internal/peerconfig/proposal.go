@@ -96,9 +96,6 @@ func ParseProposal(raw string, esp bool) (Proposal, error) {
 	if !esp && len(p.DH) == 0 {
 		return p, fmt.Errorf("IKE proposal %q has no key exchange method", raw)
 	}
-	if !esp && aead && len(p.PRF) == 0 {
-		return p, fmt.Errorf("IKE proposal %q uses an AEAD cipher without a PRF", raw)
-	}
 	if !esp && len(p.PRF) == 0 {
 		// strongSwan derives the PRF from the integrity algorithm when none is given.
 		for _, i := range p.Integ {
@@ -106,6 +103,14 @@ func ParseProposal(raw string, esp bool) (Proposal, error) {
 				p.PRF = append(p.PRF, i)
 			}
 		}
+	}
+	if !esp && aead && len(p.PRF) == 0 {
+		return p, fmt.Errorf("IKE proposal %q uses an AEAD cipher without a PRF", raw)
+	}
+	if aead {
+		// An AEAD proposal's integrity is its ICV: strongSwan drops the integrity
+		// algorithms (in IKE after taking them as PRFs).
+		p.Integ = nil
 	}
 	return p, nil
 }
@@ -128,7 +133,8 @@ func parseCipher(kw string) (Cipher, bool) {
 			return Cipher{Name: "camellia", KeyBits: bits}, true
 		}
 		for _, icv := range []int{8, 12, 16} {
-			if kw == fmt.Sprintf("aes%sgcm%d", b, icv) {
+			// strongSwan also names the ICV in bits: aes256gcm128 = aes256gcm16.
+			if kw == fmt.Sprintf("aes%sgcm%d", b, icv) || kw == fmt.Sprintf("aes%sgcm%d", b, icv*8) {
 				return Cipher{Name: "aesgcm", KeyBits: bits, ICV: icv}, true
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sort"
 	"text/template"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -20,37 +21,27 @@ import (
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
 )
 
-// ConfigMap carries the gateway's rendered configuration; it never holds a secret. An
-// exposure change only changes this object: the agent reloads it without a pod restart.
+// ConfigMap carries the gateway's rendered configuration, gateway.json, and nothing
+// else: the agent renders swanctl.conf from it, and reads each tunnel's pre-shared key
+// from the tenant's Secret itself. An exposure change only changes this object: the
+// agent reloads it without a pod restart.
 func ConfigMap(g Gateway, cfg *gatewayconfig.Config) (*corev1.ConfigMap, error) {
 	js, err := gatewayconfig.Marshal(cfg)
 	if err != nil {
 		return nil, err
 	}
-	cm := &corev1.ConfigMap{
+	// Rendering here too refuses a config the agent would refuse (a WireGuard gateway
+	// runs no charon).
+	if cfg.Protocol != gatewayconfig.ProtocolWireGuard {
+		if _, err := gatewayconfig.RenderSwanctl(cfg); err != nil {
+			return nil, err
+		}
+	}
+	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: objectMeta(g, ConfigMapName(g.Name)),
 		Data:       map[string]string{gatewayconfig.ConfigMapKeyConfig: string(js)},
-	}
-	if cfg.Protocol == gatewayconfig.ProtocolWireGuard {
-		return cm, nil // no charon
-	}
-	swan, err := gatewayconfig.RenderSwanctl(cfg)
-	if err != nil {
-		return nil, err
-	}
-	cm.Data[gatewayconfig.ConfigMapKeySwanctl] = swan
-	return cm, nil
-}
-
-// Secret carries the rendered secrets section (the IKE pre-shared keys).
-func Secret(g Gateway, secretsConf string) *corev1.Secret {
-	return &corev1.Secret{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
-		ObjectMeta: objectMeta(g, SecretName(g.Name)),
-		Type:       corev1.SecretTypeOpaque,
-		Data:       map[string][]byte{gatewayconfig.SecretKeySecrets: []byte(secretsConf)},
-	}
+	}, nil
 }
 
 // NADGVK is the Multus NetworkAttachmentDefinition's kind. It is written as unstructured
@@ -128,26 +119,39 @@ func ServiceAccount(g Gateway) *corev1.ServiceAccount {
 	}
 }
 
-// Role lets the pod read its own ConfigMap and write its own gateway's status, nothing
-// else: resourceNames pin both to this gateway.
-func Role(g Gateway, group string) *rbacv1.Role {
+// Role lets the pod read its own ConfigMap, read the Secrets its tunnels name (get,
+// list and watch by name: the agent follows each one), and write its own gateway's
+// status; nothing else: resourceNames pin every rule to this gateway's objects. The
+// operator may create it only because it holds every permission it grants.
+func Role(g Gateway, group string, pskSecrets ...string) *rbacv1.Role {
+	rules := []rbacv1.PolicyRule{
+		{
+			APIGroups:     []string{""},
+			Resources:     []string{"configmaps"},
+			ResourceNames: []string{ConfigMapName(g.Name)},
+			Verbs:         []string{"get", "list", "watch"},
+		},
+	}
+	if len(pskSecrets) > 0 {
+		names := append([]string(nil), pskSecrets...)
+		sort.Strings(names)
+		rules = append(rules, rbacv1.PolicyRule{
+			APIGroups:     []string{""},
+			Resources:     []string{"secrets"},
+			ResourceNames: names,
+			Verbs:         []string{"get", "list", "watch"},
+		})
+	}
+	rules = append(rules, rbacv1.PolicyRule{
+		APIGroups:     []string{group},
+		Resources:     []string{g.Resource + "/status"},
+		ResourceNames: []string{g.Name},
+		Verbs:         []string{"get", "patch", "update"},
+	})
 	return &rbacv1.Role{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
 		ObjectMeta: objectMeta(g, RoleName(g.Name)),
-		Rules: []rbacv1.PolicyRule{
-			{
-				APIGroups:     []string{""},
-				Resources:     []string{"configmaps"},
-				ResourceNames: []string{ConfigMapName(g.Name)},
-				Verbs:         []string{"get", "list", "watch"},
-			},
-			{
-				APIGroups:     []string{group},
-				Resources:     []string{g.Resource + "/status"},
-				ResourceNames: []string{g.Name},
-				Verbs:         []string{"get", "patch", "update"},
-			},
-		},
+		Rules:      rules,
 	}
 }
 
@@ -213,18 +217,13 @@ func Deployment(w Workload) (*appsv1.Deployment, error) {
 	}
 	one := int32(1)
 	f := false
-	t := true
 	grace := int64(30)
-	readOnly := int32(0o440)
-	ro := func(name, path string) corev1.VolumeMount {
-		return corev1.VolumeMount{Name: name, MountPath: path, ReadOnly: true}
-	}
-	caps := func(add ...corev1.Capability) *corev1.SecurityContext {
-		return &corev1.SecurityContext{
-			AllowPrivilegeEscalation: &f,
-			Capabilities:             &corev1.Capabilities{Add: add, Drop: []corev1.Capability{"ALL"}},
-		}
-	}
+	caps := dropAllBut
+	unprivileged := unprivilegedContext
+	run := corev1.VolumeMount{Name: "run", MountPath: RunMountPath}
+	// The ServiceAccount token reaches only the containers that talk to the API server;
+	// charon, which parses IKE from the internet, has none.
+	token := apiAccessMount
 	// Every agent role reads the ConfigMap through the API (kubelet refreshes a mounted
 	// ConfigMap only after up to minutes; a watch applies a change within a second).
 	sock := RunMountPath + "/charon.vici"
@@ -260,43 +259,97 @@ func Deployment(w Workload) (*appsv1.Deployment, error) {
 					// this node's server.
 					NodeName:                      w.NodeName,
 					ServiceAccountName:            ServiceAccountName(g.Name),
-					AutomountServiceAccountToken:  &t,
+					AutomountServiceAccountToken:  &f,
 					EnableServiceLinks:            &f,
 					TerminationGracePeriodSeconds: &grace,
+					SecurityContext:               podSecurityContext(),
 					Containers: []corev1.Container{
 						agent(ContainerInitNAT, append(append(append([]string{"init-nat"}, guard...), "--state-file="+natState), source...),
-							caps("NET_ADMIN"), corev1.VolumeMount{Name: "run", MountPath: RunMountPath}),
+							caps("NET_ADMIN"), run, token),
 						{
 							Name:            ContainerStrongswan,
 							Image:           w.GatewayImage,
 							Args:            []string{"charon", "--vici-socket=" + sock, "--conf=" + RunMountPath + "/strongswan.conf", "--dataplane=" + string(dataplane)},
 							SecurityContext: caps(charonCaps...),
-							VolumeMounts:    []corev1.VolumeMount{{Name: "run", MountPath: RunMountPath}},
+							VolumeMounts:    []corev1.VolumeMount{run},
 						},
-						// The status agent also loads the connections over VICI; the shared
-						// keys come from the mounted Secret, so the pod needs no API access to it.
-						agent(ContainerStatus, append([]string{"status-agent", "--vici-socket=" + sock,
-							"--load-secrets-file=" + SecretsMountPath + "/" + gatewayconfig.SecretKeySecrets}, source...), caps(),
-							ro("secrets", SecretsMountPath), corev1.VolumeMount{Name: "run", MountPath: RunMountPath}),
-						func() corev1.Container {
-							c := agent(ContainerExporter, append([]string{"ipsec-exporter", fmt.Sprintf("--listen=:%d", MetricsPort),
-								"--vici-socket=" + sock, "--nat-state-file=" + natState}, source...), caps(),
-								corev1.VolumeMount{Name: "run", MountPath: RunMountPath})
-							c.Ports = []corev1.ContainerPort{{Name: MetricsPortName, ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP}}
-							return c
-						}(),
+						// The status agent also loads the connections over VICI, rendered
+						// from gateway.json, with each tunnel's key read from the tenant's
+						// Secret through the API (the Role names exactly those Secrets).
+						agent(ContainerStatus, append([]string{"status-agent", "--vici-socket=" + sock, "--load"}, source...),
+							unprivileged(), run, token),
+						// The pod's own address only: not the port's address on NIC2 or the
+						// service CIDR's, so nothing reaches it through a tunnel.
+						exporterOnPodIP(agent(ContainerExporter, append([]string{"ipsec-exporter", fmt.Sprintf("--listen=$(POD_IP):%d", MetricsPort),
+							"--vici-socket=" + sock, "--nat-state-file=" + natState}, source...), unprivileged(), run, token)),
 					},
 					Volumes: []corev1.Volume{
-						{Name: "secrets", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-							SecretName: SecretName(g.Name), DefaultMode: &readOnly,
-						}}},
 						{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+						apiAccessVolume(),
 					},
 				},
 			},
 		},
 	}
 	return d, nil
+}
+
+// What both gateway pods (IPsec and WireGuard) share of their hardening
+// (docs/security.md).
+
+// podSecurityContext: the runtime's default seccomp filter for every container.
+func podSecurityContext() *corev1.PodSecurityContext {
+	return &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+}
+
+// dropAllBut drops every capability but add, and privilege escalation.
+func dropAllBut(add ...corev1.Capability) *corev1.SecurityContext {
+	f := false
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: &f,
+		Capabilities:             &corev1.Capabilities{Add: add, Drop: []corev1.Capability{"ALL"}},
+	}
+}
+
+// unprivilegedContext is for the containers that need no privilege (the status agent
+// and the exporter): another user than root, no capability, nothing writable but the
+// shared run directory.
+func unprivilegedContext() *corev1.SecurityContext {
+	t := true
+	uid, gid := int64(AgentUID), int64(AgentGID)
+	sc := dropAllBut()
+	sc.RunAsUser, sc.RunAsGroup, sc.RunAsNonRoot = &uid, &gid, &t
+	sc.ReadOnlyRootFilesystem = &t
+	return sc
+}
+
+// apiAccessMount mounts apiAccessVolume where client-go looks for the in-cluster token,
+// into the containers that talk to the API server only.
+var apiAccessMount = corev1.VolumeMount{Name: "api-access", MountPath: ServiceAccountMountPath, ReadOnly: true}
+
+// apiAccessVolume is what automounting would give every container (token, cluster CA,
+// namespace), for the containers that need it.
+func apiAccessVolume() corev1.Volume {
+	readOnly := int32(0o444)
+	tokenTTL := int64(3607)
+	return corev1.Volume{Name: "api-access", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		DefaultMode: &readOnly,
+		Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: &tokenTTL}},
+			{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
+				Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "namespace",
+				FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}}}},
+		},
+	}}}
+}
+
+// exporterOnPodIP gives the exporter container its POD_IP (its --listen names
+// $(POD_IP)) and its metrics port.
+func exporterOnPodIP(c corev1.Container) corev1.Container {
+	c.Env = []corev1.EnvVar{{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "status.podIP"}}}}
+	c.Ports = []corev1.ContainerPort{{Name: MetricsPortName, ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP}}
+	return c
 }
 
 // NetworkPolicy governs NIC1 only (NIC2 is outside NetworkPolicy's reach): metrics from

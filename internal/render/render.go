@@ -40,8 +40,16 @@ const (
 	// NIC2Interface is the name of the dedicated port inside the pod.
 	NIC2Interface = "net1"
 
-	SecretsMountPath = "/etc/bnerd-vpn/secrets"
-	RunMountPath     = "/var/run/charon"
+	RunMountPath = "/var/run/charon"
+	// ServiceAccountMountPath is where client-go looks for the in-cluster token; only
+	// the containers that talk to the API server mount it.
+	ServiceAccountMountPath = "/var/run/secrets/kubernetes.io/serviceaccount"
+	// AgentUID runs the containers that need no privilege (status agent, exporter).
+	AgentUID = 65532
+	// AgentGID is their primary group: root's group, the one that may open charon's
+	// VICI socket (charon creates it root:root, mode 0770). Nothing else on the
+	// read-only root file system is writable by that group.
+	AgentGID = 0
 )
 
 // Container names of the gateway pod.
@@ -64,9 +72,11 @@ type Gateway struct {
 	UID       types.UID
 }
 
-// Object names, all derived from the gateway's name.
+// Object names, all derived from the gateway's name. LegacySecretName is the Secret of
+// rendered keys earlier releases wrote; the operator deletes it (the pod reads the
+// tenant's Secrets itself now).
 func ConfigMapName(gw string) string      { return gw + "-gateway" }
-func SecretName(gw string) string         { return gw + "-gateway-psk" }
+func LegacySecretName(gw string) string   { return gw + "-gateway-psk" }
 func ServiceAccountName(gw string) string { return gw + "-gateway" }
 func RoleName(gw string) string           { return gw + "-gateway" }
 func DeploymentName(gw string) string     { return gw + "-gateway" }

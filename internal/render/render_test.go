@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -84,14 +85,13 @@ func TestGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden(t, "configmap", cm)
-	golden(t, "secret", Secret(gw, "secrets {\n}\n"))
 	nad, err := NAD(gw, "", NADInput{MACAddress: "fa:16:3e:00:00:01", FixedIP: "10.254.0.17", SubnetCIDR: "10.254.0.0/24", SubnetGatewayIP: "10.254.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "nad", nad.Object)
 	golden(t, "serviceaccount", ServiceAccount(gw))
-	golden(t, "role", Role(gw, v1alpha1.GroupVersion.Group))
+	golden(t, "role", Role(gw, v1alpha1.GroupVersion.Group, "acme-psk", "branch-psk"))
 	golden(t, "rolebinding", RoleBinding(gw))
 	d, err := Deployment(workload())
 	if err != nil {
@@ -132,6 +132,164 @@ func TestDeploymentShape(t *testing.T) {
 	}
 	if _, err := Deployment(Workload{Gateway: gw}); err == nil {
 		t.Fatal("a deployment without a node must be refused")
+	}
+}
+
+// The pod's hardening: seccomp at the pod level; the status agent and the exporter run
+// as another user than root, without capabilities, on a read-only root file system;
+// only the containers that talk to the API server get the ServiceAccount token, charon
+// none; the exporter binds the pod's own address; no rendered Secret is mounted.
+func TestDeploymentHardening(t *testing.T) {
+	d, err := Deployment(workload())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkHardening(t, d.Spec.Template.Spec, map[string]bool{ContainerInitNAT: true, ContainerStatus: true, ContainerExporter: true})
+	ps := d.Spec.Template.Spec
+	byName := map[string]corev1.Container{}
+	for _, c := range ps.Containers {
+		byName[c.Name] = c
+	}
+	if !slices.Contains(byName[ContainerStatus].Args, "--load") {
+		t.Errorf("the status agent must load charon with keys it reads itself: %v", byName[ContainerStatus].Args)
+	}
+	for _, v := range ps.Volumes {
+		if v.Secret != nil {
+			t.Errorf("volume %s mounts a Secret; the agent reads keys through the API", v.Name)
+		}
+	}
+}
+
+// TestWireGuardDeploymentHardening: the WireGuard pod is hardened as the IPsec one; every
+// container reads its ConfigMap through the API, so each gets the token, and the only
+// Secret mounted is the key, into the wireguard container alone.
+func TestWireGuardDeploymentHardening(t *testing.T) {
+	w := workload()
+	w.WireGuardImage = "example.org/wireguard:1"
+	d, err := WireGuardDeployment(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := d.Spec.Template.Spec
+	checkHardening(t, ps, map[string]bool{ContainerInitNAT: true, ContainerWireGuard: true, ContainerStatus: true, ContainerExporter: true})
+	for _, c := range ps.Containers {
+		for _, m := range c.VolumeMounts {
+			if m.Name == "wireguard-key" && c.Name != ContainerWireGuard {
+				t.Errorf("%s mounts the WireGuard key", c.Name)
+			}
+		}
+		if c.Name == ContainerWireGuard && !slices.Equal(c.SecurityContext.Capabilities.Add, []corev1.Capability{"NET_ADMIN", "MKNOD"}) {
+			t.Errorf("wireguard: capabilities %v, want NET_ADMIN and MKNOD only", c.SecurityContext.Capabilities.Add)
+		}
+	}
+}
+
+// checkHardening: seccomp, no automounted token, no host namespace, all capabilities
+// dropped but those added, no privilege escalation, the token exactly in the containers
+// of withToken, the status agent and the exporter unprivileged, the exporter on the pod
+// IP.
+func checkHardening(t *testing.T, ps corev1.PodSpec, withToken map[string]bool) {
+	t.Helper()
+	if ps.SecurityContext == nil || ps.SecurityContext.SeccompProfile == nil || ps.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Error("the pod must run with the RuntimeDefault seccomp profile")
+	}
+	if ps.AutomountServiceAccountToken == nil || *ps.AutomountServiceAccountToken {
+		t.Error("the token must not be mounted into every container")
+	}
+	if ps.HostNetwork || ps.HostPID || ps.HostIPC {
+		t.Error("no host namespace")
+	}
+	byName := map[string]corev1.Container{}
+	for _, c := range ps.Containers {
+		byName[c.Name] = c
+		sc := c.SecurityContext
+		if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Privileged != nil && *sc.Privileged {
+			t.Errorf("%s: privilege escalation must be off", c.Name)
+		}
+		if sc == nil || sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+			t.Errorf("%s: every capability not added must be dropped", c.Name)
+		}
+		hasToken := false
+		for _, m := range c.VolumeMounts {
+			if m.MountPath == ServiceAccountMountPath {
+				hasToken = m.ReadOnly
+			}
+		}
+		if wantToken := withToken[c.Name]; hasToken != wantToken {
+			t.Errorf("%s: ServiceAccount token mounted = %v, want %v", c.Name, hasToken, wantToken)
+		}
+	}
+	for _, name := range []string{ContainerStatus, ContainerExporter} {
+		sc := byName[name].SecurityContext
+		if sc.RunAsUser == nil || *sc.RunAsUser == 0 || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+			t.Errorf("%s must not run as root", name)
+		}
+		if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			t.Errorf("%s must have a read-only root file system", name)
+		}
+		if len(sc.Capabilities.Add) != 0 {
+			t.Errorf("%s must have no capability, has %v", name, sc.Capabilities.Add)
+		}
+	}
+	exp := byName[ContainerExporter]
+	if !slices.Contains(exp.Args, "--listen=$(POD_IP):9903") || len(exp.Env) != 1 || exp.Env[0].ValueFrom.FieldRef.FieldPath != "status.podIP" {
+		t.Errorf("the exporter must listen on the pod IP only: %v %v", exp.Args, exp.Env)
+	}
+}
+
+// PodSecurityDrift finds every security-relevant change a tenant or a tool could make
+// to the Deployment, and none in the rendering itself.
+func TestPodSecurityDrift(t *testing.T) {
+	d, err := Deployment(workload())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := d.Spec.Template.Spec
+	if got := PodSecurityDrift(want, *want.DeepCopy()); len(got) != 0 {
+		t.Fatalf("drift in an identical spec: %v", got)
+	}
+	yes := true
+	for _, tc := range []struct {
+		field  string
+		mutate func(ps *corev1.PodSpec)
+	}{
+		{"hostNetwork", func(ps *corev1.PodSpec) { ps.HostNetwork = true }},
+		{"hostPID", func(ps *corev1.PodSpec) { ps.HostPID = true }},
+		{"serviceAccountName", func(ps *corev1.PodSpec) { ps.ServiceAccountName = "operator" }},
+		{"automountServiceAccountToken", func(ps *corev1.PodSpec) { ps.AutomountServiceAccountToken = &yes }},
+		{"securityContext", func(ps *corev1.PodSpec) { ps.SecurityContext = nil }},
+		{"volumes", func(ps *corev1.PodSpec) {
+			ps.Volumes = append(ps.Volumes, corev1.Volume{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}})
+		}},
+		{"containers", func(ps *corev1.PodSpec) {
+			ps.Containers = append(ps.Containers, corev1.Container{Name: "sidecar", Image: "x"})
+		}},
+		{"containers", func(ps *corev1.PodSpec) { ps.Containers[1].SecurityContext.Privileged = &yes }},
+		{"containers", func(ps *corev1.PodSpec) {
+			ps.Containers[1].VolumeMounts = append(ps.Containers[1].VolumeMounts, ps.Containers[0].VolumeMounts[1])
+		}},
+		{"containers", func(ps *corev1.PodSpec) {
+			ps.Containers[2].Env = append(ps.Containers[2].Env, corev1.EnvVar{Name: "LD_PRELOAD", Value: "/tmp/x.so"})
+		}},
+		{"initContainers", func(ps *corev1.PodSpec) { ps.InitContainers = []corev1.Container{{Name: "init", Image: "x"}} }},
+		{"runtimeClassName", func(ps *corev1.PodSpec) { rc := "unconfined"; ps.RuntimeClassName = &rc }},
+	} {
+		live := *want.DeepCopy()
+		tc.mutate(&live)
+		if got := PodSecurityDrift(want, live); !slices.Contains(got, tc.field) {
+			t.Errorf("%s: drift %v not found", tc.field, got)
+		}
+	}
+	// What the API server fills in is no drift.
+	live := *want.DeepCopy()
+	live.DeprecatedServiceAccount = live.ServiceAccountName
+	live.DNSPolicy, live.RestartPolicy, live.SchedulerName = corev1.DNSClusterFirst, corev1.RestartPolicyAlways, "default-scheduler"
+	for i := range live.Containers {
+		live.Containers[i].TerminationMessagePath = "/dev/termination-log"
+		live.Containers[i].ImagePullPolicy = corev1.PullIfNotPresent
+	}
+	if got := PodSecurityDrift(want, live); len(got) != 0 {
+		t.Fatalf("API server defaults taken for drift: %v", got)
 	}
 }
 

@@ -59,7 +59,10 @@ func WireGuardKeySecret(g Gateway, privateKey, previousKey, token string) *corev
 // on the WireGuard device, the wireguard container (the agent's wireguard role in the
 // WireGuard image: creates and configures the device, kernel module or userspace
 // fallback), the status agent and the exporter reading its state file. Like the IPsec
-// pod it is hard-pinned to the node holding the port and replaced, never surged.
+// pod it is hard-pinned to the node holding the port and replaced, never surged, and
+// hardened the same way: RuntimeDefault seccomp, every capability dropped but what a
+// container uses, the status agent and the exporter as UID 65532 on a read-only root,
+// the token projected into the containers that use the API, the exporter on the pod IP.
 func WireGuardDeployment(w Workload) (*appsv1.Deployment, error) {
 	g := w.Gateway
 	if w.NodeName == "" {
@@ -71,25 +74,22 @@ func WireGuardDeployment(w Workload) (*appsv1.Deployment, error) {
 	}
 	one := int32(1)
 	f := false
-	t := true
 	grace := int64(30)
 	readOnly := int32(0o440)
-	caps := func(add ...corev1.Capability) *corev1.SecurityContext {
-		return &corev1.SecurityContext{
-			AllowPrivilegeEscalation: &f,
-			Capabilities:             &corev1.Capabilities{Add: add, Drop: []corev1.Capability{"ALL"}},
-		}
-	}
 	run := corev1.VolumeMount{Name: "run", MountPath: WireGuardRunPath}
 	natState := WireGuardRunPath + "/nat-state.json"
 	wgState := WireGuardRunPath + "/wireguard-state.json"
 	source := []string{"--namespace=" + g.Namespace, "--configmap=" + ConfigMapName(g.Name)}
+	// Every container reads the ConfigMap (the status agent also writes the status)
+	// through the API, so each mounts the token; none gets it by automounting.
 	agent := func(name, image string, args []string, sc *corev1.SecurityContext, mounts ...corev1.VolumeMount) corev1.Container {
-		return corev1.Container{Name: name, Image: image, Args: append(args, source...), SecurityContext: sc, VolumeMounts: mounts}
+		return corev1.Container{Name: name, Image: image, Args: append(args, source...), SecurityContext: sc, VolumeMounts: append(mounts, apiAccessMount)}
 	}
-	exporter := agent(ContainerExporter, w.AgentImage, []string{"ipsec-exporter", fmt.Sprintf("--listen=:%d", MetricsPort),
-		"--wireguard-state-file=" + wgState, "--nat-state-file=" + natState}, caps(), run)
-	exporter.Ports = []corev1.ContainerPort{{Name: MetricsPortName, ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP}}
+	// The status agent and the exporter only read the state files the wireguard role and
+	// init-nat write (mode 0644) on the shared emptyDir: no privilege, as in the IPsec
+	// pod; the exporter on the pod's own address, so nothing reaches it through a tunnel.
+	exporter := exporterOnPodIP(agent(ContainerExporter, w.AgentImage, []string{"ipsec-exporter", fmt.Sprintf("--listen=$(POD_IP):%d", MetricsPort),
+		"--wireguard-state-file=" + wgState, "--nat-state-file=" + natState}, unprivilegedContext(), run))
 	d := &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: objectMeta(g, DeploymentName(g.Name)),
@@ -108,19 +108,20 @@ func WireGuardDeployment(w Workload) (*appsv1.Deployment, error) {
 				Spec: corev1.PodSpec{
 					NodeName:                      w.NodeName,
 					ServiceAccountName:            ServiceAccountName(g.Name),
-					AutomountServiceAccountToken:  &t,
+					AutomountServiceAccountToken:  &f,
 					EnableServiceLinks:            &f,
 					TerminationGracePeriodSeconds: &grace,
+					SecurityContext:               podSecurityContext(),
 					Containers: []corev1.Container{
 						agent(ContainerInitNAT, w.AgentImage, []string{"init-nat", "--guard=interface", "--tunnel-interface=" + WireGuardInterface,
-							"--state-file=" + natState}, caps("NET_ADMIN"), run),
+							"--state-file=" + natState}, dropAllBut("NET_ADMIN"), run),
 						// MKNOD: the userspace fallback creates /dev/net/tun where the
 						// runtime provides none.
 						agent(ContainerWireGuard, w.WireGuardImage, []string{"wireguard", "--interface=" + WireGuardInterface,
 							"--private-key-file=" + WireGuardKeyMountPath + "/" + WireGuardKeyFile, "--state-file=" + wgState},
-							caps("NET_ADMIN", "MKNOD"), run,
+							dropAllBut("NET_ADMIN", "MKNOD"), run,
 							corev1.VolumeMount{Name: "wireguard-key", MountPath: WireGuardKeyMountPath, ReadOnly: true}),
-						agent(ContainerStatus, w.AgentImage, []string{"status-agent", "--wireguard-state-file=" + wgState}, caps(), run),
+						agent(ContainerStatus, w.AgentImage, []string{"status-agent", "--wireguard-state-file=" + wgState}, unprivilegedContext(), run),
 						exporter,
 					},
 					Volumes: []corev1.Volume{
@@ -131,6 +132,7 @@ func WireGuardDeployment(w Workload) (*appsv1.Deployment, error) {
 							Items: []corev1.KeyToPath{{Key: WireGuardPrivateKeyKey, Path: WireGuardKeyFile}},
 						}}},
 						{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+						apiAccessVolume(),
 					},
 				},
 			},

@@ -80,12 +80,21 @@ func NewScheme() *k8sruntime.Scheme {
 // Start starts a control plane with the CRDs of config/crd installed. It returns an
 // error the caller reports; Skip reports whether it is a skip (binaries missing and not
 // required) rather than a failure.
-func Start() (*Env, error) {
+func Start() (*Env, error) { return StartWith(nil) }
+
+// StartWith is Start with further kube-apiserver flags (for example an audit policy
+// and log, to see which requests a component makes).
+func StartWith(apiServerFlags map[string]string) (*Env, error) {
 	dir := BinDir()
 	if dir == "" {
 		return nil, ErrNoControlPlane
 	}
+	api := &envtest.APIServer{}
+	for k, v := range apiServerFlags {
+		api.Configure().Set(k, v)
+	}
 	env := &envtest.Environment{
+		ControlPlane:          envtest.ControlPlane{APIServer: api},
 		BinaryAssetsDirectory: dir,
 		// The project's CRDs, and the Multus NAD CRD the gateway workload needs.
 		CRDDirectoryPaths: []string{

@@ -98,9 +98,11 @@ func TestDeploymentEnvDefaults(t *testing.T) {
 		"IPSEC_RESYNC_INTERVAL":                   "5m",
 		"IPSEC_MAX_CONCURRENT_RECONCILES":         "4",
 		"IPSEC_STATUS_AGENT_STALE_AFTER":          "3m",
+		"IPSEC_EXPOSURE_TARGET_CIDRS":             "",
+		"IPSEC_CLUSTERLINK_SAFE_ROLES":            "",
 	}
 	for name, v := range want {
-		if v == "" && name != "IPSEC_INTERNAL_SOURCE_CIDRS" {
+		if v == "" && name != "IPSEC_INTERNAL_SOURCE_CIDRS" && name != "IPSEC_EXPOSURE_TARGET_CIDRS" && name != "IPSEC_CLUSTERLINK_SAFE_ROLES" {
 			t.Fatalf("no expected value for %s: a constant in the operator's source was renamed", name)
 		}
 		if got := env[name].Value; got != v {
@@ -243,6 +245,8 @@ func TestValuesFlowToEnv(t *testing.T) {
 	vals = with(vals, "images.operator.tag", "v0.2.0")
 	vals = with(vals, "nadTemplate", nad)
 	vals = with(vals, "clusterLink.credentialsNamespace", "link-creds")
+	vals = with(vals, "exposureTargetCIDRs", []any{"10.250.0.0/16", "10.251.0.0/16"})
+	vals = with(vals, "clusterLink.safeRoles", []any{"network_operator", "creator"})
 	vals = with(vals, "resyncInterval", "90s")
 	vals = with(vals, "maxConcurrentReconciles", 2)
 	vals = with(vals, "leaderElection.enabled", false)
@@ -263,6 +267,8 @@ func TestValuesFlowToEnv(t *testing.T) {
 		"IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE": "link-creds",
 		"IPSEC_RESYNC_INTERVAL":                   "90s",
 		"IPSEC_MAX_CONCURRENT_RECONCILES":         "2",
+		"IPSEC_EXPOSURE_TARGET_CIDRS":             "10.250.0.0/16,10.251.0.0/16",
+		"IPSEC_CLUSTERLINK_SAFE_ROLES":            "network_operator,creator",
 	}
 	for name, v := range want {
 		if got := env[name].Value; got != v {
@@ -417,9 +423,10 @@ func TestCredentialsNamespaceRBAC(t *testing.T) {
 	const ns = "bnerd-vpn-clusterlinks"
 	name := fullname + "-clusterlink-credentials"
 	role := convert[rbacv1.Role](t, r.find(t, "Role", ns, name))
-	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}}}
+	// get to read a credential, list and watch to follow each link's own Secret by name.
+	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch"}}}
 	if !reflect.DeepEqual(role.Rules, wantRules) {
-		t.Errorf("credentials Role rules %+v, want only get on secrets", role.Rules)
+		t.Errorf("credentials Role rules %+v, want get, list and watch on secrets", role.Rules)
 	}
 	rb := convert[rbacv1.RoleBinding](t, r.find(t, "RoleBinding", ns, name))
 	if rb.RoleRef.Kind != "Role" || rb.RoleRef.Name != name ||

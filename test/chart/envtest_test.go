@@ -181,6 +181,13 @@ func TestInstallOnAPIServer(t *testing.T) {
 		// RBAC really decides: what nobody granted is refused.
 		{"delete", "", "nodes", "", "", false},
 		{"create", "ipsec.bnerd.net", "ipsecgateways", "", "tenant-a", false},
+		// The only Secret the operator writes is a WireGuard gateway's key (create, and
+		// update on rotation); no patch, no bulk delete. Leases only in its own namespace.
+		{"create", "", "secrets", "", "tenant-a", true},
+		{"update", "", "secrets", "", "tenant-a", true},
+		{"patch", "", "secrets", "", "tenant-a", false},
+		{"deletecollection", "", "secrets", "", "tenant-a", false},
+		{"create", "coordination.k8s.io", "leases", "", "tenant-a", false},
 	})
 
 	// Without the cluster-wide grant, the two namespaced Roles must stand on their own.
@@ -199,7 +206,8 @@ func TestInstallOnAPIServer(t *testing.T) {
 	}
 	run("namespaced Roles only", []check{
 		{"get", "", "secrets", "", creds, true},
-		{"list", "", "secrets", "", creds, false},
+		{"list", "", "secrets", "", creds, true},
+		{"watch", "", "secrets", "", creds, true},
 		{"get", "", "secrets", "", "tenant-a", false},
 		{"get", "", "secrets", "", releaseNS, false},
 		{"create", "coordination.k8s.io", "leases", "", releaseNS, true},

@@ -151,6 +151,19 @@ func TestReverseGatewayAndClusterLinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A cross-tenant link without a gatewaySelector serves the gateways of the
+	// namespaces labelled for its customer project (docs/security.md).
+	var nsObj corev1.Namespace
+	if err := env.Client.Get(r.ctx, types.NamespacedName{Name: r.ns}, &nsObj); err != nil {
+		t.Fatal(err)
+	}
+	if nsObj.Labels == nil {
+		nsObj.Labels = map[string]string{}
+	}
+	nsObj.Labels[v1.LabelCustomerProject] = custProject
+	if err := env.Client.Update(r.ctx, &nsObj); err != nil {
+		t.Fatal(err)
+	}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: r.cfg.ClusterLinkCredentialsNamespace, Name: clusterlink.SecretNamePrefix + "real-diehl01"},
 		Data: map[string][]byte{openstack.EnvAppCredentialID: []byte(custCred.AppCredentialID), openstack.EnvAppCredentialSecret: []byte(custCred.AppCredentialSecret)}}
 	if err := env.Client.Create(r.ctx, secret); err != nil {

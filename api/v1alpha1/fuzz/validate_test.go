@@ -3,6 +3,8 @@ package fuzz
 import (
 	"encoding/json"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
@@ -29,13 +31,28 @@ func goodGateway() v1.GatewaySpec {
 	}
 }
 
+// Written out here rather than taken from the packages under test, so the fuzzer checks
+// Validate against an independent statement of the rules.
+var (
+	specialRanges = []netip.Prefix{
+		netip.MustParsePrefix("0.0.0.0/8"), netip.MustParsePrefix("127.0.0.0/8"),
+		netip.MustParsePrefix("169.254.0.0/16"), netip.MustParsePrefix("224.0.0.0/4"),
+		netip.MustParsePrefix("240.0.0.0/4"),
+	}
+	weakAlgorithms = []string{"null", "des", "3des", "md5", "sha1", "modp768", "modp1024", "modp1536"}
+)
+
 // FuzzGatewayValidate feeds arbitrary JSON-decoded specs to Validate: it must never
-// panic, and whatever it accepts must have every pinned virtual IP inside its range.
+// panic, and whatever it accepts must have every pinned virtual IP inside its range, no
+// target at a special-purpose address (the cloud's metadata service above all), no
+// client network overlapping one, and no proposal naming an algorithm below the floor.
 func FuzzGatewayValidate(f *testing.F) {
 	good, _ := json.Marshal(goodGateway())
 	f.Add(good)
 	f.Add([]byte(`{"tunnels":[{"name":"a","peer":{"address":"1.2.3.4","subnets":["10.0.0.0/8"]},"preSharedKey":{"name":"s"}}],"exposures":[{"name":"e","virtualIP":"100.64.0.1","target":{"address":"x"}}]}`))
 	f.Add([]byte(`{"tunnels":[],"reverseExposures":[{"name":"r","tunnel":"","virtualIP":"::1"}]}`))
+	f.Add([]byte(`{"tunnels":[{"name":"a","peer":{"address":"1.2.3.4","subnets":["169.254.0.0/16"]},"preSharedKey":{"name":"s"}}],"exposures":[{"name":"e","target":{"address":"169.254.169.254","ports":[{"port":443}]}}],"reverseExposures":[{"name":"r","tunnel":"a","target":{"address":"169.254.169.254"}}]}`))
+	f.Add([]byte(`{"tunnels":[{"name":"a","peer":{"address":"1.2.3.4","subnets":["10.0.0.0/8"]},"preSharedKey":{"name":"s"},"ike":{"proposals":["3des-sha1-modp1024"]},"esp":{"proposals":["aes256-md5"]}}],"exposures":[{"name":"e","target":{"address":"127.0.0.1"}}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var s v1.GatewaySpec
 		if err := json.Unmarshal(data, &s); err != nil {
@@ -43,6 +60,44 @@ func FuzzGatewayValidate(f *testing.F) {
 		}
 		if len(s.Validate()) != 0 {
 			return
+		}
+		special := func(a netip.Addr) bool {
+			for _, p := range specialRanges {
+				if p.Contains(a) {
+					return true
+				}
+			}
+			return false
+		}
+		for _, tn := range s.Tunnels {
+			for _, sn := range tn.Peer.Subnets {
+				p, err := netip.ParsePrefix(sn)
+				if err != nil {
+					t.Fatalf("accepted client subnet %q that is no prefix", sn)
+				}
+				for _, r := range specialRanges {
+					if r.Overlaps(p) {
+						t.Fatalf("accepted client subnet %s overlapping special-purpose %s", p, r)
+					}
+				}
+			}
+			for _, pr := range append(append([]string(nil), tn.IKE.Proposals...), tn.ESP.Proposals...) {
+				for _, tok := range strings.Split(pr, "-") {
+					if slices.Contains(weakAlgorithms, tok) {
+						t.Fatalf("accepted proposal %q naming %s", pr, tok)
+					}
+				}
+			}
+		}
+		for _, e := range s.Exposures {
+			if a, err := netip.ParseAddr(e.Target.Address); err != nil || special(a) {
+				t.Fatalf("accepted exposure target %q", e.Target.Address)
+			}
+		}
+		for _, r := range s.ReverseExposures {
+			if a, err := netip.ParseAddr(r.Target.Address); err != nil || special(a) {
+				t.Fatalf("accepted reverse exposure target %q", r.Target.Address)
+			}
 		}
 		for _, e := range s.Exposures {
 			if e.VirtualIP == "" {

@@ -74,14 +74,15 @@ func (d *fakeDrift) Check(elements bool) (string, error) {
 func config(t *testing.T, peers ...string) []byte {
 	t.Helper()
 	cfg := &gatewayconfig.Config{
-		Version: 1, Gateway: gatewayconfig.GatewayRef{Kind: "IPsecGateway", Namespace: "ns", Name: "gw"},
+		Version: gatewayconfig.FormatVersion, Gateway: gatewayconfig.GatewayRef{Kind: "IPsecGateway", Namespace: "ns", Name: "gw"},
 		ServiceCIDR: "100.64.7.0/24", GatewayAddress: "100.64.7.1", PortFixedIP: "203.0.113.5",
 		SubnetCIDR: "203.0.113.0/24", SubnetGatewayIP: "203.0.113.1", FloatingIP: "192.0.2.100",
 	}
 	for i, p := range peers {
 		cfg.Tunnels = append(cfg.Tunnels, gatewayconfig.Tunnel{Name: fmt.Sprintf("t%d", i), PeerAddress: p, PeerID: p,
 			RemoteSubnets: []string{fmt.Sprintf("198.51.%d.0/24", 100+i)}, IKEProposals: []string{"aes128gcm16-prfsha256-x25519"},
-			ESPProposals: []string{"aes128gcm16-x25519"}, IKERekeySeconds: 3600, ESPRekeySeconds: 600, DPDDelaySeconds: 5, DPDAction: "restart"})
+			ESPProposals: []string{"aes128gcm16-x25519"}, IKERekeySeconds: 3600, ESPRekeySeconds: 600, DPDDelaySeconds: 5, DPDAction: "restart",
+			PSK: gatewayconfig.SecretKeyRef{Secret: "t1-psk", Key: "psk"}})
 	}
 	b, err := gatewayconfig.Marshal(cfg)
 	if err != nil {

@@ -43,9 +43,12 @@ const (
 	ChainPostrouting = "postrouting"
 	ChainForward     = "forward"
 	ChainOutput      = "output"
+	ChainInput       = "input"
 	ChainGuard       = "guard"
 	// GuardComment marks the fail-closed guard's drop rules.
 	GuardComment = "fail-closed guard"
+	// InputComment marks the rule that keeps the client off the pod itself.
+	InputComment = "client to the pod"
 )
 
 // Options configure the Programmer.
@@ -220,6 +223,7 @@ func (p *Programmer) chains() []chainSpec {
 		{ChainPostrouting, knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority},
 		{ChainForward, knftables.FilterType, knftables.ForwardHook, knftables.FilterPriority},
 		{ChainGuard, knftables.FilterType, knftables.PostroutingHook, knftables.SNATPriority + "+10"},
+		{ChainInput, knftables.FilterType, knftables.InputHook, knftables.FilterPriority},
 	}
 	if p.opts.Guard == GuardInterface {
 		cs = append(cs, chainSpec{ChainOutput, knftables.FilterType, knftables.OutputHook, knftables.FilterPriority})
@@ -281,6 +285,11 @@ func (p *Programmer) ruleText(m *gatewayconfig.NAT) []string {
 	// tunnel.
 	add(ChainForward, fmt.Sprintf("ip saddr %s ct status & dnat == 0 counter drop", peers))
 	add(ChainForward, fmt.Sprintf("ip daddr %s ct status & dnat == 0 counter drop", peers))
+	// The client reaches our services through the exposures, never the gateway pod
+	// itself: a new connection from the client's subnets to one of the pod's own
+	// addresses (the metrics port, the service CIDR's .1, the port's address) is dropped.
+	// IKE and ESP come from the peer's address, which lies outside its subnets.
+	add(ChainInput, fmt.Sprintf("ip saddr %s ct state new counter drop comment %q", peers, InputComment))
 	return out
 }
 

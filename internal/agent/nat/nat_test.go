@@ -3,12 +3,14 @@ package nat
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netns"
 	"sigs.k8s.io/knftables"
@@ -276,6 +278,76 @@ func TestGuardDropCounterSurvivesRewrite(t *testing.T) {
 		ping(2)
 		if n := check(); n != 5 {
 			t.Errorf("guard dropped %d in total across the rewrite, want 5", n)
+		}
+	})
+}
+
+// TestInputChainKeepsTheClientOffThePod: in a network namespace with the gateway's
+// addresses, a client address from a peer subnet cannot open a connection to a
+// listener of the pod (the exporter's port on the port's fixed IP), while another
+// source can, and the same client could before the table was applied and can again
+// once the input rule is deleted: the rule, nothing else, refuses it.
+func TestInputChainKeepsTheClientOffThePod(t *testing.T) {
+	inNetns(t, func() {
+		ip := func(args ...string) {
+			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+				t.Errorf("ip %v: %v %s", args, err, out)
+			}
+		}
+		ip("link", "set", "lo", "up")
+		// The pod's own address, a client address inside the peer subnet, and another.
+		for _, a := range []string{"10.254.0.17/32", "198.51.100.9/32", "10.9.9.9/32"} {
+			ip("addr", "add", a, "dev", "lo")
+		}
+		ln, err := net.Listen("tcp", "10.254.0.17:9903")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				_ = c.Close()
+			}
+		}()
+		dial := func(from string) error {
+			d := net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+			c, err := d.Dial("tcp", "10.254.0.17:9903")
+			if err == nil {
+				_ = c.Close()
+			}
+			return err
+		}
+		if err := dial("198.51.100.9"); err != nil {
+			t.Errorf("without the table the client address connects: %v", err)
+			return
+		}
+		// The guard's tunnel device is lo here, so the guard lets the replies through:
+		// only the input chain can refuse the client.
+		p, err := New(Options{TunnelInterface: "lo"})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if _, err := p.Sync(context.Background(), model(1)); err != nil {
+			t.Errorf("sync: %v", err)
+			return
+		}
+		if err := dial("198.51.100.9"); err == nil {
+			t.Error("a client address connected to the pod through the table")
+		}
+		if err := dial("10.9.9.9"); err != nil {
+			t.Errorf("another source was refused too: %v", err)
+		}
+		if out, err := exec.Command("nft", "flush", "chain", "ip", DefaultTable, ChainInput).CombinedOutput(); err != nil {
+			t.Errorf("nft flush: %v %s", err, out)
+		}
+		if err := dial("198.51.100.9"); err != nil {
+			t.Errorf("with the input chain flushed the client still cannot connect, so something else refused it: %v", err)
 		}
 	})
 }

@@ -18,10 +18,10 @@ var env *testenv.Env
 
 func TestMain(m *testing.M) { testenv.Main(m, &env) }
 
-// TestAPIDeliversConfigMapChanges watches a gateway's ConfigMap (and Secret) on the real
-// API server, the way the pod's agent does: the first snapshot carries the content, an
-// edit arrives as a new snapshot (no kubelet volume refresh involved), and a change to
-// another ConfigMap in the namespace is never delivered.
+// TestAPIDeliversConfigMapChanges watches a gateway's ConfigMap on the real API server,
+// the way the pod's agent does: the first snapshot carries the content, an edit arrives
+// as a new snapshot (no kubelet volume refresh involved), and a change to another
+// ConfigMap in the namespace is never delivered.
 func TestAPIDeliversConfigMapChanges(t *testing.T) {
 	testenv.Need(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -32,26 +32,17 @@ func TestAPIDeliversConfigMapChanges(t *testing.T) {
 	}
 	ns := "default"
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gw-gateway"},
-		Data: map[string]string{gatewayconfig.ConfigMapKeyConfig: `{"v":1}`, gatewayconfig.ConfigMapKeySwanctl: "first"}}
+		Data: map[string]string{gatewayconfig.ConfigMapKeyConfig: `{"v":1}`}}
 	other := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "unrelated"},
-		Data: map[string]string{gatewayconfig.ConfigMapKeySwanctl: "not ours"}}
-	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gw-gateway-psk"},
-		Data: map[string][]byte{gatewayconfig.SecretKeySecrets: []byte("keys")}}
-	for _, create := range []func() error{
-		func() error { _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); return err },
-		func() error {
-			_, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, other, metav1.CreateOptions{})
-			return err
-		},
-		func() error { _, err := cs.CoreV1().Secrets(ns).Create(ctx, sec, metav1.CreateOptions{}); return err },
-	} {
-		if err := create(); err != nil {
+		Data: map[string]string{gatewayconfig.ConfigMapKeyConfig: "not ours"}}
+	for _, c := range []*corev1.ConfigMap{cm, other} {
+		if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, c, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 
 	out := make(chan Snapshot, 1)
-	a := &API{Client: cs, Namespace: ns, ConfigMap: cm.Name, Secret: sec.Name}
+	a := &API{Client: cs, Namespace: ns, ConfigMap: cm.Name}
 	go func() { _ = a.Run(ctx, out) }()
 	next := func(want func(Snapshot) bool) Snapshot {
 		t.Helper()
@@ -59,7 +50,7 @@ func TestAPIDeliversConfigMapChanges(t *testing.T) {
 		for {
 			select {
 			case s := <-out:
-				if s.Swanctl == "not ours" {
+				if string(s.Config) == "not ours" {
 					t.Fatal("a change to another ConfigMap was delivered")
 				}
 				if want(s) {
@@ -70,27 +61,24 @@ func TestAPIDeliversConfigMapChanges(t *testing.T) {
 			}
 		}
 	}
-	s := next(func(s Snapshot) bool { return s.Complete(true) })
-	if s.Swanctl != "first" || s.Secrets != "keys" || string(s.Config) != `{"v":1}` {
+	s := next(func(s Snapshot) bool { return s.Complete() })
+	if string(s.Config) != `{"v":1}` {
 		t.Fatalf("first snapshot %+v", s)
 	}
 
 	if _, err := cs.CoreV1().ConfigMaps(ns).Update(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "unrelated"},
-		Data: map[string]string{gatewayconfig.ConfigMapKeySwanctl: "not ours"}}, metav1.UpdateOptions{}); err != nil {
+		Data: map[string]string{gatewayconfig.ConfigMapKeyConfig: "not ours"}}, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	cur, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, cm.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cur.Data[gatewayconfig.ConfigMapKeySwanctl] = "second"
+	cur.Data[gatewayconfig.ConfigMapKeyConfig] = `{"v":2}`
 	if _, err := cs.CoreV1().ConfigMaps(ns).Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	s = next(func(s Snapshot) bool { return s.Swanctl == "second" })
-	if s.Secrets != "keys" {
-		t.Fatalf("the edit lost the secrets: %+v", s)
-	}
+	next(func(s Snapshot) bool { return string(s.Config) == `{"v":2}` })
 }
 
 // BenchmarkAPIConfigMapEditToSnapshot measures the live-reload path's first half: from
@@ -106,26 +94,26 @@ func BenchmarkAPIConfigMapEditToSnapshot(b *testing.B) {
 	}
 	ns := "default"
 	cm, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "bench-gateway-"},
-		Data: map[string]string{gatewayconfig.ConfigMapKeyConfig: "{}", gatewayconfig.ConfigMapKeySwanctl: "0"}}, metav1.CreateOptions{})
+		Data: map[string]string{gatewayconfig.ConfigMapKeyConfig: "0"}}, metav1.CreateOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	out := make(chan Snapshot, 1)
 	go func() { _ = (&API{Client: cs, Namespace: ns, ConfigMap: cm.Name}).Run(ctx, out) }()
 	for s := range out {
-		if s.Swanctl == "0" {
+		if string(s.Config) == "0" {
 			break
 		}
 	}
 	b.ResetTimer()
 	for i := 1; i <= b.N; i++ {
 		want := fmt.Sprint(i)
-		cm.Data[gatewayconfig.ConfigMapKeySwanctl] = want
+		cm.Data[gatewayconfig.ConfigMapKeyConfig] = want
 		if cm, err = cs.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 			b.Fatal(err)
 		}
 		for s := range out {
-			if s.Swanctl == want {
+			if string(s.Config) == want {
 				break
 			}
 		}

@@ -1,6 +1,6 @@
 // Package source delivers the gateway's rendered configuration to the agent roles,
-// either from the ConfigMap and Secret through the API server (a watch on exactly those
-// two named objects) or from files (tests, and setups without API access).
+// either from the ConfigMap through the API server (a watch on exactly that one named
+// object) or from files (tests, and setups without API access).
 package source
 
 import (
@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -23,40 +22,35 @@ import (
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
 )
 
-// Snapshot is one consistent view of the rendered files.
+// Snapshot is one consistent view of the rendered configuration. The agent renders
+// swanctl.conf from Config itself. Secrets is the file mode's secrets.conf (the API
+// mode reads each tunnel's Secret instead, internal/agent/psk).
 type Snapshot struct {
 	Config  []byte
-	Swanctl string
 	Secrets string
 }
 
 // Equal reports whether two snapshots carry the same content.
 func (s Snapshot) Equal(o Snapshot) bool {
-	return bytes.Equal(s.Config, o.Config) && s.Swanctl == o.Swanctl && s.Secrets == o.Secrets
+	return bytes.Equal(s.Config, o.Config) && s.Secrets == o.Secrets
 }
 
-// Complete reports whether every part the roles need is present.
-func (s Snapshot) Complete(needSecrets bool) bool {
-	return len(s.Config) > 0 && s.Swanctl != "" && (!needSecrets || s.Secrets != "")
-}
+// Complete reports whether the snapshot carries a config.
+func (s Snapshot) Complete() bool { return len(s.Config) > 0 }
 
-// Files polls gateway.json, swanctl.conf and secrets.conf. Kubelet-projected volumes
+// Files polls gateway.json and (optionally) secrets.conf. Kubelet-projected volumes
 // replace files through a symlink swap, which polling content handles without inotify.
 type Files struct {
-	ConfigFile, SwanctlFile, SecretsFile string
-	Interval                             time.Duration
+	ConfigFile, SecretsFile string
+	Interval                time.Duration
 }
 
-// NewFiles derives the sibling file names from the config file's directory.
-func NewFiles(configFile, swanctlFile, secretsFile string) *Files {
-	dir := filepath.Dir(configFile)
-	if swanctlFile == "" {
-		swanctlFile = filepath.Join(dir, gatewayconfig.ConfigMapKeySwanctl)
-	}
+// NewFiles derives the secrets file's name from the config file's directory.
+func NewFiles(configFile, secretsFile string) *Files {
 	if secretsFile == "" {
-		secretsFile = filepath.Join(dir, gatewayconfig.SecretKeySecrets)
+		secretsFile = filepath.Join(filepath.Dir(configFile), gatewayconfig.SecretKeySecrets)
 	}
-	return &Files{ConfigFile: configFile, SwanctlFile: swanctlFile, SecretsFile: secretsFile, Interval: 200 * time.Millisecond}
+	return &Files{ConfigFile: configFile, SecretsFile: secretsFile, Interval: 200 * time.Millisecond}
 }
 
 // Run sends every changed snapshot on out until ctx ends.
@@ -67,10 +61,10 @@ func (f *Files) Run(ctx context.Context, out chan Snapshot) error {
 	defer t.Stop()
 	for {
 		var s Snapshot
+		// A missing file is an empty one: the snapshot says so and the roles wait.
 		s.Config, _ = os.ReadFile(f.ConfigFile)
-		sw, _ := os.ReadFile(f.SwanctlFile)
 		sec, _ := os.ReadFile(f.SecretsFile)
-		s.Swanctl, s.Secrets = string(sw), string(sec)
+		s.Secrets = string(sec)
 		if first || !s.Equal(last) {
 			first = false
 			last = s
@@ -96,65 +90,35 @@ func send(ctx context.Context, out chan Snapshot, s Snapshot) {
 	}
 }
 
-// merger combines the ConfigMap's and the Secret's latest content into snapshots. The
-// two informers call it from their own goroutines; the lock is held across the send, so
-// the snapshots leave in the order they were merged and the last one delivered is always
-// the newest (with the send outside the lock, a snapshot merged earlier could be sent
-// after a newer one and overwrite it in the one-slot channel).
-type merger struct {
-	ctx context.Context
-	out chan Snapshot
-
-	mu  sync.Mutex
-	cur Snapshot
-}
-
-func (m *merger) update(apply func(*Snapshot)) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	apply(&m.cur)
-	send(m.ctx, m.out, m.cur)
-}
-
-// API watches one ConfigMap and one Secret by name.
+// API watches one ConfigMap by name.
 type API struct {
 	Client    kubernetes.Interface
 	Namespace string
 	ConfigMap string
-	Secret    string // empty: secrets are not needed by this role
 }
 
-// Run sends a snapshot on every change of either object until ctx ends. out should have
+// Run sends a snapshot on every change of the ConfigMap until ctx ends. out should have
 // room for one snapshot (the roles use a one-slot channel): only the newest is kept.
+// The informer calls its handlers one at a time, in order, so the last snapshot sent is
+// always the newest.
 func (a *API) Run(ctx context.Context, out chan Snapshot) error {
-	m := &merger{ctx: ctx, out: out}
 	cms := a.Client.CoreV1().ConfigMaps(a.Namespace)
 	cmInf := cache.NewSharedIndexInformer(named(a.ConfigMap, a.Client,
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return cms.List(ctx, o) },
 		cms.Watch), &corev1.ConfigMap{}, 0, cache.Indexers{})
+	deliver := func(o any) {
+		if cm, ok := o.(*corev1.ConfigMap); ok {
+			send(ctx, out, Snapshot{Config: []byte(cm.Data[gatewayconfig.ConfigMapKeyConfig])})
+		}
+	}
 	if _, err := cmInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { m.update(func(s *Snapshot) { fromConfigMap(s, o) }) },
-		UpdateFunc: func(_, o any) { m.update(func(s *Snapshot) { fromConfigMap(s, o) }) },
+		AddFunc:    deliver,
+		UpdateFunc: func(_, o any) { deliver(o) },
 	}); err != nil {
 		return err
 	}
 	go cmInf.Run(ctx.Done())
-	syncs := []cache.InformerSynced{cmInf.HasSynced}
-	if a.Secret != "" {
-		secs := a.Client.CoreV1().Secrets(a.Namespace)
-		secInf := cache.NewSharedIndexInformer(named(a.Secret, a.Client,
-			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return secs.List(ctx, o) },
-			secs.Watch), &corev1.Secret{}, 0, cache.Indexers{})
-		if _, err := secInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { m.update(func(s *Snapshot) { fromSecret(s, o) }) },
-			UpdateFunc: func(_, o any) { m.update(func(s *Snapshot) { fromSecret(s, o) }) },
-		}); err != nil {
-			return err
-		}
-		go secInf.Run(ctx.Done())
-		syncs = append(syncs, secInf.HasSynced)
-	}
-	if !cache.WaitForCacheSync(ctx.Done(), syncs...) {
+	if !cache.WaitForCacheSync(ctx.Done(), cmInf.HasSynced) {
 		return fmt.Errorf("watching %s/%s: cache did not sync", a.Namespace, a.ConfigMap)
 	}
 	<-ctx.Done()
@@ -179,21 +143,4 @@ func named(name string, client any,
 			return watchFn(ctx, o)
 		},
 	}, client)
-}
-
-func fromConfigMap(s *Snapshot, o any) {
-	cm, ok := o.(*corev1.ConfigMap)
-	if !ok {
-		return
-	}
-	s.Config = []byte(cm.Data[gatewayconfig.ConfigMapKeyConfig])
-	s.Swanctl = cm.Data[gatewayconfig.ConfigMapKeySwanctl]
-}
-
-func fromSecret(s *Snapshot, o any) {
-	sec, ok := o.(*corev1.Secret)
-	if !ok {
-		return
-	}
-	s.Secrets = string(sec.Data[gatewayconfig.SecretKeySecrets])
 }

@@ -50,6 +50,9 @@ type Agent struct {
 	// peers, from the wireguard role's state file).
 	State func(names []string, now time.Time) ([]v1alpha1.TunnelState, string)
 	Write WriteFunc
+	// Waiting, when set, names the tunnels the loader holds back and why (a missing
+	// pre-shared key): such a tunnel, unless up, is reported with ReasonWaitingForKey.
+	Waiting func() map[string]string
 	// Kick triggers a round besides the timer.
 	Kick     <-chan struct{}
 	Interval time.Duration
@@ -109,6 +112,20 @@ func (a *Agent) Round(ctx context.Context) (tunnels []v1alpha1.TunnelState, read
 			}
 		} else {
 			a.failures = 0
+		}
+		if a.Waiting != nil {
+			// A tunnel the loader holds back for want of a usable key says so, whatever
+			// charon last said about it.
+			waiting, inner := a.Waiting(), notes
+			notes = func(name string) Note {
+				if why, ok := waiting[name]; ok {
+					return Note{Reason: ReasonWaitingForKey, Message: "not started, waiting for its pre-shared key: " + why}
+				}
+				if inner == nil {
+					return Note{}
+				}
+				return inner(name)
+			}
 		}
 		tunnels, ready = Compute(names, cur, notes, now())
 	}

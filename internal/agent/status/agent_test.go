@@ -64,6 +64,32 @@ func TestAgentRound(t *testing.T) {
 	}
 }
 
+// TestAgentSaysWhyATunnelWaits: a tunnel the loader holds back for want of its key is
+// Down with the reason; once it has an SA the reason is gone.
+func TestAgentSaysWhyATunnelWaits(t *testing.T) {
+	ref := gatewayconfig.GatewayRef{Kind: "IPsecGateway", Namespace: "ns", Name: "gw"}
+	var sas map[string][]vici.IKESA
+	waiting := map[string]string{"branch": "Secret ns/branch-psk not found"}
+	a := &Agent{
+		Tunnels: func() ([]string, gatewayconfig.GatewayRef) { return []string{"hq", "branch"}, ref },
+		SAs:     func(context.Context, []string) (map[string][]vici.IKESA, error) { return sas, nil },
+		Write: func(context.Context, gatewayconfig.GatewayRef, []v1alpha1.TunnelState, string) (bool, error) {
+			return true, nil
+		},
+		Waiting: func() map[string]string { return waiting },
+		Now:     func() time.Time { return now },
+	}
+	ts, _, _ := a.Round(context.Background())
+	if ts[1].State != StateDown || ts[1].Reason != ReasonWaitingForKey || ts[1].Message != "not started, waiting for its pre-shared key: Secret ns/branch-psk not found" || ts[0].Message != "no IKE SA" || ts[0].Reason != "" {
+		t.Fatalf("tunnels %+v", ts)
+	}
+	waiting = nil
+	sas = map[string][]vici.IKESA{"branch": {{Name: "branch", State: "ESTABLISHED", Children: []vici.ChildSA{{Name: "branch", State: "INSTALLED"}}}}}
+	if ts, _, _ = a.Round(context.Background()); ts[1].State != StateUp || ts[1].Message != "" || ts[1].Reason != "" {
+		t.Fatalf("tunnels %+v", ts)
+	}
+}
+
 // TestAgentRunsOnKicks: a kick (a VICI event) triggers a round long before the timer.
 func TestAgentRunsOnKicks(t *testing.T) {
 	kicks, kick := Kicker()

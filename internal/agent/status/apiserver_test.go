@@ -113,9 +113,11 @@ func TestWriterOnRealAPIServer(t *testing.T) {
 }
 
 // TestGatewayPodRBAC proves the Role the operator renders for a gateway pod on the real
-// API server, impersonating the pod's ServiceAccount: the status agent can read and
-// patch its own gateway's status and watch its own ConfigMap, and nothing else — not the
-// gateway object itself, not another gateway, not a Secret, not another ConfigMap.
+// API server, impersonating the pod's ServiceAccount: the agent can read and patch its
+// own gateway's status, watch its own ConfigMap and read, list and watch by name the
+// Secret its tunnel names, and nothing else: not the gateway object itself, not another
+// gateway, not another Secret (not even the others of its namespace), not another
+// ConfigMap.
 func TestGatewayPodRBAC(t *testing.T) {
 	testenv.Need(t)
 	ctx := context.Background()
@@ -133,10 +135,11 @@ func TestGatewayPodRBAC(t *testing.T) {
 	g := render.Gateway{APIVersion: v1alpha1.GroupVersion.String(), Kind: "IPsecGateway", Resource: "ipsecgateways",
 		Namespace: own.Namespace, Name: own.Name, UID: own.UID}
 	objs := []client.Object{
-		render.ServiceAccount(g), render.Role(g, v1alpha1.GroupVersion.Group), render.RoleBinding(g),
+		render.ServiceAccount(g), render.Role(g, v1alpha1.GroupVersion.Group, "psk"), render.RoleBinding(g),
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: own.Namespace, Name: render.ConfigMapName(own.Name)}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: own.Namespace, Name: "unrelated"}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: own.Namespace, Name: render.SecretName(own.Name)}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: own.Namespace, Name: "psk"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: own.Namespace, Name: "another-tenants-secret"}},
 	}
 	for _, o := range objs {
 		if err := env.Client.Create(ctx, o); err != nil {
@@ -176,9 +179,24 @@ func TestGatewayPodRBAC(t *testing.T) {
 		t.Fatalf("the pod cannot watch its own ConfigMap by name: %v", err)
 	}
 
+	if _, err := cs.CoreV1().Secrets(own.Namespace).Get(ctx, "psk", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the pod cannot read the Secret its tunnel names: %v", err)
+	}
+	if _, err := cs.CoreV1().Secrets(own.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=psk"}); err != nil {
+		t.Fatalf("the pod cannot list its tunnel's Secret by name (the agent's watch): %v", err)
+	}
+	if w, err := cs.CoreV1().Secrets(own.Namespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=psk"}); err != nil {
+		t.Fatalf("the pod cannot watch its tunnel's Secret by name: %v", err)
+	} else {
+		w.Stop()
+	}
+
 	forbidden := map[string]error{}
 	_, forbidden["another ConfigMap"] = cs.CoreV1().ConfigMaps(own.Namespace).Get(ctx, "unrelated", metav1.GetOptions{})
-	_, forbidden["its PSK Secret"] = cs.CoreV1().Secrets(own.Namespace).Get(ctx, render.SecretName(own.Name), metav1.GetOptions{})
+	_, forbidden["another Secret of its namespace"] = cs.CoreV1().Secrets(own.Namespace).Get(ctx, "another-tenants-secret", metav1.GetOptions{})
+	_, forbidden["every Secret"] = cs.CoreV1().Secrets(own.Namespace).List(ctx, metav1.ListOptions{})
+	_, forbidden["another Secret by name"] = cs.CoreV1().Secrets(own.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=another-tenants-secret"})
+	_, forbidden["a Secret of another namespace"] = cs.CoreV1().Secrets("kube-system").Get(ctx, "psk", metav1.GetOptions{})
 	_, forbidden["every ConfigMap"] = cs.CoreV1().ConfigMaps(own.Namespace).List(ctx, metav1.ListOptions{})
 	forbidden["the gateway object"] = pod.Get(ctx, client.ObjectKeyFromObject(own), &v1alpha1.IPsecGateway{})
 	ow := &Writer{Client: pod, Kind: "IPsecGateway", Namespace: other.Namespace, Name: other.Name}

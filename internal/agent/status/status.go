@@ -30,6 +30,11 @@ const (
 // ReasonCharonUnreachable: the status agent cannot reach charon over VICI.
 const ReasonCharonUnreachable = "CharonUnreachable"
 
+// ReasonWaitingForKey: the loader does not start the tunnel because its pre-shared key
+// is missing, unreadable or too short (the message names the Secret and key, never the
+// value).
+const ReasonWaitingForKey = "WaitingForPreSharedKey"
+
 // Note is what the agent knows about a tunnel beyond charon's listing: the cause of its
 // last failure (package cause) and what the loader plans (next attempt, a change being
 // applied). Either part may be empty.

@@ -63,12 +63,13 @@ func TestConnectionsConvertsListsAndSections(t *testing.T) {
 
 func TestConnectionsFromRenderer(t *testing.T) {
 	cfg := &gatewayconfig.Config{
-		Version: 1, Gateway: gatewayconfig.GatewayRef{Kind: "IPsecGateway", Namespace: "ns", Name: "gw"},
+		Version: gatewayconfig.FormatVersion, Gateway: gatewayconfig.GatewayRef{Kind: "IPsecGateway", Namespace: "ns", Name: "gw"},
 		ServiceCIDR: "100.64.7.0/24", GatewayAddress: "100.64.7.1", PortFixedIP: "203.0.113.5",
 		SubnetCIDR: "203.0.113.0/24", SubnetGatewayIP: "203.0.113.1", FloatingIP: "192.0.2.100",
 		Tunnels: []gatewayconfig.Tunnel{{Name: "t1", PeerAddress: "192.0.2.2", PeerID: "192.0.2.2",
 			RemoteSubnets: []string{"198.51.100.0/24"}, IKEProposals: []string{"aes128gcm16-prfsha256-x25519"},
-			ESPProposals: []string{"aes128gcm16-x25519"}, IKERekeySeconds: 3600, ESPRekeySeconds: 600, DPDDelaySeconds: 5, DPDAction: "restart"}},
+			ESPProposals: []string{"aes128gcm16-x25519"}, IKERekeySeconds: 3600, ESPRekeySeconds: 600, DPDDelaySeconds: 5, DPDAction: "restart",
+			PSK: gatewayconfig.SecretKeyRef{Secret: "t1-psk", Key: "psk"}}},
 	}
 	text, err := gatewayconfig.RenderSwanctl(cfg)
 	if err != nil {

@@ -112,14 +112,15 @@ func newPairWith(t *testing.T, tunnels int, mutate func(*gatewayconfig.Tunnel), 
 	p.gsock, p.psock = p.charon(p.gns, "gateway", ""), p.charon(p.pns, "client", clientSettings)
 
 	p.cfg = &gatewayconfig.Config{
-		Version: 1, Gateway: gatewayconfig.GatewayRef{Kind: "IPsecGateway", Namespace: "ns", Name: "gw"},
+		Version: gatewayconfig.FormatVersion, Gateway: gatewayconfig.GatewayRef{Kind: "IPsecGateway", Namespace: "ns", Name: "gw"},
 		ServiceCIDR: "100.64.7.0/24", GatewayAddress: "100.64.7.1", PortFixedIP: pairGW,
 		SubnetCIDR: "10.9.1.0/24", SubnetGatewayIP: pairPeer, FloatingIP: pairGW,
 	}
 	for i := 1; i <= tunnels; i++ {
 		tn := gatewayconfig.Tunnel{Name: fmt.Sprintf("t%d", i), PeerAddress: pairPeer, PeerID: fmt.Sprintf("client%d", i),
 			RemoteSubnets: []string{fmt.Sprintf("198.51.%d.0/24", 100+i)}, IKEProposals: []string{"aes128gcm16-prfsha256-x25519"},
-			ESPProposals: []string{"aes128gcm16-x25519"}, IKERekeySeconds: 3600, ESPRekeySeconds: 1800, DPDDelaySeconds: 30, DPDAction: "restart"}
+			ESPProposals: []string{"aes128gcm16-x25519"}, IKERekeySeconds: 3600, ESPRekeySeconds: 1800, DPDDelaySeconds: 30, DPDAction: "restart",
+			PSK: gatewayconfig.SecretKeyRef{Secret: "pair-psk", Key: fmt.Sprintf("t%d", i)}}
 		if mutate != nil {
 			mutate(&tn)
 		}

@@ -8,6 +8,7 @@ import (
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/conditions"
 	"bnerd.net/vpn-operator/internal/controller/outcome"
+	"bnerd.net/vpn-operator/internal/linkselect"
 	"bnerd.net/vpn-operator/internal/openstack"
 )
 
@@ -73,13 +74,61 @@ func (r *Reconciler) converge(ctx context.Context, lc *linkCtx) error {
 	return runErr
 }
 
-func (r *Reconciler) ensureValidated(_ context.Context, lc *linkCtx) (bool, error) {
+func (r *Reconciler) ensureValidated(ctx context.Context, lc *linkCtx) (bool, error) {
 	if errs := lc.link.Spec.Validate(); len(errs) > 0 {
 		lc.set.False(v1.ConditionValidated, v1.ReasonInvalidSpec, errs.ToAggregate().Error())
 		return false, nil
 	}
+	msg, err := r.cidrOverlap(ctx, lc.link)
+	if err != nil {
+		lc.set.False(v1.ConditionValidated, v1.ReasonInvalidSpec, "listing ClusterLinks: "+outcome.Describe(err))
+		return false, err
+	}
+	if msg != "" {
+		lc.set.False(v1.ConditionValidated, v1.ReasonServiceClusterCIDROverlap, msg)
+		return false, nil
+	}
 	lc.set.True(v1.ConditionValidated, v1.ReasonValid, "the spec passed validation")
 	return true, nil
+}
+
+// cidrOverlap says why serviceClusterCIDR may not be routed ("" when it may): it
+// overlaps the service-CIDR pool (gateways' virtual IPs), or an older link's
+// serviceClusterCIDR (two links would claim the same destination on one router, and a
+// gateway's exposure into it could not be told apart; the older link keeps it). The
+// transit subnet is checked once it is resolved (ensureTransitNetwork).
+func (r *Reconciler) cidrOverlap(ctx context.Context, link *v1.ClusterLink) (string, error) {
+	cidr, ok := linkselect.CIDR(link)
+	if !ok {
+		return "", nil
+	}
+	if pool := r.d.Config.ServiceCIDRPool; pool.IsValid() && pool.Overlaps(cidr) {
+		return fmt.Sprintf("serviceClusterCIDR %s overlaps the service-CIDR pool %s, where the gateways' virtual IPs live; route the service cluster's own network", cidr, pool), nil
+	}
+	var list v1.ClusterLinkList
+	if err := r.d.Client.List(ctx, &list); err != nil {
+		return "", err
+	}
+	for i := range list.Items {
+		o := &list.Items[i]
+		if o.UID == link.UID || !o.DeletionTimestamp.IsZero() || len(o.Spec.Validate()) > 0 {
+			continue
+		}
+		oc, ok := linkselect.CIDR(o)
+		if !ok || !oc.Overlaps(cidr) || !older(o, link) {
+			continue
+		}
+		return fmt.Sprintf("serviceClusterCIDR %s overlaps %s of ClusterLink %s, which is older and keeps it; give each service cluster its own network", cidr, oc, o.Name), nil
+	}
+	return "", nil
+}
+
+// older orders links by creation, then by name.
+func older(a, b *v1.ClusterLink) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Name < b.Name
 }
 
 func (r *Reconciler) ensureAttested(_ context.Context, lc *linkCtx) (bool, error) {
@@ -127,7 +176,7 @@ func (r *Reconciler) ensureNotMismatched(ctx context.Context, lc *linkCtx) (bool
 	if c == nil || c.Reason != v1.ReasonTransitIPMismatch {
 		return true, nil
 	}
-	if err := r.removeForwardRoutes(ctx, lc, lc.link.Status.TransitIP); err != nil {
+	if err := r.removeForwardRoutes(ctx, lc); err != nil {
 		return false, err
 	}
 	return false, nil
@@ -145,6 +194,11 @@ func (r *Reconciler) ensureTransitNetwork(ctx context.Context, lc *linkCtx) (boo
 		return false, err
 	}
 	lc.tn = tn
+	if cidr, ok := linkselect.CIDR(lc.link); ok && tn.prefix.Overlaps(cidr) {
+		lc.set.False(v1.ConditionValidated, v1.ReasonServiceClusterCIDROverlap, fmt.Sprintf(
+			"serviceClusterCIDR %s overlaps the transit subnet %s, where the legs and the gateways' ports live", cidr, tn.prefix))
+		return false, nil
+	}
 	return true, nil
 }
 

@@ -188,6 +188,9 @@ func (h *harness) runCrash(t *testing.T, sc crashScenario, suffix string, create
 	t.Helper()
 	name := "crash-" + suffix
 	gwName := "gw-" + suffix
+	if sc.cross {
+		customerNS(t, "tenant-crash", projDiehl)
+	}
 	ipsecGateway(t, "tenant-crash", gwName, true, "100.64.7.0/24", "10.254.0.107")
 	if sc.setup != nil {
 		sc.setup(h, name)

@@ -22,6 +22,18 @@ const SecretNamePrefix = "clusterlink-"
 // every project under legacy policy, service and advsvc skip the per-project filter.
 var PrivilegedRoles = []string{"admin", "service", "advsvc"}
 
+// SafeRoles are the roles a customer credential may carry: OpenStack's project-scoped
+// member and reader roles and the service-specific roles that grant nothing in Neutron
+// (the customer credential is only used against Neutron). A role on neither list is
+// refused too: a cloud can make any role privileged in its policy, which no name check
+// can see, so only the roles known to be harmless pass. An operator adds the roles its
+// cloud's policy keeps harmless with IPSEC_CLUSTERLINK_SAFE_ROLES.
+var SafeRoles = []string{
+	"member", "_member_", "reader",
+	"load-balancer_member", "load-balancer_observer", "load-balancer_admin",
+	"creator", "heat_stack_owner", "heat_stack_user", "swiftoperator",
+}
+
 // refusal remembers a Secret version the operator refused, so it does not
 // authenticate with the same version again.
 type refusal struct {
@@ -72,6 +84,11 @@ func (r *Reconciler) customerCredential(ctx context.Context, lc *linkCtx) credRe
 			"spec.customerProjectID %s is the operator's own project; a cross-tenant link must name the customer's project", link.Spec.CustomerProjectID)
 	}
 
+	// Follow this one Secret, metadata only: updating it retries at once, not at the
+	// resync, and the operator still caches no Secret.
+	if r.secrets != nil {
+		r.secrets.Set(secretOwner(link.Name), []types.NamespacedName{{Namespace: ref.Namespace, Name: ref.Name}})
+	}
 	secret := &corev1.Secret{}
 	if err := r.reader.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, secret); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -110,14 +127,15 @@ func (r *Reconciler) customerCredential(ctx context.Context, lc *linkCtx) credRe
 	if v := get(openstack.EnvRegionName); v != "" && v != r.d.Region {
 		return fixed(v1.ReasonCredentialsInvalid, "%s is not the operator's own region %q", openstack.EnvRegionName, r.d.Region)
 	}
+	// Endpoint, region and endpoint type are the operator's, whatever the Secret says:
+	// an OS_INTERFACE in it (internal, admin) is ignored, so a customer cannot steer the
+	// operator to endpoints of the catalog it does not use itself.
 	cred := openstack.Credential{
 		AuthURL:             r.d.AuthURL,
 		Region:              r.d.Region,
+		Interface:           r.d.Interface,
 		AppCredentialID:     get(openstack.EnvAppCredentialID),
 		AppCredentialSecret: get(openstack.EnvAppCredentialSecret),
-	}
-	if iface := get(openstack.EnvInterface); iface != "" {
-		cred.Interface = iface
 	}
 
 	clients, err := r.cache.Get(ctx, string(link.UID), version, cred)
@@ -157,6 +175,11 @@ func (r *Reconciler) customerCredential(ctx context.Context, lc *linkCtx) credRe
 				"%s: the credential's token carries the privileged role(s) %s; use a member-scoped application credential (update the Secret to retry)",
 				name, strings.Join(bad, ", ")))
 		}
+		if unknown := r.unknownRoles(info.Roles); len(unknown) > 0 {
+			return refuse(v1.ReasonCredentialsPrivileged, fmt.Sprintf(
+				"%s: the credential's token carries the role(s) %s, which the operator does not know to be harmless; use an application credential with member roles only, or, once the cloud's policy is checked, add them to IPSEC_CLUSTERLINK_SAFE_ROLES (update the Secret to retry)",
+				name, strings.Join(unknown, ", ")))
+		}
 	}
 	if info.ProjectID == r.d.OperatorProjectID {
 		r.cache.Forget(string(link.UID))
@@ -185,12 +208,27 @@ func privileged(roles []string) []string {
 	return out
 }
 
+// unknownRoles returns the roles on neither list (SafeRoles and the operator's own
+// additions), in any case.
+func (r *Reconciler) unknownRoles(roles []string) []string {
+	safe := append(slices.Clone(SafeRoles), r.d.Config.ClusterLinkSafeRoles...)
+	var out []string
+	for _, role := range roles {
+		if !slices.ContainsFunc(safe, func(s string) bool { return strings.EqualFold(s, role) }) {
+			out = append(out, role)
+		}
+	}
+	return out
+}
+
 func apiErrText(err error) string {
 	if se, ok := err.(apierrors.APIStatus); ok {
 		return string(se.Status().Reason) + ": " + se.Status().Message
 	}
 	return err.Error()
 }
+
+func secretOwner(link string) string { return "ClusterLink/" + link }
 
 // forgetLink drops everything remembered about a link.
 func (r *Reconciler) forgetLink(uid types.UID) {

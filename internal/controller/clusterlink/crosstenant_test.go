@@ -118,7 +118,7 @@ func TestCrossTenantNotAttested(t *testing.T) {
 	h.secret("na2", "diehl", nil)
 	h.sim.ResetCounters()
 	h.newLink("na1", diehlRouter, diehlCIDR, crossTenant(projDiehl), func(l *v1.ClusterLink) { delete(l.Annotations, v1.AnnotationCustomerAPIAccess) })
-	h.newLink("na2", diehlRouter, diehlCIDR, crossTenant(projDiehl), func(l *v1.ClusterLink) { l.Annotations[v1.AnnotationCustomerAPIAccess] = "None" })
+	h.newLink("na2", diehlRouter, "10.236.0.0/16", crossTenant(projDiehl), func(l *v1.ClusterLink) { l.Annotations[v1.AnnotationCustomerAPIAccess] = "None" })
 	for _, n := range []string{"na1", "na2"} {
 		l := h.untilCond(n, v1.ConditionTenantIsolationAttested, v1.ReasonNotAttested)
 		expectCond(t, l, v1.ConditionTenantIsolationAttested, metav1.ConditionFalse, v1.ReasonNotAttested, "a cross-tenant link needs the annotation "+v1.AnnotationCustomerAPIAccess)
@@ -197,7 +197,7 @@ func TestCrossTenantCredentialRefusals(t *testing.T) {
 			}
 			h.sim.ResetCounters()
 			gets := h.reader.secretGets.Load()
-			h.newLink(c.name, "shoot--diehl--diehl02", "10.235.0.0/16", opts...)
+			h.newLink(c.name, "shoot--diehl--diehl02", freshCIDR(), opts...)
 			res, _ := h.reconcile(c.name)
 			l := h.get(c.name)
 			expectCond(t, l, v1.ConditionCredentialsResolved, metav1.ConditionFalse, c.reason, c.msg)
@@ -228,7 +228,7 @@ func TestCrossTenantCredentialsPrivileged(t *testing.T) {
 			name := "priv-" + strings.ToLower(c.role)
 			shares := len(h.sim.RBACPolicies())
 			h.secret(name, c.cred, nil)
-			h.newLink(name, "shoot--diehl--diehl02", "10.235.0.0/16", crossTenant(projDiehl))
+			h.newLink(name, "shoot--diehl--diehl02", freshCIDR(), crossTenant(projDiehl))
 			res, _ := h.reconcile(name)
 			l := h.get(name)
 			expectCond(t, l, v1.ConditionCredentialsResolved, metav1.ConditionFalse, v1.ReasonCredentialsPrivileged, secretPrefix(name)+"the credential's token carries the privileged role(s) "+c.role)
@@ -453,6 +453,7 @@ func TestCrossTenantOperatorCredentialPrefix(t *testing.T) {
 // once and the finalizer is held (CredentialsUnavailable) until the Secret is back.
 func TestCrossTenantUnbindHeldUntilSecretFixed(t *testing.T) {
 	h := newHarness(t)
+	customerNS(t, "tenant-ub", projDiehl)
 	ipsecGateway(t, "tenant-ub", "gw", true, "100.64.5.0/24", "10.254.0.105")
 	h.secret("held", "diehl", nil)
 	h.newLink("held", diehlRouter, diehlCIDR, crossTenant(projDiehl))
@@ -502,6 +503,7 @@ func TestCrossTenantUnbindRefusesWrongProject(t *testing.T) {
 // with a Warning Event naming exactly what is left.
 func TestCrossTenantAbandon(t *testing.T) {
 	h := newHarness(t)
+	customerNS(t, "tenant-ab", projDiehl)
 	ipsecGateway(t, "tenant-ab", "gw", true, "100.64.6.0/24", "10.254.0.106")
 	h.secret("abandon", "diehl", nil)
 	h.newLink("abandon", diehlRouter, diehlCIDR, crossTenant(projDiehl))

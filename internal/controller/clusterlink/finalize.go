@@ -32,6 +32,9 @@ func (r *Reconciler) finalize(ctx context.Context, lc *linkCtx) error {
 			return client.IgnoreNotFound(uerr)
 		}
 		r.forgetLink(link.UID)
+		if r.secrets != nil {
+			r.secrets.Set(secretOwner(link.Name), nil)
+		}
 		lc.log.Info("ClusterLink unwound; finalizer released")
 		return nil
 	}
@@ -51,7 +54,7 @@ func (r *Reconciler) unwind(ctx context.Context, lc *linkCtx) (bool, error) {
 
 	// 1. The gateway route goes first, always, on the operator's credential: it cuts
 	// the data path whatever happens to the customer side.
-	if err := r.removeForwardRoutes(ctx, lc, st.TransitIP); err != nil {
+	if err := r.removeForwardRoutes(ctx, lc); err != nil {
 		lc.set.False(v1.ConditionRouteInstalled, v1.ReasonEnsureRouteFailed, lc.opPrefix()+"removing the gateway route: "+outcome.Describe(err))
 		return false, r.heldRetry(err)
 	}

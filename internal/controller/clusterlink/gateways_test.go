@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,6 +30,29 @@ func gatewaySpec(reverse bool) v1.GatewaySpec {
 }
 
 func ensureNS(t *testing.T, ns string) { ensureNamespace(t, ns) }
+
+// customerNS labels a namespace as the customer project's, so a cross-tenant link
+// without a gatewaySelector serves its gateways.
+func customerNS(t *testing.T, ns, project string) {
+	t.Helper()
+	ensureNS(t, ns)
+	labelNS(t, ns, map[string]string{v1.LabelCustomerProject: project})
+}
+
+func labelNS(t *testing.T, ns string, labels map[string]string) {
+	t.Helper()
+	waitFor(t, "namespace "+ns+" labelled", func() (bool, string) {
+		var n corev1.Namespace
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: ns}, &n); err != nil {
+			return false, err.Error()
+		}
+		n.Labels = labels
+		if err := env.Client.Update(context.Background(), &n); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+}
 
 // ipsecGateway creates an IPsecGateway and fills the status fields the gateway
 // reconciler would (service CIDR and transit port address).

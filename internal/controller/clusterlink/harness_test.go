@@ -102,6 +102,7 @@ func baseSeed() *sim.Seed {
 					seedAppCred("diehl-admin", "Admin"),
 					seedAppCred("diehl-service", "service"),
 					seedAppCred("diehl-advsvc", "ADVSVC"),
+					seedAppCred("diehl-custom", "member", "network_operator"),
 				}},
 			{Name: "diehl-empty", Project: "customer-diehl",
 				AppCredentials: []sim.SeedAppCredential{seedAppCred("diehl-noroles")}},
@@ -177,6 +178,10 @@ func (c *countingReader) Get(ctx context.Context, key client.ObjectKey, obj clie
 }
 
 type harness struct {
+	// interfaces records the endpoint type of every customer client built.
+	mu         sync.Mutex
+	interfaces []string
+
 	t      *testing.T
 	ctx    context.Context
 	sim    *sim.Server
@@ -228,8 +233,12 @@ func (h *harness) deps() Deps {
 		OperatorProjectID: projOperator,
 		AuthURL:           h.sim.AuthURL(),
 		Region:            h.sim.Region(),
+		Interface:         "public",
 		CustomerClients: func(ctx context.Context, c openstack.Credential) (*openstack.Clients, error) {
 			h.builds.Add(1)
+			h.mu.Lock()
+			h.interfaces = append(h.interfaces, c.Interface)
+			h.mu.Unlock()
 			return openstack.NewClients(ctx, c, openstack.ClientOptions{UserAgent: customerUserAgent})
 		},
 		Config:   h.cfg,
@@ -340,6 +349,12 @@ func crossTenant(project string) linkOpt {
 		l.Spec.CustomerProjectID = project
 	}
 }
+
+var cidrSeq atomic.Int32
+
+// freshCIDR is a service cluster network no other link of the suite uses (links may not
+// overlap).
+func freshCIDR() string { return fmt.Sprintf("10.238.%d.0/24", cidrSeq.Add(1)%256) }
 
 func (h *harness) newLink(name, router, cidr string, opts ...linkOpt) *v1.ClusterLink {
 	h.t.Helper()

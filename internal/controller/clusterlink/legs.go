@@ -322,14 +322,17 @@ func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx) (bool, error) {
 				if r.mayReallocate(lc) {
 					return r.reallocate(ctx, lc, fmt.Sprintf("transit IP %s was taken by port %s (device %q) before this link's leg was created", adoptIP, p.ID, p.DeviceID))
 				}
+				also := ""
 				if !lc.cross {
-					// Our leg is gone and someone else holds its address: a route via
-					// it would deliver this link's traffic to them.
-					_ = r.removeForwardRoutes(ctx, lc, adoptIP)
+					// Our leg is gone and someone else holds its address: our route via
+					// it would deliver this link's traffic to them. Theirs stays.
+					if err := r.removeForwardRoutes(ctx, lc); err != nil {
+						also = "; also failed to remove this link's gateway route via " + adoptIP + ": " + outcome.Describe(err)
+					}
 				}
 				return fail(v1.ReasonEnsureLegPortFailed, nil,
-					"transit IP %s is held by port %s (device %q), which is not an untagged leg attached to router %s; free the address or recreate the link",
-					adoptIP, p.ID, p.DeviceID, lc.router.Name)
+					"transit IP %s is held by port %s (device %q), which is not an untagged leg attached to router %s; free the address or recreate the link%s",
+					adoptIP, p.ID, p.DeviceID, lc.router.Name, also)
 			}
 			tags := slices.Clone(p.Tags)
 			for _, t := range own.Tags() {
@@ -416,7 +419,7 @@ func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx) (bool, error) {
 // recreated port goes too, and nothing is routed to the new one.
 func (r *Reconciler) transitIPMismatch(ctx context.Context, lc *linkCtx, port *openstack.Port, old, got string) (bool, error) {
 	var problems []string
-	if err := r.removeForwardRoutes(ctx, lc, old); err != nil {
+	if err := r.removeForwardRoutes(ctx, lc); err != nil {
 		problems = append(problems, "also failed to remove the gateway route via "+old+": operator credential: "+err.Error())
 	}
 	if err := lc.leg.Networking.DeletePort(ctx, port.ID); err != nil && !openstack.IsNotFound(err) {

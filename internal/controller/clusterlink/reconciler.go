@@ -18,15 +18,18 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/conditions"
+	"bnerd.net/vpn-operator/internal/controller/namedwatch"
 	"bnerd.net/vpn-operator/internal/controller/outcome"
 	"bnerd.net/vpn-operator/internal/ipam"
 	"bnerd.net/vpn-operator/internal/openstack"
@@ -53,6 +56,9 @@ type Deps struct {
 	// customer Secret may only repeat them.
 	AuthURL string
 	Region  string
+	// Interface is the operator's own endpoint type; a customer credential uses it
+	// too, whatever OS_INTERFACE its Secret carries.
+	Interface string
 	// CustomerClients authenticates a customer credential (production:
 	// openstack.NewClients with fixed options; tests point it at the simulator).
 	CustomerClients openstack.Builder
@@ -80,6 +86,10 @@ type Reconciler struct {
 	transit *transitNet // resolved once; the transit network does not move
 
 	backoff *outcome.Backoff
+
+	// secrets follows each cross-tenant link's credential Secret, metadata only (nil
+	// without a manager).
+	secrets *namedwatch.Watcher
 }
 
 // New builds a Reconciler.
@@ -127,11 +137,24 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if workers < 1 {
 		workers = 1
 	}
+	meta, err := metadata.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return err
+	}
+	r.secrets = namedwatch.New(meta, namedwatch.SecretsResource, "Secret")
+	if err := mgr.Add(r.secrets); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("clusterlink").
 		For(&v1.ClusterLink{}, linkChanged()).
 		Watches(&v1.IPsecGateway{}, r.fanOut(), gatewayPredicate()).
 		Watches(&v1.VPNGateway{}, r.fanOut(), gatewayPredicate()).
+		// A namespace's labels decide which links serve its gateways.
+		Watches(&corev1.Namespace{}, r.fanOut(), namespaceLabelsChanged()).
+		// A link created, deleted or re-specified can lift or cause another's overlap.
+		Watches(&v1.ClusterLink{}, r.fanOut(), linkSpecOrLifecycle()).
+		WatchesRawSource(r.secrets.Source(handler.EnqueueRequestsFromMapFunc(credentialLink))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers, RateLimiter: r.backoff}).
 		Complete(r)
 }
@@ -184,7 +207,8 @@ func (lc *linkCtx) opPrefix() string {
 // +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=clusterlinks,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=clusterlinks/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=ipsecgateways;vpngateways,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile converges one ClusterLink and answers controller-runtime through outcome:

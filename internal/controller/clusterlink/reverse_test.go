@@ -71,7 +71,7 @@ func TestReverseRoutesPruneStale(t *testing.T) {
 	if w := h.writes(); w != 0 {
 		t.Fatalf("pruning a route someone else removed took %d writes", w)
 	}
-	expectCond(t, l, v1.ConditionReverseRoutesInstalled, metav1.ConditionTrue, v1.ReasonReverseRoutesInstalled, "no gateway has reverse exposures")
+	expectCond(t, l, v1.ConditionReverseRoutesInstalled, metav1.ConditionTrue, v1.ReasonReverseRoutesInstalled, "no gateway this link serves has reverse exposures")
 }
 
 // A reverse route removed out of band comes back.

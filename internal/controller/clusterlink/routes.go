@@ -13,6 +13,7 @@ import (
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/controller/outcome"
+	"bnerd.net/vpn-operator/internal/linkselect"
 	"bnerd.net/vpn-operator/internal/openstack"
 )
 
@@ -28,38 +29,84 @@ func (r *Reconciler) operatorRouter(ctx context.Context) (*openstack.Router, err
 	return rt, nil
 }
 
-// removeForwardRoutes removes every route on the gateway cluster's router whose next
-// hop is via (this link's transit IP), touching the router only when one exists.
-func (r *Reconciler) removeForwardRoutes(ctx context.Context, lc *linkCtx, via string) error {
-	if via == "" {
+// forwardPair is the one forward route the link's spec and status ask for.
+func forwardPair(link *v1.ClusterLink) (openstack.Route, bool) {
+	if link.Status.TransitIP == "" || link.Spec.ServiceClusterCIDR == "" {
+		return openstack.Route{}, false
+	}
+	return openstack.Route{Destination: link.Spec.ServiceClusterCIDR, NextHop: link.Status.TransitIP}, true
+}
+
+// ownedForward lists the forward routes this link owns as exact (destination, next
+// hop) pairs: the ones status.forwardRoutes records, and the one its spec and status
+// ask for (so a route installed before the record existed, or by a release that kept
+// no record, is not stranded). Never "every route via the transit IP": once the leg has
+// let its address go, Neutron may hand it to a gateway's port, whose own route goes
+// via that address to a destination no link ever names (the service-CIDR pool, which a
+// serviceClusterCIDR may not overlap).
+func ownedForward(link *v1.ClusterLink) []openstack.Route {
+	seen := map[openstack.Route]bool{}
+	var out []openstack.Route
+	for _, x := range link.Status.ForwardRoutes {
+		rt := openstack.Route{Destination: x.Destination, NextHop: x.NextHop}
+		if !seen[rt] {
+			seen[rt] = true
+			out = append(out, rt)
+		}
+	}
+	if rt, ok := forwardPair(link); ok && !seen[rt] {
+		out = append(out, rt)
+	}
+	return out
+}
+
+func recordOf(rs []openstack.Route) []v1.Route {
+	if len(rs) == 0 {
+		return nil
+	}
+	out := make([]v1.Route, 0, len(rs))
+	for _, x := range rs {
+		out = append(out, v1.Route{Destination: x.Destination, NextHop: x.NextHop})
+	}
+	return out
+}
+
+// removeForwardRoutes removes the forward routes this link owns (ownedForward) from the
+// gateway cluster's router, in one atomic call, touching the router only when one of
+// them is there, and clears the record.
+func (r *Reconciler) removeForwardRoutes(ctx context.Context, lc *linkCtx) error {
+	owned := ownedForward(lc.link)
+	if len(owned) == 0 {
 		return nil
 	}
 	rt, err := r.operatorRouter(ctx)
 	if err != nil {
 		if openstack.IsNotFound(err) {
+			lc.link.Status.ForwardRoutes = nil
 			return nil
 		}
 		return err
 	}
 	var drop []openstack.Route
-	for _, x := range rt.Routes {
-		if x.NextHop == via {
+	for _, x := range owned {
+		if rt.HasRoute(x) {
 			drop = append(drop, x)
 		}
 	}
-	if len(drop) == 0 {
-		return nil
+	if len(drop) > 0 {
+		if _, err := r.d.Operator.Networking.RemoveRouterRoutes(ctx, rt.ID, drop); err != nil && !openstack.IsNotFound(err) {
+			return err
+		}
+		lc.eventf(corev1.EventTypeNormal, "RouteRemoved", "removed %s from router %s", describeRoutes(drop), rt.Name)
 	}
-	if _, err := r.d.Operator.Networking.RemoveRouterRoutes(ctx, rt.ID, drop); err != nil && !openstack.IsNotFound(err) {
-		return err
-	}
-	lc.eventf(corev1.EventTypeNormal, "RouteRemoved", "removed %s from router %s", describeRoutes(drop), rt.Name)
+	lc.link.Status.ForwardRoutes = nil
 	return nil
 }
 
 // ensureForwardRoute keeps serviceClusterCIDR via the transit IP on the gateway
-// cluster's router, and drops routes via the transit IP to any other destination (a
-// changed serviceClusterCIDR).
+// cluster's router. A route it recorded to another destination (a changed
+// serviceClusterCIDR) is removed, as that exact pair and nothing else. The route is
+// recorded in status.forwardRoutes before it is added.
 func (r *Reconciler) ensureForwardRoute(ctx context.Context, lc *linkCtx) (bool, error) {
 	link := lc.link
 	fail := func(err error) (bool, error) {
@@ -70,20 +117,30 @@ func (r *Reconciler) ensureForwardRoute(ctx context.Context, lc *linkCtx) (bool,
 	if err != nil {
 		return fail(err)
 	}
-	want := openstack.Route{Destination: link.Spec.ServiceClusterCIDR, NextHop: link.Status.TransitIP}
+	want, _ := forwardPair(link)
 	var stale []openstack.Route
-	for _, x := range rt.Routes {
-		if x.NextHop == want.NextHop && x.Destination != want.Destination {
-			stale = append(stale, x)
+	for _, x := range link.Status.ForwardRoutes {
+		rec := openstack.Route{Destination: x.Destination, NextHop: x.NextHop}
+		switch {
+		case rec == want:
+		case rt.HasRoute(rec):
+			stale = append(stale, rec)
 		}
 	}
 	if len(stale) > 0 {
 		if _, err := r.d.Operator.Networking.RemoveRouterRoutes(ctx, rt.ID, stale); err != nil {
+			link.Status.ForwardRoutes = recordOf(append(stale, want))
 			return fail(err)
 		}
 		lc.eventf(corev1.EventTypeNormal, "RouteRemoved", "removed stale %s from router %s", describeRoutes(stale), rt.Name)
 	}
+	link.Status.ForwardRoutes = recordOf([]openstack.Route{want})
 	if !rt.HasRoute(want) {
+		// Persist before programming: a crash after the add leaves a route the link
+		// knows it owns.
+		if err := r.persist(ctx, lc); err != nil {
+			return false, err
+		}
 		if _, err := r.d.Operator.Networking.AddRouterRoutes(ctx, rt.ID, []openstack.Route{want}); err != nil {
 			return fail(err)
 		}
@@ -122,18 +179,40 @@ func reverseTarget(spec *v1.GatewaySpec, st *v1.GatewayStatus, deleting bool) (o
 	return openstack.Route{Destination: pfx.Masked().String(), NextHop: nh.String()}, true
 }
 
-// desiredReverse lists every gateway of both kinds in every namespace that carries
-// reverse exposures, sorted by reference.
-func (r *Reconciler) desiredReverse(ctx context.Context) ([]v1.ReverseRoute, error) {
+// desiredReverse lists every gateway of both kinds that carries reverse exposures and
+// that link serves (linkselect: its gatewaySelector, or the specification's
+// estate-wide default for a same-tenant link, or the customer project's namespaces for
+// a cross-tenant one), sorted by reference.
+func (r *Reconciler) desiredReverse(ctx context.Context, link *v1.ClusterLink) ([]v1.ReverseRoute, error) {
+	var nsList corev1.NamespaceList
+	if err := r.d.Client.List(ctx, &nsList); err != nil {
+		return nil, err
+	}
+	nsLabels := make(map[string]map[string]string, len(nsList.Items))
+	for _, n := range nsList.Items {
+		nsLabels[n.Name] = n.Labels
+	}
 	var out []v1.ReverseRoute
+	consider := func(kind string, obj client.Object, spec *v1.GatewaySpec, st *v1.GatewayStatus) error {
+		rt, ok := reverseTarget(spec, st, !obj.GetDeletionTimestamp().IsZero())
+		if !ok {
+			return nil
+		}
+		serves, err := linkselect.Selects(link, nsLabels[obj.GetNamespace()], obj.GetLabels())
+		if err != nil || !serves {
+			return err
+		}
+		out = append(out, v1.ReverseRoute{ServiceCIDR: rt.Destination, NextHop: rt.NextHop, GatewayRef: GatewayRef(kind, obj.GetNamespace(), obj.GetName())})
+		return nil
+	}
 	var ipsec v1.IPsecGatewayList
 	if err := r.d.Client.List(ctx, &ipsec); err != nil {
 		return nil, err
 	}
 	for i := range ipsec.Items {
 		g := &ipsec.Items[i]
-		if rt, ok := reverseTarget(&g.Spec, &g.Status, !g.DeletionTimestamp.IsZero()); ok {
-			out = append(out, v1.ReverseRoute{ServiceCIDR: rt.Destination, NextHop: rt.NextHop, GatewayRef: GatewayRef("IPsecGateway", g.Namespace, g.Name)})
+		if err := consider("IPsecGateway", g, &g.Spec, &g.Status); err != nil {
+			return nil, err
 		}
 	}
 	var vpn v1.VPNGatewayList
@@ -142,8 +221,8 @@ func (r *Reconciler) desiredReverse(ctx context.Context) ([]v1.ReverseRoute, err
 	}
 	for i := range vpn.Items {
 		g := &vpn.Items[i]
-		if rt, ok := reverseTarget(&g.Spec.GatewaySpec, &g.Status, !g.DeletionTimestamp.IsZero()); ok {
-			out = append(out, v1.ReverseRoute{ServiceCIDR: rt.Destination, NextHop: rt.NextHop, GatewayRef: GatewayRef("VPNGateway", g.Namespace, g.Name)})
+		if err := consider("VPNGateway", g, &g.Spec.GatewaySpec, &g.Status); err != nil {
+			return nil, err
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].GatewayRef < out[j].GatewayRef })
@@ -164,7 +243,7 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 		lc.set.False(v1.ConditionReverseRoutesInstalled, v1.ReasonEnsureReverseRoutesFailed, "the leg is not attached, so the service cluster's router cannot reach any gateway port")
 		return false, nil
 	}
-	desired, err := r.desiredReverse(ctx)
+	desired, err := r.desiredReverse(ctx, link)
 	if err != nil {
 		lc.set.False(v1.ConditionReverseRoutesInstalled, v1.ReasonEnsureReverseRoutesFailed, "listing gateways: "+outcome.Describe(err))
 		return false, err
@@ -252,10 +331,11 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 		lc.set.False(v1.ConditionReverseRoutesInstalled, v1.ReasonEnsureReverseRoutesFailed, lc.legPrefix()+outcome.Describe(failure))
 		return false, failure
 	}
-	msg := "no gateway has reverse exposures"
+	msg := "no gateway this link serves has reverse exposures"
 	if n := len(recorded); n > 0 {
-		msg = fmt.Sprintf("%d reverse route(s) on router %s to gateways with reverse exposures", n, lc.router.Name)
+		msg = fmt.Sprintf("%d reverse route(s) on router %s to the gateways with reverse exposures this link serves", n, lc.router.Name)
 	}
+	msg += " (it serves " + linkselect.Describe(link) + ")"
 	if len(skipped) > 0 {
 		msg += "; skipped (port not on the transit subnet): " + strings.Join(skipped, ", ")
 	}

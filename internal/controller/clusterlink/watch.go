@@ -1,7 +1,11 @@
 package clusterlink
 
 import (
+	"context"
 	"maps"
+	"strings"
+
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -78,5 +82,36 @@ func linkChanged() builder.ForOption {
 				o.GetDeletionTimestamp().IsZero() != n.GetDeletionTimestamp().IsZero() ||
 				controllerutil.ContainsFinalizer(o, v1.FinalizerClusterLink) && !controllerutil.ContainsFinalizer(n, v1.FinalizerClusterLink)
 		},
+	})
+}
+
+// credentialLink maps a change of a followed credential Secret (clusterlink-<name>)
+// onto its link.
+func credentialLink(_ context.Context, o client.Object) []ctrl.Request {
+	name, ok := strings.CutPrefix(o.GetName(), SecretNamePrefix)
+	if !ok || name == "" {
+		return nil
+	}
+	return []ctrl.Request{{NamespacedName: client.ObjectKey{Name: name}}}
+}
+
+// namespaceLabelsChanged passes the namespace events that can change which gateways a
+// link serves: a namespace created or deleted, or its labels changed.
+func namespaceLabelsChanged() builder.WatchesOption {
+	return builder.WithPredicates(predicate.Funcs{
+		UpdateFunc:  func(e event.UpdateEvent) bool { return !maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()) },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	})
+}
+
+// linkSpecOrLifecycle passes the ClusterLink events that can change another link's
+// overlap check or selection: creation, deletion, a spec change.
+func linkSpecOrLifecycle() builder.WatchesOption {
+	return builder.WithPredicates(predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
+				e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
 	})
 }

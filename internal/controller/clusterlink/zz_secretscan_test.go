@@ -21,7 +21,7 @@ func TestZZNoSecretInLogsOrEvents(t *testing.T) {
 	h.untilCond("scan-priv", v1.ConditionCredentialsResolved, v1.ReasonCredentialsPrivileged)
 	h.secret("scan-bad", "diehl", map[string]string{"OS_APPLICATION_CREDENTIAL_SECRET": "ZZSECRET-scan-wrong-0b3"})
 	secretValues = append(secretValues, "ZZSECRET-scan-wrong-0b3")
-	h.newLink("scan-bad", "shoot--diehl--diehl02", "10.235.0.0/16", crossTenant(projDiehl))
+	h.newLink("scan-bad", "shoot--diehl--diehl02", "10.237.0.0/16", crossTenant(projDiehl))
 	h.untilCond("scan-bad", v1.ConditionCredentialsResolved, v1.ReasonAuthFailed)
 	if err := env.Client.Delete(h.ctx, h.secret("scan-ok", "diehl", nil)); err != nil {
 		t.Fatal(err)

@@ -298,7 +298,7 @@ func TestCrashConsistency(t *testing.T) {
 		t.Run(cc.name, func(t *testing.T) {
 			h := newHarness(t)
 			h.node("node-a", "openstack:///"+serverA, true, nil)
-			h.psk("hq-psk", "k")
+			h.psk("hq-psk", testPSK)
 			create, update, del := h.crashRun(t, cc, "clean", 0, 0, 0)
 			t.Logf("create sequence (%d writes): %s", len(create), strings.Join(create, ", "))
 			t.Logf("update sequence (%d writes): %s", len(update), strings.Join(update, ", "))

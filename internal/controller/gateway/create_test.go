@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"encoding/base64"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -99,13 +99,16 @@ func TestCreateToReadyAndSteadyState(t *testing.T) {
 	if cfg.FloatingIP != st.FloatingIP || cfg.PortFixedIP != st.PortFixedIP || len(cfg.Exposures) != 1 {
 		t.Fatalf("config %+v", cfg)
 	}
-	if strings.Contains(cm.Data[gatewayconfig.ConfigMapKeySwanctl], "correct horse") || strings.Contains(cm.Data[gatewayconfig.ConfigMapKeyConfig], "correct horse") {
-		t.Fatal("the ConfigMap carries the pre-shared key")
+	if len(cm.Data) != 1 || strings.Contains(cm.Data[gatewayconfig.ConfigMapKeyConfig], "correct horse") {
+		t.Fatalf("the ConfigMap carries more than gateway.json: %v", cm.Data)
 	}
-	var sec corev1.Secret
-	mustGet(t, h, key(render.SecretName("acme")), &sec)
-	if !strings.Contains(string(sec.Data[gatewayconfig.SecretKeySecrets]), base64.StdEncoding.EncodeToString([]byte("correct horse battery staple"))) {
-		t.Fatal("the gateway Secret lacks the pre-shared key")
+	if cfg.Tunnels[0].PSK != (gatewayconfig.SecretKeyRef{Secret: "hq-psk", Key: "psk"}) {
+		t.Fatalf("the config names the key %+v", cfg.Tunnels[0].PSK)
+	}
+	// The operator writes no Secret: the pod reads the tenant's.
+	var legacy corev1.Secret
+	if err := env.Client.Get(h.ctx, key(render.LegacySecretName("acme")), &legacy); !apierrors.IsNotFound(err) {
+		t.Fatalf("a Secret of rendered keys exists: %v", err)
 	}
 	nad := &unstructured.Unstructured{}
 	nad.SetGroupVersionKind(render.NADGVK)
@@ -122,7 +125,8 @@ func TestCreateToReadyAndSteadyState(t *testing.T) {
 	}
 	var role rbacv1.Role
 	mustGet(t, h, key(render.RoleName("acme")), &role)
-	if role.Rules[1].Resources[0] != "ipsecgateways/status" || role.Rules[1].ResourceNames[0] != "acme" {
+	if len(role.Rules) != 3 || role.Rules[1].Resources[0] != "secrets" || strings.Join(role.Rules[1].ResourceNames, ",") != "hq-psk" ||
+		role.Rules[2].Resources[0] != "ipsecgateways/status" || role.Rules[2].ResourceNames[0] != "acme" {
 		t.Fatalf("role %+v", role.Rules)
 	}
 	var rb rbacv1.RoleBinding
@@ -131,7 +135,7 @@ func TestCreateToReadyAndSteadyState(t *testing.T) {
 	mustGet(t, h, key(render.ServiceAccountName("acme")), &sa)
 	var np networkingv1.NetworkPolicy
 	mustGet(t, h, key(render.NetworkPolicyName("acme")), &np)
-	for _, o := range []metav1.Object{&cm, &sec, nad, &dep, &role, &rb, &sa, &np} {
+	for _, o := range []metav1.Object{&cm, nad, &dep, &role, &rb, &sa, &np} {
 		if !metav1.IsControlledBy(o, gw) {
 			t.Fatalf("%s is not controlled by the gateway", o.GetName())
 		}
@@ -191,7 +195,7 @@ func TestCreateToReadyAndSteadyState(t *testing.T) {
 		t.Fatal("the VPNGateway got the IPsecGateway's service CIDR")
 	}
 	mustGet(t, h, key(render.RoleName("acme-vpn")), &role)
-	if role.Rules[1].Resources[0] != "vpngateways/status" {
+	if role.Rules[2].Resources[0] != "vpngateways/status" {
 		t.Fatalf("VPNGateway role %+v", role.Rules)
 	}
 }

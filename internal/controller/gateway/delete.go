@@ -30,6 +30,9 @@ func (r *Reconciler) finalize(ctx context.Context, g *gateway) error {
 	}
 	r.releaseAllocation(g)
 	r.novaDone(g.obj.GetUID())
+	if r.secrets != nil {
+		r.secrets.Set(g.String(), nil)
+	}
 	base := g.obj.DeepCopyObject().(client.Object)
 	controllerutil.RemoveFinalizer(g.obj, v1alpha1.FinalizerGateway)
 	if err := r.Client.Patch(ctx, g.obj, client.MergeFrom(base)); err != nil {

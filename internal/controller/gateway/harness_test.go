@@ -134,6 +134,16 @@ type harness struct {
 	healthReconciles atomic.Int64
 	// wait paces the Nova polls (PortWait); zero takes the harness default.
 	wait openstack.WaitOpts
+	// extraNS are namespaces besides ns the manager watches (tenancy tests).
+	extraNS []string
+}
+
+func (h *harness) cachedNamespaces() map[string]cache.Config {
+	m := map[string]cache.Config{h.ns: {}}
+	for _, n := range h.extraNS {
+		m[n] = cache.Config{}
+	}
+	return m
 }
 
 var nsCounter atomic.Int64
@@ -283,7 +293,7 @@ func (h *harness) start() *Reconciler {
 		Scheme:                 env.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{h.ns: {}}},
+		Cache:                  cache.Options{DefaultNamespaces: h.cachedNamespaces()},
 		NewClient: func(cfg *rest.Config, opts client.Options) (client.Client, error) {
 			c, err := client.NewWithWatch(cfg, opts)
 			if err != nil {
@@ -538,3 +548,6 @@ func (h *harness) quiesce(name string) {
 func (h *harness) reconcileOnce(name string) error {
 	return h.r.reconcile(h.ctx, KindIPsecGateway, types.NamespacedName{Namespace: h.ns, Name: name})
 }
+
+// testPSK is a pre-shared key long enough for the floor (20 bytes).
+const testPSK = "a test key of more than twenty bytes"

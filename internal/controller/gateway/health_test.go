@@ -183,7 +183,7 @@ func TestPodReadings(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
 	h.node("node-b", "openstack:///"+serverB, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.start()
 	h.create("pods", spec(false))
 	gw := h.waitConverged("pods")
@@ -283,7 +283,7 @@ func TestTunnelsFromTheStatusAgent(t *testing.T) {
 	h := newHarness(t)
 	h.cfg.StatusAgentStaleAfter = 3 * time.Second
 	h.node("node-a", "openstack:///"+serverA, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.start()
 	s := spec(false)
 	s.Tunnels = append(s.Tunnels, v1alpha1.Tunnel{Name: "branch", Peer: v1alpha1.Peer{Address: "198.51.100.8", Subnets: []string{"192.168.20.0/24"}},
@@ -363,7 +363,7 @@ func TestHeartbeatsCostNothing(t *testing.T) {
 	h := newHarness(t)
 	h.cfg.StatusAgentStaleAfter = time.Hour
 	h.node("node-a", "openstack:///"+serverA, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.start()
 	h.create("hb", spec(false))
 	h.waitConverged("hb")
@@ -400,7 +400,7 @@ func TestHealthSteadyState(t *testing.T) {
 	h := newHarness(t)
 	h.cfg.StatusAgentStaleAfter = 3 * time.Second
 	h.node("node-a", "openstack:///"+serverA, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.start()
 	h.create("steady", spec(false))
 	h.waitConverged("steady")
@@ -436,7 +436,7 @@ func TestHealthSteadyState(t *testing.T) {
 func TestObservationWriteInBetween(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	r := h.directReconciler(&crashPoint{})
 	h.r = r
 	h.create("between", spec(false))
@@ -491,7 +491,7 @@ func TestPrinterColumns(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
 	h.node("node-b", "openstack:///"+serverB, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.start()
 	h.create("healthy", spec(false))
 	h.create("pending", spec(false))

@@ -55,7 +55,7 @@ func (h *harness) eventsWith(reason string) int {
 func TestRefusalWaitsForSpecChange(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	remove := h.sim.Inject(sim.Fault{Method: "POST", PathPattern: "/network/v2.0/ports", Status: 403})
 	h.start()
 	h.create("refused", spec(false))
@@ -107,7 +107,7 @@ func TestRefusalWaitsForSpecChange(t *testing.T) {
 func TestServerErrorStormBacksOff(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	remove := h.sim.Inject(sim.Fault{Method: "POST", PathPattern: "/network/v2.0/ports", Status: 503})
 	h.start()
 	h.create("storm", spec(false))
@@ -143,7 +143,7 @@ func TestServerErrorStormBacksOff(t *testing.T) {
 func TestRetryAfterHonoured(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	remove := h.sim.Inject(sim.Fault{Method: "POST", PathPattern: "/network/v2.0/ports", Status: 429, RetryAfter: 2 * time.Second, Count: 3})
 	defer remove()
 	h.start()
@@ -213,7 +213,7 @@ func (g *gatedCompute) counts() (ports, calls int) {
 func TestNovaWaitHoldsNoWorker(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.sim.SetMaxRoutes(-1)
 	gc := &gatedCompute{Compute: h.os.Compute, gate: make(chan struct{}), requested: map[string]int{}}
 	defer func() {
@@ -285,7 +285,7 @@ func TestNovaWaitHoldsNoWorker(t *testing.T) {
 func TestStatusWritersNeverCollide(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	r := h.directReconciler(&crashPoint{})
 	h.r = r
 	h.create("shared", spec(false))

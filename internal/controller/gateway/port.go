@@ -162,6 +162,12 @@ func (r *Reconciler) ensurePort(ctx context.Context, g *gateway) (bool, error) {
 			}
 		}
 	}
+	// Nor may a target: the gateway network holds other gateways' ports, the ClusterLink
+	// legs and the routers' interfaces. Also only known once the port's subnet is.
+	if errs := g.validateAddresses(r.addressPolicy(g)); len(errs) > 0 {
+		r.condFalse(g, v1alpha1.ConditionPortReady, v1alpha1.ReasonTargetOnGatewayNetwork, errs.ToAggregate().Error())
+		return false, nil
+	}
 	r.condTrue(g, v1alpha1.ConditionPortReady, v1alpha1.ReasonPortReady,
 		fmt.Sprintf("port %s holds %s on %s", port.ID, fixed.IPAddress, g.status.SubnetCIDR))
 	return true, nil

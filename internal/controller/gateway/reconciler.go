@@ -26,6 +26,7 @@ import (
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/conditions"
+	"bnerd.net/vpn-operator/internal/controller/namedwatch"
 	"bnerd.net/vpn-operator/internal/controller/outcome"
 	"bnerd.net/vpn-operator/internal/ipam"
 	"bnerd.net/vpn-operator/internal/openstack"
@@ -88,11 +89,21 @@ type Reconciler struct {
 
 	backoff       map[string]*outcome.Backoff // per kind
 	healthBackoff map[string]*outcome.Backoff // per kind, the health controllers'
+
+	// secrets follows the Secrets the gateways name, metadata only (nil: not followed,
+	// a test running the reconciler without a manager).
+	secrets *namedwatch.Watcher
+
+	// legacyDone remembers the gateways whose Secret of rendered keys (earlier
+	// releases) this process has removed or found absent.
+	legacyMu   sync.Mutex
+	legacyDone map[types.UID]bool
 }
 
 // New returns a reconciler; register it with SetupWithManager.
 func New(deps Deps) *Reconciler {
-	r := &Reconciler{Deps: deps, nova: map[types.UID]novaOp{}, backoff: map[string]*outcome.Backoff{}, healthBackoff: map[string]*outcome.Backoff{}}
+	r := &Reconciler{Deps: deps, nova: map[types.UID]novaOp{}, backoff: map[string]*outcome.Backoff{}, healthBackoff: map[string]*outcome.Backoff{},
+		legacyDone: map[types.UID]bool{}}
 	for _, kind := range []string{KindIPsecGateway, KindVPNGateway} {
 		r.backoff[kind] = outcome.NewBackoff(0, 0)
 		r.healthBackoff[kind] = outcome.NewBackoff(0, 0)
@@ -361,6 +372,20 @@ func (r *Reconciler) ensureValidated(ctx context.Context, g *gateway) (bool, err
 	}
 	if errs := g.spec.PlaintextExposures(); len(errs) > 0 {
 		r.condFalse(g, v1alpha1.ConditionValidated, v1alpha1.ReasonPlaintextExposure, errs.ToAggregate().Error())
+		return false, nil
+	}
+	if errs := g.validateAddresses(r.addressPolicy(g)); len(errs) > 0 {
+		r.condFalse(g, v1alpha1.ConditionValidated, v1alpha1.ReasonInvalidSpec, errs.ToAggregate().Error())
+		return false, nil
+	}
+	links, err := r.links(ctx, g)
+	if err != nil {
+		r.condFailed(g, v1alpha1.ConditionValidated, v1alpha1.ReasonInvalidSpec, err)
+		return false, err
+	}
+	g.links = links
+	if errs := unlinkedTargets(g.spec, links); len(errs) > 0 {
+		r.condFalse(g, v1alpha1.ConditionValidated, v1alpha1.ReasonTargetInUnlinkedCluster, errs.ToAggregate().Error())
 		return false, nil
 	}
 	r.condTrue(g, v1alpha1.ConditionValidated, v1alpha1.ReasonValid, "spec is valid")

@@ -57,7 +57,7 @@ func (h *harness) routeDests(gw *v1alpha1.IPsecGateway) []string {
 func TestRoutedTunnel(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.start()
 	h.create("rt", routedSpec())
 	gw := h.waitConverged("rt")
@@ -86,8 +86,14 @@ func TestRoutedTunnel(t *testing.T) {
 	if !slices.Equal(cfg.RoutedSubnets(), []string{"192.168.30.0/24"}) || !slices.Equal(cfg.InternalSources, []string{"10.254.0.0/24"}) {
 		t.Fatalf("config routed %v internal %v", cfg.RoutedSubnets(), cfg.InternalSources)
 	}
-	if !strings.Contains(cm.Data[gatewayconfig.ConfigMapKeySwanctl], "local_ts = "+gw.Status.ServiceCIDR+",10.254.0.0/24") {
-		t.Fatalf("the routed child does not cover the internal sources:\n%s", cm.Data[gatewayconfig.ConfigMapKeySwanctl])
+	// The agent renders the connections from gateway.json (the ConfigMap carries nothing
+	// else), as here.
+	sw, err := gatewayconfig.RenderSwanctl(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(sw, "local_ts = "+gw.Status.ServiceCIDR+",10.254.0.0/24") {
+		t.Fatalf("the routed child does not cover the internal sources:\n%s", sw)
 	}
 
 	// Leaving routed mode: the subnet's route and pair go, the reverse exposures' stay.
@@ -129,12 +135,13 @@ func TestRoutedTunnel(t *testing.T) {
 }
 
 // A routed subnet that would capture another network is refused with the reason, before
-// anything is routed: the pool, a linked service cluster, another gateway's routed subnet
+// anything is routed: the pool (already by the address policy at Validated, as any
+// client network in the pool), a linked service cluster, another gateway's routed subnet
 // (the older gateway keeps it), the internal sources.
 func TestRoutedSubnetConflicts(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.cfg.InternalSourceCIDRs = append(h.cfg.InternalSourceCIDRs, netip.MustParsePrefix("10.250.0.0/16"))
 	h.start()
 	h.create("first", routedSpec())
@@ -149,19 +156,27 @@ func TestRoutedSubnetConflicts(t *testing.T) {
 
 	for _, tc := range []struct {
 		name, subnet, want string
+		cond, reason       string
 	}{
-		{"other", "192.168.30.128/25", "routed to IPsecGateway " + h.ns + "/first (the gateway that routes it first keeps it)"},
-		{"pool", "100.64.200.0/24", "overlaps the service CIDR pool"},
-		{"link", "10.77.3.0/24", "the service cluster of ClusterLink " + link.Name},
-		{"fabric", "10.250.8.0/24", "overlaps the internal source CIDR 10.250.0.0/16"},
+		{"other", "192.168.30.128/25", "routed to IPsecGateway " + h.ns + "/first (the gateway that routes it first keeps it)", v1alpha1.ConditionRoutingReady, v1alpha1.ReasonRoutedSubnetConflict},
+		{"pool", "100.64.200.0/24", "overlaps the service-CIDR pool", v1alpha1.ConditionValidated, v1alpha1.ReasonInvalidSpec},
+		{"link", "10.77.3.0/24", "the service cluster of ClusterLink " + link.Name, v1alpha1.ConditionRoutingReady, v1alpha1.ReasonRoutedSubnetConflict},
+		{"fabric", "10.250.8.0/24", "overlaps the internal source CIDR 10.250.0.0/16", v1alpha1.ConditionRoutingReady, v1alpha1.ReasonRoutedSubnetConflict},
 	} {
 		s := spec(false)
 		s.Tunnels[0].Mode = v1alpha1.TunnelModeRouted
 		s.Tunnels[0].Peer.Subnets = []string{tc.subnet}
 		h.create(tc.name, s)
-		gw := h.waitCond(tc.name, v1alpha1.ConditionRoutingReady, metav1.ConditionFalse, v1alpha1.ReasonRoutedSubnetConflict)
-		if c := condOf(gw.Status.Conditions, v1alpha1.ConditionRoutingReady); !strings.Contains(c, tc.want) {
+		gw := h.waitCond(tc.name, tc.cond, metav1.ConditionFalse, tc.reason)
+		if c := condOf(gw.Status.Conditions, tc.cond); !strings.Contains(c, tc.want) {
 			t.Errorf("%s: %s, want it to say %q", tc.name, c, tc.want)
+		}
+		if tc.cond == v1alpha1.ConditionValidated {
+			// Refused before OpenStack: no port, so neither a pair nor a route.
+			if gw.Status.PortID != "" {
+				t.Errorf("%s: a port was created for a refused spec: %s", tc.name, gw.Status.PortID)
+			}
+			continue
 		}
 		if got := h.routeDests(gw); len(got) != 0 {
 			t.Errorf("%s: routes installed despite the conflict: %v", tc.name, got)

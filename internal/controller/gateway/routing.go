@@ -157,18 +157,24 @@ func (r *Reconciler) ensureRouting(ctx context.Context, g *gateway) (bool, error
 	if len(want) == 1 {
 		msg = fmt.Sprintf("%s is routed via %s on router %s and allowed on port %s", want[0], fixed, routerID, g.port.ID)
 	}
-	if len(r.Config.InternalSourceCIDRs) == 0 {
-		what := "reverse exposures"
-		if len(routed) > 0 {
-			what = "routed tunnels"
-			if len(g.spec.ReverseExposures) > 0 {
-				what = "reverse exposures and routed tunnels"
-			}
-		}
-		log.Info("WARNING: the gateway has " + what + " but no internal source CIDRs are configured (IPSEC_INTERNAL_SOURCE_CIDRS): its security group does not admit fabric-side initiators, so they are routed but unreachable")
+	// The security-group half: reverse exposures need a reverse source (an internal
+	// source CIDR or a ClusterLink serving the gateway), routed tunnels an internal
+	// source CIDR.
+	var unadmitted []string
+	if len(g.spec.ReverseExposures) > 0 && len(r.reverseSources(g.links)) == 0 {
+		unadmitted = append(unadmitted, "reverse exposures")
+	}
+	if len(routed) > 0 && len(r.Config.InternalSourceCIDRs) == 0 {
+		unadmitted = append(unadmitted, "routed tunnels")
+	}
+	if len(unadmitted) > 0 {
+		what := strings.Join(unadmitted, " and ")
+		log.Info("WARNING: the gateway has " + what + " but no internal source CIDRs are configured (IPSEC_INTERNAL_SOURCE_CIDRS) and no ClusterLink serves it: its security group does not admit fabric-side initiators, so they are routed but unreachable")
 		r.condTrue(g, v1alpha1.ConditionRoutingReady, v1alpha1.ReasonInternalSourcesMissing,
-			msg+"; but the security-group half is missing: no internal source CIDRs are configured (IPSEC_INTERNAL_SOURCE_CIDRS), so the gateway's security group admits no fabric-side initiator"+
-				map[bool]string{true: " and the gateway forwards nothing between the fabric and the routed subnets", false: ""}[len(routed) > 0])
+			msg+"; but the security-group half is missing for its "+what+": no internal source CIDRs are configured (IPSEC_INTERNAL_SOURCE_CIDRS)"+
+				map[bool]string{true: " and no ClusterLink serves this gateway", false: ""}[len(g.spec.ReverseExposures) > 0]+
+				", so the gateway's security group admits no fabric-side initiator"+
+				map[bool]string{true: " and the gateway forwards nothing between the fabric and the routed subnets", false: ""}[len(routed) > 0 && len(r.Config.InternalSourceCIDRs) == 0])
 		return true, nil
 	}
 	r.condTrue(g, v1alpha1.ConditionRoutingReady, v1alpha1.ReasonRoutingReady, msg)

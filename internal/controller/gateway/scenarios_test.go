@@ -29,7 +29,7 @@ import (
 func TestInvalidSpecsMakeNoOpenStackCall(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.sim.ResetCounters()
 	h.start()
 
@@ -63,7 +63,7 @@ func TestInvalidSpecsMakeNoOpenStackCall(t *testing.T) {
 func TestVirtualIPAllocation(t *testing.T) {
 	h := newHarness(t)
 	h.cfg.ServiceCIDRPool = netip.MustParsePrefix("100.66.0.0/23")
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.start()
 
 	h.create("first", spec(true))
@@ -116,7 +116,7 @@ func TestVirtualIPAllocation(t *testing.T) {
 // never hand out one /24 twice.
 func TestAllocationsSurviveRestartAndConcurrency(t *testing.T) {
 	h := newHarness(t)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.start()
 	h.create("before", spec(false))
 	before := h.waitCond("before", v1alpha1.ConditionAllocated, metav1.ConditionTrue, v1alpha1.ReasonAllocated)
@@ -146,7 +146,7 @@ func TestSecurityGroupRules(t *testing.T) {
 	h := newHarness(t)
 	h.cfg.InternalSourceCIDRs = []netip.Prefix{netip.MustParsePrefix("10.254.0.0/24"), netip.MustParsePrefix("10.250.0.0/16")}
 	h.node("node-a", "openstack:///"+serverA, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.start()
 
 	s := spec(true)
@@ -200,7 +200,7 @@ func TestMissingInternalSourceCIDRs(t *testing.T) {
 	h := newHarness(t)
 	h.cfg.InternalSourceCIDRs = nil
 	h.node("node-a", "openstack:///"+serverA, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.start()
 	h.create("nocidr", spec(true))
 	gw := h.waitCond("nocidr", v1alpha1.ConditionRoutingReady, metav1.ConditionTrue, v1alpha1.ReasonInternalSourcesMissing)
@@ -234,7 +234,7 @@ func TestMissingInternalSourceCIDRs(t *testing.T) {
 func TestPinnedFloatingIP(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	pub, ok := h.sim.NetworkByName("public")
 	if !ok {
 		t.Fatal("no public network")
@@ -256,7 +256,15 @@ func TestPinnedFloatingIP(t *testing.T) {
 	}
 	var cm corev1.ConfigMap
 	mustGet(t, h, client.ObjectKey{Namespace: h.ns, Name: render.ConfigMapName("pinned")}, &cm)
-	if !strings.Contains(cm.Data[gatewayconfig.ConfigMapKeySwanctl], `id = "203.0.113.77"`) {
+	cfg, err := gatewayconfig.Unmarshal([]byte(cm.Data[gatewayconfig.ConfigMapKeyConfig]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	swan, err := gatewayconfig.RenderSwanctl(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(swan, `id = "203.0.113.77"`) {
 		t.Fatal("the pinned address must be every tunnel's local identity")
 	}
 
@@ -284,7 +292,7 @@ func TestPinnedFloatingIP(t *testing.T) {
 func TestRoutingFollowsReverseExposures(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.start()
 	h.create("rt", spec(false))
 	gw := h.waitConverged("rt")
@@ -320,7 +328,7 @@ func TestNodeStickyAndMove(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-b", "openstack:///"+serverB, true, nil)
 	h.node("node-c", "openstack://RegionOne/"+serverC, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.start()
 	h.create("mv", spec(false))
 	gw := h.waitConverged("mv")
@@ -383,7 +391,7 @@ func TestNodeStickyAndMove(t *testing.T) {
 func TestUnparseableProviderID(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-x", "aws:///eu-west-1a/i-0123456789", true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.start()
 	h.create("pid", spec(false))
 	gw := h.waitCond("pid", v1alpha1.ConditionPortAttached, metav1.ConditionFalse, v1alpha1.ReasonProviderIDUnparseable)
@@ -417,7 +425,7 @@ func TestParseProviderID(t *testing.T) {
 func TestExposureChangeUpdatesConfigMapOnly(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.start()
 	h.create("ex", spec(false))
 	h.waitConverged("ex")
@@ -445,7 +453,7 @@ func TestExposureChangeUpdatesConfigMapOnly(t *testing.T) {
 func TestNetworkPolicySwitch(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.start()
 	h.create("np", spec(false))
 	h.waitConverged("np")
@@ -471,7 +479,7 @@ func TestNetworkPolicySwitch(t *testing.T) {
 func TestDeletionLeavesNothing(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.start()
 	h.create("del", spec(true))
 	gw := h.waitConverged("del")
@@ -515,31 +523,40 @@ func (h *harness) waitGone(name string) {
 	})
 }
 
-// A rotated pre-shared key reaches the gateway's Secret; a missing one is reported and
-// picked up once it appears.
-func TestPSKRotationAndMissingSecret(t *testing.T) {
+// A missing or too short pre-shared key is reported naming the Secret and key, never
+// the value; fixing the Secret is picked up at once through the operator's watch of that
+// one Secret (the resync interval of these tests is 30 minutes). The operator writes no
+// Secret of its own, and no key reaches its status, Events, logs or ConfigMap.
+func TestPSKMissingShortAndFixed(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
 	h.start()
 	h.create("psk", spec(false))
 	gw := h.waitCond("psk", v1alpha1.ConditionWorkloadReady, metav1.ConditionFalse, v1alpha1.ReasonPSKSecretMissing)
-	if c := condOf(gw.Status.Conditions, v1alpha1.ConditionWorkloadReady); !strings.Contains(c, "hq-psk") {
+	if c := condOf(gw.Status.Conditions, v1alpha1.ConditionWorkloadReady); !strings.Contains(c, "Secret "+h.ns+"/hq-psk not found") {
 		t.Fatalf("message must name the Secret: %s", c)
 	}
-	h.psk("hq-psk", "first-key")
-	h.waitConverged("psk")
-	secretHas := func(v string) (bool, string) {
-		var s corev1.Secret
-		if err := env.Client.Get(h.ctx, client.ObjectKey{Namespace: h.ns, Name: render.SecretName("psk")}, &s); err != nil {
-			return false, err.Error()
-		}
-		return strings.Contains(string(s.Data[gatewayconfig.SecretKeySecrets]), base64.StdEncoding.EncodeToString([]byte(v))), "old key"
+	// The pod is there all the same: it waits for the key and says so itself.
+	var dep appsv1.Deployment
+	mustGet(t, h, client.ObjectKey{Namespace: h.ns, Name: render.DeploymentName("psk")}, &dep)
+
+	const short = "zq-short-7"
+	h.psk("hq-psk", short)
+	gw = h.waitCond("psk", v1alpha1.ConditionWorkloadReady, metav1.ConditionFalse, v1alpha1.ReasonPSKTooShort)
+	if c := condOf(gw.Status.Conditions, v1alpha1.ConditionWorkloadReady); !strings.Contains(c, `Secret `+h.ns+`/hq-psk key "psk" is shorter than 20 bytes`) {
+		t.Fatalf("message must name the Secret and key: %s", c)
 	}
-	eventually(t, "first key", func() (bool, string) { return secretHas("first-key") })
-	h.psk("hq-psk", "rotated-key")
-	eventually(t, "rotated key", func() (bool, string) { return secretHas("rotated-key") })
-	// The keys, raw or in the base64 form secrets.conf carries, appear nowhere but in
-	// the gateway's own Secret: not in its status, Events, logs or ConfigMap.
+	const good = "zq-good-key-of-more-than-twenty-bytes"
+	h.psk("hq-psk", good)
+	h.waitConverged("psk")
+	const rotated = "zq-rotated-key-of-more-than-twenty-bytes"
+	h.psk("hq-psk", rotated)
+
+	var legacy corev1.Secret
+	if err := env.Client.Get(h.ctx, client.ObjectKey{Namespace: h.ns, Name: render.LegacySecretName("psk")}, &legacy); !apierrors.IsNotFound(err) {
+		t.Fatalf("the operator wrote a Secret of keys: %v", err)
+	}
+	// The keys, raw or base64, appear nowhere the operator writes or says anything.
 	gw = h.get("psk")
 	var places []string
 	status, _ := json.Marshal(gw.Status)
@@ -550,15 +567,19 @@ func TestPSKRotationAndMissingSecret(t *testing.T) {
 	h.logs.mu.Lock()
 	places = append(places, h.logs.lines...)
 	h.logs.mu.Unlock()
-	var cm corev1.ConfigMap
-	mustGet(t, h, client.ObjectKey{Namespace: h.ns, Name: render.ConfigMapName("psk")}, &cm)
-	for k, v := range cm.Data {
-		places = append(places, "configmap "+k+" "+v)
+	var cms corev1.ConfigMapList
+	if err := env.Client.List(h.ctx, &cms, client.InNamespace(h.ns)); err != nil {
+		t.Fatal(err)
 	}
-	if len(places) < 5 {
+	for _, cm := range cms.Items {
+		for k, v := range cm.Data {
+			places = append(places, "configmap "+cm.Name+" "+k+" "+v)
+		}
+	}
+	if len(places) < 5 || len(cms.Items) == 0 {
 		t.Fatalf("too little captured to scan (%d places)", len(places))
 	}
-	for _, key := range []string{"first-key", "rotated-key"} {
+	for _, key := range []string{short, good, rotated} {
 		for _, form := range []string{key, base64.StdEncoding.EncodeToString([]byte(key))} {
 			for _, p := range places {
 				if strings.Contains(p, form) {
@@ -573,7 +594,7 @@ func TestPSKRotationAndMissingSecret(t *testing.T) {
 func TestDriftRepaired(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.start()
 	h.create("drift", spec(false))
 	h.waitConverged("drift")
@@ -585,7 +606,7 @@ func TestDriftRepaired(t *testing.T) {
 	}
 	var cm corev1.ConfigMap
 	mustGet(t, h, client.ObjectKey{Namespace: h.ns, Name: render.ConfigMapName("drift")}, &cm)
-	cm.Data[gatewayconfig.ConfigMapKeySwanctl] = "tampered"
+	cm.Data[gatewayconfig.ConfigMapKeyConfig] = "tampered"
 	if err := env.Client.Update(h.ctx, &cm); err != nil {
 		t.Fatal(err)
 	}
@@ -596,8 +617,65 @@ func TestDriftRepaired(t *testing.T) {
 		}
 		var c corev1.ConfigMap
 		_ = env.Client.Get(h.ctx, client.ObjectKeyFromObject(&cm), &c)
-		return c.Data[gatewayconfig.ConfigMapKeySwanctl] != "tampered", "configmap still tampered"
+		return c.Data[gatewayconfig.ConfigMapKeyConfig] != "tampered", "configmap still tampered"
 	})
+}
+
+// A change to the gateway pod's security fields is reverted, not tolerated as a
+// superset: a host namespace, a privileged sidecar, a host-path volume, another
+// ServiceAccount, an extra mount of the API token into charon, a weaker security
+// context. Each is put on the live Deployment and must be gone again.
+func TestSecurityDriftReverted(t *testing.T) {
+	h := newHarness(t)
+	h.node("node-a", "openstack:///"+serverA, true, nil)
+	h.psk("hq-psk", testPSK)
+	h.start()
+	h.create("drift", spec(false))
+	h.waitConverged("drift")
+	key := client.ObjectKey{Namespace: h.ns, Name: render.DeploymentName("drift")}
+	yes := true
+	root := int64(0)
+	for _, tc := range []struct {
+		name   string
+		mutate func(ps *corev1.PodSpec)
+	}{
+		{"hostNetwork", func(ps *corev1.PodSpec) { ps.HostNetwork = true }},
+		{"hostPID", func(ps *corev1.PodSpec) { ps.HostPID = true }},
+		{"privileged sidecar", func(ps *corev1.PodSpec) {
+			ps.Containers = append(ps.Containers, corev1.Container{Name: "debug", Image: "busybox", SecurityContext: &corev1.SecurityContext{Privileged: &yes}})
+		}},
+		{"host path volume", func(ps *corev1.PodSpec) {
+			ps.Volumes = append(ps.Volumes, corev1.Volume{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}})
+		}},
+		{"serviceAccountName", func(ps *corev1.PodSpec) { ps.ServiceAccountName = "default" }},
+		{"token into charon", func(ps *corev1.PodSpec) {
+			ps.Containers[1].VolumeMounts = append(ps.Containers[1].VolumeMounts, corev1.VolumeMount{Name: "api-access", MountPath: render.ServiceAccountMountPath, ReadOnly: true})
+		}},
+		{"status agent as root", func(ps *corev1.PodSpec) { ps.Containers[2].SecurityContext.RunAsUser = &root }},
+		{"seccomp dropped", func(ps *corev1.PodSpec) { ps.SecurityContext = nil }},
+	} {
+		var d appsv1.Deployment
+		mustGet(t, h, key, &d)
+		want := d.Spec.Template.Spec.DeepCopy()
+		tc.mutate(&d.Spec.Template.Spec)
+		if err := env.Client.Update(h.ctx, &d); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		eventually(t, tc.name+" reverted", func() (bool, string) {
+			var live appsv1.Deployment
+			if err := env.Client.Get(h.ctx, key, &live); err != nil {
+				return false, err.Error()
+			}
+			drift := render.PodSecurityDrift(*want, live.Spec.Template.Spec)
+			return len(drift) == 0, fmt.Sprintf("still differs in %v", drift)
+		})
+	}
+	h.events.mu.Lock()
+	all := strings.Join(h.events.events, "\n")
+	h.events.mu.Unlock()
+	if !strings.Contains(all, "SecurityDriftReverted") {
+		t.Fatalf("no Event reports the reverted drift:\n%s", all)
+	}
 }
 
 // A port detached out of band (by an admin, or Nova behind the operator's back) is no
@@ -608,7 +686,7 @@ func TestDriftRepaired(t *testing.T) {
 func TestOutOfBandDetachRepairedOnAnnotation(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.start()
 	h.create("oob", spec(false))
 	gw := h.waitConverged("oob")
@@ -652,7 +730,7 @@ func TestOutOfBandDetachRepairedOnAnnotation(t *testing.T) {
 func TestTransientOpenStackFailures(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	for _, f := range []sim.Fault{
 		{Method: "POST", PathPattern: "/network/v2.0/ports", Status: 503, Count: 1},
 		{Method: "POST", PathPattern: "/network/v2.0/security-group-rules", Status: 500, Count: 2},
@@ -679,30 +757,25 @@ func TestTransientOpenStackFailures(t *testing.T) {
 	}
 }
 
-// The client's networks never overlap the gateway's own: an auto-allocated /24 skips
-// them, a pinned one that overlaps is refused, and a peer subnet inside the gateway
-// network's subnet stops at PortReady with the reason.
+// The client's networks never overlap the gateway's own: one inside the service-CIDR
+// pool is refused at validation (traffic to other gateways' virtual IPs would be taken
+// for the client's), and a peer subnet inside the gateway network's subnet stops at
+// PortReady with the reason.
 func TestPeerSubnetOverlaps(t *testing.T) {
 	h := newHarness(t)
 	h.cfg.ServiceCIDRPool = netip.MustParsePrefix("100.67.0.0/22")
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.start()
 
-	skip := spec(false)
-	skip.Tunnels[0].Peer.Subnets = []string{"100.67.0.0/23"}
-	h.create("skip", skip)
-	gw := h.waitCond("skip", v1alpha1.ConditionAllocated, metav1.ConditionTrue, v1alpha1.ReasonAllocated)
-	if gw.Status.ServiceCIDR != "100.67.2.0/24" {
-		t.Fatalf("the /24s inside the client's subnet must be skipped, got %s", gw.Status.ServiceCIDR)
+	inPool := spec(false)
+	inPool.Tunnels[0].Peer.Subnets = []string{"100.67.0.0/23"}
+	h.create("inpool", inPool)
+	gw := h.waitCond("inpool", v1alpha1.ConditionValidated, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec)
+	if c := condOf(gw.Status.Conditions, v1alpha1.ConditionValidated); !strings.Contains(c, "overlaps the service-CIDR pool 100.67.0.0/22") {
+		t.Fatalf("pool overlap: %s", c)
 	}
-
-	pin := spec(false)
-	pin.Tunnels[0].Peer.Subnets = []string{"100.67.3.0/24"}
-	pin.Exposures[0].VirtualIP = "100.67.3.10"
-	h.create("pin", pin)
-	gw = h.waitCond("pin", v1alpha1.ConditionAllocated, metav1.ConditionFalse, v1alpha1.ReasonAllocationFailed)
-	if c := condOf(gw.Status.Conditions, v1alpha1.ConditionAllocated); !strings.Contains(c, "overlaps the client's subnet 100.67.3.0/24") {
-		t.Fatalf("pinned overlap: %s", c)
+	if p, s, f := h.tagged(gw.UID); p+s+f != 0 {
+		t.Fatal("a refused gateway made OpenStack objects")
 	}
 
 	onNet := spec(false)
@@ -722,7 +795,7 @@ func TestStrandedPodReleased(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-b", "openstack:///"+serverB, true, nil)
 	h.node("node-c", "openstack:///"+serverC, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.start()
 	h.create("st", spec(false))
 	if gw := h.waitConverged("st"); gw.Status.NodeName != "node-b" {

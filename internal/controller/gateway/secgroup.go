@@ -32,11 +32,13 @@ func (k ruleKey) String() string {
 
 // DesiredIngressRules is the gateway security group's ingress: IKE (UDP 500) and NAT-T
 // (UDP 4500) from each tunnel's peer only, never from anywhere and never bare ESP (NAT-T
-// is mandatory behind the floating IP); and, once internal source CIDRs are configured,
-// each reverse exposure's ports from each of them (every protocol when the reverse
-// exposure lists no ports), and every protocol from each of them while a tunnel is
-// routed (the fabric reaches the client's real addresses through the port).
-func DesiredIngressRules(spec *v1alpha1.GatewaySpec, internal []netip.Prefix) []ruleKey {
+// is mandatory behind the floating IP); each reverse exposure's ports from each of the
+// reverse sources (every protocol when the reverse exposure lists no ports): the
+// operator-wide internal source CIDRs and the service clusters of the ClusterLinks that
+// serve this gateway (reverseSources); and every protocol from each operator-wide
+// internal source CIDR while a tunnel is routed (the fabric reaches the client's real
+// addresses through the port; a ClusterLink routes only the gateway's service CIDR).
+func DesiredIngressRules(spec *v1alpha1.GatewaySpec, internal, reverse []netip.Prefix) []ruleKey {
 	set := map[ruleKey]bool{}
 	if len(routedSubnets(spec)) > 0 {
 		for _, cidr := range internal {
@@ -54,7 +56,7 @@ func DesiredIngressRules(spec *v1alpha1.GatewaySpec, internal []netip.Prefix) []
 		}
 	}
 	for _, re := range spec.ReverseExposures {
-		for _, cidr := range internal {
+		for _, cidr := range reverse {
 			if len(re.Target.Ports) == 0 {
 				set[ruleKey{Remote: cidr.String()}] = true
 				continue
@@ -137,9 +139,10 @@ func (r *Reconciler) ensureSecurityGroup(ctx context.Context, g *gateway) (bool,
 	// Record the group before touching its rules, so the next reconcile finds it by ID.
 	g.status.SecurityGroupID = sg.ID
 
-	want, openToAll := DesiredIngressRules(g.spec, r.Config.InternalSourceCIDRs), ""
+	reverse := r.reverseSources(g.links)
+	want, openToAll := DesiredIngressRules(g.spec, r.Config.InternalSourceCIDRs, reverse), ""
 	if g.wg != nil {
-		want, openToAll = wireGuardIngressRules(g.spec, g.wg, r.Config.InternalSourceCIDRs)
+		want, openToAll = wireGuardIngressRules(g.spec, g.wg, reverse)
 	}
 	wantSet := map[ruleKey]bool{}
 	for _, k := range want {
@@ -183,13 +186,15 @@ func (r *Reconciler) ensureSecurityGroup(ctx context.Context, g *gateway) (bool,
 		}
 		g.port = p
 	}
+	msg := fmt.Sprintf("security group %s admits %d ingress rules", sg.ID, len(want))
+	if len(g.spec.ReverseExposures) > 0 {
+		msg += fmt.Sprintf("; reverse exposures admitted from the ClusterLinks serving this gateway: %s", linkNames(g.links, true))
+	}
 	if openToAll != "" {
-		r.condTrue(g, v1alpha1.ConditionSecurityGroupReady, v1alpha1.ReasonListenPortOpen,
-			fmt.Sprintf("security group %s admits %d ingress rules; %s", sg.ID, len(want), openToAll))
+		r.condTrue(g, v1alpha1.ConditionSecurityGroupReady, v1alpha1.ReasonListenPortOpen, msg+"; "+openToAll)
 		return true, nil
 	}
-	r.condTrue(g, v1alpha1.ConditionSecurityGroupReady, v1alpha1.ReasonSecurityGroup,
-		fmt.Sprintf("security group %s admits %d ingress rules", sg.ID, len(want)))
+	r.condTrue(g, v1alpha1.ConditionSecurityGroupReady, v1alpha1.ReasonSecurityGroup, msg)
 	return true, nil
 }
 

@@ -9,8 +9,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/metadata"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,6 +26,7 @@ import (
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/conditions"
+	"bnerd.net/vpn-operator/internal/controller/namedwatch"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
 	"bnerd.net/vpn-operator/internal/render"
 )
@@ -31,24 +35,37 @@ import (
 // rotated key reaches exactly the gateways that use it.
 const indexPSKSecret = "ipsec.bnerd.net/psk-secret"
 
-// The operator's RBAC, generated into config/rbac by `make generate`. The gateway pod's
-// own Role is narrower (see render.Role); the operator may create it because it holds
-// every permission that Role grants.
+// The operator's RBAC, generated into config/rbac by `make generate` and compared with
+// the reviewed list in cmd/bnerd-vpn-operator/rbac_test.go. Only the verbs the code
+// uses: objects are created and updated, never patched; deleted only where the code
+// deletes (a RoleBinding whose roleRef changed, a NetworkPolicy switched off, a Secret
+// of an earlier release). Leader election's Lease is granted by the chart's Role in the
+// operator's namespace. The gateway pod's own Role is narrower (see render.Role); the
+// operator may create it because it holds every permission that Role grants.
 //
 // +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=ipsecgateways;vpngateways,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=ipsecgateways/status;vpngateways/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=ipsecgateways/finalizers;vpngateways/finalizers;clusterlinks/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",resources=configmaps;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// Secrets: the operator writes only a WireGuard gateway's key Secret
+// (<name>-gateway-wireguard: create, update on rotation, delete when the gateway stops
+// using WireGuard); it never writes or reads a tenant's pre-shared key Secret beyond get.
+// It holds get, list and watch because Kubernetes lets it create the gateway pod's Role
+// (get, list and watch on the Secrets the tunnels name) only if it holds those itself;
+// it uses get to check a key's presence and length without caching it, and list/watch
+// only name by name, metadata only (namedwatch); delete also removes the Secret of
+// rendered keys earlier releases wrote.
+//
+// +kubebuilder:rbac:groups="",resources=configmaps;serviceaccounts,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups="",resources=nodes;namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=list
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=network-attachment-definitions,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=network-attachment-definitions,verbs=get;list;watch;create;update
 
 // SetupWithManager registers one controller per kind (IPsecGateway and VPNGateway),
 // both backed by this reconciler and its one allocator.
@@ -72,6 +89,14 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Config.MaxConcurrentReconciles = 1
 	}
 	_, nadErr := mgr.GetRESTMapper().RESTMapping(render.NADGVK.GroupKind(), render.NADGVK.Version)
+	meta, err := metadata.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return err
+	}
+	r.secrets = namedwatch.New(meta, namedwatch.SecretsResource, "Secret")
+	if err := mgr.Add(r.secrets); err != nil {
+		return err
+	}
 
 	for _, kind := range []string{KindIPsecGateway, KindVPNGateway} {
 		kind := kind
@@ -84,18 +109,21 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}); err != nil {
 			return err
 		}
+		// No Secret is owned or watched through the cache: the Secrets gateways name are
+		// followed one by one, metadata only (r.secrets).
 		b := ctrl.NewControllerManagedBy(mgr).
 			Named(strings.ToLower(kind)).
 			For(newObject(kind), builder.WithPredicates(predicate.Or(specOrLifecycleChanged, wireGuardKeyEvents))).
 			Owns(&corev1.ConfigMap{}).
-			Owns(&corev1.Secret{}).
 			Owns(&corev1.ServiceAccount{}).
 			Owns(&rbacv1.Role{}).
 			Owns(&rbacv1.RoleBinding{}).
 			Owns(&appsv1.Deployment{}).
 			Owns(&networkingv1.NetworkPolicy{}).
 			Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.mapNode(kind)), builder.WithPredicates(nodeChanged)).
-			Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.mapSecret(kind))).
+			Watches(&v1alpha1.ClusterLink{}, handler.EnqueueRequestsFromMapFunc(r.mapAll(kind)), builder.WithPredicates(linkServingChanged)).
+			Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.mapNamespace(kind)), builder.WithPredicates(labelsChanged)).
+			WatchesRawSource(r.secrets.Source(handler.EnqueueRequestsFromMapFunc(r.mapSecret(kind)))).
 			WithOptions(controller.Options{
 				MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles,
 				SkipNameValidation:      &r.SkipNameValidation,
@@ -194,6 +222,72 @@ func (r *Reconciler) mapSecret(kind string) handler.MapFunc {
 		}
 		return out
 	}
+}
+
+// mapAll wakes every gateway of the kind: a ClusterLink change can change whom it
+// serves (security-group sources, the exposure check), and a link names no gateway.
+func (r *Reconciler) mapAll(kind string) handler.MapFunc {
+	return func(ctx context.Context, _ client.Object) []reconcile.Request {
+		gws, err := r.listGateways(ctx, kind)
+		if err != nil {
+			r.Log.Error(err, "listing gateways for a ClusterLink change")
+			return nil
+		}
+		out := make([]reconcile.Request, 0, len(gws))
+		for _, g := range gws {
+			out = append(out, requestOf(g))
+		}
+		return out
+	}
+}
+
+// mapNamespace wakes the gateways of a namespace whose labels changed (a ClusterLink
+// may select them by those labels).
+func (r *Reconciler) mapNamespace(kind string) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		gws, err := r.listGateways(ctx, kind, client.InNamespace(o.GetName()))
+		if err != nil {
+			r.Log.Error(err, "listing gateways for a namespace change")
+			return nil
+		}
+		out := make([]reconcile.Request, 0, len(gws))
+		for _, g := range gws {
+			out = append(out, requestOf(g))
+		}
+		return out
+	}
+}
+
+// linkServingChanged passes the ClusterLink events that can change whom a link serves
+// or with which network: creation, deletion (starting), a spec change, and its
+// Validated condition flipping (a refused link serves no one).
+var linkServingChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*v1alpha1.ClusterLink)
+		n, ok2 := e.ObjectNew.(*v1alpha1.ClusterLink)
+		if !ok1 || !ok2 {
+			return true
+		}
+		return o.Generation != n.Generation || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero() ||
+			validated(o) != validated(n)
+	},
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+func validated(l *v1alpha1.ClusterLink) metav1.ConditionStatus {
+	if c := meta.FindStatusCondition(l.Status.Conditions, v1alpha1.ConditionValidated); c != nil {
+		return c.Status
+	}
+	return metav1.ConditionUnknown
+}
+
+// labelsChanged passes namespace events whose labels changed (and creations and
+// deletions).
+var labelsChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return !maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels())
+	},
+	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
 // specOrLifecycleChanged passes the gateway's own events that ask for work: creation,

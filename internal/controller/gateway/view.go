@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/addrpolicy"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/render"
@@ -51,6 +52,8 @@ type gateway struct {
 
 	// port is the dedicated port as read in this reconcile.
 	port *openstack.Port
+	// links are the active ClusterLinks as read in this reconcile's validation.
+	links []link
 }
 
 func viewOf(obj client.Object) (*gateway, error) {
@@ -91,6 +94,12 @@ func (g *gateway) ref() render.Gateway {
 
 func (g *gateway) String() string {
 	return g.kind + " " + g.obj.GetNamespace() + "/" + g.obj.GetName()
+}
+
+// validateAddresses checks the spec's targets and the client's networks (tunnels'
+// subnets or WireGuard peers' allowed IPs) against the operator's address policy.
+func (g *gateway) validateAddresses(pol addrpolicy.Policy) field.ErrorList {
+	return append(g.spec.ValidateAddresses(pol), g.wg.ValidateAddresses(pol)...)
 }
 
 // pskSecretNames lists the Secrets the gateway's tunnels read their keys from.

@@ -12,10 +12,11 @@ import (
 // wireGuardIngressRules is a WireGuard gateway's security-group ingress: its UDP listen
 // port from each peer's fixed endpoint only, and from anywhere only while some peer has
 // no fixed endpoint (a roaming peer's address is learned from its handshakes, so no
-// narrower rule can admit it); then the reverse exposures' rules from the internal
-// sources, as for IPsec. The note names the roaming peers when the port is open to
+// narrower rule can admit it); then the reverse exposures' rules from the reverse
+// sources (the internal source CIDRs and the ClusterLinks serving the gateway), as for
+// IPsec. The note names the roaming peers when the port is open to
 // everyone, for the condition message.
-func wireGuardIngressRules(spec *v1alpha1.GatewaySpec, wg *v1alpha1.WireGuardSpec, internal []netip.Prefix) ([]ruleKey, string) {
+func wireGuardIngressRules(spec *v1alpha1.GatewaySpec, wg *v1alpha1.WireGuardSpec, reverse []netip.Prefix) ([]ruleKey, string) {
 	set := map[ruleKey]bool{}
 	port := int(v1alpha1.WireGuardListenPort(wg))
 	var roaming []string
@@ -36,7 +37,7 @@ func wireGuardIngressRules(spec *v1alpha1.GatewaySpec, wg *v1alpha1.WireGuardSpe
 		note = fmt.Sprintf("WARNING: UDP %d is open to every source address because peer(s) %s have no fixed endpoint; give each peer spec.wireguard.peers[].endpoint to admit only those addresses",
 			port, strings.Join(roaming, ", "))
 	}
-	for _, k := range DesiredIngressRules(&v1alpha1.GatewaySpec{ReverseExposures: spec.ReverseExposures}, internal) {
+	for _, k := range DesiredIngressRules(&v1alpha1.GatewaySpec{ReverseExposures: spec.ReverseExposures}, nil, reverse) {
 		set[k] = true
 	}
 	return sortedRules(set), note

@@ -185,7 +185,7 @@ func TestWireGuardGateway(t *testing.T) {
 	if cfg.Protocol != gatewayconfig.ProtocolWireGuard || cfg.WireGuard.PublicKey != pub || len(cfg.WireGuard.Peers) != 2 {
 		t.Fatalf("config %+v", cfg.WireGuard)
 	}
-	if err := env.Client.Get(h.ctx, client.ObjectKey{Namespace: h.ns, Name: render.SecretName("wg")}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+	if err := env.Client.Get(h.ctx, client.ObjectKey{Namespace: h.ns, Name: render.LegacySecretName("wg")}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("a WireGuard gateway has an IKE secrets Secret: %v", err)
 	}
 

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"strings"
+
+	"github.com/go-logr/logr"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
@@ -38,40 +42,23 @@ func (r *Reconciler) ensureWorkload(ctx context.Context, g *gateway) (bool, erro
 	}
 	ref := g.ref()
 	cfg, err := gatewayconfig.Build(gatewayconfig.Input{Kind: g.kind, Namespace: ref.Namespace, Name: ref.Name, Spec: g.spec, Status: g.status,
-		WireGuard: g.wg, InternalSources: r.Config.InternalSourceCIDRs})
+		WireGuard: g.wg, InternalSources: r.Config.InternalSourceCIDRs,
+		ServiceCIDRPool: r.Config.ServiceCIDRPool, ExposureTargetCIDRs: r.Config.ExposureTargetCIDRs})
 	switch {
 	case errors.Is(err, gatewayconfig.ErrIncomplete):
 		return terminal(v1alpha1.ReasonWorkloadPending, err.Error())
 	case err != nil:
 		return terminal(v1alpha1.ReasonWorkloadFailed, err.Error())
 	}
-
-	// Pre-shared keys: read from the referenced Secrets, never named in any message
-	// beyond the Secret's name and key.
-	psks := map[string]string{}
-	for _, t := range g.spec.Tunnels {
-		key := t.PreSharedKey.Key
-		if key == "" {
-			key = "psk"
+	// The pod reads the keys itself; follow the Secrets it names (metadata only, one
+	// watch per Secret) so a fixed or rotated key re-checks the condition at once.
+	secrets := pskSecretNames(g.spec)
+	if r.secrets != nil {
+		refs := make([]types.NamespacedName, 0, len(secrets))
+		for _, n := range secrets {
+			refs = append(refs, types.NamespacedName{Namespace: ref.Namespace, Name: n})
 		}
-		var s corev1.Secret
-		err := r.Client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: t.PreSharedKey.Name}, &s)
-		if apierrors.IsNotFound(err) {
-			return terminal(v1alpha1.ReasonPSKSecretMissing, fmt.Sprintf("tunnel %s: Secret %s/%s not found", t.Name, ref.Namespace, t.PreSharedKey.Name))
-		}
-		if err != nil {
-			return fail(err)
-		}
-		v, ok := s.Data[key]
-		if !ok || len(v) == 0 {
-			return terminal(v1alpha1.ReasonPSKSecretMissing, fmt.Sprintf("tunnel %s: Secret %s/%s has no key %q", t.Name, ref.Namespace, t.PreSharedKey.Name, key))
-		}
-		psks[t.Name] = string(v)
-	}
-	secretsConf, err := gatewayconfig.RenderSecrets(cfg, psks)
-	if err != nil {
-		// RenderSecrets never quotes key material in its errors.
-		return terminal(v1alpha1.ReasonWorkloadFailed, err.Error())
+		r.secrets.Set(g.String(), refs)
 	}
 
 	cm, err := render.ConfigMap(ref, cfg)
@@ -99,19 +86,17 @@ func (r *Reconciler) ensureWorkload(ctx context.Context, g *gateway) (bool, erro
 		return terminal(v1alpha1.ReasonWorkloadFailed, err.Error())
 	}
 
+	// The pod's RBAC goes first: a tunnel added to a running gateway names its Secret in
+	// the Role before the ConfigMap names the tunnel, so the agent can read the key the
+	// moment it learns of the tunnel.
 	steps := []func() error{
-		func() error { return r.applyConfigMap(ctx, cm) },
-		func() error {
-			if g.wg != nil {
-				return nil // no IKE secrets; the key Secret is the key phase's
-			}
-			return r.applySecret(ctx, render.Secret(ref, secretsConf))
-		},
-		func() error { return r.applyNAD(ctx, nad) },
 		func() error { return r.applyServiceAccount(ctx, render.ServiceAccount(ref)) },
-		func() error { return r.applyRole(ctx, render.Role(ref, v1alpha1.GroupVersion.Group)) },
+		func() error { return r.applyRole(ctx, render.Role(ref, v1alpha1.GroupVersion.Group, secrets...)) },
 		func() error { return r.applyRoleBinding(ctx, render.RoleBinding(ref)) },
-		func() error { return r.applyDeployment(ctx, dep) },
+		func() error { return r.applyConfigMap(ctx, cm) },
+		func() error { return r.deleteLegacySecret(ctx, ref) },
+		func() error { return r.applyNAD(ctx, nad) },
+		func() error { return r.applyDeployment(ctx, g, dep) },
 		func() error { return r.releaseStrandedPods(ctx, g) },
 		func() error {
 			if r.Config.GatewayNetworkPolicy {
@@ -128,9 +113,82 @@ func (r *Reconciler) ensureWorkload(ctx context.Context, g *gateway) (bool, erro
 			return fail(err)
 		}
 	}
+	// Every object is in place (a tunnel with a good key keeps working whatever another
+	// tunnel's key does); now the keys themselves.
+	if reason, msg, err := r.checkPSKs(ctx, g); err != nil {
+		return fail(err)
+	} else if reason != "" {
+		return terminal(reason, msg)
+	}
 	r.condTrue(g, v1alpha1.ConditionWorkloadReady, v1alpha1.ReasonWorkloadReady,
-		fmt.Sprintf("configuration, secrets, NIC2 attachment, RBAC and Deployment %s (pinned to node %s) are converged", dep.Name, g.status.NodeName))
+		fmt.Sprintf("configuration, NIC2 attachment, RBAC and Deployment %s (pinned to node %s) are converged; the pod reads the keys of %d tunnel(s) itself", dep.Name, g.status.NodeName, len(g.spec.Tunnels)))
 	return true, nil
+}
+
+// checkPSKs reads each tunnel's Secret around the cache (the operator caches no
+// Secret) and checks its key is there and long enough. The reason and message name the
+// Secret and key, never the value or its length.
+func (r *Reconciler) checkPSKs(ctx context.Context, g *gateway) (reason, msg string, err error) {
+	ns := g.obj.GetNamespace()
+	var missing, short []string
+	for _, t := range g.spec.Tunnels {
+		key := t.PreSharedKey.Key
+		if key == "" {
+			key = gatewayconfig.DefaultPSKKey
+		}
+		var s corev1.Secret
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: t.PreSharedKey.Name}, &s)
+		switch {
+		case apierrors.IsNotFound(err):
+			missing = append(missing, fmt.Sprintf("tunnel %s: Secret %s/%s not found", t.Name, ns, t.PreSharedKey.Name))
+			continue
+		case err != nil:
+			return "", "", err
+		}
+		v, ok := s.Data[key]
+		if !ok || len(v) == 0 {
+			missing = append(missing, fmt.Sprintf("tunnel %s: Secret %s/%s has no key %q", t.Name, ns, t.PreSharedKey.Name, key))
+			continue
+		}
+		if why := gatewayconfig.CheckPSK(v); why != "" {
+			short = append(short, fmt.Sprintf("tunnel %s: the pre-shared key in Secret %s/%s key %q %s", t.Name, ns, t.PreSharedKey.Name, key, why))
+		}
+	}
+	const tail = "; the gateway pod does not start such a tunnel, and picks the key up as soon as it is there"
+	switch {
+	case len(missing) > 0:
+		return v1alpha1.ReasonPSKSecretMissing, strings.Join(append(missing, short...), "; ") + tail, nil
+	case len(short) > 0:
+		return v1alpha1.ReasonPSKTooShort, strings.Join(short, "; ") + tail, nil
+	}
+	return "", "", nil
+}
+
+// deleteLegacySecret removes the Secret of rendered keys earlier releases wrote (the
+// pod reads the tenant's Secrets itself now), once per gateway and process, and only
+// when it is this gateway's.
+func (r *Reconciler) deleteLegacySecret(ctx context.Context, ref render.Gateway) error {
+	r.legacyMu.Lock()
+	done := r.legacyDone[ref.UID]
+	r.legacyMu.Unlock()
+	if done {
+		return nil
+	}
+	var s corev1.Secret
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: render.LegacySecretName(ref.Name)}, &s)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return err
+	case metav1.IsControlledBy(&s, &metav1.ObjectMeta{UID: ref.UID}):
+		if err := r.Client.Delete(ctx, &s, client.Preconditions{UID: &s.UID}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	r.legacyMu.Lock()
+	r.legacyDone[ref.UID] = true
+	r.legacyMu.Unlock()
+	return nil
 }
 
 // ownedMetaOK reports whether live carries the desired labels and controller reference,
@@ -197,13 +255,6 @@ func (r *Reconciler) applyConfigMap(ctx context.Context, d *corev1.ConfigMap) er
 		func() { live.Data, live.BinaryData = d.Data, nil })
 }
 
-func (r *Reconciler) applySecret(ctx context.Context, d *corev1.Secret) error {
-	live := &corev1.Secret{}
-	return r.apply(ctx, d, live,
-		func() bool { return reflect.DeepEqual(d.Data, live.Data) && live.Type == d.Type },
-		func() { live.Data, live.StringData = d.Data, nil })
-}
-
 func (r *Reconciler) applyServiceAccount(ctx context.Context, d *corev1.ServiceAccount) error {
 	live := &corev1.ServiceAccount{}
 	return r.apply(ctx, d, live, func() bool { return true }, func() {})
@@ -231,10 +282,18 @@ func (r *Reconciler) applyRoleBinding(ctx context.Context, d *rbacv1.RoleBinding
 	return err
 }
 
-func (r *Reconciler) applyDeployment(ctx context.Context, d *appsv1.Deployment) error {
+// applyDeployment converges the Deployment. Fields the API server or other tools add
+// are tolerated (render.Covers), except on the pod's security: host namespaces, identity,
+// security contexts, volumes and containers must be exactly the rendered ones, and drift
+// there is reverted and reported.
+func (r *Reconciler) applyDeployment(ctx context.Context, g *gateway, d *appsv1.Deployment) error {
 	live := &appsv1.Deployment{}
-	return r.apply(ctx, d, live,
-		func() bool { return render.Covers(d.Spec, live.Spec) },
+	var drift []string
+	err := r.apply(ctx, d, live,
+		func() bool {
+			drift = render.PodSecurityDrift(d.Spec.Template.Spec, live.Spec.Template.Spec)
+			return render.Covers(d.Spec, live.Spec) && len(drift) == 0
+		},
 		func() {
 			// The selector is immutable and derived from the gateway's identity only.
 			sel := live.Spec.Selector
@@ -243,6 +302,11 @@ func (r *Reconciler) applyDeployment(ctx context.Context, d *appsv1.Deployment) 
 				live.Spec.Selector = sel
 			}
 		})
+	if err == nil && len(drift) > 0 {
+		logr.FromContextOrDiscard(ctx).Info("reverted a change to the gateway pod's security fields", "deployment", d.Name, "fields", drift)
+		r.event(g, metav1.ConditionFalse, "SecurityDriftReverted", "Deployment %s: reverted a change to %s", d.Name, strings.Join(drift, ", "))
+	}
+	return err
 }
 
 func (r *Reconciler) applyNetworkPolicy(ctx context.Context, d *networkingv1.NetworkPolicy) error {

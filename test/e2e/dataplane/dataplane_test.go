@@ -50,7 +50,10 @@ const (
 	floatingIP  = "192.0.2.100"
 	routerLAN   = "203.0.113.1"
 	portFixedIP = "203.0.113.5"
-	backendAddr = "203.0.113.20"
+	// The exposures' target lives on a network of its own behind the router, as a
+	// service cluster's does: the gateway network itself is never an exposure target.
+	backendAddr = "198.18.0.20"
+	backendGW   = "198.18.0.1"
 	fabricAddr  = "203.0.113.30"
 	serviceCIDR = "100.64.7.0/24"
 	psk         = "e2e-psk-not-a-real-secret-0123456789"
@@ -58,7 +61,7 @@ const (
 
 // innerFilter matches packets carrying an address that must only ever travel inside the
 // tunnel on the link between the sites.
-const innerFilter = "net 198.51.100.0/24 or net 100.64.0.0/10 or net 203.0.113.0/24"
+const innerFilter = "net 198.51.100.0/24 or net 100.64.0.0/10 or net 203.0.113.0/24 or net 198.18.0.0/24"
 
 type env struct {
 	t      testing.TB
@@ -190,11 +193,12 @@ func gatewayObject() *v1alpha1.IPsecGateway {
 	return &v1alpha1.IPsecGateway{
 		Spec: v1alpha1.GatewaySpec{
 			Tunnels: []v1alpha1.Tunnel{{
-				Name: "t1",
-				Peer: v1alpha1.Peer{Address: peerWAN, Subnets: []string{clientNet}},
-				IKE:  v1alpha1.IKEOptions{Proposals: []string{"aes128gcm16-prfsha256-x25519"}, Lifetime: "1h"},
-				ESP:  v1alpha1.ESPOptions{Proposals: []string{"aes128gcm16-x25519"}, Lifetime: "30m"},
-				DPD:  v1alpha1.DPDOptions{Delay: "5s", Action: "restart"},
+				Name:         "t1",
+				Peer:         v1alpha1.Peer{Address: peerWAN, Subnets: []string{clientNet}},
+				PreSharedKey: v1alpha1.SecretKeyRef{Name: "psk", Key: "psk"},
+				IKE:          v1alpha1.IKEOptions{Proposals: []string{"aes128gcm16-prfsha256-x25519"}, Lifetime: "1h"},
+				ESP:          v1alpha1.ESPOptions{Proposals: []string{"aes128gcm16-x25519"}, Lifetime: "30m"},
+				DPD:          v1alpha1.DPDOptions{Delay: "5s", Action: "restart"},
 			}},
 			Exposures: []v1alpha1.Exposure{
 				{Name: "web", Target: v1alpha1.Target{Address: backendAddr, Ports: []v1alpha1.PortSpec{{Port: 8443, Protocol: v1alpha1.ProtocolTCP}}}},
@@ -217,9 +221,10 @@ func gatewayObject() *v1alpha1.IPsecGateway {
 	}
 }
 
-// render produces the gateway's ConfigMap and Secret content as the operator renders it
-// and hands it to the agent: as files (host mode) or through the API server, plus the
-// Secret's file where kubelet would mount it (kernel mode).
+// render produces the gateway's configuration as the operator renders it and hands it
+// to the agent: as files with the keys beside them (host mode), or as the ConfigMap
+// through the API server with the tenant's PSK Secret, which the pod's agent reads
+// itself (kernel mode).
 func (e *env) render() {
 	e.t.Helper()
 	cfg, err := gatewayconfig.Build(gatewayconfig.Input{Kind: gatewayconfig.KindIPsecGateway, Namespace: "tenant", Name: "e2e", Spec: &e.obj.Spec, Status: &e.obj.Status})
@@ -240,8 +245,7 @@ func (e *env) render() {
 	}
 	e.gw = cfg
 	if e.kernel {
-		e.api.publish(e.t, cfg, sec)
-		writeAtomic(e.t, filepath.Join(render.SecretsMountPath, gatewayconfig.SecretKeySecrets), sec)
+		e.api.publish(e.t, cfg, map[string]string{"t1": psk})
 		return
 	}
 	cdir := filepath.Join(e.dir, "config")
@@ -283,10 +287,11 @@ func (e *env) topology() {
 	link("p", "wan0", "r", "wan0")
 	e.must(e.ns("r"), "ip", "link", "add", "br0", "type", "bridge")
 	e.must(e.ns("r"), "ip", "link", "set", "br0", "up")
-	for _, x := range []struct{ role, name string }{{"g", "net1"}, {"b", "b0"}, {"f", "f0"}} {
+	for _, x := range []struct{ role, name string }{{"g", "net1"}, {"f", "f0"}} {
 		link("r", "to-"+x.role, x.role, x.name)
 		e.must(e.ns("r"), "ip", "link", "set", "to-"+x.role, "master", "br0")
 	}
+	link("r", "to-b", "b", "b0")
 	addr := func(role, dev, a string) { e.must(e.ns(role), "ip", "addr", "add", a, "dev", dev) }
 	addr("c", "c0", clientAddr+"/24")
 	addr("p", "lan0", peerLAN+"/24")
@@ -295,10 +300,11 @@ func (e *env) topology() {
 	addr("r", "wan0", floatingIP+"/32")
 	addr("r", "br0", routerLAN+"/24")
 	addr("g", "net1", portFixedIP+"/32") // static IPAM hands out a bare /32
+	addr("r", "to-b", backendGW+"/24")
 	addr("b", "b0", backendAddr+"/24")
 	addr("f", "f0", fabricAddr+"/24")
 	e.must(e.ns("c"), "ip", "route", "add", "default", "via", peerLAN)
-	e.must(e.ns("b"), "ip", "route", "add", "default", "via", routerLAN)
+	e.must(e.ns("b"), "ip", "route", "add", "default", "via", backendGW)
 	e.must(e.ns("f"), "ip", "route", "add", "default", "via", routerLAN)
 	// The client's router sends everything else to the internet, and the internet knows
 	// the client's subnet: a plaintext leak from the gateway would reach the wire.

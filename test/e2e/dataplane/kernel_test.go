@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -86,7 +87,8 @@ func connectPodAPI(t testing.TB, e *env) *podAPI {
 	// The next test in the same VM run (one API server) creates them again.
 	t.Cleanup(func() {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: a.gw.Namespace, Name: render.ConfigMapName(a.gw.Name)}}
-		for _, o := range []client.Object{obj, render.ServiceAccount(a.gw), render.Role(a.gw, v1alpha1.GroupVersion.Group), render.RoleBinding(a.gw), cm, render.Secret(a.gw, "")} {
+		for _, o := range []client.Object{obj, render.ServiceAccount(a.gw), render.Role(a.gw, v1alpha1.GroupVersion.Group), render.RoleBinding(a.gw), cm,
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: a.gw.Namespace, Name: obj.Spec.Tunnels[0].PreSharedKey.Name}}} {
 			_ = cl.Delete(context.Background(), o)
 		}
 	})
@@ -95,7 +97,7 @@ func connectPodAPI(t testing.TB, e *env) *podAPI {
 		t.Fatal(err)
 	}
 	a.gw.UID = obj.UID
-	for _, o := range []client.Object{render.ServiceAccount(a.gw), render.Role(a.gw, v1alpha1.GroupVersion.Group), render.RoleBinding(a.gw)} {
+	for _, o := range []client.Object{render.ServiceAccount(a.gw), render.Role(a.gw, v1alpha1.GroupVersion.Group, obj.Spec.Tunnels[0].PreSharedKey.Name), render.RoleBinding(a.gw)} {
 		if err := cl.Create(ctx, o); err != nil {
 			t.Fatalf("creating %T: %v", o, err)
 		}
@@ -130,9 +132,9 @@ func connectPodAPI(t testing.TB, e *env) *podAPI {
 	return a
 }
 
-// publish creates or updates the gateway's ConfigMap and Secret as the operator renders
-// them.
-func (a *podAPI) publish(t testing.TB, cfg *gatewayconfig.Config, secretsConf string) {
+// publish creates or updates the gateway's ConfigMap as the operator renders it, and
+// each tunnel's PSK Secret as the tenant writes it (keys by tunnel name).
+func (a *podAPI) publish(t testing.TB, cfg *gatewayconfig.Config, keys map[string]string) {
 	t.Helper()
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -141,7 +143,12 @@ func (a *podAPI) publish(t testing.TB, cfg *gatewayconfig.Config, secretsConf st
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []client.Object{cm, render.Secret(a.gw, secretsConf)} {
+	objs := []client.Object{cm}
+	for _, tun := range cfg.Tunnels {
+		objs = append(objs, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: a.gw.Namespace, Name: tun.PSK.Secret},
+			Data: map[string][]byte{tun.PSK.Key: []byte(keys[tun.Name])}})
+	}
+	for _, want := range objs {
 		cur := want.DeepCopyObject().(client.Object)
 		err := a.cl.Get(ctx, client.ObjectKeyFromObject(want), cur)
 		switch {
@@ -167,8 +174,15 @@ func (e *env) startContainer(name string) {
 		e.t.Fatalf("the rendered Deployment has no container %s", name)
 	}
 	host, port, _ := net.SplitHostPort(apiAddr)
-	env := []string{"KUBERNETES_SERVICE_HOST=" + host, "KUBERNETES_SERVICE_PORT=" + port, "POD_NAMESPACE=" + e.api.gw.Namespace}
-	e.start(name, e.ns("g"), env, append([]string{e.bin.agent}, args...)...)
+	// The gateway's namespace has no pod network; loopback stands in for the pod's
+	// address, and $(POD_IP) in the arguments is expanded the way kubelet does.
+	podIP, _, _ := net.SplitHostPort(metricsAddr)
+	env := []string{"KUBERNETES_SERVICE_HOST=" + host, "KUBERNETES_SERVICE_PORT=" + port, "POD_NAMESPACE=" + e.api.gw.Namespace, "POD_IP=" + podIP}
+	expanded := make([]string, len(args))
+	for i, a := range args {
+		expanded[i] = strings.ReplaceAll(a, "$(POD_IP)", podIP)
+	}
+	e.start(name, e.ns("g"), env, append([]string{e.bin.agent}, expanded...)...)
 }
 
 // checkStatus waits for the pod's status agent to report the tunnel in the object.

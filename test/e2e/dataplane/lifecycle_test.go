@@ -101,7 +101,8 @@ type statusReader func() (v1alpha1.TunnelState, bool)
 
 // lifecycleStatus returns a reader of status.tunnels[t1]: in kernel mode the pod's
 // status agent writes it; in host mode the stand-alone loader is replaced by a status
-// agent that loads charon itself, as in the pod (--load-secrets-file), writing to an
+// agent that loads charon itself, as in the pod (--load; the keys from the secrets file
+// beside the config, the file mode of the pod's Secret reads), writing to an
 // envtest API server.
 func (e *env) lifecycleStatus(t *testing.T) statusReader {
 	var cl client.Client
@@ -169,7 +170,7 @@ func (e *env) lifecycleStatus(t *testing.T) statusReader {
 		cfg := filepath.Join(e.dir, "config")
 		e.statusArgs = []string{e.bin.agent, "status-agent", "--config-file", filepath.Join(cfg, gatewayconfig.ConfigMapKeyConfig),
 			"--vici-socket", e.sock("g"), "--kubeconfig", kubeconfig, "--interval", "1s",
-			"--load-secrets-file", filepath.Join(cfg, gatewayconfig.SecretKeySecrets)}
+			"--load", "--secrets-file", filepath.Join(cfg, gatewayconfig.SecretKeySecrets)}
 		e.start("status-agent", e.ns("g"), nil, e.statusArgs...)
 		t.Cleanup(func() { e.stop("status-agent", syscall.SIGTERM) })
 		cl = api.Client

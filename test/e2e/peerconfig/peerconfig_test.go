@@ -37,7 +37,10 @@ const (
 	floatingIP  = "192.0.2.100"
 	routerLAN   = "203.0.113.1"
 	portFixedIP = "203.0.113.5"
-	backendAddr = "203.0.113.20"
+	// The exposure's target lives on a network of its own behind the router, as a
+	// service cluster's does: the gateway network itself is never an exposure target.
+	backendAddr = "198.18.0.20"
+	backendGW   = "198.18.0.1"
 	serviceCIDR = "100.64.7.0/24"
 	exposureVIP = "100.64.7.10"
 	peerID      = "client.example.net"
@@ -176,10 +179,9 @@ func (e *env) topology() {
 	link("p", "wan0", "r", "wan0")
 	e.must(e.ns("r"), "ip", "link", "add", "br0", "type", "bridge")
 	e.must(e.ns("r"), "ip", "link", "set", "br0", "up")
-	for _, x := range []struct{ role, dev string }{{"g", "net1"}, {"b", "b0"}} {
-		link("r", "to-"+x.role, x.role, x.dev)
-		e.must(e.ns("r"), "ip", "link", "set", "to-"+x.role, "master", "br0")
-	}
+	link("r", "to-g", "g", "net1")
+	e.must(e.ns("r"), "ip", "link", "set", "to-g", "master", "br0")
+	link("r", "to-b", "b", "b0")
 	addr := func(role, dev, a string) { e.must(e.ns(role), "ip", "addr", "add", a, "dev", dev) }
 	addr("c", "c0", clientAddr+"/24")
 	addr("p", "lan0", peerLAN+"/24")
@@ -188,9 +190,10 @@ func (e *env) topology() {
 	addr("r", "wan0", floatingIP+"/32")
 	addr("r", "br0", routerLAN+"/24")
 	addr("g", "net1", portFixedIP+"/32")
+	addr("r", "to-b", backendGW+"/24")
 	addr("b", "b0", backendAddr+"/24")
 	e.must(e.ns("c"), "ip", "route", "add", "default", "via", peerLAN)
-	e.must(e.ns("b"), "ip", "route", "add", "default", "via", routerLAN)
+	e.must(e.ns("b"), "ip", "route", "add", "default", "via", backendGW)
 	e.must(e.ns("p"), "ip", "route", "add", "default", "via", routerWAN)
 	e.must(e.ns("r"), "ip", "route", "add", clientNet, "via", peerWAN)
 	e.must(e.ns("r"), "ip", "route", "add", serviceCIDR, "via", portFixedIP)
@@ -229,31 +232,40 @@ func (e *env) startCharon(role string) {
 	e.eventually("charon in "+role+" answers", func() bool { _, err := e.swanctl(role, "--stats"); return err == nil })
 }
 
-// gatewaySide renders the gateway's files as the operator does and runs the agent's
-// NAT and loader roles on them, as in the gateway pod.
-func (e *env) gatewaySide(g *v1alpha1.IPsecGateway) {
+// writeGatewayFiles renders the gateway's config as the operator does, with the key
+// beside it (the agent's file mode); the agent picks a change up by itself.
+func (e *env) writeGatewayFiles(g *v1alpha1.IPsecGateway) string {
 	e.t.Helper()
 	cfg, err := gatewayconfig.Build(gatewayconfig.Input{Kind: gatewayconfig.KindIPsecGateway, Namespace: g.Namespace, Name: g.Name, Spec: &g.Spec, Status: &g.Status})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	js, _ := gatewayconfig.Marshal(cfg)
-	sw, err := gatewayconfig.RenderSwanctl(cfg)
-	if err != nil {
-		e.t.Fatal(err)
-	}
 	sec, err := gatewayconfig.RenderSecrets(cfg, map[string]string{"hq": psk})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	d := filepath.Join(e.dir, "config")
 	_ = os.MkdirAll(d, 0o755)
-	for name, content := range map[string]string{gatewayconfig.SecretKeySecrets: sec, gatewayconfig.ConfigMapKeySwanctl: sw, gatewayconfig.ConfigMapKeyConfig: string(js)} {
-		if err := os.WriteFile(filepath.Join(d, name), []byte(content), 0o600); err != nil {
+	// The key first: the config is what the roles key on.
+	for _, f := range []struct{ name, content string }{{gatewayconfig.SecretKeySecrets, sec}, {gatewayconfig.ConfigMapKeyConfig, string(js)}} {
+		tmp := filepath.Join(d, "."+f.name)
+		if err := os.WriteFile(tmp, []byte(f.content), 0o600); err != nil {
+			e.t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(d, f.name)); err != nil {
 			e.t.Fatal(err)
 		}
 	}
-	file := filepath.Join(d, gatewayconfig.ConfigMapKeyConfig)
+	return filepath.Join(d, gatewayconfig.ConfigMapKeyConfig)
+}
+
+// gatewaySide renders the gateway's files as the operator does and runs the agent's
+// NAT and loader roles on them, as in the gateway pod (the loader renders swanctl.conf
+// from gateway.json itself).
+func (e *env) gatewaySide(g *v1alpha1.IPsecGateway) {
+	e.t.Helper()
+	file := e.writeGatewayFiles(g)
 	e.start("init-nat", e.ns("g"), nil, e.agent, "init-nat", "--config-file", file, "--interface", "net1", "--tunnel-interface", "ipsec0", "--state-file", filepath.Join(e.dir, "nat.json"))
 	e.start("loader", e.ns("g"), nil, e.agent, "strongswan-loader", "--config-file", file, "--vici-socket", e.sock("g"), "--interval", "1s")
 }

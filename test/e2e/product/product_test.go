@@ -177,6 +177,7 @@ func TestProduct(t *testing.T) {
 	}
 
 	t.Run("applied gateway brings the tunnel up and exposures answer", e.applyGateway)
+	t.Run("gateway pod hardened on the node: seccomp, non-root agents, token where needed", e.podHardened)
 	t.Run("cluster link: portal in the service cluster and the reverse exposure answer", e.applyLink)
 	t.Run("security group enforced: a removed rule drops, the operator restores it", e.securityGroup)
 	t.Run("exposure added live answers without a pod restart or a new IKE SA", e.exposureAddedLive)

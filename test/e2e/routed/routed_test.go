@@ -38,20 +38,24 @@ const (
 	floatingIP = "192.0.2.100"
 	routerLAN  = "203.0.113.1"
 	fabricNet  = "203.0.113.0/24"
-	// internalLibipsec is the operator's internal source CIDR on the host: the port, the
-	// backend and the fabric host, not all of the fabric. (charon's libipsec backend
-	// installs a child SA only if it finds a local address in each local selector, so it
-	// must hold the port.) internalKernel, in the kernel VM, holds only the backend and the
-	// fabric host: the kernel backend has no such need.
+	// internalLibipsec is the operator's internal source CIDR on the host: the port and
+	// the fabric host, not all of the fabric. (charon's libipsec backend installs a child
+	// SA only if it finds a local address in each local selector, so it must hold the
+	// port.) internalKernel, in the kernel VM, holds only the fabric host: the kernel
+	// backend has no such need.
 	internalLibipsec = "203.0.113.0/27"
 	internalKernel   = "203.0.113.16/28"
 	outsideAddr      = "203.0.113.40" // a fabric address outside the internal sources
 	portFixedIP      = "203.0.113.5"
-	backendAddr      = "203.0.113.20"
-	fabricAddr       = "203.0.113.30"
-	serviceCIDR      = "100.64.7.0/24"
-	pskA             = "e2e-routed-psk-a-not-a-real-secret-0123"
-	pskB             = "e2e-routed-psk-b-not-a-real-secret-4567"
+	// The exposure's target lives on a network of its own behind the router, as a
+	// service cluster's does: the gateway network itself is never an exposure target.
+	backendAddr = "198.18.1.20"
+	backendGW   = "198.18.1.1"
+	backendNet  = "198.18.1.0/24"
+	fabricAddr  = "203.0.113.30"
+	serviceCIDR = "100.64.7.0/24"
+	pskA        = "e2e-routed-psk-a-not-a-real-secret-0123"
+	pskB        = "e2e-routed-psk-b-not-a-real-secret-4567"
 )
 
 type world struct {
@@ -82,10 +86,11 @@ func gatewayObject() (*v1alpha1.GatewaySpec, *v1alpha1.GatewayStatus) {
 	tun := func(name, peer, subnet string, mode v1alpha1.TunnelMode) v1alpha1.Tunnel {
 		return v1alpha1.Tunnel{
 			Name: name, Mode: mode,
-			Peer: v1alpha1.Peer{Address: peer, Subnets: []string{subnet}},
-			IKE:  v1alpha1.IKEOptions{Proposals: []string{"aes128gcm16-prfsha256-x25519"}, Lifetime: "1h"},
-			ESP:  v1alpha1.ESPOptions{Proposals: []string{"aes128gcm16-x25519"}, Lifetime: "30m"},
-			DPD:  v1alpha1.DPDOptions{Delay: "5s", Action: "restart"},
+			Peer:         v1alpha1.Peer{Address: peer, Subnets: []string{subnet}},
+			PreSharedKey: v1alpha1.SecretKeyRef{Name: "psk-" + name, Key: "psk"},
+			IKE:          v1alpha1.IKEOptions{Proposals: []string{"aes128gcm16-prfsha256-x25519"}, Lifetime: "1h"},
+			ESP:          v1alpha1.ESPOptions{Proposals: []string{"aes128gcm16-x25519"}, Lifetime: "30m"},
+			DPD:          v1alpha1.DPDOptions{Delay: "5s", Action: "restart"},
 		}
 	}
 	spec := &v1alpha1.GatewaySpec{
@@ -153,10 +158,11 @@ func (w *world) topology() {
 	w.Must(w.NS("r"), "ip", "link", "set", "to-pb", "master", "wbr")
 	w.Must(w.NS("r"), "ip", "link", "add", "br0", "type", "bridge")
 	w.Must(w.NS("r"), "ip", "link", "set", "br0", "up")
-	for _, x := range []struct{ role, name string }{{"g", "net1"}, {"b", "b0"}, {"f", "f0"}} {
+	for _, x := range []struct{ role, name string }{{"g", "net1"}, {"f", "f0"}} {
 		w.Link("r", "to-"+x.role, x.role, x.name)
 		w.Must(w.NS("r"), "ip", "link", "set", "to-"+x.role, "master", "br0")
 	}
+	w.Link("r", "to-b", "b", "b0")
 	w.Addr("ca", "c0", clientA+"/24")
 	w.Addr("pa", "lan0", lanA+"/24")
 	w.Addr("pa", "wan0", wanA+"/24")
@@ -168,9 +174,10 @@ func (w *world) topology() {
 	w.Addr("r", "br0", routerLAN+"/24")
 	w.Addr("r", "br0", outsideAddr+"/24")
 	w.Addr("g", "net1", portFixedIP+"/32")
+	w.Addr("r", "to-b", backendGW+"/24")
 	w.Addr("b", "b0", backendAddr+"/24")
 	w.Addr("f", "f0", fabricAddr+"/24")
-	for _, c := range []struct{ role, via string }{{"ca", lanA}, {"cb", lanB}, {"pa", routerWAN}, {"pb", routerWAN}, {"b", routerLAN}, {"f", routerLAN}} {
+	for _, c := range []struct{ role, via string }{{"ca", lanA}, {"cb", lanB}, {"pa", routerWAN}, {"pb", routerWAN}, {"b", backendGW}, {"f", routerLAN}} {
 		w.Must(w.NS(c.role), "ip", "route", "add", "default", "via", c.via)
 	}
 	// The cloud router: the service CIDR and (routed mode) site A's subnet via the
@@ -190,9 +197,9 @@ func (w *world) topology() {
 	// Each site guards its own side, so the WAN captures measure the gateway. With kernel
 	// IPsec the plaintext packet passes the forward hook on its way to wan0 and is
 	// encrypted after it, so there the rule spares what has an XFRM bundle.
-	siteGuard := `oifname "wan0" ip daddr { 100.64.0.0/10, ` + fabricNet + ` } drop`
+	siteGuard := `oifname "wan0" ip daddr { 100.64.0.0/10, ` + fabricNet + `, ` + backendNet + ` } drop`
 	if kernelMode() {
-		siteGuard = `oifname "wan0" ip daddr { 100.64.0.0/10, ` + fabricNet + ` } rt ipsec missing drop`
+		siteGuard = `oifname "wan0" ip daddr { 100.64.0.0/10, ` + fabricNet + `, ` + backendNet + ` } rt ipsec missing drop`
 	}
 	for _, site := range []string{"pa", "pb"} {
 		w.NFT(site, `table ip site_guard {
@@ -392,7 +399,7 @@ func TestRoutedMode(t *testing.T) {
 		file := stop()
 		all := netns.ReadPcap(t, file, "ip")
 		bad := netns.ReadPcap(t, file, "ip and not (udp port 500 or udp port 4500) and not (icmp[0] = 3 and icmp[17] = 17 and (icmp[30:2] = 4500 or icmp[30:2] = 500)) and not (igmp and src host "+routerWAN+")")
-		inner := netns.ReadPcap(t, file, "net "+netA+" or net "+netB+" or net 100.64.0.0/10 or net "+fabricNet)
+		inner := netns.ReadPcap(t, file, "net "+netA+" or net "+netB+" or net 100.64.0.0/10 or net "+fabricNet+" or net "+backendNet)
 		esp := netns.ReadPcap(t, file, "udp port 4500 and udp[8:4] != 0")
 		t.Logf("%s: %d IPv4 packets, %d ESP-in-UDP, %d other, %d with inner addresses", filepath.Base(file), len(all), len(esp), len(bad), len(inner))
 		if len(bad) != 0 || len(inner) != 0 {

@@ -45,7 +45,11 @@ const (
 	floatingIP  = "192.0.2.100"
 	routerLAN   = "203.0.113.1"
 	portFixedIP = "203.0.113.5"
-	backendAddr = "203.0.113.20"
+	// The exposures' target lives on a network of its own behind the router, as a
+	// service cluster's does: the gateway network itself is never an exposure target.
+	backendAddr = "198.18.1.20"
+	backendGW   = "198.18.1.1"
+	backendNet  = "198.18.1.0/24"
 	fabricAddr  = "203.0.113.30"
 	serviceCIDR = "100.64.9.0/24"
 	listenPort  = 51820
@@ -144,10 +148,11 @@ func (w *world) topology() {
 	w.Must(w.NS("r"), "ip", "link", "set", "to-q", "master", "wbr")
 	w.Must(w.NS("r"), "ip", "link", "add", "br0", "type", "bridge")
 	w.Must(w.NS("r"), "ip", "link", "set", "br0", "up")
-	for _, x := range []struct{ role, name string }{{"g", "net1"}, {"b", "b0"}, {"f", "f0"}} {
+	for _, x := range []struct{ role, name string }{{"g", "net1"}, {"f", "f0"}} {
 		w.Link("r", "to-"+x.role, x.role, x.name)
 		w.Must(w.NS("r"), "ip", "link", "set", "to-"+x.role, "master", "br0")
 	}
+	w.Link("r", "to-b", "b", "b0")
 	w.Addr("c", "c0", clientAddr+"/24")
 	w.Addr("p", "lan0", siteLAN+"/24")
 	w.Addr("p", "wan0", siteWAN+"/24")
@@ -156,12 +161,13 @@ func (w *world) topology() {
 	w.Addr("r", "wbr", floatingIP+"/32")
 	w.Addr("r", "br0", routerLAN+"/24")
 	w.Addr("g", "net1", portFixedIP+"/32") // static IPAM hands out a bare /32
+	w.Addr("r", "to-b", backendGW+"/24")
 	w.Addr("b", "b0", backendAddr+"/24")
 	w.Addr("f", "f0", fabricAddr+"/24")
 	w.Must(w.NS("c"), "ip", "route", "add", "default", "via", siteLAN)
 	w.Must(w.NS("p"), "ip", "route", "add", "default", "via", routerWAN)
 	w.Must(w.NS("q"), "ip", "route", "add", "default", "via", routerWAN)
-	w.Must(w.NS("b"), "ip", "route", "add", "default", "via", routerLAN)
+	w.Must(w.NS("b"), "ip", "route", "add", "default", "via", backendGW)
 	w.Must(w.NS("f"), "ip", "route", "add", "default", "via", routerLAN)
 	// The internet knows the clients' networks: a plaintext leak from the gateway would
 	// cross the capture on the WAN bridge.
@@ -435,7 +441,7 @@ func TestWireGuardGateway(t *testing.T) {
 		// gateway's inner addresses. (The internet router's own IGMP membership reports
 		// on its WAN bridge are not the gateway's.)
 		bad := netns.ReadPcap(t, file, fmt.Sprintf("ip and not udp port %d and not (icmp[0] = 3 and icmp[17] = 17 and icmp[30:2] = %d) and not (igmp and src host %s)", listenPort, listenPort, routerWAN))
-		inner := netns.ReadPcap(t, file, "net "+clientNet+" or net "+roamNet+" or net 100.64.0.0/10 or net 203.0.113.0/24")
+		inner := netns.ReadPcap(t, file, "net "+clientNet+" or net "+roamNet+" or net 100.64.0.0/10 or net 203.0.113.0/24 or net "+backendNet)
 		t.Logf("%s: %d IPv4 packets, %d WireGuard, %d other, %d with inner addresses", filepath.Base(file), len(all), len(wg), len(bad), len(inner))
 		if len(bad) != 0 || len(inner) != 0 {
 			t.Errorf("%s carried more than WireGuard:\n%s\n%s", filepath.Base(file), strings.Join(netns.First(bad, 10), "\n"), strings.Join(netns.First(inner, 10), "\n"))

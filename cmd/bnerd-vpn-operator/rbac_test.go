@@ -1,0 +1,98 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/yaml"
+
+	"bnerd.net/vpn-operator/internal/testenv"
+)
+
+// reviewedClusterRole is the operator's ClusterRole as reviewed for least privilege
+// (docs/security.md explains each line). A change to the controllers' RBAC markers
+// changes config/rbac/role.yaml and fails this test until the list here is changed
+// with it: every new verb is a reviewed decision.
+var reviewedClusterRole = []string{
+	// The gateway pod's ConfigMap and ServiceAccount: created and kept converged.
+	`"" configmaps,serviceaccounts create,get,list,update,watch`,
+	// The health controllers read the gateway pods' Events.
+	`"" events list`,
+	// Namespaces: their labels say which ClusterLinks serve a gateway. Nodes: placement.
+	`"" namespaces,nodes get,list,watch`,
+	// Pods: the health controllers watch gateway pods (the cache holds only those); a
+	// gateway pod stranded on a lost node is deleted so its replacement can start.
+	`"" pods delete,get,list,watch`,
+	// Secrets: get/list/watch because Kubernetes lets the operator create the gateway
+	// pod's Role (get/list/watch on the Secrets its tunnels name) only if it holds them;
+	// used by name only (no cluster-wide list or watch: the audit test). create/update:
+	// a WireGuard gateway's key Secret, the only Secret the operator writes. delete: that
+	// key Secret when the gateway stops using WireGuard, and the Secret of rendered keys
+	// earlier releases wrote.
+	`"" secrets create,delete,get,list,update,watch`,
+	`apps deployments create,get,list,update,watch`,
+	`events.k8s.io events create,patch`,
+	`ipsec.bnerd.net clusterlinks,ipsecgateways,vpngateways get,list,patch,update,watch`,
+	`ipsec.bnerd.net clusterlinks/finalizers,ipsecgateways/finalizers,vpngateways/finalizers update`,
+	`ipsec.bnerd.net clusterlinks/status,ipsecgateways/status,vpngateways/status get,patch,update`,
+	`k8s.cni.cncf.io network-attachment-definitions create,get,list,update,watch`,
+	// A NetworkPolicy is deleted when the operator's switch turns it off.
+	`networking.k8s.io networkpolicies create,delete,get,list,update,watch`,
+	// A RoleBinding is replaced when its roleRef changes (roleRef is immutable).
+	`rbac.authorization.k8s.io rolebindings create,delete,get,list,update,watch`,
+	`rbac.authorization.k8s.io roles create,get,list,update,watch`,
+}
+
+func TestClusterRoleIsTheReviewedOne(t *testing.T) {
+	for _, file := range []string{
+		filepath.Join(testenv.RepoRoot(), "config", "rbac", "role.yaml"),
+		filepath.Join(testenv.RepoRoot(), "charts", "bnerd-vpn-operator", "files", "role.yaml"),
+	} {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var role rbacv1.ClusterRole
+		if err := yaml.Unmarshal(data, &role); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range role.Rules {
+			groups := strings.Join(r.APIGroups, ",")
+			if groups == "" {
+				groups = `""`
+			}
+			if len(r.ResourceNames) > 0 || len(r.NonResourceURLs) > 0 {
+				t.Errorf("%s: unexpected rule %+v", file, r)
+			}
+			verbs := append([]string(nil), r.Verbs...)
+			sort.Strings(verbs)
+			got = append(got, perResource(groups+" "+strings.Join(r.Resources, ",")+" "+strings.Join(verbs, ","))...)
+		}
+		sort.Strings(got)
+		var want []string
+		for _, r := range reviewedClusterRole {
+			want = append(want, perResource(r)...)
+		}
+		sort.Strings(want)
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("%s is not the reviewed ClusterRole (review the change, then update reviewedClusterRole and docs/security.md):\n--- generated\n%s\n--- reviewed\n%s",
+				file, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+}
+
+// perResource splits "<groups> <res1,res2> <verbs>" into one line per resource, so the
+// comparison does not depend on how controller-gen groups resources with equal verbs.
+func perResource(rule string) []string {
+	f := strings.Fields(rule)
+	var out []string
+	for _, r := range strings.Split(f[1], ",") {
+		out = append(out, f[0]+" "+r+" "+f[2])
+	}
+	return out
+}

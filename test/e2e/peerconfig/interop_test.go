@@ -1,0 +1,262 @@
+package peerconfig
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// clientProfile is a client's strongSwan configured by hand the way its IT would write
+// it for a given product's defaults: the proposals in strongSwan notation.
+type clientProfile struct {
+	name string
+	// what the profile stands for, and where its proposals come from
+	about    string
+	ike, esp string
+	// pfs: the client's ESP proposals all carry a DH group.
+	pfs bool
+}
+
+// The proposals each product offers by default (docs/interop.md names the sources and
+// the versions): a textbook strongSwan site-to-site, FortiOS' phase1/phase2-interface
+// defaults (DH groups 14 and 5, PFS on), Cisco IOS-XE's IKEv2 smart defaults (proposal
+// "default", IPsec profile "default": AES-GCM-256 or AES-128/SHA-1, no PFS), and a client
+// without PFS.
+var clientProfiles = []clientProfile{
+	{name: "strongswan-textbook", about: "strongSwan's documented site-to-site example",
+		ike: "aes256-sha256-modp2048", esp: "aes256-sha256-modp2048", pfs: true},
+	{name: "fortigate-default", about: "FortiOS phase1-interface/phase2-interface defaults",
+		ike: "aes128-sha256-modp2048-modp1536,aes256-sha256-modp2048-modp1536,aes128gcm16-prfsha256-modp2048-modp1536,aes256gcm16-prfsha384-modp2048-modp1536,chacha20poly1305-prfsha256-modp2048-modp1536",
+		esp: "aes128-sha1-modp2048-modp1536,aes256-sha1-modp2048-modp1536,aes128-sha256-modp2048-modp1536,aes256-sha256-modp2048-modp1536,aes128gcm16-modp2048-modp1536,aes256gcm16-modp2048-modp1536,chacha20poly1305-modp2048-modp1536",
+		pfs: true},
+	{name: "cisco-iosxe-smart-defaults", about: "Cisco IOS-XE IKEv2 smart defaults",
+		ike: "aes256-sha512-sha384-prfsha512-prfsha384-ecp256-modp2048-ecp521-modp1536",
+		esp: "aes256gcm16,aes128-sha1", pfs: false},
+	{name: "no-pfs", about: "a client that turned PFS off",
+		ike: "aes256-sha256-modp2048", esp: "aes256-sha256", pfs: false},
+}
+
+func (p clientProfile) swanctl() string {
+	return fmt.Sprintf(`connections {
+  hq {
+    version = 2
+    local_addrs = %s
+    remote_addrs = %s
+    proposals = %s
+    local {
+      auth = psk
+      id = %s
+    }
+    remote {
+      auth = psk
+      id = %s
+    }
+    children {
+      hq {
+        local_ts = %s
+        remote_ts = %s
+        esp_proposals = %s
+      }
+    }
+  }
+}
+secrets {
+  ike-hq {
+    id-1 = %s
+    id-2 = %s
+    secret = "%s"
+  }
+}
+`, peerWAN, floatingIP, p.ike, peerID, floatingIP, clientNet, serviceCIDR, p.esp, peerID, floatingIP, psk)
+}
+
+// reChild matches a CHILD_SA line of `swanctl --list-sas`: its state and algorithms
+// (the DH group, when there is one, is the last element).
+var reChild = regexp.MustCompile(`(?m)^\s+hq: #(\d+), reqid \d+, (\w+), [A-Za-z-]+, ESP:(\S+)`)
+
+type child struct {
+	id    string
+	state string
+	algs  string
+}
+
+func children(sas string) []child {
+	var out []child
+	for _, m := range reChild.FindAllStringSubmatch(sas, -1) {
+		out = append(out, child{m[1], m[2], m[3]})
+	}
+	return out
+}
+
+func installed(sas string) []child {
+	var out []child
+	for _, c := range children(sas) {
+		if c.state == "INSTALLED" {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// withDH reports whether a child's algorithms name a Diffie-Hellman group.
+func withDH(algs string) bool {
+	return strings.Contains(algs, "MODP_") || strings.Contains(algs, "ECP_") || strings.Contains(algs, "CURVE_")
+}
+
+// The gateway's default proposals meet the defaults of the clients platform teams meet:
+// for each client profile, configured by hand in the client's own strongSwan, the
+// tunnel comes up against the gateway as the operator renders it (its default IKE and
+// ESP proposals, the agent's loader), carries traffic, and survives a CHILD_SA rekey
+// initiated by either side. A client with PFS gets PFS at the rekey; a client without
+// PFS keeps working after it (it is never refused at the first rekey). A client whose
+// proposals are all below the crypto floor is refused at the first exchange.
+func TestDefaultProposalsMeetRealClients(t *testing.T) {
+	requirements(t)
+	dir, err := os.MkdirTemp("", "bnerd-interop-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(dir, 0o755)
+	rnd := make([]byte, 2)
+	_, _ = rand.Read(rnd)
+	e := &env{t: t, dir: dir, prefix: "oio" + hex.EncodeToString(rnd) + "-", procs: map[string]*exec.Cmd{}}
+	t.Cleanup(func() {
+		e.stopAll()
+		if t.Failed() {
+			t.Logf("logs kept in %s", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
+	e.agent = buildAgent(t, dir)
+	e.topology()
+	g := gateway() // no proposals in the spec: the API's defaults
+	e.startCharon("p")
+	e.startCharon("g")
+	e.gatewaySide(g)
+
+	load := func(p clientProfile) {
+		t.Helper()
+		f := filepath.Join(dir, p.name+".conf")
+		if err := os.WriteFile(f, []byte(p.swanctl()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := e.swanctl("p", "--load-all", "--noprompt", "--file", f); err != nil {
+			t.Fatalf("%s: the client's charon refuses its own configuration: %v\n%s", p.name, err, out)
+		}
+		// Then no SA of the previous profile on either side: whatever comes up next was
+		// negotiated with this profile (the gateway re-initiates by itself).
+		e.eventually(p.name+": no IKE SA of the previous profile", func() bool {
+			_, _ = e.swanctl("p", "--terminate", "--ike", "hq", "--force", "--timeout", "2")
+			_, _ = e.swanctl("g", "--terminate", "--ike", "hq", "--force", "--timeout", "2")
+			sas, _ := e.swanctl("p", "--list-sas")
+			return !strings.Contains(sas, "ESTABLISHED")
+		})
+	}
+	up := func(p clientProfile) []child {
+		t.Helper()
+		var sas string
+		e.eventually(p.name+": tunnel up with an installed child SA on the gateway", func() bool {
+			// The client initiates as a client would; the gateway initiates on its own too.
+			_, _ = e.swanctl("p", "--initiate", "--child", "hq", "--timeout", "5")
+			sas, _ = e.swanctl("g", "--list-sas", "--ike", "hq")
+			return strings.Contains(sas, "ESTABLISHED") && len(installed(sas)) > 0
+		})
+		e.eventually(p.name+": traffic through the tunnel", func() bool {
+			_, err := e.sh(e.ns("c"), "ping", "-c", "1", "-W", "2", exposureVIP)
+			return err == nil
+		})
+		return installed(sas)
+	}
+	rekey := func(p clientProfile, side string) child {
+		t.Helper()
+		before, _ := e.swanctl("g", "--list-sas", "--ike", "hq")
+		old := map[string]bool{}
+		for _, c := range installed(before) {
+			old[c.id] = true
+		}
+		if out, err := e.swanctl(side, "--rekey", "--child", "hq"); err != nil {
+			t.Fatalf("%s: rekey from %s: %v\n%s", p.name, side, err, out)
+		}
+		var fresh child
+		e.eventually(p.name+": a new child SA after the rekey from "+side, func() bool {
+			sas, _ := e.swanctl("g", "--list-sas", "--ike", "hq")
+			for _, c := range installed(sas) {
+				if !old[c.id] {
+					fresh = c
+					return true
+				}
+			}
+			return false
+		})
+		e.eventually(p.name+": traffic after the rekey from "+side, func() bool {
+			_, err := e.sh(e.ns("c"), "ping", "-c", "1", "-W", "2", exposureVIP)
+			return err == nil
+		})
+		return fresh
+	}
+
+	for _, p := range clientProfiles {
+		t.Run(p.name, func(t *testing.T) {
+			load(p)
+			first := up(p)
+			t.Logf("%s (%s): first child %+v", p.name, p.about, first)
+			for _, side := range []string{"g", "p"} {
+				c := rekey(p, side)
+				t.Logf("%s: rekeyed from %s: %s", p.name, side, c.algs)
+				if p.pfs != withDH(c.algs) {
+					t.Errorf("%s: rekeyed child SA %s, PFS %v; want PFS %v", p.name, c.algs, withDH(c.algs), p.pfs)
+				}
+			}
+		})
+	}
+
+	// The negative control of the PFS decision: a gateway whose ESP proposals all ask for
+	// PFS (as every default of earlier releases did) brings the tunnel of a client
+	// without PFS up, because IKEv2 creates the first CHILD_SA without a DH exchange, and
+	// fails it at the first rekey: exactly what the defaults avoid. The algorithms are
+	// the client's own; only the DH group differs.
+	t.Run("pfs-only-gateway-fails-a-client-without-pfs-at-rekey", func(t *testing.T) {
+		pfsOnly := gateway()
+		pfsOnly.Spec.Tunnels[0].ESP.Proposals = []string{"aes256-sha256-modp2048"}
+		loaded := strings.Count(e.logOf("loader"), "loaded connection hq")
+		e.writeGatewayFiles(pfsOnly)
+		e.eventually("the gateway reloaded the PFS-only proposals", func() bool {
+			return strings.Count(e.logOf("loader"), "loaded connection hq") > loaded
+		})
+		p := clientProfile{name: "no-pfs-vs-pfs-only", ike: "aes256-sha256-modp2048", esp: "aes256-sha256"}
+		load(p)
+		up(p)
+		mark := len(e.logOf("charon-g-file"))
+		if out, err := e.swanctl("g", "--rekey", "--child", "hq"); err != nil {
+			t.Fatalf("rekey: %v\n%s", err, out)
+		}
+		e.eventually("the rekey refused by the client", func() bool {
+			return strings.Contains(e.logOf("charon-g-file")[mark:], "NO_PROPOSAL_CHOSEN")
+		})
+		e.writeGatewayFiles(gateway())
+	})
+
+	// Below the floor: refused at IKE_SA_INIT, never an SA.
+	t.Run("below-the-floor", func(t *testing.T) {
+		weak := clientProfile{name: "weak", ike: "aes128-sha1-modp1024,3des-sha1-modp1024", esp: "aes128-sha1"}
+		load(weak)
+		out, _ := e.swanctl("p", "--initiate", "--child", "hq", "--timeout", "10")
+		if !strings.Contains(out, "NO_PROPOSAL_CHOSEN") {
+			t.Errorf("a client below the floor was not refused at the first exchange:\n%s", out)
+		}
+		// Either side initiating: never an IKE SA.
+		for i := 0; i < 3; i++ {
+			if sas, _ := e.swanctl("p", "--list-sas"); strings.Contains(sas, "ESTABLISHED") {
+				t.Fatalf("an IKE SA with a client below the floor:\n%s", sas)
+			}
+			_, _ = e.swanctl("p", "--initiate", "--child", "hq", "--timeout", "3")
+		}
+	})
+}
