@@ -74,10 +74,14 @@ const (
 	ReasonProviderIDUnparseable  = "ProviderIDUnparseable"
 	ReasonPortAttached           = "Attached"
 	ReasonPortAttachFailed       = "EnsurePortAttachedFailed"
-	ReasonWorkloadReady          = "WorkloadReady"
-	ReasonWorkloadPending        = "WorkloadPending"
-	ReasonWorkloadFailed         = "EnsureWorkloadFailed"
-	ReasonPSKSecretMissing       = "PreSharedKeyNotFound"
+	// ReasonAttaching and ReasonDetaching: PortAttached is Unknown while Nova finishes an
+	// attach or detach the operator asked for; the gateway is polled meanwhile.
+	ReasonAttaching        = "Attaching"
+	ReasonDetaching        = "Detaching"
+	ReasonWorkloadReady    = "WorkloadReady"
+	ReasonWorkloadPending  = "WorkloadPending"
+	ReasonWorkloadFailed   = "EnsureWorkloadFailed"
+	ReasonPSKSecretMissing = "PreSharedKeyNotFound"
 )
 
 // ClusterLink reasons (the cross-tenant table of the specification, plus same-tenant ones).

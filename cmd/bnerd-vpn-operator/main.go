@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -36,26 +35,77 @@ func main() {
 	}
 }
 
-func run() error {
+// flags are the process's own settings; the operator configuration is operatorconfig.
+type flags struct {
+	metricsAddr, probeAddr string
+	leaderElect            bool
+	showVersion            bool
+	zap                    zap.Options
+}
+
+// parseFlags reads the command line and the environment.
+func parseFlags(args []string, getenv func(string) string) (flags, operatorconfig.Config, error) {
+	var f flags
 	fs := flag.NewFlagSet("bnerd-vpn-operator", flag.ContinueOnError)
 	metricsAddr := fs.String("metrics-bind-address", ":8080", "address of the operator's Prometheus metrics")
 	probeAddr := fs.String("health-probe-bind-address", ":8081", "address of the health and readiness probes")
-	leaderElect := fs.Bool("leader-elect", false, "elect a leader so only one replica reconciles")
+	// On by default: the service-CIDR and transit-IP allocators live in memory, so two
+	// replicas reconciling at once could hand out the same /24 or transit IP.
+	leaderElect := fs.Bool("leader-elect", true, "elect a leader so only one replica reconciles (turn off only for a single replica that must start without a Lease)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
-	zapOpts := zap.Options{}
-	zapOpts.BindFlags(fs)
-	cfg, err := operatorconfig.Load(fs, os.Args[1:], os.Getenv)
+	f.zap.BindFlags(fs)
+	cfg, err := operatorconfig.Load(fs, args, getenv)
+	f.metricsAddr, f.probeAddr, f.leaderElect, f.showVersion = *metricsAddr, *probeAddr, *leaderElect, *showVersion
+	return f, cfg, err
+}
+
+// LeaderElectionID is the Lease the replicas compete for, in the operator namespace.
+const LeaderElectionID = "bnerd-vpn-operator.ipsec.bnerd.net"
+
+// managerOptions are the manager's settings. There is one resync mechanism: each
+// reconcile asks to come back after cfg.ResyncInterval; the informers keep
+// controller-runtime's default resync (10 h), which the reconcilers do not rely on.
+func managerOptions(f flags, cfg operatorconfig.Config, scheme *runtime.Scheme) ctrl.Options {
+	return ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: f.metricsAddr},
+		HealthProbeBindAddress:  f.probeAddr,
+		LeaderElection:          f.leaderElect,
+		LeaderElectionID:        LeaderElectionID,
+		LeaderElectionNamespace: cfg.Namespace,
+		// The process exits right after the manager stops, so handing the Lease over at
+		// once is safe and saves the next replica a lease duration.
+		LeaderElectionReleaseOnCancel: true,
+	}
+}
+
+func newScheme() (*runtime.Scheme, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := v1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	return scheme, nil
+}
+
+func run() error {
+	f, cfg, err := parseFlags(os.Args[1:], os.Getenv)
 	if err != nil {
 		return err
 	}
-	if *showVersion {
+	if f.showVersion {
 		fmt.Println(version.Version)
 		return nil
 	}
 	if err := cfg.Required(); err != nil {
 		return err
 	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	if f.leaderElect && cfg.Namespace == "" {
+		return fmt.Errorf("leader election needs the operator namespace for its Lease: set POD_NAMESPACE (or --namespace), or run a single replica with --leader-elect=false")
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&f.zap)))
 	log := ctrl.Log.WithName("setup")
 	log.Info("starting", "version", version.Version)
 
@@ -78,22 +128,11 @@ func run() error {
 	}
 	log.Info("authenticated to OpenStack", "project", token.ProjectID, "region", token.Region)
 
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+	scheme, err := newScheme()
+	if err != nil {
 		return err
 	}
-	if err := v1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
-		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: *metricsAddr},
-		HealthProbeBindAddress:  *probeAddr,
-		LeaderElection:          *leaderElect,
-		LeaderElectionID:        "bnerd-vpn-operator.ipsec.bnerd.net",
-		LeaderElectionNamespace: cfg.Namespace,
-		Cache:                   cache.Options{SyncPeriod: &cfg.ResyncInterval},
-	})
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), managerOptions(f, cfg, scheme))
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}

@@ -142,7 +142,7 @@ func TestOperatorBinaryWithCloudsYAML(t *testing.T) {
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("ClusterLink not Ready; operator output:\n%s", out.String())
+			t.Fatalf("ClusterLink not Ready (conditions %+v); operator output:\n%s", cur.Status.Conditions, out.String())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

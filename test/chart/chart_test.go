@@ -145,7 +145,7 @@ func TestDeploymentArgsProbesPorts(t *testing.T) {
 		case "String":
 			got[name] = fs.String(name, f.def, "")
 		case "Bool":
-			b := fs.Bool(name, false, "")
+			b := fs.Bool(name, f.def == "true", "")
 			if name == "leader-elect" {
 				leaderElect = b
 			}
@@ -273,8 +273,9 @@ func TestValuesFlowToEnv(t *testing.T) {
 	if c.Image != "ghcr.io/bnerd/bnerd-vpn-operator:v0.2.0" {
 		t.Errorf("operator image %q", c.Image)
 	}
-	if slices.Contains(c.Args, "--leader-elect") {
-		t.Error("--leader-elect passed with leaderElection.enabled=false")
+	// The operator elects a leader unless told not to: the chart must say so.
+	if !slices.Contains(c.Args, "--leader-elect=false") {
+		t.Errorf("leaderElection.enabled=false must pass --leader-elect=false (the operator's default is on); args %q", c.Args)
 	}
 	if n := r.count("Role"); n != 1 {
 		t.Errorf("with leader election off only the credentials Role is rendered, got %d Roles", n)

@@ -4,17 +4,16 @@ package status
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/agent/vici"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
+	"bnerd.net/vpn-operator/internal/statuswrite"
 )
 
 // Tunnel states reported in status.
@@ -105,10 +104,12 @@ func (w *Writer) object() (client.Object, func() *v1alpha1.GatewayStatus, error)
 	return nil, nil, fmt.Errorf("unknown gateway kind %q", w.Kind)
 }
 
-// Write stores tunnels and ready unless the object already says the same. It sends a
-// JSON merge patch of only those two fields, without a resourceVersion precondition: the
-// status agent owns them, so a concurrent operator write to other status fields is
-// neither clobbered nor a conflict.
+// Write stores tunnels and ready unless the object already says the same. It applies
+// only those two fields with server-side apply under the status agent's own field
+// manager (statuswrite.ManagerStatusAgent), without a resourceVersion precondition: the
+// status agent owns them, the operator never sends them, so a concurrent operator write
+// to the other status fields is neither clobbered nor a conflict, and neither is this
+// write for the operator.
 func (w *Writer) Write(ctx context.Context, tunnels []v1alpha1.TunnelState, ready string) (bool, error) {
 	obj, st, err := w.object()
 	if err != nil {
@@ -125,12 +126,13 @@ func (w *Writer) Write(ctx context.Context, tunnels []v1alpha1.TunnelState, read
 	if cur.TunnelsReady == ready && Equal(cur.Tunnels, tunnels) {
 		return false, nil
 	}
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"tunnels": tunnels, "tunnelsReady": ready}})
-	if err != nil {
-		return false, err
-	}
-	if err := w.Client.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		return false, fmt.Errorf("patching status of %s %s/%s: %w", w.Kind, w.Namespace, w.Name, err)
+	cur.Tunnels, cur.TunnelsReady = tunnels, ready
+	sw := statuswrite.Writer{Client: w.Client, Manager: statuswrite.ManagerStatusAgent, Fields: AgentFields, Unguarded: true}
+	if err := sw.Apply(ctx, obj, nil); err != nil {
+		return false, fmt.Errorf("writing status of %s %s/%s: %w", w.Kind, w.Namespace, w.Name, err)
 	}
 	return true, nil
 }
+
+// AgentFields are the status fields the status agent owns.
+var AgentFields = []string{"tunnels", "tunnelsReady"}

@@ -57,9 +57,9 @@ func TestWriterWritesOnlyOnChange(t *testing.T) {
 			SubResourceGet: func(ctx context.Context, cl client.Client, sub string, obj, subObj client.Object, opts ...client.SubResourceGetOption) error {
 				return cl.Get(ctx, client.ObjectKeyFromObject(obj), subObj)
 			},
-			SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+			SubResourceApply: func(ctx context.Context, cl client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
 				patches++
-				return cl.SubResource(sub).Patch(ctx, obj, p, opts...)
+				return cl.SubResource(sub).Apply(ctx, obj, opts...)
 			}}).Build()
 	w := &Writer{Client: c, Kind: "IPsecGateway", Namespace: "ns", Name: "gw"}
 	ctx := context.Background()

@@ -7,51 +7,53 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/controller/outcome"
 	"bnerd.net/vpn-operator/internal/openstack"
 )
 
 // finalize unwinds a deleting link in reverse order and releases the finalizer only
 // when nothing is left behind, or when a human abandoned the customer side.
-func (r *Reconciler) finalize(ctx context.Context, lc *linkCtx) (ctrl.Result, error) {
+func (r *Reconciler) finalize(ctx context.Context, lc *linkCtx) error {
 	link := lc.link
 	if !controllerutil.ContainsFinalizer(link, v1.FinalizerClusterLink) {
-		return ctrl.Result{}, nil
+		return nil
 	}
 	before := slices.Clone(link.Status.Conditions)
-	res, done, err := r.unwind(ctx, lc)
+	done, err := r.unwind(ctx, lc)
 	transitionEvents(lc, before)
 	if done {
 		r.emit(lc)
 		controllerutil.RemoveFinalizer(link, v1.FinalizerClusterLink)
 		if uerr := r.d.Client.Update(ctx, link); uerr != nil {
-			return ctrl.Result{}, uerr
+			return client.IgnoreNotFound(uerr)
 		}
 		r.forgetLink(link.UID)
 		lc.log.Info("ClusterLink unwound; finalizer released")
-		return ctrl.Result{}, nil
+		return nil
 	}
 	lc.set.False(v1.ConditionReady, v1.ReasonDeleting, "deletion is waiting: see the other conditions")
 	if werr := r.writeStatus(ctx, lc); werr != nil && err == nil {
 		err = werr
 	}
 	r.emit(lc)
-	return res, err
+	return err
 }
 
-func (r *Reconciler) unwind(ctx context.Context, lc *linkCtx) (ctrl.Result, bool, error) {
+// unwind removes what the link built, in reverse order. done=false with a nil error
+// cannot happen: every stop says why, as an error outcome classifies.
+func (r *Reconciler) unwind(ctx context.Context, lc *linkCtx) (bool, error) {
 	link := lc.link
 	st := &link.Status
 
 	// 1. The gateway route goes first, always, on the operator's credential: it cuts
 	// the data path whatever happens to the customer side.
 	if err := r.removeForwardRoutes(ctx, lc, st.TransitIP); err != nil {
-		lc.set.False(v1.ConditionRouteInstalled, v1.ReasonEnsureRouteFailed, lc.opPrefix()+"removing the gateway route: "+err.Error())
-		res, ferr := r.failed(err)
-		return res, false, ferr
+		lc.set.False(v1.ConditionRouteInstalled, v1.ReasonEnsureRouteFailed, lc.opPrefix()+"removing the gateway route: "+outcome.Describe(err))
+		return false, r.heldRetry(err)
 	}
 	if st.TransitIP != "" {
 		lc.set.False(v1.ConditionRouteInstalled, v1.ReasonDeleting, "the gateway route was removed: the link is being deleted")
@@ -59,7 +61,7 @@ func (r *Reconciler) unwind(ctx context.Context, lc *linkCtx) (ctrl.Result, bool
 
 	if st.LegPortID == "" && st.TransitIP == "" && len(st.ReverseRoutes) == 0 {
 		// Nothing was ever built (for example an unattested or invalid link).
-		return ctrl.Result{}, true, nil
+		return true, nil
 	}
 
 	if lc.cross {
@@ -75,7 +77,7 @@ func (r *Reconciler) unwind(ctx context.Context, lc *linkCtx) (ctrl.Result, bool
 		if reason != "" {
 			if link.Annotations[v1.AnnotationAbandonCustomerResources] == "true" {
 				r.abandon(lc, reason)
-				return ctrl.Result{}, true, nil
+				return true, nil
 			}
 			held := v1.ReasonCredentialsUnavailable
 			if reason == v1.ReasonCredentialsProjectMismatch {
@@ -91,9 +93,9 @@ func (r *Reconciler) unwind(ctx context.Context, lc *linkCtx) (ctrl.Result, bool
 				requeue = CredentialRequeue
 			}
 			if cr.err != nil {
-				return ctrl.Result{}, false, cr.err // transient: back off
+				return false, cr.err // transient: back off
 			}
-			return ctrl.Result{RequeueAfter: requeue}, false, nil
+			return false, outcome.Wait(requeue, "the customer credential is unavailable")
 		}
 		lc.leg, lc.projectID = cr.clients, cr.project
 	} else {
@@ -102,14 +104,20 @@ func (r *Reconciler) unwind(ctx context.Context, lc *linkCtx) (ctrl.Result, bool
 
 	// 2. Reverse routes, the attachment, the port: on the credential of the leg's project.
 	if err := r.unwindLeg(ctx, lc); err != nil {
-		lc.set.False(v1.ConditionLegAttached, v1.ReasonEnsureRouterHasPortFailed, lc.legPrefix()+"unwinding the leg: "+err.Error())
-		res, ferr := r.failed(err)
-		if ferr == nil {
-			res = ctrl.Result{RequeueAfter: CredentialRequeue}
-		}
-		return res, false, ferr
+		lc.set.False(v1.ConditionLegAttached, v1.ReasonEnsureRouterHasPortFailed, lc.legPrefix()+"unwinding the leg: "+outcome.Describe(err))
+		return false, r.heldRetry(err)
 	}
-	return ctrl.Result{}, true, nil
+	return true, nil
+}
+
+// heldRetry paces a deletion that OpenStack refused: a held finalizer is looked at
+// again every CredentialRequeue (a human is likely fixing it right now), not only at
+// the resync; a transient failure backs off as usual.
+func (r *Reconciler) heldRetry(err error) error {
+	if outcome.IsTerminal(err) {
+		return outcome.Wait(CredentialRequeue, "%s", err.Error())
+	}
+	return err
 }
 
 func (r *Reconciler) unwindLeg(ctx context.Context, lc *linkCtx) error {

@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/controller/outcome"
 	"bnerd.net/vpn-operator/internal/ipam"
 	"bnerd.net/vpn-operator/internal/openstack"
 )
@@ -62,29 +63,25 @@ func (r *Reconciler) transitNetwork(ctx context.Context) (*transitNet, error) {
 	return r.transit, nil
 }
 
-func stop(r *Reconciler, err error) (ctrl.Result, bool, error) {
-	res, err := r.failed(err)
-	return res, false, err
-}
-
 // ensureShared shares the transit network with the customer project (RBAC
 // access_as_shared, exactly that project), on every reconcile. A refusal or a rule
 // someone else owns is fine as long as the customer can already see the network.
-func (r *Reconciler) ensureShared(ctx context.Context, lc *linkCtx, tn *transitNet) (ctrl.Result, bool, error) {
+func (r *Reconciler) ensureShared(ctx context.Context, lc *linkCtx) (bool, error) {
+	tn := lc.tn
 	op := r.d.Operator.Networking
 	netID, project := tn.network.ID, lc.projectID
 	pols, err := op.ListRBACPolicies(ctx, openstack.ListRBACPoliciesOpts{
 		ObjectID: netID, ObjectType: openstack.RBACObjectNetwork, TargetProject: project, Action: openstack.RBACActionAccessAsShared,
 	})
 	if err != nil {
-		lc.set.False(v1.ConditionTransitNetworkShared, v1.ReasonEnsureNetworkSharedFailed, lc.opPrefix()+"listing RBAC policies: "+err.Error())
-		return stop(r, err)
+		lc.set.False(v1.ConditionTransitNetworkShared, v1.ReasonEnsureNetworkSharedFailed, lc.opPrefix()+"listing RBAC policies: "+outcome.Describe(err))
+		return false, err
 	}
 	for _, p := range pols {
 		if p.ObjectID == netID && p.TargetProject == project && p.Action == openstack.RBACActionAccessAsShared {
 			lc.set.True(v1.ConditionTransitNetworkShared, v1.ReasonShared,
 				fmt.Sprintf("transit network %s is shared with project %s (RBAC policy %s)", netID, project, p.ID))
-			return ctrl.Result{}, true, nil
+			return true, nil
 		}
 	}
 	pol, err := op.ShareNetwork(ctx, netID, project)
@@ -92,11 +89,11 @@ func (r *Reconciler) ensureShared(ctx context.Context, lc *linkCtx, tn *transitN
 		lc.eventf(corev1.EventTypeNormal, "TransitNetworkShared", "shared transit network %s with project %s (RBAC policy %s)", netID, project, pol.ID)
 		lc.set.True(v1.ConditionTransitNetworkShared, v1.ReasonShared,
 			fmt.Sprintf("transit network %s is shared with project %s (RBAC policy %s)", netID, project, pol.ID))
-		return ctrl.Result{}, true, nil
+		return true, nil
 	}
 	if !openstack.IsForbidden(err) && !openstack.IsConflict(err) {
-		lc.set.False(v1.ConditionTransitNetworkShared, v1.ReasonEnsureNetworkSharedFailed, lc.opPrefix()+err.Error())
-		return stop(r, err)
+		lc.set.False(v1.ConditionTransitNetworkShared, v1.ReasonEnsureNetworkSharedFailed, lc.opPrefix()+outcome.Describe(err))
+		return false, err
 	}
 	// Refused, or a rule owned by someone else exists (409 DuplicateRbacPolicy): what
 	// counts is whether the customer can see the network.
@@ -104,18 +101,18 @@ func (r *Reconciler) ensureShared(ctx context.Context, lc *linkCtx, tn *transitN
 		if !openstack.IsNotFound(verr) {
 			lc.set.False(v1.ConditionTransitNetworkShared, v1.ReasonNetworkVisibilityCheckFailed,
 				fmt.Sprintf("%schecking whether project %s can see transit network %s after the share was refused (%s): %s",
-					lc.legPrefix(), project, netID, err.Error(), verr.Error()))
-			return stop(r, verr)
+					lc.legPrefix(), project, netID, err.Error(), outcome.Describe(verr)))
+			return false, verr
 		}
 		lc.set.False(v1.ConditionTransitNetworkShared, v1.ReasonTransitNetworkNotShared, fmt.Sprintf(
 			"%ssharing transit network %s with project %s failed (%s) and the project cannot see it; an OpenStack admin runs once: "+
 				"openstack network rbac create --type network --action access_as_shared --target-project %s %s",
 			lc.opPrefix(), netID, project, err.Error(), project, netID))
-		return r.resync(), false, nil
+		return false, nil
 	}
 	lc.set.True(v1.ConditionTransitNetworkShared, v1.ReasonShared,
 		fmt.Sprintf("transit network %s is visible to project %s through a rule the operator does not own", netID, project))
-	return ctrl.Result{}, true, nil
+	return true, nil
 }
 
 // listedClaims reads every ClusterLink's transit IP (status and pin) from the API
@@ -148,34 +145,35 @@ func adoptable(p *openstack.Port, routerID string) bool {
 // port is made at it. Cross-tenant legs without a pin take the address Neutron gives
 // the customer's port (a customer may not choose addresses on a network it does not
 // own), so their allocation is recorded in ensureLeg.
-func (r *Reconciler) ensureTransitIP(ctx context.Context, lc *linkCtx, tn *transitNet) (ctrl.Result, bool, error) {
+func (r *Reconciler) ensureTransitIP(ctx context.Context, lc *linkCtx) (bool, error) {
+	tn := lc.tn
 	link := lc.link
 	uid := string(link.UID)
 	if cur := link.Status.TransitIP; cur != "" {
 		a, err := netip.ParseAddr(cur)
 		if err != nil {
 			lc.set.False(v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocationFailed, fmt.Sprintf("status.transitIP %q is not an address", cur))
-			return ctrl.Result{}, false, nil
+			return false, nil
 		}
 		r.claims.Hold(uid, a)
 		if pin := link.Spec.TransitIP; pin != "" && pin != cur {
 			lc.set.False(v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocationFailed, fmt.Sprintf(
 				"spec.transitIP %s differs from the allocated %s; the leg stays at %s (recreate the ClusterLink to move it)", pin, cur, cur))
-			return ctrl.Result{}, true, nil
+			return true, nil
 		}
 		lc.set.True(v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocated, "transit IP "+cur)
-		return ctrl.Result{}, true, nil
+		return true, nil
 	}
 	if lc.cross && link.Spec.TransitIP == "" {
 		if conditionMissing(lc, v1.ConditionTransitIPAllocated) {
 			lc.set.Unknown(v1.ConditionTransitIPAllocated, v1.ReasonInProgress, "the customer's leg port will take the address Neutron allocates")
 		}
-		return ctrl.Result{}, true, nil
+		return true, nil
 	}
 
-	fail := func(err error) (ctrl.Result, bool, error) {
-		lc.set.False(v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocationFailed, lc.opPrefix()+err.Error())
-		return stop(r, err)
+	fail := func(err error) (bool, error) {
+		lc.set.False(v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocationFailed, lc.opPrefix()+outcome.Describe(err))
+		return false, err
 	}
 	// A port tagged for this link exists when a previous reconcile created it and
 	// crashed before recording it: adopt its address.
@@ -189,10 +187,10 @@ func (r *Reconciler) ensureTransitIP(ctx context.Context, lc *linkCtx, tn *trans
 			r.claims.Hold(uid, a)
 			link.Status.TransitIP, link.Status.LegPortID = ip, p.ID
 			if err := r.persist(ctx, lc); err != nil {
-				return ctrl.Result{}, false, err
+				return false, err
 			}
 			lc.set.True(v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocated, "transit IP "+ip+" (from this link's own port "+p.ID+")")
-			return ctrl.Result{}, true, nil
+			return true, nil
 		}
 	}
 
@@ -210,7 +208,7 @@ func (r *Reconciler) ensureTransitIP(ctx context.Context, lc *linkCtx, tn *trans
 	}
 	listed, names, err := r.listedClaims(ctx)
 	if err != nil {
-		return ctrl.Result{}, false, err
+		return false, err
 	}
 	routerID := lc.router.ID
 	a, err := r.claims.Allocate(uid, listed, func(claimed func(netip.Addr) (string, bool)) (netip.Addr, error) {
@@ -244,17 +242,17 @@ func (r *Reconciler) ensureTransitIP(ctx context.Context, lc *linkCtx, tn *trans
 	})
 	if err != nil {
 		lc.set.False(v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocationFailed, err.Error())
-		return r.resync(), false, nil
+		return false, nil
 	}
 	link.Status.TransitIP = a.String()
 	if err := r.persist(ctx, lc); err != nil {
 		r.claims.Release(uid)
 		link.Status.TransitIP = ""
-		return ctrl.Result{}, false, err
+		return false, err
 	}
 	lc.eventf(corev1.EventTypeNormal, "TransitIPAllocated", "allocated transit IP %s", a)
 	lc.set.True(v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocated, "transit IP "+a.String())
-	return ctrl.Result{}, true, nil
+	return true, nil
 }
 
 func conditionMissing(lc *linkCtx, t string) bool {
@@ -269,20 +267,22 @@ func conditionMissing(lc *linkCtx, t string) bool {
 // ensureLeg finds the leg port (by status ID, then by tag, then an adoptable hand-made
 // port at the transit IP), creates it as a last resort, records it, and attaches it to
 // the service cluster's router.
-func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx, tn *transitNet) (ctrl.Result, bool, error) {
+func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx) (bool, error) {
+	tn := lc.tn
 	link := lc.link
 	net := lc.leg.Networking
 	own := owner(link)
-	fail := func(reason string, err error, format string, args ...any) (ctrl.Result, bool, error) {
-		lc.set.False(v1.ConditionLegAttached, reason, lc.legPrefix()+fmt.Sprintf(format, args...))
+	fail := func(reason string, err error, format string, args ...any) (bool, error) {
+		msg := fmt.Sprintf(format, args...)
+		if err != nil {
+			msg = strings.TrimSuffix(msg, err.Error()) + outcome.Describe(err)
+		}
+		lc.set.False(v1.ConditionLegAttached, reason, lc.legPrefix()+msg)
 		r.waiting(lc, v1.ConditionLegAttached, v1.ConditionRouteInstalled, v1.ConditionReverseRoutesInstalled)
 		if conditionMissing(lc, v1.ConditionReverseRoutesInstalled) || lc.link.Status.ReverseRoutes == nil {
 			lc.set.False(v1.ConditionReverseRoutesInstalled, v1.ReasonEnsureReverseRoutesFailed, "the leg is not attached, so the service cluster's router cannot reach any gateway port")
 		}
-		if err == nil {
-			return r.resync(), false, nil
-		}
-		return stop(r, err)
+		return false, err
 	}
 
 	var port *openstack.Port
@@ -384,7 +384,7 @@ func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx, tn *transitNet)
 	if record {
 		link.Status.LegPortID = port.ID
 		if err := r.persist(ctx, lc); err != nil {
-			return ctrl.Result{}, false, err
+			return false, err
 		}
 	}
 	lc.port = port
@@ -402,13 +402,13 @@ func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx, tn *transitNet)
 	lc.attached = true
 	lc.set.True(v1.ConditionLegAttached, v1.ReasonAttached,
 		fmt.Sprintf("leg port %s (%s) is attached to router %s (%s)", port.ID, ip, lc.router.Name, lc.router.ID))
-	return ctrl.Result{}, true, nil
+	return true, nil
 }
 
 // transitIPMismatch handles a cross-tenant leg that came back at another address: the
 // old address may be handed to someone else, so the route via it goes at once; the
 // recreated port goes too, and nothing is routed to the new one.
-func (r *Reconciler) transitIPMismatch(ctx context.Context, lc *linkCtx, port *openstack.Port, old, got string) (ctrl.Result, bool, error) {
+func (r *Reconciler) transitIPMismatch(ctx context.Context, lc *linkCtx, port *openstack.Port, old, got string) (bool, error) {
 	var problems []string
 	if err := r.removeForwardRoutes(ctx, lc, old); err != nil {
 		problems = append(problems, "also failed to remove the gateway route via "+old+": operator credential: "+err.Error())
@@ -428,7 +428,7 @@ func (r *Reconciler) transitIPMismatch(ctx context.Context, lc *linkCtx, port *o
 	lc.set.False(v1.ConditionReverseRoutesInstalled, v1.ReasonEnsureReverseRoutesFailed, lc.legPrefix()+"the leg is gone (TransitIPMismatch)")
 	lc.eventf(corev1.EventTypeWarning, v1.ReasonTransitIPMismatch, "%s", msg)
 	if len(problems) > 0 {
-		return ctrl.Result{}, false, errors.New("transit IP mismatch cleanup incomplete")
+		return false, errors.New("transit IP mismatch cleanup incomplete")
 	}
-	return ctrl.Result{}, false, nil
+	return false, nil
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -28,9 +27,11 @@ import (
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/conditions"
+	"bnerd.net/vpn-operator/internal/controller/outcome"
 	"bnerd.net/vpn-operator/internal/ipam"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
+	"bnerd.net/vpn-operator/internal/statuswrite"
 )
 
 // CredentialRequeue is the fixed retry of the credential reasons a human fixes by
@@ -77,6 +78,8 @@ type Reconciler struct {
 
 	netMu   sync.Mutex
 	transit *transitNet // resolved once; the transit network does not move
+
+	backoff *outcome.Backoff
 }
 
 // New builds a Reconciler.
@@ -87,6 +90,7 @@ func New(deps Deps) *Reconciler {
 		claims:   ipam.NewTransitClaims(),
 		refusals: map[types.UID]refusal{},
 		verified: map[types.UID]string{},
+		backoff:  outcome.NewBackoff(0, 0),
 	}
 	if r.reader == nil {
 		r.reader = deps.Client
@@ -128,14 +132,17 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1.ClusterLink{}).
 		Watches(&v1.IPsecGateway{}, r.fanOut(), gatewayPredicate()).
 		Watches(&v1.VPNGateway{}, r.fanOut(), gatewayPredicate()).
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers, RateLimiter: r.backoff}).
 		Complete(r)
 }
 
 // linkCtx carries one reconcile's state.
 type linkCtx struct {
-	link   *v1.ClusterLink
-	orig   *v1.ClusterLinkStatus
+	link *v1.ClusterLink
+	orig *v1.ClusterLinkStatus
+	// base is the object as last read from or written to the API server: the status
+	// write is guarded by its resourceVersion.
+	base   *v1.ClusterLink
 	set    conditions.Setter
 	log    logr.Logger
 	cross  bool
@@ -143,8 +150,9 @@ type linkCtx struct {
 
 	leg       *openstack.Clients // customer client on a cross-tenant link, else operator
 	projectID string             // the project the leg lives in
-	router    *openstack.Router  // the service cluster's router
-	port      *openstack.Port    // the leg port
+	tn        *transitNet
+	router    *openstack.Router // the service cluster's router
+	port      *openstack.Port   // the leg port
 	attached  bool
 	events    []linkEvent
 }
@@ -179,15 +187,25 @@ func (lc *linkCtx) opPrefix() string {
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile converges one ClusterLink.
+// Reconcile converges one ClusterLink and answers controller-runtime through outcome:
+// refusals wait for a change or the resync, transient failures back off.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	err := r.reconcile(ctx, req)
+	if outcome.IsTerminal(err) {
+		log.FromContext(ctx).Info("OpenStack refused a request; waiting for a change", "clusterlink", req.Name, "error", err.Error())
+	}
+	return r.backoff.Result(req, err, r.d.Config.ResyncInterval)
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) error {
 	link := &v1.ClusterLink{}
 	if err := r.d.Client.Get(ctx, req.NamespacedName, link); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		return client.IgnoreNotFound(err)
 	}
 	lc := &linkCtx{
 		link:  link,
 		orig:  link.Status.DeepCopy(),
+		base:  link.DeepCopy(),
 		set:   conditions.Setter{Conditions: &link.Status.Conditions, Generation: link.Generation, Now: r.d.Clock},
 		log:   log.FromContext(ctx).WithValues("clusterlink", link.Name),
 		cross: link.Spec.CredentialsSecretRef != nil,
@@ -197,24 +215,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 
 	if !link.DeletionTimestamp.IsZero() {
-		res, err := r.finalize(ctx, lc)
-		return res, err
+		return r.finalize(ctx, lc)
 	}
 	if !controllerutil.ContainsFinalizer(link, v1.FinalizerClusterLink) {
 		controllerutil.AddFinalizer(link, v1.FinalizerClusterLink)
 		if err := r.d.Client.Update(ctx, link); err != nil {
-			return ctrl.Result{}, err
+			return err
 		}
+		lc.base = link.DeepCopy()
 	}
 
-	res, err := r.converge(ctx, lc)
+	err := r.converge(ctx, lc)
 	link.Status.ObservedGeneration = link.Generation
 	r.summarize(lc)
 	if werr := r.writeStatus(ctx, lc); werr != nil {
-		return ctrl.Result{}, errors.Join(err, werr)
+		return errors.Join(err, werr)
 	}
 	r.emit(lc)
-	return res, err
+	return err
 }
 
 // summarize derives Ready from the phase conditions.
@@ -242,34 +260,21 @@ func (r *Reconciler) summarize(lc *linkCtx) {
 	lc.set.True(v1.ConditionReady, v1.ReasonReconciled, "the service cluster is linked into the transit network")
 }
 
-// writeStatus writes the status when it changed; a conflict re-reads the object and
-// writes again, since this controller is the only writer of ClusterLink status.
+// writeStatus writes the status when it changed: a server-side apply under the
+// operator's field manager, guarded by the resourceVersion of the last read or write
+// (the convention both reconcilers share). A concurrent change of the status fails the
+// write, and the reconcile starts again from a fresh read.
 func (r *Reconciler) writeStatus(ctx context.Context, lc *linkCtx) error {
 	if equality.Semantic.DeepEqual(*lc.orig, lc.link.Status) {
 		return nil
 	}
-	if err := r.putStatus(ctx, lc.link); err != nil {
-		return err
+	w := statuswrite.Writer{Client: r.d.Client, Reader: r.reader, Manager: statuswrite.ManagerOperator}
+	if err := w.Apply(ctx, lc.link, lc.base); err != nil {
+		return fmt.Errorf("writing status: %w", err)
 	}
 	lc.orig = lc.link.Status.DeepCopy()
+	lc.base = lc.link.DeepCopy()
 	return nil
-}
-
-func (r *Reconciler) putStatus(ctx context.Context, link *v1.ClusterLink) error {
-	var err error
-	for range 5 {
-		if err = r.d.Client.Status().Update(ctx, link); err == nil || !apierrors.IsConflict(err) {
-			return err
-		}
-		fresh := &v1.ClusterLink{}
-		if gerr := r.reader.Get(ctx, client.ObjectKeyFromObject(link), fresh); gerr != nil {
-			return gerr
-		}
-		st := link.Status.DeepCopy()
-		fresh.DeepCopyInto(link)
-		link.Status = *st
-	}
-	return err
 }
 
 // persist writes the status now: an allocation must be on record before anything
@@ -316,8 +321,4 @@ func transitionEvents(lc *linkCtx, before []metav1.Condition) {
 		}
 		lc.eventf(typ, c.Reason, "%s", note)
 	}
-}
-
-func (r *Reconciler) resync() ctrl.Result {
-	return ctrl.Result{RequeueAfter: r.d.Config.ResyncInterval}
 }

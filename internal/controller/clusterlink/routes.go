@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/controller/outcome"
 	"bnerd.net/vpn-operator/internal/openstack"
 )
 
@@ -59,11 +60,11 @@ func (r *Reconciler) removeForwardRoutes(ctx context.Context, lc *linkCtx, via s
 // ensureForwardRoute keeps serviceClusterCIDR via the transit IP on the gateway
 // cluster's router, and drops routes via the transit IP to any other destination (a
 // changed serviceClusterCIDR).
-func (r *Reconciler) ensureForwardRoute(ctx context.Context, lc *linkCtx) (ctrl.Result, error) {
+func (r *Reconciler) ensureForwardRoute(ctx context.Context, lc *linkCtx) (bool, error) {
 	link := lc.link
-	fail := func(err error) (ctrl.Result, error) {
-		lc.set.False(v1.ConditionRouteInstalled, v1.ReasonEnsureRouteFailed, lc.opPrefix()+err.Error())
-		return r.failed(err)
+	fail := func(err error) (bool, error) {
+		lc.set.False(v1.ConditionRouteInstalled, v1.ReasonEnsureRouteFailed, lc.opPrefix()+outcome.Describe(err))
+		return false, err
 	}
 	rt, err := r.operatorRouter(ctx)
 	if err != nil {
@@ -90,7 +91,7 @@ func (r *Reconciler) ensureForwardRoute(ctx context.Context, lc *linkCtx) (ctrl.
 	}
 	lc.set.True(v1.ConditionRouteInstalled, v1.ReasonRouteInstalled,
 		fmt.Sprintf("%s via %s on router %s", want.Destination, want.NextHop, rt.Name))
-	return ctrl.Result{}, nil
+	return true, nil
 }
 
 func describeRoutes(rs []openstack.Route) string {
@@ -156,16 +157,17 @@ func routeOf(x v1.ReverseRoute) openstack.Route {
 // ensureReverseRoutes converges, on the service cluster's router, one route per
 // reverse-exposure-bearing gateway. Only the difference is written, in at most one
 // atomic remove and one atomic add; a converged router costs no write.
-func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx, tn *transitNet) (ctrl.Result, error) {
+func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool, error) {
+	tn := lc.tn
 	link := lc.link
 	if !lc.attached {
 		lc.set.False(v1.ConditionReverseRoutesInstalled, v1.ReasonEnsureReverseRoutesFailed, "the leg is not attached, so the service cluster's router cannot reach any gateway port")
-		return ctrl.Result{}, nil
+		return false, nil
 	}
 	desired, err := r.desiredReverse(ctx)
 	if err != nil {
-		lc.set.False(v1.ConditionReverseRoutesInstalled, v1.ReasonEnsureReverseRoutesFailed, "listing gateways: "+err.Error())
-		return ctrl.Result{}, err
+		lc.set.False(v1.ConditionReverseRoutesInstalled, v1.ReasonEnsureReverseRoutesFailed, "listing gateways: "+outcome.Describe(err))
+		return false, err
 	}
 	// A next hop off the transit subnet cannot be routed from the leg; say so rather
 	// than let Neutron refuse the whole batch.
@@ -247,8 +249,8 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx, tn *t
 	link.Status.ReverseRoutes = recorded
 
 	if failure != nil {
-		lc.set.False(v1.ConditionReverseRoutesInstalled, v1.ReasonEnsureReverseRoutesFailed, lc.legPrefix()+failure.Error())
-		return r.failed(failure)
+		lc.set.False(v1.ConditionReverseRoutesInstalled, v1.ReasonEnsureReverseRoutesFailed, lc.legPrefix()+outcome.Describe(failure))
+		return false, failure
 	}
 	msg := "no gateway has reverse exposures"
 	if n := len(recorded); n > 0 {
@@ -258,7 +260,7 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx, tn *t
 		msg += "; skipped (port not on the transit subnet): " + strings.Join(skipped, ", ")
 	}
 	lc.set.True(v1.ConditionReverseRoutesInstalled, v1.ReasonReverseRoutesInstalled, msg)
-	return ctrl.Result{}, nil
+	return true, nil
 }
 
 // removeReverseRoutes removes the routes status.reverseRoutes records, if present.

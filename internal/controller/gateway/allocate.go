@@ -79,7 +79,7 @@ func (r *Reconciler) cidrPool(ctx context.Context) (*ipam.ServiceCIDRPool, error
 func (r *Reconciler) ensureAllocated(ctx context.Context, g *gateway) (bool, error) {
 	pool, err := r.cidrPool(ctx)
 	if err != nil {
-		r.condFalse(g, v1alpha1.ConditionAllocated, v1alpha1.ReasonAllocationFailed, err.Error())
+		r.condFailed(g, v1alpha1.ConditionAllocated, v1alpha1.ReasonAllocationFailed, err)
 		return false, err
 	}
 	uid := string(g.obj.GetUID())

@@ -162,7 +162,7 @@ func converge(t *testing.T, h *harness, r *Reconciler, name string, wantGone boo
 	key := types.NamespacedName{Namespace: h.ns, Name: name}
 	var lastErr error
 	for i := 0; i < 40; i++ {
-		_, lastErr = r.reconcile(h.ctx, KindIPsecGateway, key)
+		lastErr = r.reconcile(h.ctx, KindIPsecGateway, key)
 		var gw v1alpha1.IPsecGateway
 		err := env.Client.Get(h.ctx, key, &gw)
 		if wantGone && apierrors.IsNotFound(err) {
@@ -202,7 +202,7 @@ func TestCrashConsistency(t *testing.T) {
 			r1 := h.directReconciler(cp)
 			key := types.NamespacedName{Namespace: h.ns, Name: name}
 			for i := 0; i < 20 && !cp.fired; i++ {
-				_, _ = r1.reconcile(h.ctx, KindIPsecGateway, key)
+				_ = r1.reconcile(h.ctx, KindIPsecGateway, key)
 			}
 			if !cp.fired {
 				t.Fatalf("crash point %d never reached (%d writes: %v)", k, cp.n, cp.ops)
@@ -245,7 +245,7 @@ func TestCrashConsistency(t *testing.T) {
 	if err := env.Client.Delete(h.ctx, gwDel); err != nil {
 		t.Fatal(err)
 	}
-	_, _ = h.directReconciler(delCount).reconcile(h.ctx, KindIPsecGateway, client.ObjectKeyFromObject(gwDel))
+	_ = h.directReconciler(delCount).reconcile(h.ctx, KindIPsecGateway, client.ObjectKeyFromObject(gwDel))
 	h.waitGone("del")
 	t.Logf("delete sequence: %d writes: %s", delCount.n, strings.Join(delCount.ops, ", "))
 	for k := 1; k <= delCount.n; k++ {
@@ -260,7 +260,7 @@ func TestCrashConsistency(t *testing.T) {
 			cp := &crashPoint{at: k}
 			key := types.NamespacedName{Namespace: h.ns, Name: name}
 			for i := 0; i < 20 && !cp.fired; i++ {
-				_, _ = h.directReconciler(cp).reconcile(h.ctx, KindIPsecGateway, key)
+				_ = h.directReconciler(cp).reconcile(h.ctx, KindIPsecGateway, key)
 			}
 			converge(t, h, h.directReconciler(&crashPoint{}), name, true)
 			if p, s, f := h.tagged(gw.UID); p+s+f != 0 {

@@ -5,11 +5,11 @@ import (
 	"fmt"
 
 	"github.com/go-logr/logr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/controller/outcome"
 	"bnerd.net/vpn-operator/internal/openstack"
 )
 
@@ -17,25 +17,26 @@ import (
 // creation, then releases its allocations and the finalizer. The Kubernetes objects go
 // with the garbage collector (owner references). Any failure keeps the finalizer and is
 // retried: nothing tagged for the gateway is ever stranded silently.
-func (r *Reconciler) finalize(ctx context.Context, g *gateway) (ctrl.Result, error) {
+func (r *Reconciler) finalize(ctx context.Context, g *gateway) error {
 	if !controllerutil.ContainsFinalizer(g.obj, v1alpha1.FinalizerGateway) {
-		return ctrl.Result{}, nil
+		return nil
 	}
 	if err := r.cleanupOpenStack(ctx, g); err != nil {
-		r.condFalse(g, v1alpha1.ConditionReady, v1alpha1.ReasonDeleting, "cleaning up OpenStack resources: "+err.Error())
+		r.condFalse(g, v1alpha1.ConditionReady, v1alpha1.ReasonDeleting, "cleaning up OpenStack resources: "+outcome.Describe(err))
 		if perr := r.persist(ctx, g); perr != nil {
-			logr.FromContextOrDiscard(ctx).Error(perr, "recording the deletion failure")
+			logr.FromContextOrDiscard(ctx).Info("recording the state of the deletion failed", "error", perr.Error())
 		}
-		return ctrl.Result{}, err
+		return err
 	}
 	r.releaseAllocation(g)
+	r.novaDone(g.obj.GetUID())
 	base := g.obj.DeepCopyObject().(client.Object)
 	controllerutil.RemoveFinalizer(g.obj, v1alpha1.FinalizerGateway)
 	if err := r.Client.Patch(ctx, g.obj, client.MergeFrom(base)); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		return client.IgnoreNotFound(err)
 	}
 	logr.FromContextOrDiscard(ctx).Info("gateway cleaned up")
-	return ctrl.Result{}, nil
+	return nil
 }
 
 func (r *Reconciler) cleanupOpenStack(ctx context.Context, g *gateway) error {
@@ -89,18 +90,32 @@ func (r *Reconciler) cleanupOpenStack(ctx context.Context, g *gateway) error {
 		}
 	}
 
-	// 2. Detach the port from whichever server holds it.
-	for _, p := range ports {
+	// 2. Detach the port from whichever server holds it. Nova detaches on its own
+	// time: ask once, then poll (the deletion waits, no worker does).
+	for i, p := range ports {
 		if p.DeviceID == "" {
 			continue
 		}
-		log.Info("detaching gateway port", "port", p.ID, "server", p.DeviceID)
-		if err := r.OpenStack.Compute.DetachPort(ctx, p.DeviceID, p.ID); err != nil && !openstack.IsNotFound(err) {
-			return err
+		op := novaOp{detach: true, port: p.ID, server: p.DeviceID}
+		if !r.novaAsked(g, op, "") {
+			log.Info("detaching gateway port", "port", p.ID, "server", p.DeviceID)
+			if err := r.OpenStack.Compute.DetachPort(ctx, p.DeviceID, p.ID); err != nil && !openstack.IsNotFound(err) {
+				return err
+			}
+			r.novaStart(g.obj.GetUID(), op)
+			fresh, err := r.net().GetPort(ctx, p.ID)
+			switch {
+			case openstack.IsNotFound(err):
+				ports[i].DeviceID = ""
+				continue
+			case err != nil:
+				return err
+			case fresh.DeviceID == "":
+				ports[i] = *fresh
+				continue
+			}
 		}
-		if _, err := openstack.WaitForPortDevice(ctx, r.net(), p.ID, "", r.PortWait); err != nil && !openstack.IsNotFound(err) {
-			return err
-		}
+		return outcome.Wait(r.PortWait.Interval, "%s", op.waiting())
 	}
 
 	// 3. Floating IPs: a pinned one is only disassociated (it is the user's); allocated

@@ -13,7 +13,7 @@ import (
 // tags.
 func (r *Reconciler) ensureFloatingIP(ctx context.Context, g *gateway) (bool, error) {
 	fail := func(err error) (bool, error) {
-		r.condFalse(g, v1alpha1.ConditionFloatingIPReady, v1alpha1.ReasonFloatingIPFailed, err.Error())
+		r.condFailed(g, v1alpha1.ConditionFloatingIPReady, v1alpha1.ReasonFloatingIPFailed, err)
 		return false, err
 	}
 	owner := g.owner()

@@ -102,7 +102,7 @@ type countingRecorder struct {
 	events []string
 }
 
-func (r *countingRecorder) Eventf(_ runtime.Object, typ, reason, format string, args ...any) {
+func (r *countingRecorder) Eventf(_, _ runtime.Object, typ, reason, _, format string, args ...any) {
 	r.n.Add(1)
 	r.mu.Lock()
 	r.events = append(r.events, typ+" "+reason+" "+fmt.Sprintf(format, args...))
@@ -488,6 +488,5 @@ func (h *harness) quiesce(name string) {
 
 // reconcileOnce runs one reconcile of the gateway directly (outside the manager's queue).
 func (h *harness) reconcileOnce(name string) error {
-	_, err := h.r.reconcile(h.ctx, KindIPsecGateway, types.NamespacedName{Namespace: h.ns, Name: name})
-	return err
+	return h.r.reconcile(h.ctx, KindIPsecGateway, types.NamespacedName{Namespace: h.ns, Name: name})
 }

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/controller/outcome"
 	"bnerd.net/vpn-operator/internal/openstack"
 )
 
@@ -80,7 +81,7 @@ func SelectNode(nodes []corev1.Node, current string) (string, bool) {
 func (r *Reconciler) ensureNodeSelected(ctx context.Context, g *gateway) (bool, error) {
 	var nodes corev1.NodeList
 	if err := r.Client.List(ctx, &nodes); err != nil {
-		r.condFalse(g, v1alpha1.ConditionNodeSelected, v1alpha1.ReasonNoEligibleNode, "listing nodes: "+err.Error())
+		r.condFailed(g, v1alpha1.ConditionNodeSelected, v1alpha1.ReasonNoEligibleNode, fmt.Errorf("listing nodes: %w", err))
 		return false, err
 	}
 	name, ok := SelectNode(nodes.Items, g.status.NodeName)
@@ -92,7 +93,7 @@ func (r *Reconciler) ensureNodeSelected(ctx context.Context, g *gateway) (bool, 
 	if prev := g.status.NodeName; prev != name {
 		logr.FromContextOrDiscard(ctx).Info("gateway node selected", "node", name, "previous", prev)
 		if prev != "" && r.Recorder != nil {
-			r.Recorder.Eventf(g.obj, corev1.EventTypeWarning, "NodeChanged", "node %s is gone or not Ready; moving the gateway to %s", prev, name)
+			r.Recorder.Eventf(g.obj, nil, corev1.EventTypeWarning, "NodeChanged", "Reconcile", "node %s is gone or not Ready; moving the gateway to %s", prev, name)
 		}
 	}
 	g.status.NodeName = name
@@ -101,12 +102,14 @@ func (r *Reconciler) ensureNodeSelected(ctx context.Context, g *gateway) (bool, 
 }
 
 // ensurePortAttached converges the port's Nova attachment to the selected node's
-// server: nothing when it is already there; detach (from whichever server holds it) and
-// wait before attaching when it moved.
+// server: nothing when it is already there; otherwise detach it from whichever server
+// holds it, then attach it. Nova finishes both on its own time: the phase asks once,
+// records that it waits (PortAttached Unknown/Detaching or Attaching), and the gateway
+// is polled every PortWait.Interval without holding a worker while Nova works.
 func (r *Reconciler) ensurePortAttached(ctx context.Context, g *gateway) (bool, error) {
 	log := logr.FromContextOrDiscard(ctx)
 	fail := func(err error) (bool, error) {
-		r.condFalse(g, v1alpha1.ConditionPortAttached, v1alpha1.ReasonPortAttachFailed, err.Error())
+		r.condFailed(g, v1alpha1.ConditionPortAttached, v1alpha1.ReasonPortAttachFailed, err)
 		return false, err
 	}
 	var node corev1.Node
@@ -123,27 +126,52 @@ func (r *Reconciler) ensurePortAttached(ctx context.Context, g *gateway) (bool, 
 			fmt.Sprintf("node %s: %v", node.Name, err))
 		return false, nil
 	}
+	uid := g.obj.GetUID()
 	port := g.port
-	if port.DeviceID != serverID {
-		if port.DeviceID != "" {
+	if port.DeviceID != "" && port.DeviceID != serverID {
+		op := novaOp{detach: true, port: port.ID, server: port.DeviceID}
+		if !r.novaAsked(g, op, v1alpha1.ReasonDetaching) {
 			log.Info("detaching gateway port from its previous server", "port", port.ID, "server", port.DeviceID)
 			if err := r.OpenStack.Compute.DetachPort(ctx, port.DeviceID, port.ID); err != nil && !openstack.IsNotFound(err) {
 				return fail(err)
 			}
-			if _, err := openstack.WaitForPortDevice(ctx, r.net(), port.ID, "", r.PortWait); err != nil {
+			r.novaStart(uid, op)
+			// Nova may have been quick: look once before polling.
+			p, err := r.net().GetPort(ctx, port.ID)
+			if err != nil {
 				return fail(err)
 			}
+			port = p
 		}
-		log.Info("attaching gateway port", "port", port.ID, "server", serverID, "node", node.Name)
-		if _, err := r.OpenStack.Compute.AttachPort(ctx, serverID, port.ID); err != nil {
-			return fail(err)
+		if port.DeviceID != "" && port.DeviceID != serverID {
+			msg := op.waiting()
+			r.condWaiting(g, v1alpha1.ConditionPortAttached, v1alpha1.ReasonDetaching, msg)
+			return false, outcome.Wait(r.PortWait.Interval, "%s", msg)
 		}
-		p, err := openstack.WaitForPortDevice(ctx, r.net(), port.ID, serverID, r.PortWait)
-		if err != nil {
-			return fail(err)
-		}
-		g.port = p
+		g.port = port
 	}
+	if port.DeviceID != serverID {
+		op := novaOp{port: port.ID, server: serverID}
+		if !r.novaAsked(g, op, v1alpha1.ReasonAttaching) {
+			log.Info("attaching gateway port", "port", port.ID, "server", serverID, "node", node.Name)
+			if _, err := r.OpenStack.Compute.AttachPort(ctx, serverID, port.ID); err != nil {
+				return fail(err)
+			}
+			r.novaStart(uid, op)
+			p, err := r.net().GetPort(ctx, port.ID)
+			if err != nil {
+				return fail(err)
+			}
+			port = p
+		}
+		if port.DeviceID != serverID {
+			msg := op.waiting()
+			r.condWaiting(g, v1alpha1.ConditionPortAttached, v1alpha1.ReasonAttaching, msg)
+			return false, outcome.Wait(r.PortWait.Interval, "%s", msg)
+		}
+		g.port = port
+	}
+	r.novaDone(uid)
 	g.status.ServerID = serverID
 	r.condTrue(g, v1alpha1.ConditionPortAttached, v1alpha1.ReasonPortAttached,
 		fmt.Sprintf("port %s is attached to server %s (node %s)", port.ID, serverID, node.Name))

@@ -89,7 +89,7 @@ func (r *Reconciler) findOwnedPorts(ctx context.Context, g *gateway) ([]openstac
 func (r *Reconciler) ensurePort(ctx context.Context, g *gateway) (bool, error) {
 	log := logr.FromContextOrDiscard(ctx)
 	fail := func(err error) (bool, error) {
-		r.condFalse(g, v1alpha1.ConditionPortReady, v1alpha1.ReasonPortFailed, err.Error())
+		r.condFailed(g, v1alpha1.ConditionPortReady, v1alpha1.ReasonPortFailed, err)
 		return false, err
 	}
 	ports, err := r.findOwnedPorts(ctx, g)

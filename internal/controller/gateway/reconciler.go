@@ -10,29 +10,27 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/conditions"
+	"bnerd.net/vpn-operator/internal/controller/outcome"
 	"bnerd.net/vpn-operator/internal/ipam"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
+	"bnerd.net/vpn-operator/internal/statuswrite"
 )
-
-// EventRecorder is the subset of client-go's record.EventRecorder the reconciler uses.
-type EventRecorder interface {
-	Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any)
-}
 
 // Deps are the reconciler's collaborators. Zero-valued optional fields are filled by
 // SetupWithManager from the manager.
@@ -46,14 +44,16 @@ type Deps struct {
 	OpenStack *openstack.Clients
 	// Config is the operator configuration.
 	Config operatorconfig.Config
-	// Recorder emits Events. Default: the manager's recorder.
-	Recorder EventRecorder
+	// Recorder emits Events (events.k8s.io). Default: the manager's recorder.
+	Recorder events.EventRecorder
 	// Log is the base logger. Default: the manager's logger.
 	Log logr.Logger
 	// Clock stamps conditions; nil is time.Now.
 	Clock conditions.Clock
-	// PortWait bounds waiting for Nova to finish attaching or detaching the port.
-	// Default: poll every 2s for up to 2 minutes.
+	// PortWait paces waiting for Nova to finish attaching or detaching the port: the
+	// gateway is reconciled again every Interval (default 2 s) until the port shows the
+	// result, and the request is sent to Nova again when Timeout (default 2 minutes)
+	// passed without one. No reconcile waits: the worker is free in between.
 	PortWait openstack.WaitOpts
 	// SkipNameValidation lets several managers in one process (tests) register the
 	// same controller names.
@@ -75,11 +75,28 @@ type Reconciler struct {
 	externalID string
 	routerID   string
 	projectID  string
+
+	// nova remembers, per gateway UID, the attach or detach this process asked Nova
+	// for and when, so a poll does not ask again while Nova works.
+	novaMu sync.Mutex
+	nova   map[types.UID]novaOp
+
+	backoff map[string]*outcome.Backoff // per kind
 }
 
 // New returns a reconciler; register it with SetupWithManager.
 func New(deps Deps) *Reconciler {
-	return &Reconciler{Deps: deps}
+	r := &Reconciler{Deps: deps, nova: map[types.UID]novaOp{}, backoff: map[string]*outcome.Backoff{}}
+	for _, kind := range []string{KindIPsecGateway, KindVPNGateway} {
+		r.backoff[kind] = outcome.NewBackoff(0, 0)
+	}
+	if r.PortWait.Interval <= 0 {
+		r.PortWait.Interval = 2 * time.Second
+	}
+	if r.PortWait.Timeout <= 0 {
+		r.PortWait.Timeout = 2 * time.Minute
+	}
+	return r
 }
 
 // ConditionTypes are the gateway's phase conditions in reconcile order; Ready summarises
@@ -103,11 +120,24 @@ type kindReconciler struct {
 }
 
 func (k kindReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	res, err := k.r.reconcile(ctx, k.kind, req.NamespacedName)
+	res, err := k.r.Result(ctx, k.kind, req)
 	if k.r.Observe != nil {
 		k.r.Observe(k.kind, req.NamespacedName, err)
 	}
 	return res, err
+}
+
+// Result reconciles one gateway and turns the outcome into controller-runtime's answer
+// (see outcome.Backoff.Result): refusals wait for a change or the resync, waits on Nova
+// poll, transient failures back off.
+func (r *Reconciler) Result(ctx context.Context, kind string, req reconcile.Request) (ctrl.Result, error) {
+	err := r.reconcile(ctx, kind, req.NamespacedName)
+	if outcome.IsTerminal(err) {
+		// Recorded in the condition (and an Event when it changed); one log line per
+		// attempt, and attempts come only from changes and the resync.
+		r.Log.Info("OpenStack refused a request; waiting for a change", "kind", kind, "gateway", req.String(), "error", err.Error())
+	}
+	return r.backoff[kind].Result(req, err, r.Config.ResyncInterval)
 }
 
 // outcome of a phase: done means carry on with the next phase.
@@ -130,16 +160,18 @@ func (r *Reconciler) phases() []phase {
 	}
 }
 
-func (r *Reconciler) reconcile(ctx context.Context, kind string, key types.NamespacedName) (ctrl.Result, error) {
+// reconcile runs the phases of one gateway (or its deletion). The error says how it
+// ended: nil when converged, else classified by outcome.
+func (r *Reconciler) reconcile(ctx context.Context, kind string, key types.NamespacedName) error {
 	log := r.Log.WithValues("kind", kind, "gateway", key.String())
 	ctx = logr.NewContext(ctx, log)
 	obj := newObject(kind)
 	if err := r.Client.Get(ctx, key, obj); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		return client.IgnoreNotFound(err)
 	}
 	g, err := viewOf(obj)
 	if err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
 	if !obj.GetDeletionTimestamp().IsZero() {
 		return r.finalize(ctx, g)
@@ -148,7 +180,7 @@ func (r *Reconciler) reconcile(ctx context.Context, kind string, key types.Names
 		base := obj.DeepCopyObject().(client.Object)
 		controllerutil.AddFinalizer(obj, v1alpha1.FinalizerGateway)
 		if err := r.Client.Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-			return ctrl.Result{}, err
+			return err
 		}
 		g.base = obj.DeepCopyObject().(client.Object)
 	}
@@ -165,24 +197,14 @@ func (r *Reconciler) reconcile(ctx context.Context, kind string, key types.Names
 		}
 		// The next phase may act on this one's result: record it first.
 		if perr := r.persist(ctx, g); perr != nil {
-			return ctrl.Result{}, perr
+			return perr
 		}
 	}
 	r.summarize(g)
-	if g.status.TunnelsReady == "" {
-		g.status.TunnelsReady = fmt.Sprintf("0/%d", len(g.spec.Tunnels))
-	}
 	if err := r.persist(ctx, g); err != nil {
-		return ctrl.Result{}, errors.Join(runErr, err)
+		return errors.Join(runErr, err)
 	}
-	if runErr != nil {
-		if d := openstack.RetryAfter(runErr); d > 0 {
-			log.Info("OpenStack asked to retry later", "after", d, "error", runErr.Error())
-			return ctrl.Result{RequeueAfter: d}, nil
-		}
-		return ctrl.Result{}, runErr
-	}
-	return ctrl.Result{RequeueAfter: r.Config.ResyncInterval}, nil
+	return runErr
 }
 
 // summarize derives Ready from the phase conditions.
@@ -207,6 +229,12 @@ func (r *Reconciler) setCond(g *gateway, condType string, status metav1.Conditio
 	if prev != nil && prev.Status == status && prev.Reason == reason && prev.Message == message {
 		return // only the observed generation moved
 	}
+	r.event(g, status, reason, "%s=%s: %s", condType, status, message)
+}
+
+// event records an Event on the gateway: a Warning when something failed, Normal for
+// progress (True, or Unknown while waiting on OpenStack).
+func (r *Reconciler) event(g *gateway, status metav1.ConditionStatus, reason, format string, args ...any) {
 	if r.Recorder == nil {
 		return
 	}
@@ -214,7 +242,7 @@ func (r *Reconciler) setCond(g *gateway, condType string, status metav1.Conditio
 	if status == metav1.ConditionFalse {
 		typ = corev1.EventTypeWarning
 	}
-	r.Recorder.Eventf(g.obj, typ, reason, "%s=%s: %s", condType, status, message)
+	r.Recorder.Eventf(g.obj, nil, typ, reason, "Reconcile", format, args...)
 }
 
 func (r *Reconciler) condTrue(g *gateway, condType, reason, message string) {
@@ -225,19 +253,35 @@ func (r *Reconciler) condFalse(g *gateway, condType, reason, message string) {
 	r.setCond(g, condType, metav1.ConditionFalse, reason, message)
 }
 
-// persist writes the status when it differs from what the API server has. The patch
-// carries the resourceVersion: a concurrent writer makes it fail with a conflict, and
-// the retry starts from a fresh read instead of overwriting (an allocation is never
-// silently lost or doubled).
+// condWaiting records a phase that waits on OpenStack to finish something it started.
+func (r *Reconciler) condWaiting(g *gateway, condType, reason, message string) {
+	r.setCond(g, condType, metav1.ConditionUnknown, reason, message)
+}
+
+// condFailed records a phase that failed with err, saying what happens next.
+func (r *Reconciler) condFailed(g *gateway, condType, reason string, err error) {
+	r.setCond(g, condType, metav1.ConditionFalse, reason, outcome.Describe(err))
+}
+
+// AgentStatusFields are the status fields the gateway's status agent owns; the operator
+// never writes them.
+var AgentStatusFields = []string{"tunnels", "tunnelsReady"}
+
+// persist writes the operator's part of the status when it differs from what was last
+// read or written: a server-side apply under the operator's field manager, guarded by
+// the resourceVersion of that read. A status-agent write in between is no conflict
+// (statuswrite retries on top of it); a change of the operator's own fields makes the
+// write fail, and the retry starts from a fresh read instead of overwriting (an
+// allocation is never silently lost or doubled).
 func (r *Reconciler) persist(ctx context.Context, g *gateway) error {
-	baseStatus := statusOf(g.base)
-	if equality.Semantic.DeepEqual(*baseStatus, *g.status) {
+	base := *statusOf(g.base)
+	cur := *g.status
+	base.Tunnels, base.TunnelsReady, cur.Tunnels, cur.TunnelsReady = nil, "", nil, ""
+	if equality.Semantic.DeepEqual(base, cur) {
 		return nil
 	}
-	if err := r.Client.Status().Patch(ctx, g.obj, client.MergeFromWithOptions(g.base, client.MergeFromWithOptimisticLock{})); err != nil {
-		if apierrors.IsConflict(err) {
-			return fmt.Errorf("status changed concurrently, retrying from a fresh read: %w", err)
-		}
+	w := statuswrite.Writer{Client: r.Client, Reader: r.APIReader, Manager: statuswrite.ManagerOperator, Exclude: AgentStatusFields}
+	if err := w.Apply(ctx, g.obj, g.base); err != nil {
 		return fmt.Errorf("writing status: %w", err)
 	}
 	g.base = g.obj.DeepCopyObject().(client.Object)

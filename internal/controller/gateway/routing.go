@@ -30,7 +30,7 @@ func hasPair(p *openstack.Port, ip string) bool {
 func (r *Reconciler) ensureRouting(ctx context.Context, g *gateway) (bool, error) {
 	log := logr.FromContextOrDiscard(ctx)
 	fail := func(err error) (bool, error) {
-		r.condFalse(g, v1alpha1.ConditionRoutingReady, v1alpha1.ReasonRoutingFailed, err.Error())
+		r.condFailed(g, v1alpha1.ConditionRoutingReady, v1alpha1.ReasonRoutingFailed, err)
 		return false, err
 	}
 	cidr, fixed := g.status.ServiceCIDR, g.status.PortFixedIP
@@ -65,8 +65,7 @@ func (r *Reconciler) ensureRouting(ctx context.Context, g *gateway) (bool, error
 
 	routerID, err := r.operatorRouterID(ctx)
 	if err != nil {
-		r.condFalse(g, v1alpha1.ConditionRoutingReady, v1alpha1.ReasonRoutingFailed, err.Error())
-		return false, nil
+		return fail(err)
 	}
 	if !hasPair(g.port, cidr) {
 		pairs := append(append([]openstack.AddressPair(nil), g.port.AllowedAddressPairs...), openstack.AddressPair{IPAddress: cidr})

@@ -96,7 +96,7 @@ func (r *Reconciler) findSecurityGroup(ctx context.Context, g *gateway) (*openst
 // only it) to the port.
 func (r *Reconciler) ensureSecurityGroup(ctx context.Context, g *gateway) (bool, error) {
 	fail := func(err error) (bool, error) {
-		r.condFalse(g, v1alpha1.ConditionSecurityGroupReady, v1alpha1.ReasonSecurityGroupFail, err.Error())
+		r.condFailed(g, v1alpha1.ConditionSecurityGroupReady, v1alpha1.ReasonSecurityGroupFail, err)
 		return false, err
 	}
 	sg, extras, err := r.findSecurityGroup(ctx, g)

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -39,7 +40,7 @@ const indexPSKSecret = "ipsec.bnerd.net/psk-secret"
 // +kubebuilder:rbac:groups="",resources=configmaps;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
@@ -56,7 +57,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.APIReader = mgr.GetAPIReader()
 	}
 	if r.Recorder == nil {
-		r.Recorder = mgr.GetEventRecorderFor("bnerd-vpn-operator") //nolint:staticcheck // the events/v1 recorder needs a different call shape everywhere
+		r.Recorder = mgr.GetEventRecorder("bnerd-vpn-operator")
 	}
 	if r.Log.GetSink() == nil {
 		r.Log = mgr.GetLogger().WithName("gateway")
@@ -82,7 +83,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		b := ctrl.NewControllerManagedBy(mgr).
 			Named(strings.ToLower(kind)).
-			For(newObject(kind)).
+			For(newObject(kind), builder.WithPredicates(specOrLifecycleChanged)).
 			Owns(&corev1.ConfigMap{}).
 			Owns(&corev1.Secret{}).
 			Owns(&corev1.ServiceAccount{}).
@@ -95,6 +96,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			WithOptions(controller.Options{
 				MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles,
 				SkipNameValidation:      &r.SkipNameValidation,
+				RateLimiter:             r.backoff[kind],
 			})
 		if nadErr == nil {
 			nad := &unstructured.Unstructured{}
@@ -176,6 +178,22 @@ func (r *Reconciler) mapSecret(kind string) handler.MapFunc {
 		}
 		return out
 	}
+}
+
+// specOrLifecycleChanged passes the gateway's own events that ask for work: creation,
+// a spec change (generation), deletion starting, and our finalizer going missing. Status
+// writes (the operator's own, and every tunnel change the status agent reports) do not:
+// they would make each write a reconcile, and a refused request a second attempt.
+var specOrLifecycleChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld, e.ObjectNew
+		if o == nil || n == nil {
+			return true
+		}
+		return o.GetGeneration() != n.GetGeneration() ||
+			o.GetDeletionTimestamp().IsZero() != n.GetDeletionTimestamp().IsZero() ||
+			controllerutil.ContainsFinalizer(o, v1alpha1.FinalizerGateway) && !controllerutil.ContainsFinalizer(n, v1alpha1.FinalizerGateway)
+	},
 }
 
 // nodeChanged passes node events that can change a gateway's placement: not the

@@ -29,7 +29,7 @@ var errNotOurs = errors.New("exists and is not owned by this gateway")
 // field the operator owns differs, so a converged gateway costs no API write.
 func (r *Reconciler) ensureWorkload(ctx context.Context, g *gateway) (bool, error) {
 	fail := func(err error) (bool, error) {
-		r.condFalse(g, v1alpha1.ConditionWorkloadReady, v1alpha1.ReasonWorkloadFailed, err.Error())
+		r.condFailed(g, v1alpha1.ConditionWorkloadReady, v1alpha1.ReasonWorkloadFailed, err)
 		return false, err
 	}
 	terminal := func(reason, msg string) (bool, error) {
