@@ -118,7 +118,9 @@ func run() error {
 	defer cancel()
 	// The credential is never logged; its redacted String() is safe, but there is no
 	// need for even that.
-	osClients, err := openstack.NewClients(authCtx, cred, openstack.ClientOptions{UserAgent: "bnerd-vpn-operator/" + version.Version})
+	osOpts := openstack.ClientOptions{UserAgent: "bnerd-vpn-operator/" + version.Version,
+		Timeout: cfg.OpenStackTimeout, QPS: cfg.OpenStackQPS, Burst: cfg.OpenStackBurst}
+	osClients, err := openstack.NewClients(authCtx, cred, osOpts)
 	if err != nil {
 		return fmt.Errorf("authenticating to OpenStack: %w", err)
 	}
@@ -161,7 +163,8 @@ func run() error {
 		AuthURL:           cred.AuthURL,
 		Region:            cred.Region,
 		CustomerClients: func(ctx context.Context, c openstack.Credential) (*openstack.Clients, error) {
-			return openstack.NewClients(ctx, c, openstack.ClientOptions{UserAgent: "bnerd-vpn-operator/" + version.Version})
+			// Each customer credential is its own project: its own budget at the cloud.
+			return openstack.NewClients(ctx, c, osOpts)
 		},
 		Config:   cfg,
 		Recorder: mgr.GetEventRecorder("bnerd-vpn-operator"),

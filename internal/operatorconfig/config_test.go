@@ -20,7 +20,8 @@ func TestLoadDefaultsEnvAndFlags(t *testing.T) {
 	}
 	if c.Namespace != "bnerd-vpn" || c.Router != "r1" || c.ClusterLinkCredentialsNamespace != "creds" ||
 		c.ResyncInterval != 30*time.Second || len(c.InternalSourceCIDRs) != 2 ||
-		c.ServiceCIDRPool.String() != "100.64.0.0/16" || !c.GatewayNetworkPolicy {
+		c.ServiceCIDRPool.String() != "100.64.0.0/16" || !c.GatewayNetworkPolicy ||
+		c.NodeNotReadyGrace != DefaultNodeNotReadyGrace || c.OpenStackTimeout != DefaultOpenStackTimeout || c.OpenStackQPS != 0 {
 		t.Fatalf("unexpected config %+v", c)
 	}
 }
@@ -32,6 +33,10 @@ func TestLoadRefusesBadValues(t *testing.T) {
 		"IPSEC_GATEWAY_NETWORKPOLICY_ENABLED=perhaps": "network policy",
 		"IPSEC_RESYNC_INTERVAL=-1s":                   "positive duration",
 		"IPSEC_MAX_CONCURRENT_RECONCILES=0":           "positive integer",
+		"IPSEC_NODE_NOT_READY_GRACE=-1s":              "zero or more",
+		"IPSEC_OPENSTACK_QPS=fast":                    "number of zero or more",
+		"IPSEC_OPENSTACK_BURST=-3":                    "integer of zero or more",
+		"IPSEC_OPENSTACK_TIMEOUT=0s":                  "positive duration",
 	} {
 		k, v, _ := strings.Cut(env, "=")
 		_, err := Load(flag.NewFlagSet("t", flag.ContinueOnError), nil, func(n string) string {

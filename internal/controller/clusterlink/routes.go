@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -50,11 +51,49 @@ func (r *Reconciler) removeForwardRoutes(ctx context.Context, lc *linkCtx, via s
 	if len(drop) == 0 {
 		return nil
 	}
+	// Once the leg no longer holds the address, Neutron may have given it to another
+	// port, say a gateway's whose own route goes via it: then only this link's route
+	// goes. (The router was read first: a route via the address that another port's
+	// owner added is on that list only if that port held the address before this
+	// check.)
+	other, err := r.addressHeldByOther(ctx, lc, via)
+	if err != nil {
+		return err
+	}
+	if other != "" {
+		drop = slices.DeleteFunc(drop, func(x openstack.Route) bool { return x.Destination != lc.link.Spec.ServiceClusterCIDR })
+		if len(drop) == 0 {
+			return nil
+		}
+	}
 	if _, err := r.d.Operator.Networking.RemoveRouterRoutes(ctx, rt.ID, drop); err != nil && !openstack.IsNotFound(err) {
 		return err
 	}
 	lc.eventf(corev1.EventTypeNormal, "RouteRemoved", "removed %s from router %s", describeRoutes(drop), rt.Name)
 	return nil
+}
+
+// addressHeldByOther returns the ID of a port on the transit network that holds addr
+// and is not this link's leg ("" when there is none).
+func (r *Reconciler) addressHeldByOther(ctx context.Context, lc *linkCtx, addr string) (string, error) {
+	tn := lc.tn
+	if tn == nil {
+		var err error
+		if tn, err = r.transitNetwork(ctx); err != nil {
+			return "", err
+		}
+	}
+	ports, err := r.d.Operator.Networking.ListPorts(ctx, openstack.ListPortsOpts{NetworkID: tn.network.ID, IPAddress: addr})
+	if err != nil {
+		return "", err
+	}
+	own := owner(lc.link)
+	for _, p := range ports {
+		if !own.OwnedBy(p.Tags) {
+			return p.ID, nil
+		}
+	}
+	return "", nil
 }
 
 // ensureForwardRoute keeps serviceClusterCIDR via the transit IP on the gateway
@@ -219,9 +258,18 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 			lc.eventf(corev1.EventTypeNormal, "ReverseRoutesRemoved", "removed reverse %s from router %s", describeRoutes(remove), lc.router.Name)
 		}
 	}
+	addUnanswered := false
 	if failure == nil && len(add) > 0 {
+		// Persist before programming: the routes about to be added are recorded first,
+		// so a crash or a lost status write after the router write cannot leave a route
+		// this link no longer knows it owns (one that would outlive its gateway, and
+		// block the leg's detach on deletion).
+		if err := r.recordReverse(ctx, lc, desired, add); err != nil {
+			return false, err
+		}
 		upd, err := net.AddRouterRoutes(ctx, lc.router.ID, add)
 		if err != nil {
+			addUnanswered = openstack.StatusCode(err) == 0
 			failure = fmt.Errorf("adding reverse %s: %w", describeRoutes(add), err)
 		} else {
 			lc.router = upd
@@ -234,6 +282,14 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 	now := map[openstack.Route]bool{}
 	for _, x := range lc.router.Routes {
 		now[x] = true
+	}
+	if addUnanswered {
+		// Without an answer (a timeout, a broken connection) the routes may have been
+		// added: they stay on record until a read of the router shows them absent. A
+		// refusal is an answer: nothing was added.
+		for _, x := range add {
+			now[x] = true
+		}
 	}
 	var recorded []v1.ReverseRoute
 	for _, d := range desired {
@@ -261,6 +317,32 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 	}
 	lc.set.True(v1.ConditionReverseRoutesInstalled, v1.ReasonReverseRoutesInstalled, msg)
 	return true, nil
+}
+
+// recordReverse adds the desired entries for routes (not yet on the router) to
+// status.reverseRoutes and writes the status.
+func (r *Reconciler) recordReverse(ctx context.Context, lc *linkCtx, desired []v1.ReverseRoute, routes []openstack.Route) error {
+	st := &lc.link.Status
+	have := map[v1.ReverseRoute]bool{}
+	for _, x := range st.ReverseRoutes {
+		have[x] = true
+	}
+	adding := map[openstack.Route]bool{}
+	for _, x := range routes {
+		adding[x] = true
+	}
+	changed := false
+	for _, d := range desired {
+		if adding[routeOf(d)] && !have[d] {
+			st.ReverseRoutes = append(st.ReverseRoutes, d)
+			have[d] = true
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	return r.persist(ctx, lc)
 }
 
 // removeReverseRoutes removes the routes status.reverseRoutes records, if present.

@@ -60,11 +60,21 @@ type NovaChaos struct {
 // chaos is the Server's state for this file.
 type chaos struct {
 	mu       sync.Mutex
+	latency  time.Duration
 	limit    RateLimit
 	buckets  map[string]*rate.Limiter
 	limited  int
 	nova     NovaChaos
 	novaSeen struct{ slowAttach, failAttach, slowDetach int }
+}
+
+// SetLatency delays every request by d before anything else happens to it: the round
+// trip and processing time of a real cloud (tens of milliseconds), on top of which the
+// faults apply. Zero removes it.
+func (s *Server) SetLatency(d time.Duration) {
+	s.chaos.mu.Lock()
+	s.chaos.latency = d
+	s.chaos.mu.Unlock()
 }
 
 // SetRateLimit installs (or, with QPS <= 0, removes) the rate limiter. Buckets start
@@ -141,6 +151,13 @@ func (s *Server) Storm(f Fault, period, on time.Duration) (stop func()) {
 // applyChaos answers a request the rate limiter refuses or that Nova chaos picks, and
 // reports whether it did (the request is then not passed on).
 func (s *Server) applyChaos(w *statusRecorder, r *http.Request, pattern string) bool {
+	s.chaos.mu.Lock()
+	d := s.chaos.latency
+	s.chaos.mu.Unlock()
+	if !s.sleep(r.Context(), d) {
+		w.status = 499
+		return true
+	}
 	if s.rateLimited(w, r) {
 		return true
 	}

@@ -131,6 +131,21 @@ func TestNovaChaosSlowDetachAcceptsAtOnceAndFinishesLater(t *testing.T) {
 	waitFor(t, "the slow detach to finish", func() bool { got, _ := s.Port(p.ID); return got.DeviceID == "" })
 }
 
+func TestLatencyDelaysEveryRequest(t *testing.T) {
+	s := startEstate(t)
+	c := login(t, s, "vpn-operator")
+	vpn01, _ := s.RouterByName("shoot--services--vpn01")
+	s.SetLatency(100 * time.Millisecond)
+	start := time.Now()
+	for i := 0; i < 3; i++ {
+		must[*routers.Router](t)(routers.Get(ctx(), c.network, vpn01.ID).Extract())
+	}
+	// A lower bound only: three requests in a row cannot have been answered sooner.
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Fatalf("three requests answered in %v: latency not applied", d)
+	}
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second) // generous: an outcome, not a timing

@@ -1,0 +1,102 @@
+package clusterlink
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/openstack"
+	"bnerd.net/vpn-operator/internal/openstack/sim"
+)
+
+// Regressions found by the chaos soak (test/soak).
+
+// A link's unwind runs again after a failed finalizer release (or an operator restart);
+// by then Neutron may have handed its freed transit IP to a gateway's port, whose route
+// to its service CIDR goes via that address. The link removes its own route via the
+// address, never the gateway's.
+func TestUnwindSparesAnotherOwnersRouteViaAReusedTransitIP(t *testing.T) {
+	h := newHarness(t)
+	h.newLink("reused", "shoot--services--svc01", svcCIDR)
+	l := h.untilReady("reused")
+	x := l.Status.TransitIP
+	opID := h.opRouter().ID
+
+	// The leg is gone (the first unwind, or by hand) and a gateway's port took its
+	// address and routed its service CIDR via it.
+	if err := h.sim.DeletePort(l.Status.LegPortID); err != nil {
+		t.Fatal(err)
+	}
+	gw := openstack.Owner{Kind: "IPsecGateway", Namespace: "tenant-x", Name: "gw", UID: "6f0c1b7e-0000-4000-8000-000000000001"}
+	if _, err := h.sim.AddPort(sim.Port{NetworkID: h.transitNetID(), Name: "gateway", Tags: gw.Tags(),
+		FixedIPs: []sim.FixedIP{{SubnetID: h.transitSubnetID(), IPAddress: x}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.sim.AddRoute(opID, "100.64.7.0/24", x); err != nil {
+		t.Fatal(err)
+	}
+
+	h.delete("reused")
+	h.until("reused", "gone", nil)
+	op := h.opRouter()
+	if hasRoute(op, svcCIDR, x) {
+		t.Errorf("the link's own route %s via %s survived its deletion", svcCIDR, x)
+	}
+	if !hasRoute(op, "100.64.7.0/24", x) {
+		t.Errorf("the link's deletion removed the gateway's route 100.64.7.0/24 via %s (routes now %v)", x, op.Routes)
+	}
+}
+
+// Reverse routes are recorded in status before they are added to the router: when the
+// status write of a reconcile is lost, no route is on the router that the link does not
+// know it owns (it would outlive its gateway and block the leg's detach).
+func TestReverseRoutesRecordedBeforeTheRouterWrite(t *testing.T) {
+	h := newHarness(t)
+	h.newLink("record", "shoot--services--svc01", svcCIDR)
+	h.untilReady("record")
+	ipsecGateway(t, "tenant-rec", "gw", true, gwCIDR(1), gwIP(1))
+
+	// One reconcile whose status writes are all lost.
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := interceptor.NewClient(wc, interceptor.Funcs{
+		SubResourceApply: func(ctx context.Context, c client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+			return errors.New("status write lost")
+		},
+	})
+	deps := h.deps()
+	deps.Client = lost
+	if _, err := New(deps).Reconcile(h.ctx, reconcileRequest("record")); err == nil {
+		t.Fatal("a reconcile whose status writes fail reported success")
+	}
+
+	// The gateway goes before the link is reconciled again.
+	deleteIPsecGateway(t, "tenant-rec", "gw")
+	h.until("record", "no reverse routes", func(l *v1.ClusterLink) bool {
+		return len(l.Status.ReverseRoutes) == 0 && conditionTrue(l, v1.ConditionReady)
+	})
+	if svc := h.router("shoot--services--svc01"); hasRoute(svc, gwCIDR(1), gwIP(1)) {
+		t.Fatalf("route %s via %s outlived its gateway on the service router (routes %v)", gwCIDR(1), gwIP(1), svc.Routes)
+	}
+	// And the link can be deleted: nothing blocks the leg's detach.
+	h.delete("record")
+	h.until("record", "gone", nil)
+}
+
+func reconcileRequest(name string) ctrl.Request {
+	return ctrl.Request{NamespacedName: types.NamespacedName{Name: name}}
+}
+
+func conditionTrue(l *v1.ClusterLink, t string) bool {
+	return meta.IsStatusConditionTrue(l.Status.Conditions, t)
+}
