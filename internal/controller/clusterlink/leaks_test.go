@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -11,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack"
@@ -99,4 +101,80 @@ func reconcileRequest(name string) ctrl.Request {
 
 func conditionTrue(l *v1.ClusterLink, t string) bool {
 	return meta.IsStatusConditionTrue(l.Status.Conditions, t)
+}
+
+// A transit IP is the operator's bookkeeping, not a reservation in Neutron: when the
+// leg's creation fails, a gateway port created meanwhile may get the address. A link
+// whose leg was never built there allocates another address instead of waiting for a
+// human.
+func TestTransitIPTakenBeforeTheLegWasBuiltIsReallocated(t *testing.T) {
+	h := newHarness(t)
+	remove := h.sim.Inject(sim.Fault{Method: "POST", PathPattern: "/network/v2.0/ports", Status: 500, Count: 1})
+	h.newLink("taken", "shoot--services--svc01", svcCIDR)
+	l := h.until("taken", "a transit IP without a leg", func(l *v1.ClusterLink) bool { return l.Status.TransitIP != "" })
+	remove()
+	x := l.Status.TransitIP
+	if l.Status.LegPortID != "" {
+		t.Fatalf("the leg was built although its creation failed: %s", l.Status.LegPortID)
+	}
+	gw := openstack.Owner{Kind: "IPsecGateway", Namespace: "tenant-x", Name: "gw", UID: "6f0c1b7e-0000-4000-8000-000000000002"}
+	taker, err := h.sim.AddPort(sim.Port{NetworkID: h.transitNetID(), Name: "gateway", Tags: gw.Tags(),
+		FixedIPs: []sim.FixedIP{{SubnetID: h.transitSubnetID(), IPAddress: x}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	l = h.untilReady("taken")
+	if l.Status.TransitIP == x || l.Status.TransitIP == "" {
+		t.Fatalf("transit IP %q after %s was taken", l.Status.TransitIP, x)
+	}
+	if p, ok := h.sim.Port(taker.ID); !ok || p.FixedIPs[0].IPAddress != x {
+		t.Fatal("the other port was touched")
+	}
+	if !hasRoute(h.opRouter(), svcCIDR, l.Status.TransitIP) {
+		t.Fatalf("no forward route via the new transit IP %s", l.Status.TransitIP)
+	}
+	if len(h.rec.find("taken", "TransitIPReallocated")) != 1 {
+		t.Fatal("no TransitIPReallocated event")
+	}
+}
+
+// A link created on a router whose previous link is still unwinding is refused by
+// Neutron (one leg per router on the transit subnet) and waits; when the previous link
+// is gone, it is reconciled at once instead of at the next resync (an hour here). This
+// is also how a link is "recreated" after TransitIPMismatch.
+func TestLinkWaitingForARouterIsWokenWhenThePreviousLinkIsGone(t *testing.T) {
+	h := newHarness(t)
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Logger: testLogger, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps := h.deps()
+	deps.Client, deps.APIReader = nil, nil
+	deps.Config.ResyncInterval = time.Hour
+	deps.SkipNameValidation = true
+	if err := New(deps).SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	router := "shoot--services--svc03"
+	h.newLink("first", router, svcCIDR)
+	waitFor(t, "first Ready", func() (bool, string) { l := h.get("first"); return conditionTrue(l, v1.ConditionReady), dumpConds(l) })
+
+	rt := h.router(router)
+	remove := h.sim.Inject(sim.Fault{Method: "PUT", PathPattern: "/network/v2.0/routers/" + rt.ID + "/remove_router_interface", Status: 503})
+	h.delete("first")
+	h.newLink("second", router, svcCIDR)
+	waitFor(t, "second refused by Neutron", func() (bool, string) {
+		l := h.get("second")
+		c := meta.FindStatusCondition(l.Status.Conditions, v1.ConditionLegAttached)
+		return c != nil && c.Reason == v1.ReasonEnsureRouterHasPortFailed, dumpConds(l)
+	})
+	remove()
+	waitFor(t, "first gone", func() (bool, string) { return h.gone("first"), "" })
+	waitFor(t, "second Ready", func() (bool, string) { l := h.get("second"); return conditionTrue(l, v1.ConditionReady), dumpConds(l) })
 }

@@ -319,6 +319,9 @@ func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx) (bool, error) {
 		for i := range ps {
 			p := &ps[i]
 			if !adoptable(p, lc.router.ID) {
+				if !lc.cross && link.Spec.TransitIP == "" && link.Status.LegPortID == "" {
+					return r.reallocateTransitIP(ctx, lc, adoptIP, p.ID)
+				}
 				if !lc.cross {
 					// Our leg is gone and someone else holds its address: a route via
 					// it would deliver this link's traffic to them.
@@ -403,6 +406,25 @@ func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx) (bool, error) {
 	lc.set.True(v1.ConditionLegAttached, v1.ReasonAttached,
 		fmt.Sprintf("leg port %s (%s) is attached to router %s (%s)", port.ID, ip, lc.router.Name, lc.router.ID))
 	return true, nil
+}
+
+// reallocateTransitIP gives up an allocated transit IP that Neutron handed to another
+// port before this link's leg was ever built there. A transit IP is this operator's
+// bookkeeping, persisted in status, not a reservation in Neutron: a gateway port created
+// meanwhile takes the lowest free address, which may be it. Nothing was ever routed via
+// the address for this link (the forward route follows the leg), so another one is
+// allocated on the next attempt.
+func (r *Reconciler) reallocateTransitIP(ctx context.Context, lc *linkCtx, addr, holder string) (bool, error) {
+	link := lc.link
+	r.claims.Release(string(link.UID))
+	link.Status.TransitIP = ""
+	msg := fmt.Sprintf("transit IP %s was taken by port %s before this link's leg was built there; allocating another", addr, holder)
+	lc.set.Unknown(v1.ConditionTransitIPAllocated, v1.ReasonInProgress, msg)
+	lc.eventf(corev1.EventTypeNormal, "TransitIPReallocated", "%s", msg)
+	if err := r.persist(ctx, lc); err != nil {
+		return false, err
+	}
+	return false, errors.New(msg)
 }
 
 // transitIPMismatch handles a cross-tenant leg that came back at another address: the

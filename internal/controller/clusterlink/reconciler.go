@@ -23,7 +23,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/conditions"
@@ -63,6 +66,9 @@ type Deps struct {
 	Clock conditions.Clock
 	// Recorder emits Kubernetes Events; nil disables them.
 	Recorder events.EventRecorder
+	// SkipNameValidation lets several managers in one process (tests) register the
+	// controller.
+	SkipNameValidation bool
 }
 
 // Reconciler reconciles ClusterLinks.
@@ -80,6 +86,10 @@ type Reconciler struct {
 	transit *transitNet // resolved once; the transit network does not move
 
 	backoff *outcome.Backoff
+
+	// wake carries links to reconcile now for something that happened to another one
+	// (a router or a transit IP it waits for was released).
+	wake chan event.GenericEvent
 }
 
 // New builds a Reconciler.
@@ -91,6 +101,7 @@ func New(deps Deps) *Reconciler {
 		refusals: map[types.UID]refusal{},
 		verified: map[types.UID]string{},
 		backoff:  outcome.NewBackoff(0, 0),
+		wake:     make(chan event.GenericEvent, wakeBuffer),
 	}
 	if r.reader == nil {
 		r.reader = deps.Client
@@ -132,7 +143,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1.ClusterLink{}).
 		Watches(&v1.IPsecGateway{}, r.fanOut(), gatewayPredicate()).
 		Watches(&v1.VPNGateway{}, r.fanOut(), gatewayPredicate()).
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers, RateLimiter: r.backoff}).
+		WatchesRawSource(source.Channel(r.wake, &handler.EnqueueRequestForObject{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers, RateLimiter: r.backoff, SkipNameValidation: &r.d.SkipNameValidation}).
 		Complete(r)
 }
 

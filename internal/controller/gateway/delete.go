@@ -28,7 +28,7 @@ func (r *Reconciler) finalize(ctx context.Context, g *gateway) error {
 		}
 		return err
 	}
-	r.releaseAllocation(g)
+	r.releaseAllocation(ctx, g)
 	r.novaDone(g.obj.GetUID())
 	base := g.obj.DeepCopyObject().(client.Object)
 	controllerutil.RemoveFinalizer(g.obj, v1alpha1.FinalizerGateway)

@@ -21,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
@@ -82,13 +83,18 @@ type Reconciler struct {
 	nova   map[types.UID]novaOp
 
 	backoff map[string]*outcome.Backoff // per kind
+
+	// wake, per kind, carries gateways to reconcile now for something that happened to
+	// another one (a /24 they wait for was released).
+	wake map[string]chan event.GenericEvent
 }
 
 // New returns a reconciler; register it with SetupWithManager.
 func New(deps Deps) *Reconciler {
-	r := &Reconciler{Deps: deps, nova: map[types.UID]novaOp{}, backoff: map[string]*outcome.Backoff{}}
+	r := &Reconciler{Deps: deps, nova: map[types.UID]novaOp{}, backoff: map[string]*outcome.Backoff{}, wake: map[string]chan event.GenericEvent{}}
 	for _, kind := range []string{KindIPsecGateway, KindVPNGateway} {
 		r.backoff[kind] = outcome.NewBackoff(0, 0)
+		r.wake[kind] = make(chan event.GenericEvent, wakeBuffer)
 	}
 	if r.PortWait.Interval <= 0 {
 		r.PortWait.Interval = 2 * time.Second

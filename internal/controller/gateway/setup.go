@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/conditions"
@@ -93,6 +94,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			Owns(&networkingv1.NetworkPolicy{}).
 			Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.mapNode(kind)), builder.WithPredicates(nodeChanged)).
 			Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.mapSecret(kind))).
+			WatchesRawSource(source.Channel(r.wake[kind], &handler.EnqueueRequestForObject{})).
 			WithOptions(controller.Options{
 				MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles,
 				SkipNameValidation:      &r.SkipNameValidation,
