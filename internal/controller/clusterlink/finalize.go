@@ -89,8 +89,10 @@ func (r *Reconciler) unwind(ctx context.Context, lc *linkCtx) (bool, error) {
 		lc.set.False(v1.ConditionRouteInstalled, v1.ReasonDeleting, "the gateway route was removed: the link is being deleted")
 	}
 
-	if st.LegPortID == "" && st.TransitIP == "" && len(st.ReverseRoutes) == 0 {
-		// Nothing was ever built (for example an unattested or invalid link).
+	if st.LegPortID == "" && st.TransitIP == "" && len(st.ReverseRoutes) == 0 && !(lc.cross && st.CustomerProjectID != "") {
+		// Nothing was ever built (for example an unattested or invalid link). A
+		// cross-tenant link with its project on record may have created a leg whose
+		// address it never recorded: that one is looked for by tag below.
 		return true, nil
 	}
 

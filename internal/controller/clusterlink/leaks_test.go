@@ -2,7 +2,9 @@ package clusterlink
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -177,4 +179,41 @@ func TestLinkWaitingForARouterIsWokenWhenThePreviousLinkIsGone(t *testing.T) {
 	remove()
 	waitFor(t, "first gone", func() (bool, string) { return h.gone("first"), "" })
 	waitFor(t, "second Ready", func() (bool, string) { l := h.get("second"); return conditionTrue(l, v1.ConditionReady), dumpConds(l) })
+}
+
+// A cross-tenant leg without a pin takes Neutron's address, so the only trace of its
+// creation is its tags (and the project on record). When the status write after the
+// create is lost, deleting the link still finds and removes the leg.
+func TestCrossTenantLegWithLostStatusIsRemovedOnDeletion(t *testing.T) {
+	h := newHarness(t)
+	h.secret("lost", "diehl", nil)
+	h.newLink("lost", "shoot--diehl--diehl01", "10.234.0.0/16", crossTenant(projDiehl))
+	// Every status write that records the leg is lost; the writes before it are not.
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flaky := interceptor.NewClient(wc, interceptor.Funcs{
+		SubResourceApply: func(ctx context.Context, c client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+			if b, _ := json.Marshal(obj); strings.Contains(string(b), `"legPortID"`) {
+				return errors.New("status write lost")
+			}
+			return c.SubResource(sub).Apply(ctx, obj, opts...)
+		},
+	})
+	deps := h.deps()
+	deps.Client = flaky
+	if _, err := New(deps).Reconcile(h.ctx, reconcileRequest("lost")); err == nil {
+		t.Fatal("the reconcile whose leg record was lost reported success")
+	}
+	l := h.get("lost")
+	if len(h.linkPorts(l)) != 1 || l.Status.LegPortID != "" || l.Status.TransitIP != "" {
+		t.Fatalf("want one leg in Neutron and none on record: ports %d, status %+v", len(h.linkPorts(l)), l.Status)
+	}
+
+	h.delete("lost")
+	h.until("lost", "gone", nil)
+	if ports := h.linkPorts(l); len(ports) != 0 {
+		t.Fatalf("the deleted link's leg %s was left behind", ports[0].ID)
+	}
 }

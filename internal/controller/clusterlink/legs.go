@@ -347,6 +347,15 @@ func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx) (bool, error) {
 		}
 	}
 	if port == nil {
+		if lc.cross && link.Status.TransitIP == "" {
+			// A cross-tenant leg without a pin takes Neutron's address, so nothing of it
+			// is on record before it exists. The customer project goes on record
+			// first: a deletion that finds it looks for a leg by tag even if the
+			// create's answer (or the status write after it) was lost.
+			if err := r.persist(ctx, lc); err != nil {
+				return false, err
+			}
+		}
 		opts := openstack.CreatePortOpts{
 			NetworkID:   tn.network.ID,
 			SubnetID:    tn.subnet.ID,
