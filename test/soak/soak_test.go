@@ -115,7 +115,7 @@ func TestChaosSoak(t *testing.T) {
 
 // faultsOn makes the cloud slow and flaky: every request 20 ms (by default), 5 % 5xx,
 // 2 % 429 with Retry-After, 1 % hung (until the client's timeout), 409 storms on router
-// routes, and Nova attaches that take 30 s or fail. The returned func turns the faults
+// routes, Nova attaches that take 30 s or fail and detaches that finish 5 s late. The returned func turns the faults
 // off again (the latency stays: it is the cloud's, not a fault).
 func (w *world) faultsOn() (off func()) {
 	s := w.sim
@@ -127,7 +127,8 @@ func (w *world) faultsOn() (off func()) {
 	s.Inject(sim.Fault{PathPattern: api, Hang: true, Rate: 0.01})
 	stopStorm := s.Storm(sim.Fault{Method: "PUT", PathPattern: "re:^/network/v2.0/routers/[^/]+/(add|remove)_extraroutes$", Status: 409},
 		10*time.Second, 2*time.Second)
-	s.SetNovaChaos(sim.NovaChaos{SlowAttachRate: 0.1, SlowAttach: 30 * time.Second, FailAttachRate: 0.1})
+	s.SetNovaChaos(sim.NovaChaos{SlowAttachRate: 0.1, SlowAttach: 30 * time.Second, FailAttachRate: 0.1,
+		SlowDetachRate: 0.2, SlowDetach: 5 * time.Second})
 	return func() {
 		stopStorm()
 		s.ClearFaults()

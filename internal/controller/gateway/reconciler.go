@@ -81,6 +81,9 @@ type Reconciler struct {
 	// for and when, so a poll does not ask again while Nova works.
 	novaMu sync.Mutex
 	nova   map[types.UID]novaOp
+	// notReadySeen: when this process first saw a node without a Ready transition time
+	// not Ready (guarded by novaMu).
+	notReadySeen map[string]time.Time
 
 	backoff map[string]*outcome.Backoff // per kind
 
@@ -209,6 +212,9 @@ func (r *Reconciler) reconcile(ctx context.Context, kind string, key types.Names
 	r.summarize(g)
 	if err := r.persist(ctx, g); err != nil {
 		return errors.Join(runErr, err)
+	}
+	if runErr == nil && g.recheck > 0 {
+		return outcome.Wait(g.recheck, "node %s is not Ready; looking again when its grace period ends", g.status.NodeName)
 	}
 	return runErr
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -48,6 +49,10 @@ type gateway struct {
 
 	// port is the dedicated port as read in this reconcile.
 	port *openstack.Port
+
+	// recheck, when set, brings the gateway back after that long although it
+	// converged (its node's grace period ends then).
+	recheck time.Duration
 }
 
 func viewOf(obj client.Object) (*gateway, error) {
