@@ -12,9 +12,13 @@ import (
 	"os"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -25,6 +29,7 @@ import (
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
 	"bnerd.net/vpn-operator/internal/preflight"
+	"bnerd.net/vpn-operator/internal/render"
 	"bnerd.net/vpn-operator/internal/version"
 )
 
@@ -67,8 +72,13 @@ const LeaderElectionID = "bnerd-vpn-operator.ipsec.bnerd.net"
 // controller-runtime's default resync (10 h), which the reconcilers do not rely on.
 func managerOptions(f flags, cfg operatorconfig.Config, scheme *runtime.Scheme) ctrl.Options {
 	return ctrl.Options{
-		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: f.metricsAddr},
+		Scheme:  scheme,
+		Metrics: metricsserver.Options{BindAddress: f.metricsAddr},
+		// The gateway reconciler reads gateway pods (to release one stranded on a lost
+		// node); caching only those keeps the cluster's other pods out of memory.
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}: {Label: labels.SelectorFromSet(render.PodSelector())},
+		}},
 		HealthProbeBindAddress:  f.probeAddr,
 		LeaderElection:          f.leaderElect,
 		LeaderElectionID:        LeaderElectionID,

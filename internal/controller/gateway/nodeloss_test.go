@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -144,4 +145,56 @@ func TestDeletedNodeIsLeftAtOnce(t *testing.T) {
 		return gw.Status.NodeName == "node-a" && port.DeviceID == serverA && isReady(gw.Status.Conditions, gw.Generation),
 			fmt.Sprintf("%s, port on %s, %s", gw.Status.NodeName, port.DeviceID, condOf(gw.Status.Conditions, v1alpha1.ConditionReady))
 	})
+}
+
+// The gateway's pod on a lost node never finishes terminating (its kubelet is gone), and
+// the Deployment's Recreate waits for it: once the gateway moved, the operator deletes
+// it without a grace period. A pod on a Ready node is left to its kubelet.
+func TestStrandedPodReleasedWhenTheNodeIsLost(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.NodeNotReadyGrace = time.Second
+	h.node("node-b", "openstack:///"+serverB, true, nil)
+	h.psk("hq-psk", "k")
+	h.start()
+	gw := h.create("lost", spec(false))
+	h.waitReady("lost")
+	h.node("node-c", "openstack:///"+serverC, true, nil)
+	ref := render.Gateway{Kind: KindIPsecGateway, Namespace: h.ns, Name: "lost", UID: gw.UID}
+	pod := func(name, node string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: name, Labels: render.Labels(ref)},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "gateway"}}}}
+		if err := env.Client.Create(h.ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	stranded := pod("lost-gateway-old", "node-b")
+	kept := pod("lost-gateway-elsewhere", "node-c")
+
+	h.setReady("node-b", false)
+	eventually(t, "moved off node-b and the pod there released", func() (bool, string) {
+		g := h.get("lost")
+		err := env.Client.Get(h.ctx, client.ObjectKeyFromObject(stranded), &corev1.Pod{})
+		return g.Status.NodeName == "node-c" && apierrors.IsNotFound(err), fmt.Sprintf("node %s, pod: %v", g.Status.NodeName, err)
+	})
+	h.quiesce("lost")
+	if err := env.Client.Get(h.ctx, client.ObjectKeyFromObject(kept), &corev1.Pod{}); err != nil {
+		t.Fatalf("the pod on a Ready node was touched: %v", err)
+	}
+	if h.events.count("PodReleased") != 1 {
+		t.Fatalf("PodReleased events: %d", h.events.count("PodReleased"))
+	}
+}
+
+// count is the number of recorded Events with this reason.
+func (r *countingRecorder) count(reason string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.events {
+		if strings.Contains(e, " "+reason+" ") {
+			n++
+		}
+	}
+	return n
 }

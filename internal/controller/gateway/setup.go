@@ -41,6 +41,7 @@ const indexPSKSecret = "ipsec.bnerd.net/psk-secret"
 // +kubebuilder:rbac:groups="",resources=configmaps;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
@@ -93,6 +94,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			Owns(&appsv1.Deployment{}).
 			Owns(&networkingv1.NetworkPolicy{}).
 			Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.mapNode(kind)), builder.WithPredicates(nodeChanged)).
+			Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.mapPod(kind)), builder.WithPredicates(podMoved)).
 			Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.mapSecret(kind))).
 			WatchesRawSource(source.Channel(r.wake[kind], &handler.EnqueueRequestForObject{})).
 			WithOptions(controller.Options{
@@ -196,6 +198,22 @@ var specOrLifecycleChanged = predicate.Funcs{
 			o.GetDeletionTimestamp().IsZero() != n.GetDeletionTimestamp().IsZero() ||
 			controllerutil.ContainsFinalizer(o, v1alpha1.FinalizerGateway) && !controllerutil.ContainsFinalizer(n, v1alpha1.FinalizerGateway)
 	},
+}
+
+// podMoved passes the pod events that can strand a gateway pod on a lost node: a pod
+// bound to a node (created, or bound later). Status churn of a running pod does not.
+var podMoved = predicate.Funcs{
+	CreateFunc:  func(e event.CreateEvent) bool { return podNode(e.Object) != "" },
+	UpdateFunc:  func(e event.UpdateEvent) bool { return podNode(e.ObjectOld) != podNode(e.ObjectNew) },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+func podNode(o client.Object) string {
+	if p, ok := o.(*corev1.Pod); ok {
+		return p.Spec.NodeName
+	}
+	return ""
 }
 
 // nodeChanged passes node events that can change a gateway's placement: not the

@@ -115,6 +115,9 @@ func (r *Reconciler) ensureWorkload(ctx context.Context, g *gateway) (bool, erro
 			return fail(err)
 		}
 	}
+	if err := r.releaseStrandedPods(ctx, g); err != nil {
+		return fail(err)
+	}
 	r.condTrue(g, v1alpha1.ConditionWorkloadReady, v1alpha1.ReasonWorkloadReady,
 		fmt.Sprintf("configuration, secrets, NIC2 attachment, RBAC and Deployment %s (pinned to node %s) are converged", dep.Name, g.status.NodeName))
 	return true, nil
