@@ -12,6 +12,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -130,13 +131,9 @@ func run() error {
 	// need for even that.
 	osOpts := openstack.ClientOptions{UserAgent: "bnerd-vpn-operator/" + version.Version,
 		Timeout: cfg.OpenStackTimeout, QPS: cfg.OpenStackQPS, Burst: cfg.OpenStackBurst}
-	osClients, err := openstack.NewClients(authCtx, cred, osOpts)
+	osClients, token, err := connectOpenStack(authCtx, cred, osOpts, log)
 	if err != nil {
-		return fmt.Errorf("authenticating to OpenStack: %w", err)
-	}
-	token, err := osClients.Identity.TokenInfo(authCtx)
-	if err != nil {
-		return fmt.Errorf("reading the operator's OpenStack token: %w", err)
+		return err
 	}
 	log.Info("authenticated to OpenStack", "project", token.ProjectID, "region", token.Region)
 
@@ -189,6 +186,41 @@ func run() error {
 	}
 	log.Info("starting the manager")
 	return mgr.Start(ctx)
+}
+
+// connectOpenStack authenticates and reads the operator's token. A passing fault of the
+// cloud (a 5xx, a 429, a timeout) is retried with backoff until ctx ends: an operator
+// that exits on one 503 at start would sit in CrashLoopBackOff for longer than the fault
+// lasted. A refusal (a wrong credential, a missing endpoint) ends the start at once.
+func connectOpenStack(ctx context.Context, cred openstack.Credential, opts openstack.ClientOptions, log logr.Logger) (*openstack.Clients, *openstack.TokenInfo, error) {
+	delay := 500 * time.Millisecond
+	for {
+		clients, err := openstack.NewClients(ctx, cred, opts)
+		if err == nil {
+			var token *openstack.TokenInfo
+			if token, err = clients.Identity.TokenInfo(ctx); err == nil {
+				return clients, token, nil
+			}
+			err = fmt.Errorf("reading the operator's OpenStack token: %w", err)
+		} else {
+			err = fmt.Errorf("authenticating to OpenStack: %w", err)
+		}
+		if !openstack.IsTransient(err) || ctx.Err() != nil {
+			return nil, nil, err
+		}
+		if d := openstack.RetryAfter(err); d > delay {
+			delay = d
+		}
+		log.Info("OpenStack is not answering yet; trying again", "after", delay.String(), "error", err.Error())
+		select {
+		case <-ctx.Done():
+			return nil, nil, err
+		case <-time.After(delay):
+		}
+		if delay *= 2; delay > 10*time.Second {
+			delay = 10 * time.Second
+		}
+	}
 }
 
 type preflightRunnable struct{ mgr ctrl.Manager }

@@ -82,6 +82,7 @@ func TestChaosSoak(t *testing.T) {
 	// Faults on: a slow, flaky cloud.
 	faultsOff := w.faultsOn()
 	killer := w.startKiller(cfg.killEvery)
+	flapper := w.startNodeFlapper()
 	start := time.Now()
 	for i := 0; i < cfg.ops; i++ {
 		w.step()
@@ -89,6 +90,7 @@ func TestChaosSoak(t *testing.T) {
 	}
 	opsTook := time.Since(start)
 	killer()
+	flapper()
 	faultsOff()
 	w.ensureRunning()
 	t.Logf("operations done in %s: %s; operator started %d times", opsTook.Round(time.Second), w.opSummary(), w.op.Starts())
@@ -161,6 +163,39 @@ func (w *world) startKiller(period time.Duration) (stop func()) {
 	return func() { close(done); <-finished }
 }
 
+// startNodeFlapper makes a random worker NotReady every 10 s, for 1 to 12 s (shorter
+// than the operator's 5 s grace period, or longer), so gateways stay through flaps and
+// move off nodes that stay down, under the same faults. The returned func stops it and
+// makes every worker Ready again.
+func (w *world) startNodeFlapper() (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(10 * time.Second):
+			}
+			node := harness.WorkerNode(w.flapRand.IntN(workers))
+			down := time.Duration(1+w.flapRand.IntN(12)) * time.Second
+			if err := harness.SetNodeReady(w.ctx, w.c, node, false); err != nil {
+				w.t.Errorf("node %s NotReady: %v", node, err)
+			}
+			w.flaps++
+			select {
+			case <-done:
+			case <-time.After(down):
+			}
+			if err := harness.SetNodeReady(w.ctx, w.c, node, true); err != nil {
+				w.t.Errorf("node %s Ready: %v", node, err)
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
 func (w *world) waitConverged(bound time.Duration) {
 	w.t.Helper()
 	deadline := time.Now().Add(bound)
@@ -214,5 +249,5 @@ func (w *world) opSummary() string {
 	for _, k := range sortedKeys(w.opCount) {
 		parts = append(parts, fmt.Sprintf("%s %d", k, w.opCount[k]))
 	}
-	return strings.Join(parts, ", ") + fmt.Sprintf("; kills %d", w.kills)
+	return strings.Join(parts, ", ") + fmt.Sprintf("; kills %d, node flaps %d", w.kills, w.flaps)
 }

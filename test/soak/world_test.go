@@ -50,11 +50,15 @@ type world struct {
 	links   map[string]*linkRec
 	deleted []string
 	// gone are objects deleted during the run: they must disappear from the API server.
-	gone    []client.Object
-	next    int
-	kills   int
-	opCount map[string]int
-	routers []routerRec
+	gone  []client.Object
+	next  int
+	kills int
+	flaps int
+	// flapRand is the node flapper's own source (the operations' one is not shared
+	// between goroutines).
+	flapRand *rand.Rand
+	opCount  map[string]int
+	routers  []routerRec
 }
 
 type gwRec struct {
@@ -82,7 +86,8 @@ func newWorld(t *testing.T, ctx context.Context, cfg settings) *world {
 	}
 	t.Cleanup(s.Close)
 	w := &world{t: t, ctx: ctx, cfg: cfg, c: env.Client, r: rand.New(rand.NewPCG(cfg.seed, cfg.seed^0x5eed)), sim: s,
-		gws: map[string]*gwRec{}, links: map[string]*linkRec{}, opCount: map[string]int{}}
+		flapRand: rand.New(rand.NewPCG(cfg.seed^0xf1a9, cfg.seed)),
+		gws:      map[string]*gwRec{}, links: map[string]*linkRec{}, opCount: map[string]int{}}
 	for i := 0; i < serviceClusters; i++ {
 		w.routers = append(w.routers, routerRec{name: harness.ServiceClusterRouter(i), customer: -1,
 			cidrs: [2]string{fmt.Sprintf("10.%d.0.0/17", 100+i), fmt.Sprintf("10.%d.128.0/17", 100+i)}})
