@@ -9,6 +9,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"time"
 
@@ -45,6 +47,7 @@ func main() {
 type flags struct {
 	metricsAddr, probeAddr string
 	leaderElect            bool
+	profiling              bool
 	showVersion            bool
 	zap                    zap.Options
 }
@@ -59,9 +62,10 @@ func parseFlags(args []string, getenv func(string) string) (flags, operatorconfi
 	// replicas reconciling at once could hand out the same /24 or transit IP.
 	leaderElect := fs.Bool("leader-elect", true, "elect a leader so only one replica reconciles (turn off only for a single replica that must start without a Lease)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	profiling := fs.Bool("profiling", false, "also serve Go's pprof profiles under /debug/pprof/ on the metrics address")
 	f.zap.BindFlags(fs)
 	cfg, err := operatorconfig.Load(fs, args, getenv)
-	f.metricsAddr, f.probeAddr, f.leaderElect, f.showVersion = *metricsAddr, *probeAddr, *leaderElect, *showVersion
+	f.metricsAddr, f.probeAddr, f.leaderElect, f.showVersion, f.profiling = *metricsAddr, *probeAddr, *leaderElect, *showVersion, *profiling
 	return f, cfg, err
 }
 
@@ -72,9 +76,19 @@ const LeaderElectionID = "bnerd-vpn-operator.ipsec.bnerd.net"
 // reconcile asks to come back after cfg.ResyncInterval; the informers keep
 // controller-runtime's default resync (10 h), which the reconcilers do not rely on.
 func managerOptions(f flags, cfg operatorconfig.Config, scheme *runtime.Scheme) ctrl.Options {
+	metrics := metricsserver.Options{BindAddress: f.metricsAddr}
+	if f.profiling {
+		metrics.ExtraHandlers = map[string]http.Handler{
+			"/debug/pprof/":        http.HandlerFunc(pprof.Index),
+			"/debug/pprof/cmdline": http.HandlerFunc(pprof.Cmdline),
+			"/debug/pprof/profile": http.HandlerFunc(pprof.Profile),
+			"/debug/pprof/symbol":  http.HandlerFunc(pprof.Symbol),
+			"/debug/pprof/trace":   http.HandlerFunc(pprof.Trace),
+		}
+	}
 	return ctrl.Options{
 		Scheme:  scheme,
-		Metrics: metricsserver.Options{BindAddress: f.metricsAddr},
+		Metrics: metrics,
 		// The gateway reconciler reads gateway pods (to release one stranded on a lost
 		// node); caching only those keeps the cluster's other pods out of memory.
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{

@@ -252,3 +252,10 @@ func freeAddr() (string, error) {
 	defer ln.Close()
 	return ln.Addr().String(), nil
 }
+
+// MetricsAddr is the running process's metrics (and, with --profiling, pprof) address.
+func (o *Operator) MetricsAddr() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.metricsAddr
+}

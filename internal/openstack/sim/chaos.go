@@ -66,6 +66,8 @@ type chaos struct {
 	limited  int
 	nova     NovaChaos
 	novaSeen struct{ slowAttach, failAttach, slowDetach int }
+	// instance serializes attaches and detaches per server while Nova chaos is on.
+	instance map[string]*sync.Mutex
 }
 
 // SetLatency delays every request by d before anything else happens to it: the round
@@ -222,7 +224,11 @@ func containsString(list []string, v string) bool {
 }
 
 // novaChaos applies NovaChaos to interface attach (POST .../os-interface) and detach
-// (DELETE .../os-interface/{port}).
+// (DELETE .../os-interface/{port}). While it is on, every attach and detach of a server
+// also takes that server's lock, as Nova's compute manager takes the instance lock: a
+// slow attach holds back a later detach of the same server (which Nova accepts at once
+// and carries out afterwards), so operations on one server land in the order they were
+// asked for.
 func (s *Server) novaChaos(w *statusRecorder, r *http.Request, pattern string) bool {
 	attach := r.Method == http.MethodPost && strings.HasSuffix(pattern, "/servers/{id}/os-interface")
 	detach := r.Method == http.MethodDelete && strings.HasSuffix(pattern, "/servers/{id}/os-interface/{port}")
@@ -231,6 +237,10 @@ func (s *Server) novaChaos(w *statusRecorder, r *http.Request, pattern string) b
 	}
 	s.chaos.mu.Lock()
 	c := s.chaos.nova
+	if c == (NovaChaos{}) {
+		s.chaos.mu.Unlock()
+		return false
+	}
 	draw := rand.Float64()
 	var slowAttach, failAttach, slowDetach bool
 	switch {
@@ -244,11 +254,49 @@ func (s *Server) novaChaos(w *statusRecorder, r *http.Request, pattern string) b
 		slowDetach = true
 		s.chaos.novaSeen.slowDetach++
 	}
+	if s.chaos.instance == nil {
+		s.chaos.instance = map[string]*sync.Mutex{}
+	}
+	lock := s.chaos.instance[serverInPath(r.URL.Path)]
+	if lock == nil {
+		lock = &sync.Mutex{}
+		s.chaos.instance[serverInPath(r.URL.Path)] = lock
+	}
 	s.chaos.mu.Unlock()
 
+	if detach {
+		if !slowDetach && lock.TryLock() {
+			defer lock.Unlock()
+			s.mux.ServeHTTP(w, r)
+			return true
+		}
+		// Nova accepts the detach at once and does it when the instance is free (and,
+		// when slow, later still).
+		r2 := r.Clone(context.Background())
+		s.pendingNova.Add(1)
+		go func() {
+			defer s.pendingNova.Done()
+			lock.Lock()
+			defer lock.Unlock()
+			if !slowDetach || s.sleep(context.Background(), c.SlowDetach) {
+				s.mux.ServeHTTP(discardWriter{h: http.Header{}}, r2)
+			}
+		}()
+		w.WriteHeader(http.StatusAccepted)
+		return true
+	}
+
+	// Nova does not notice the client leaving: read the request now, finish anyway.
+	body, err := io.ReadAll(io.LimitReader(r.Body, 4<<20))
+	if err != nil {
+		writeError(w, svcCompute, errf(400, "BadRequest", "Unable to read request body."))
+		return true
+	}
+	lock.Lock()
+	defer lock.Unlock()
 	switch {
 	case failAttach:
-		if !s.sleep(r.Context(), c.FailAttachAfter) {
+		if !s.sleep(context.Background(), c.FailAttachAfter) {
 			w.status = 499
 			return true
 		}
@@ -256,34 +304,15 @@ func (s *Server) novaChaos(w *statusRecorder, r *http.Request, pattern string) b
 			"Failed to attach network adapter device to %s", serverInPath(r.URL.Path)))
 		return true
 	case slowAttach:
-		// Nova does not notice the client leaving: read the request now, finish later.
-		body, err := io.ReadAll(io.LimitReader(r.Body, 4<<20))
-		if err != nil {
-			writeError(w, svcCompute, errf(400, "BadRequest", "Unable to read request body."))
-			return true
-		}
 		if !s.sleep(context.Background(), c.SlowAttach) {
 			w.status = 499
 			return true
 		}
-		r2 := r.Clone(context.Background())
-		r2.Body = io.NopCloser(bytes.NewReader(body))
-		s.mux.ServeHTTP(w, r2)
-		return true
-	case slowDetach:
-		// Nova accepts the detach at once and does it later.
-		r2 := r.Clone(context.Background())
-		s.pendingNova.Add(1)
-		go func() {
-			defer s.pendingNova.Done()
-			if s.sleep(context.Background(), c.SlowDetach) {
-				s.mux.ServeHTTP(discardWriter{h: http.Header{}}, r2)
-			}
-		}()
-		w.WriteHeader(http.StatusAccepted)
-		return true
 	}
-	return false
+	r2 := r.Clone(context.Background())
+	r2.Body = io.NopCloser(bytes.NewReader(body))
+	s.mux.ServeHTTP(w, r2)
+	return true
 }
 
 // serverInPath is the {id} of /compute/v2.1/servers/{id}/...

@@ -237,3 +237,31 @@ func mustPort(t *testing.T, s *Server, p Port) Port {
 	}
 	return got
 }
+
+// With Nova chaos on, operations on one server land in the order they were asked for,
+// as Nova's instance lock makes them: a detach asked while a slow attach is under way is
+// accepted at once and done after the attach, never overtaken by it.
+func TestNovaChaosKeepsOperationsOnAServerInOrder(t *testing.T) {
+	s := startEstate(t)
+	c := login(t, s, "vpn-operator")
+	transit, _ := s.NetworkByName("vpn-transit")
+	p := must[*ports.Port](t)(ports.Create(ctx(), c.network, ports.CreateOpts{NetworkID: transit.ID}).Extract())
+	s.SetNovaChaos(NovaChaos{SlowAttachRate: 1, SlowAttach: 300 * time.Millisecond})
+	cctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, _ = attachinterfaces.Create(cctx, c.compute, workerA, attachinterfaces.CreateOpts{PortID: p.ID}).Extract() // gives up waiting
+	time.Sleep(100 * time.Millisecond)
+	// Chaos stays on (so the instance lock applies) but picks nothing more.
+	s.SetNovaChaos(NovaChaos{SlowDetachRate: 1e-9})
+	if err := attachinterfaces.Delete(ctx(), c.compute, workerA, p.ID).ExtractErr(); err != nil {
+		t.Fatalf("detach while the instance is busy: %v", err)
+	}
+	waitFor(t, "attach then detach, in that order", func() bool {
+		got, _ := s.Port(p.ID)
+		return got.DeviceID == "" && got.RevisionNumber >= 3
+	})
+	time.Sleep(400 * time.Millisecond)
+	if got, _ := s.Port(p.ID); got.DeviceID != "" {
+		t.Fatalf("the slow attach landed after the detach: port on %s", got.DeviceID)
+	}
+}
