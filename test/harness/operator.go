@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"bnerd.net/vpn-operator/internal/testenv"
 )
@@ -178,7 +179,8 @@ func (o *Operator) PeakRSSKiB() int64 {
 }
 
 // Metrics scrapes the running process's Prometheus metrics: the sum of every series of
-// each family whose labels contain all of match (e.g. "controller=ipsecgateway").
+// the family whose labels contain all of match (e.g. "controller=ipsecgateway"); for a
+// histogram, name it with _sum or _count.
 func (o *Operator) Metrics(ctx context.Context, family string, match ...string) (float64, error) {
 	o.mu.Lock()
 	addr := o.metricsAddr
@@ -192,12 +194,16 @@ func (o *Operator) Metrics(ctx context.Context, family string, match ...string) 
 		return 0, err
 	}
 	defer resp.Body.Close()
-	var parser expfmt.TextParser
+	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
 		return 0, err
 	}
 	fam := fams[family]
+	if fam == nil {
+		// A histogram's _sum and _count are read from the histogram itself.
+		fam = fams[strings.TrimSuffix(strings.TrimSuffix(family, "_sum"), "_count")]
+	}
 	if fam == nil {
 		return 0, nil
 	}
@@ -218,6 +224,10 @@ func (o *Operator) Metrics(ctx context.Context, family string, match ...string) 
 			continue
 		}
 		switch {
+		case m.Histogram != nil && strings.HasSuffix(family, "_count"):
+			sum += float64(m.GetHistogram().GetSampleCount())
+		case m.Histogram != nil:
+			sum += m.GetHistogram().GetSampleSum()
 		case m.Counter != nil:
 			sum += m.GetCounter().GetValue()
 		case m.Gauge != nil:
@@ -258,4 +268,34 @@ func (o *Operator) MetricsAddr() string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.metricsAddr
+}
+
+// WaitServing waits until the running process answers on its metrics address (the
+// manager has started).
+func (o *Operator) WaitServing(ctx context.Context, bound time.Duration) error {
+	deadline := time.Now().Add(bound)
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+o.MetricsAddr()+"/metrics", nil)
+		if err != nil {
+			return err
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the operator does not serve its metrics after %s", bound)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Pid is the running process's ID (0 when none runs).
+func (o *Operator) Pid() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.cmd == nil {
+		return 0
+	}
+	return o.cmd.Process.Pid
 }

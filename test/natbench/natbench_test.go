@@ -273,6 +273,11 @@ func TestNATPacketCost(t *testing.T) {
 		}
 	}
 	rounds := 3
+	if v := os.Getenv("BNERD_NATBENCH_ROUNDS"); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			rounds = n
+		}
+	}
 	parallel := 16
 	topology(t)
 

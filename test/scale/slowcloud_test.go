@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -134,11 +136,18 @@ func TestSlowCloudScale(t *testing.T) {
 		fmt.Sprintf("IPSEC_OPENSTACK_QPS=%g", cfg.opQPS), fmt.Sprintf("IPSEC_OPENSTACK_BURST=%d", cfg.opBurst),
 		"IPSEC_RESYNC_INTERVAL=1h", "IPSEC_SERVICE_CIDR_POOL=100.64.0.0/13")
 	must(t, err)
+	// BNERD_SCALE_OPERATOR_ENV adds NAME=value settings (comma-separated), for example
+	// GOMEMLIMIT=230MiB as the chart's 256Mi limit would set it.
+	if extra := os.Getenv("BNERD_SCALE_OPERATOR_ENV"); extra != "" {
+		opEnv = append(opEnv, strings.Split(extra, ",")...)
+	}
 	op := &harness.Operator{Bin: bin, Env: opEnv, Args: []string{"--leader-elect=false", "--profiling", "--zap-log-level=error"}, LogPath: filepath.Join(dir, "operator.log")}
 	must(t, op.Start())
 	defer op.Stop()
+	must(t, op.WaitServing(ctx, time.Minute))
 	rss := sampleRSS(op)
 
+	fmt.Printf("operator settings: %s\n", os.Getenv("BNERD_SCALE_OPERATOR_ENV"))
 	fmt.Printf("slow cloud: %d gateways, %d ClusterLinks, latency %s, cloud rate limit %g/s burst %d (0: none), operator pacing %g/s burst %d (0: none), %d workers per controller\n",
 		cfg.gateways, cfg.links, cfg.latency, cfg.simQPS, cfg.simBurst, cfg.opQPS, cfg.opBurst, cfg.workers)
 
@@ -149,8 +158,14 @@ func TestSlowCloudScale(t *testing.T) {
 	var profileDone chan struct{}
 	if cfg.profile != "" {
 		profileDone = make(chan struct{})
-		go func() { defer close(profileDone); captureProfile(t, op, cfg.profile, 30*time.Second) }()
+		var pw sync.WaitGroup
+		pw.Add(3)
+		go func() { defer pw.Done(); captureProfile(t, op, cfg.profile+".operator", 30*time.Second) }()
+		go func() { defer pw.Done(); captureAPIServerProfile(t, env, cfg.profile+".apiserver", 30*time.Second) }()
+		go func() { defer pw.Done(); captureSelfProfile(t, cfg.profile+".simulator", 30*time.Second) }()
+		go func() { pw.Wait(); close(profileDone) }()
 	}
+	split := startCPUSplit(op.Pid())
 	createAll(t, ctx, c, cfg.createClients, cfg.links, func(i int) client.Object {
 		return &v1alpha1.ClusterLink{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("link-%03d", i)},
 			Spec: v1alpha1.ClusterLinkSpec{ServiceClusterRouter: harness.ServiceClusterRouter(i), ServiceClusterCIDR: fmt.Sprintf("10.%d.%d.0/24", 100+i/250, i%250)}}
@@ -161,11 +176,20 @@ func TestSlowCloudScale(t *testing.T) {
 	created := time.Since(t0)
 	gwReady := waitReady(t, ctx, c, ns, cfg.gateways, cfg.links, 60*time.Minute)
 	wall := time.Since(t0)
+	fmt.Printf("create: %s\n", split)
 	cc := s.Counters()
 	limited := s.RateLimited() - limitedBefore
 	_, peak := op.RSSKiB()
 	if profileDone != nil {
 		<-profileDone
+		if resp, err := http.Get("http://" + op.MetricsAddr() + "/debug/pprof/heap"); err == nil {
+			if f, err := os.Create(cfg.profile + ".operator-heap"); err == nil {
+				_, _ = io.Copy(f, resp.Body)
+				f.Close()
+				fmt.Printf("heap profile of the operator (all Ready) in %s.operator-heap\n", cfg.profile)
+			}
+			resp.Body.Close()
+		}
 	}
 	fmt.Printf("create: objects created in %s; all %d gateways Ready after %s, and every ClusterLink Ready with %d reverse routes after %s\n",
 		created.Round(100*time.Millisecond), cfg.gateways, gwReady.Round(100*time.Millisecond), cfg.gateways, wall.Round(100*time.Millisecond))
@@ -173,6 +197,20 @@ func TestSlowCloudScale(t *testing.T) {
 		cc.Total(), float64(cc.Total())/float64(cfg.gateways), cc.Writes, float64(cc.Writes)/float64(cfg.gateways), limited, cc.Tokens)
 	fmt.Printf("create: operator peak RSS %d MiB (VmHWM; sampled max %d MiB)\n", peak/1024, rss.max()/1024)
 	fmt.Printf("create: requests by route: %s\n", topRoutes(cc.ByRoute, 14))
+	for _, verb := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
+		sum, _ := op.Metrics(ctx, "rest_client_request_duration_seconds_sum", "verb="+verb)
+		n, _ := op.Metrics(ctx, "rest_client_request_duration_seconds_count", "verb="+verb)
+		if n > 0 {
+			fmt.Printf("create: API server %s requests %.0f, mean %.0f ms\n", verb, n, 1000*sum/n)
+		}
+	}
+	for _, ctl := range []string{"ipsecgateway", "clusterlink"} {
+		total, _ := op.Metrics(ctx, "controller_runtime_reconcile_total", "controller="+ctl)
+		errs, _ := op.Metrics(ctx, "controller_runtime_reconcile_errors_total", "controller="+ctl)
+		requeue, _ := op.Metrics(ctx, "controller_runtime_reconcile_total", "controller="+ctl, "result=requeue_after")
+		retries, _ := op.Metrics(ctx, "workqueue_retries_total", "name="+ctl)
+		fmt.Printf("create: %s reconciles %.0f (errors %.0f, requeued after a delay %.0f), workqueue retries %.0f\n", ctl, total, errs, requeue, retries)
+	}
 
 	// 2. Steady state: nothing to do, nothing done.
 	s.ResetCounters()
@@ -277,9 +315,17 @@ func waitReady(t *testing.T, ctx context.Context, c client.Client, ns string, n,
 		if ready == n && gwAt == 0 {
 			gwAt = time.Since(start)
 		}
+		linksDone := 0
+		if gwAt == 0 {
+			// Links carry a route per gateway in their status: not worth listing yet.
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d gateways Ready", ready, n)
+			}
+			time.Sleep(time.Second)
+			continue
+		}
 		var cl v1alpha1.ClusterLinkList
 		must(t, c.List(ctx, &cl))
-		linksDone := 0
 		for i := range cl.Items {
 			lk := &cl.Items[i]
 			if meta.IsStatusConditionTrue(lk.Status.Conditions, v1alpha1.ConditionReady) && len(lk.Status.ReverseRoutes) == n {
@@ -292,7 +338,9 @@ func waitReady(t *testing.T, ctx context.Context, c client.Client, ns string, n,
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of %d gateways Ready, %d of %d ClusterLinks Ready with %d reverse routes", ready, n, linksDone, links, n)
 		}
-		time.Sleep(250 * time.Millisecond)
+		// Listing a thousand objects costs the API server (and this process) CPU the
+		// operator would otherwise have: look once a second.
+		time.Sleep(time.Second)
 	}
 }
 
@@ -423,6 +471,42 @@ func captureProfile(t *testing.T, op *harness.Operator, path string, d time.Dura
 	defer f.Close()
 	_, _ = io.Copy(f, resp.Body)
 	fmt.Printf("CPU profile of the operator (first %s of the creation) in %s\n", d, path)
+}
+
+// captureAPIServerProfile writes a CPU profile of the kube-apiserver (its
+// /debug/pprof, open to the control plane's admin).
+func captureAPIServerProfile(t *testing.T, env *testenv.Env, path string, d time.Duration) {
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Logf("apiserver profile: %v", err)
+		return
+	}
+	b, err := cs.RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(int(d.Seconds()))).Timeout(d+30*time.Second).DoRaw(context.Background())
+	if err != nil {
+		t.Logf("apiserver profile: %v", err)
+		return
+	}
+	if err := os.WriteFile(path, b, 0o600); err == nil {
+		fmt.Printf("CPU profile of the kube-apiserver in %s\n", path)
+	}
+}
+
+// captureSelfProfile writes a CPU profile of this process: the simulator and the
+// harness.
+func captureSelfProfile(t *testing.T, path string, d time.Duration) {
+	f, err := os.Create(path)
+	if err != nil {
+		t.Logf("profile: %v", err)
+		return
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		t.Logf("profile: %v", err)
+		return
+	}
+	time.Sleep(d)
+	pprof.StopCPUProfile()
+	fmt.Printf("CPU profile of the simulator (this process) in %s\n", path)
 }
 
 func topRoutes(m map[string]int, n int) string {

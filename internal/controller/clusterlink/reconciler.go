@@ -69,6 +69,8 @@ type Deps struct {
 	// SkipNameValidation lets several managers in one process (tests) register the
 	// controller.
 	SkipNameValidation bool
+	// FanOutDelay overrides the default FanOutDelay (tests).
+	FanOutDelay time.Duration
 }
 
 // Reconciler reconciles ClusterLinks.
@@ -90,6 +92,8 @@ type Reconciler struct {
 	// wake carries links to reconcile now for something that happened to another one
 	// (a router or a transit IP it waits for was released).
 	wake chan event.GenericEvent
+
+	fanOutDelay time.Duration
 }
 
 // New builds a Reconciler.
@@ -102,6 +106,10 @@ func New(deps Deps) *Reconciler {
 		verified: map[types.UID]string{},
 		backoff:  outcome.NewBackoff(0, 0),
 		wake:     make(chan event.GenericEvent, wakeBuffer),
+	}
+	r.fanOutDelay = deps.FanOutDelay
+	if r.fanOutDelay <= 0 {
+		r.fanOutDelay = FanOutDelay
 	}
 	if r.reader == nil {
 		r.reader = deps.Client

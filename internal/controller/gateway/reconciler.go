@@ -153,19 +153,24 @@ func (r *Reconciler) Result(ctx context.Context, kind string, req reconcile.Requ
 type phase struct {
 	cond string
 	run  func(ctx context.Context, g *gateway) (done bool, err error)
+	// record: the phase's result is written to status before the next phase runs,
+	// because the next phases program OpenStack with it (persist before programming).
+	// The other phases' results are written once, at the end of the reconcile: what
+	// they made is found again by its tags after a crash.
+	record bool
 }
 
 func (r *Reconciler) phases() []phase {
 	return []phase{
-		{v1alpha1.ConditionValidated, r.ensureValidated},
-		{v1alpha1.ConditionAllocated, r.ensureAllocated},
-		{v1alpha1.ConditionPortReady, r.ensurePort},
-		{v1alpha1.ConditionSecurityGroupReady, r.ensureSecurityGroup},
-		{v1alpha1.ConditionFloatingIPReady, r.ensureFloatingIP},
-		{v1alpha1.ConditionRoutingReady, r.ensureRouting},
-		{v1alpha1.ConditionNodeSelected, r.ensureNodeSelected},
-		{v1alpha1.ConditionPortAttached, r.ensurePortAttached},
-		{v1alpha1.ConditionWorkloadReady, r.ensureWorkload},
+		{cond: v1alpha1.ConditionValidated, run: r.ensureValidated},
+		{cond: v1alpha1.ConditionAllocated, run: r.ensureAllocated, record: true},
+		{cond: v1alpha1.ConditionPortReady, run: r.ensurePort},
+		{cond: v1alpha1.ConditionSecurityGroupReady, run: r.ensureSecurityGroup},
+		{cond: v1alpha1.ConditionFloatingIPReady, run: r.ensureFloatingIP},
+		{cond: v1alpha1.ConditionRoutingReady, run: r.ensureRouting},
+		{cond: v1alpha1.ConditionNodeSelected, run: r.ensureNodeSelected, record: true},
+		{cond: v1alpha1.ConditionPortAttached, run: r.ensurePortAttached},
+		{cond: v1alpha1.ConditionWorkloadReady, run: r.ensureWorkload},
 	}
 }
 
@@ -204,9 +209,11 @@ func (r *Reconciler) reconcile(ctx context.Context, kind string, key types.Names
 		if !done {
 			break
 		}
-		// The next phase may act on this one's result: record it first.
-		if perr := r.persist(ctx, g); perr != nil {
-			return perr
+		// The next phases act on this one's result: record it first.
+		if p.record {
+			if perr := r.persist(ctx, g); perr != nil {
+				return perr
+			}
 		}
 	}
 	r.summarize(g)
