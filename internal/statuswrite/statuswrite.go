@@ -49,6 +49,9 @@ type Writer struct {
 	// Unguarded drops the resourceVersion precondition: the writer's fields depend on
 	// nothing it read (the status agent reports what charon says).
 	Unguarded bool
+	// Fresh, when set, remembers every successful write, so Behind can tell a cached
+	// read that does not show it yet.
+	Fresh *Freshness
 }
 
 // Apply writes obj's status (less the excluded fields) and updates obj's
@@ -75,6 +78,9 @@ func (w Writer) Apply(ctx context.Context, obj, base client.Object) error {
 		err := w.Client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(w.Manager), client.ForceOwnership)
 		if err == nil {
 			obj.SetResourceVersion(u.GetResourceVersion())
+			if w.Fresh != nil {
+				w.Fresh.wrote(obj.GetUID(), rv)
+			}
 			return nil
 		}
 		if !apierrors.IsConflict(err) || w.Unguarded || attempt == retries {

@@ -160,9 +160,23 @@ func TestSlowCloudScale(t *testing.T) {
 		profileDone = make(chan struct{})
 		var pw sync.WaitGroup
 		pw.Add(3)
-		go func() { defer pw.Done(); captureProfile(t, op, cfg.profile+".operator", 30*time.Second) }()
-		go func() { defer pw.Done(); captureAPIServerProfile(t, env, cfg.profile+".apiserver", 30*time.Second) }()
-		go func() { defer pw.Done(); captureSelfProfile(t, cfg.profile+".simulator", 30*time.Second) }()
+		// BNERD_SCALE_PROFILE_AFTER starts the profiles later, in the middle of the run.
+		after, _ := time.ParseDuration(os.Getenv("BNERD_SCALE_PROFILE_AFTER"))
+		go func() {
+			defer pw.Done()
+			time.Sleep(after)
+			captureProfile(t, op, cfg.profile+".operator", 30*time.Second)
+		}()
+		go func() {
+			defer pw.Done()
+			time.Sleep(after)
+			captureAPIServerProfile(t, env, cfg.profile+".apiserver", 30*time.Second)
+		}()
+		go func() {
+			defer pw.Done()
+			time.Sleep(after)
+			captureSelfProfile(t, cfg.profile+".simulator", 30*time.Second)
+		}()
 		go func() { pw.Wait(); close(profileDone) }()
 	}
 	split := startCPUSplit(op.Pid())

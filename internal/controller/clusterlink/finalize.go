@@ -36,6 +36,7 @@ func (r *Reconciler) finalize(ctx context.Context, lc *linkCtx) error {
 			return client.IgnoreNotFound(uerr)
 		}
 		r.forgetLink(link.UID)
+		r.fresh.Forget(link.UID)
 		lc.log.Info("ClusterLink unwound; finalizer released")
 		r.wakeWaiting(ctx, link.UID)
 		return nil

@@ -45,8 +45,8 @@ const CredentialRequeue = 15 * time.Second
 type Deps struct {
 	// Client reads and writes Kubernetes objects (the manager's cached client).
 	Client client.Client
-	// APIReader reads without the cache; the transit-IP claim list uses it so that a
-	// just-persisted allocation is never missed. Nil means Client.
+	// APIReader reads without the cache: credential Secrets (a rotated one is seen at
+	// once) and objects whose status write lost a race. Nil means Client.
 	APIReader client.Reader
 	// Operator is the operator's own OpenStack client set.
 	Operator *openstack.Clients
@@ -94,6 +94,9 @@ type Reconciler struct {
 	wake chan event.GenericEvent
 
 	fanOutDelay time.Duration
+
+	// fresh remembers this process's status writes (see statuswrite.Freshness).
+	fresh *statuswrite.Freshness
 }
 
 // New builds a Reconciler.
@@ -106,6 +109,7 @@ func New(deps Deps) *Reconciler {
 		verified: map[types.UID]string{},
 		backoff:  outcome.NewBackoff(0, 0),
 		wake:     make(chan event.GenericEvent, wakeBuffer),
+		fresh:    statuswrite.NewFreshness(),
 	}
 	r.fanOutDelay = deps.FanOutDelay
 	if r.fanOutDelay <= 0 {
@@ -222,6 +226,12 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) error {
 	if err := r.d.Client.Get(ctx, req.NamespacedName, link); err != nil {
 		return client.IgnoreNotFound(err)
 	}
+	if r.statusWriter().Behind(link) {
+		// The cache does not show this process's last status write yet: deciding from
+		// it would end in a failed write (and, for a link still allocating, a second
+		// estate-wide claim listing).
+		return outcome.Wait(cacheCatchUp, "the cache does not show the last status write yet")
+	}
 	lc := &linkCtx{
 		link:  link,
 		orig:  link.Status.DeepCopy(),
@@ -288,13 +298,19 @@ func (r *Reconciler) writeStatus(ctx context.Context, lc *linkCtx) error {
 	if equality.Semantic.DeepEqual(*lc.orig, lc.link.Status) {
 		return nil
 	}
-	w := statuswrite.Writer{Client: r.d.Client, Reader: r.reader, Manager: statuswrite.ManagerOperator}
-	if err := w.Apply(ctx, lc.link, lc.base); err != nil {
+	if err := r.statusWriter().Apply(ctx, lc.link, lc.base); err != nil {
 		return fmt.Errorf("writing status: %w", err)
 	}
 	lc.orig = lc.link.Status.DeepCopy()
 	lc.base = lc.link.DeepCopy()
 	return nil
+}
+
+// cacheCatchUp is how soon a reconcile that found the cache behind tries again.
+const cacheCatchUp = 50 * time.Millisecond
+
+func (r *Reconciler) statusWriter() statuswrite.Writer {
+	return statuswrite.Writer{Client: r.d.Client, Reader: r.reader, Manager: statuswrite.ManagerOperator, Fresh: r.fresh}
 }
 
 // persist writes the status now: an allocation must be on record before anything

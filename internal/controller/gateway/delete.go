@@ -30,6 +30,7 @@ func (r *Reconciler) finalize(ctx context.Context, g *gateway) error {
 	}
 	r.releaseAllocation(ctx, g)
 	r.novaDone(g.obj.GetUID())
+	r.fresh.Forget(g.obj.GetUID())
 	base := g.obj.DeepCopyObject().(client.Object)
 	controllerutil.RemoveFinalizer(g.obj, v1alpha1.FinalizerGateway)
 	if err := r.Client.Patch(ctx, g.obj, client.MergeFrom(base)); err != nil {

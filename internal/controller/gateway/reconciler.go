@@ -90,11 +90,16 @@ type Reconciler struct {
 	// wake, per kind, carries gateways to reconcile now for something that happened to
 	// another one (a /24 they wait for was released).
 	wake map[string]chan event.GenericEvent
+
+	// fresh remembers this process's status writes, so a reconcile from a cache that
+	// does not show the last one yet waits a moment instead of working from it.
+	fresh *statuswrite.Freshness
 }
 
 // New returns a reconciler; register it with SetupWithManager.
 func New(deps Deps) *Reconciler {
-	r := &Reconciler{Deps: deps, nova: map[types.UID]novaOp{}, backoff: map[string]*outcome.Backoff{}, wake: map[string]chan event.GenericEvent{}}
+	r := &Reconciler{Deps: deps, nova: map[types.UID]novaOp{}, backoff: map[string]*outcome.Backoff{}, wake: map[string]chan event.GenericEvent{},
+		fresh: statuswrite.NewFreshness()}
 	for _, kind := range []string{KindIPsecGateway, KindVPNGateway} {
 		r.backoff[kind] = outcome.NewBackoff(0, 0)
 		r.wake[kind] = make(chan event.GenericEvent, wakeBuffer)
@@ -186,6 +191,9 @@ func (r *Reconciler) reconcile(ctx context.Context, kind string, key types.Names
 	g, err := viewOf(obj)
 	if err != nil {
 		return err
+	}
+	if r.statusWriter().Behind(obj) {
+		return outcome.Wait(cacheCatchUp, "the cache does not show the last status write yet")
 	}
 	if !obj.GetDeletionTimestamp().IsZero() {
 		return r.finalize(ctx, g)
@@ -299,12 +307,18 @@ func (r *Reconciler) persist(ctx context.Context, g *gateway) error {
 	if equality.Semantic.DeepEqual(base, cur) {
 		return nil
 	}
-	w := statuswrite.Writer{Client: r.Client, Reader: r.APIReader, Manager: statuswrite.ManagerOperator, Exclude: AgentStatusFields}
-	if err := w.Apply(ctx, g.obj, g.base); err != nil {
+	if err := r.statusWriter().Apply(ctx, g.obj, g.base); err != nil {
 		return fmt.Errorf("writing status: %w", err)
 	}
 	g.base = g.obj.DeepCopyObject().(client.Object)
 	return nil
+}
+
+// cacheCatchUp is how soon a reconcile that found the cache behind tries again.
+const cacheCatchUp = 50 * time.Millisecond
+
+func (r *Reconciler) statusWriter() statuswrite.Writer {
+	return statuswrite.Writer{Client: r.Client, Reader: r.APIReader, Manager: statuswrite.ManagerOperator, Exclude: AgentStatusFields, Fresh: r.fresh}
 }
 
 func statusOf(obj client.Object) *v1alpha1.GatewayStatus {
