@@ -84,8 +84,9 @@ type Reconciler struct {
 	refusals map[types.UID]refusal // per link: a refused Secret version
 	verified map[types.UID]string  // per link: Secret version whose token passed the checks
 
-	netMu   sync.Mutex
-	transit *transitNet // resolved once; the transit network does not move
+	netMu      sync.Mutex
+	transit    *transitNet // resolved once; the transit network does not move
+	opRouterID string      // the gateway cluster's router, resolved once
 
 	backoff *outcome.Backoff
 

@@ -22,10 +22,27 @@ func (r *Reconciler) operatorRouter(ctx context.Context) (*openstack.Router, err
 	if r.d.Config.Router == "" {
 		return nil, fmt.Errorf("no gateway cluster router is configured (IPSEC_ROUTER_ID)")
 	}
+	// The configured name is resolved once per process, then the router is read by ID
+	// (one object, not a filtered list); a router that vanished is resolved again.
+	r.netMu.Lock()
+	id := r.opRouterID
+	r.netMu.Unlock()
+	if id != "" {
+		rt, err := r.d.Operator.Networking.GetRouter(ctx, id)
+		if err == nil || !openstack.IsNotFound(err) {
+			if err != nil {
+				return nil, fmt.Errorf("reading the gateway cluster's router %s: %w", id, err)
+			}
+			return rt, nil
+		}
+	}
 	rt, err := r.d.Operator.Networking.ResolveRouter(ctx, r.d.Config.Router)
 	if err != nil {
 		return nil, fmt.Errorf("resolving the gateway cluster's router %q: %w", r.d.Config.Router, err)
 	}
+	r.netMu.Lock()
+	r.opRouterID = rt.ID
+	r.netMu.Unlock()
 	return rt, nil
 }
 

@@ -19,7 +19,7 @@ import (
 // every change within it (1,000 gateways appearing, an estate reconciled after a
 // restart) is one reconcile of each link, not one per gateway; a reverse route reaches
 // the service clusters' routers that much later.
-const FanOutDelay = 2 * time.Second
+const FanOutDelay = 5 * time.Second
 
 // fanOut maps a gateway change onto every ClusterLink, after FanOutDelay. A link already
 // waiting keeps its earlier turn.
