@@ -64,9 +64,9 @@ type cpuSplit struct {
 
 func startCPUSplit(operatorPid int) *cpuSplit {
 	c := &cpuSplit{pids: map[string][]int{
-		"operator":                              {operatorPid},
-		"kube-apiserver":                        children("kube-apiserver"),
-		"etcd":                                  children("etcd"),
+		"operator":                             {operatorPid},
+		"kube-apiserver":                       children("kube-apiserver"),
+		"etcd":                                 children("etcd"),
 		"test process (simulator and harness)": {os.Getpid()},
 	}, start: map[string]time.Duration{}, t0: time.Now()}
 	for k, ps := range c.pids {

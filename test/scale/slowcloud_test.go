@@ -495,7 +495,7 @@ func captureAPIServerProfile(t *testing.T, env *testenv.Env, path string, d time
 		t.Logf("apiserver profile: %v", err)
 		return
 	}
-	b, err := cs.RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(int(d.Seconds()))).Timeout(d+30*time.Second).DoRaw(context.Background())
+	b, err := cs.RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(int(d.Seconds()))).Timeout(d + 30*time.Second).DoRaw(context.Background())
 	if err != nil {
 		t.Logf("apiserver profile: %v", err)
 		return
