@@ -2,6 +2,8 @@
 # included for kernels without ESP) plus the vpn-gateway-agent roles.
 # Build from the repository root:
 #   docker build -f build/gateway.Dockerfile -t bnerd-vpn-gateway .
+# `make images` builds the same image without Docker (hack/images): the same package list
+# (build/gateway.packages), the same binary and build flags, the same entrypoint.
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
@@ -12,13 +14,13 @@ COPY internal/ internal/
 RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/vpn-gateway-agent ./cmd/vpn-gateway-agent
 
 FROM debian:bookworm-slim
+COPY build/gateway.packages /tmp/gateway.packages
 RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      charon-systemd strongswan-charon strongswan-swanctl libstrongswan-standard-plugins \
-      libcharon-extra-plugins libstrongswan-extra-plugins nftables iproute2 ca-certificates \
- && rm -rf /var/lib/apt/lists/*
+ && grep -v '^[[:space:]]*\(#\|$\)' /tmp/gateway.packages \
+    | DEBIAN_FRONTEND=noninteractive xargs apt-get install -y --no-install-recommends \
+ && rm -rf /var/lib/apt/lists/* /tmp/gateway.packages
 COPY --from=build /out/vpn-gateway-agent /usr/local/bin/vpn-gateway-agent
 # The container's args select the role. The strongswan container runs the `charon` role,
-# which renders strongswan.conf (RenderStrongswanConf, kernel dataplane) and execs
-# charon-systemd in the foreground; see internal/render's Deployment for every role's args.
+# which renders strongswan.conf and execs charon-systemd in the foreground; see
+# internal/render's Deployment for every role's args.
 ENTRYPOINT ["/usr/local/bin/vpn-gateway-agent"]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes binaries the tests and the sandbox run (kube-apiserver,
-# kube-controller-manager, kubelet, kubectl) and etcd, from the Go module proxy, into a
+# kube-controller-manager, kube-scheduler, kubelet, kubectl) and etcd, from the Go module proxy, into a
 # per-version cache outside the work tree so that a fresh clone on the same machine reuses
 # them. Prints the directory holding the binaries.
 #
@@ -21,7 +21,7 @@ if [[ "${1:-}" == "--print-dir" ]]; then
   exit 0
 fi
 
-K8S_CMDS=(kube-apiserver kube-controller-manager kubelet kubectl)
+K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 complete() {
   local c
   for c in etcd "${K8S_CMDS[@]}"; do [[ -x "$BIN_DIR/$c" ]] || return 1; done

@@ -23,6 +23,15 @@ const (
 	ConditionWorkloadReady      = "WorkloadReady"
 )
 
+// Gateway condition types that observe the running gateway rather than converge
+// anything: the gateway pod as the kubelet reports it, and the tunnels as the pod's
+// status agent reports them. They feed Ready after the phase conditions: a gateway is
+// Ready only when every phase converged, its pod is ready and every tunnel is up.
+const (
+	ConditionPodReady  = "PodReady"
+	ConditionTunnelsUp = "TunnelsUp"
+)
+
 // ClusterLink condition types, in reconcile order.
 const (
 	ConditionTenantIsolationAttested = "TenantIsolationAttested"
@@ -51,7 +60,6 @@ const (
 	// ReasonPlaintextExposure: an exposure carries a protocol that is not encrypted end
 	// to end (or every port) and does not set allowPlaintext.
 	ReasonPlaintextExposure = "PlaintextExposure"
-	ReasonUnsupported       = "Unsupported"
 	ReasonAllocated         = "Allocated"
 	ReasonAllocationFailed  = "AllocationFailed"
 	ReasonPortReady         = "PortReady"
@@ -82,6 +90,44 @@ const (
 	ReasonWorkloadPending  = "WorkloadPending"
 	ReasonWorkloadFailed   = "EnsureWorkloadFailed"
 	ReasonPSKSecretMissing = "PreSharedKeyNotFound"
+)
+
+// PodReady reasons: the gateway pod as the kubelet reports it.
+const (
+	// ReasonPodReady: the pod runs on the pinned node and is ready.
+	ReasonPodReady = "PodReady"
+	// ReasonPodNotFound: no pod of the gateway's Deployment exists (yet).
+	ReasonPodNotFound = "PodNotFound"
+	// ReasonPodPending: the pod is not scheduled or its containers are not started yet
+	// (image pulls, volumes, a sandbox still being created).
+	ReasonPodPending = "PodPending"
+	// ReasonPodNetworkFailed: the pod's sandbox cannot be created because a CNI plugin
+	// fails; on a gateway that is mostly the host-device plugin not finding the port's
+	// interface on the node ("failed to find host device"): the port is attached to
+	// another node's server.
+	ReasonPodNetworkFailed = "PodNetworkFailed"
+	// ReasonPodOnWrongNode: the pod runs on another node than status.nodeName, whose
+	// server holds the port.
+	ReasonPodOnWrongNode = "PodOnWrongNode"
+	// ReasonPodCrashLooping: a container of the pod keeps exiting (CrashLoopBackOff).
+	ReasonPodCrashLooping = "PodCrashLooping"
+	// ReasonPodNotReady: the pod runs but is not ready, or it failed.
+	ReasonPodNotReady = "PodNotReady"
+)
+
+// TunnelsUp reasons: the tunnels as the gateway's status agent reports them.
+const (
+	// ReasonTunnelsUp: every tunnel of the spec has an IKE SA and an installed child SA.
+	ReasonTunnelsUp = "TunnelsUp"
+	// ReasonTunnelsDown: at least one tunnel is down or still connecting; the message
+	// names each with its state and since when.
+	ReasonTunnelsDown = "TunnelsDown"
+	// ReasonTunnelsNotReported: no running status agent has reported yet (no pod, the
+	// agent's container not running, or the report predates it).
+	ReasonTunnelsNotReported = "TunnelsNotReported"
+	// ReasonStatusAgentSilent: the status agent's last heartbeat is older than the
+	// operator's stale-after time; its last report is shown as such, not as current.
+	ReasonStatusAgentSilent = "StatusAgentSilent"
 )
 
 // ClusterLink reasons (the cross-tenant table of the specification, plus same-tenant ones).
@@ -116,6 +162,12 @@ const (
 	ReasonEnsureReverseRoutesFailed     = "EnsureReverseRoutesFailed"
 )
 
+// ReasonTransitNetworkSharedWithAllProjects: the transit network is shared with every
+// project of the cloud (its shared flag, or an access_as_shared RBAC policy with target
+// "*"). Every ClusterLink refuses to build or change anything (on TransitIPAllocated, or
+// TransitNetworkShared on a cross-tenant link) until an OpenStack admin removes it.
+const ReasonTransitNetworkSharedWithAllProjects = "TransitNetworkSharedWithAllProjects"
+
 // Annotations.
 const (
 	// AnnotationCustomerAPIAccess must be exactly "none" on a cross-tenant ClusterLink: a
@@ -131,4 +183,32 @@ const (
 const (
 	FinalizerGateway     = "ipsec.bnerd.net/gateway-cleanup"
 	FinalizerClusterLink = "ipsec.bnerd.net/clusterlink-cleanup"
+)
+
+// AnnotationRotateWireGuardKey on a VPNGateway with protocol wireguard asks for a new
+// gateway key pair: every new value rotates once. The previous key pair is kept until
+// every peer has completed a handshake with the new key.
+const AnnotationRotateWireGuardKey = "ipsec.bnerd.net/rotate-wireguard-key"
+
+// WireGuard gateway condition and reasons.
+const (
+	// ConditionWireGuardKeyReady: the gateway's key pair exists in its Secret and the
+	// public key is published in status.wireguard (protocol wireguard only).
+	ConditionWireGuardKeyReady = "WireGuardKeyReady"
+	ReasonKeyReady             = "KeyReady"
+	// ReasonKeyRotationPending: a rotated key is in use and the previous one is kept
+	// until every peer has completed a handshake with the new key.
+	ReasonKeyRotationPending = "KeyRotationPending"
+	ReasonKeyFailed          = "EnsureKeyFailed"
+	// ReasonListenPortOpen: SecurityGroupReady is True, but a peer without a fixed
+	// endpoint makes the WireGuard listen port open to every source address.
+	ReasonListenPortOpen = "ListenPortOpenToAnywhere"
+)
+
+// Routed-mode reason.
+const (
+	// ReasonRoutedSubnetConflict: a routed tunnel's subnet overlaps the gateway network,
+	// the service CIDR pool, a linked service cluster or another gateway's routed subnet,
+	// so routing it to this gateway would capture someone else's traffic.
+	ReasonRoutedSubnetConflict = "RoutedSubnetConflict"
 )

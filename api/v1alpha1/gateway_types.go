@@ -11,8 +11,10 @@ type TunnelMode string
 const (
 	// TunnelModeSNAT source-NATs the client's traffic to the gateway's own port address.
 	TunnelModeSNAT TunnelMode = "snat"
-	// TunnelModeRouted routes the client's real subnets without SNAT. The API accepts it;
-	// Validate refuses it until the dataplane implements it.
+	// TunnelModeRouted routes the client's real subnets through the gateway without SNAT
+	// in either direction: the operator routes them to the gateway's port on its router,
+	// and the fabric's internal source CIDRs and the client reach each other by their real
+	// addresses.
 	TunnelModeRouted TunnelMode = "routed"
 )
 
@@ -25,22 +27,23 @@ const (
 	ProtocolUDP Protocol = "UDP"
 )
 
-// GatewaySpec is the desired state shared by IPsecGateway and VPNGateway.
-//
-// +kubebuilder:validation:XValidation:rule="!has(self.reverseExposures) || self.reverseExposures.all(r, self.tunnels.exists(t, t.name == r.tunnel))",message="every reverseExposures[].tunnel must name a tunnel listed in spec.tunnels"
+// GatewaySpec is the desired state shared by IPsecGateway and VPNGateway. Its
+// cross-field rules sit on each kind's spec (VPNGateway's depend on the protocol).
 type GatewaySpec struct {
 	// Endpoint configures the gateway's public IKE endpoint.
 	// +optional
 	Endpoint *Endpoint `json:"endpoint,omitempty"`
 
 	// Tunnels are the IPsec connections to the client's peers. Every tunnel's IKE local
-	// identity is the gateway's floating IP.
+	// identity is the gateway's floating IP. Required for IPsec; a VPNGateway with protocol
+	// wireguard names its peers in spec.wireguard instead.
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:XValidation:rule="self.all(x, self.exists_one(y, y.name == x.name))",message="tunnel names must be unique"
-	Tunnels []Tunnel `json:"tunnels"`
+	// +optional
+	Tunnels []Tunnel `json:"tunnels,omitempty"`
 
 	// Exposures are our services the client reaches through the tunnel. Each gets a virtual
 	// IP from .10-.199 of the gateway's service CIDR, DNATed to its target.
@@ -81,8 +84,10 @@ type Tunnel struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Name string `json:"name"`
 
-	// Mode is snat (the client's traffic is source-NATed to the gateway's port address) or
-	// routed (planned; refused by this release).
+	// Mode is snat (the client's traffic is source-NATed to the gateway's port address and
+	// reaches only exposures) or routed (the client's subnets and the fabric's internal
+	// source CIDRs reach each other by their real addresses, without SNAT; the operator
+	// routes the subnets to the gateway on its router).
 	// +kubebuilder:default=snat
 	// +optional
 	Mode TunnelMode `json:"mode,omitempty"`
@@ -295,9 +300,18 @@ type TunnelState struct {
 	// EstablishedAt is when the current IKE SA was established.
 	// +optional
 	EstablishedAt *metav1.Time `json:"establishedAt,omitempty"`
+	// LatestHandshake is a WireGuard peer's most recent handshake with the gateway's
+	// current key (WireGuard gateways only). A peer is Up while it is younger than three
+	// minutes.
+	// +optional
+	LatestHandshake *metav1.Time `json:"latestHandshake,omitempty"`
 	// Message explains a Down or Connecting state.
 	// +optional
 	Message string `json:"message,omitempty"`
+	// LastTransitionTime is when the status agent first saw the tunnel in its current
+	// state (kept across agent restarts while the state stays the same).
+	// +optional
+	LastTransitionTime *metav1.Time `json:"lastTransitionTime,omitempty"`
 }
 
 // GatewayStatus is the observed state shared by IPsecGateway and VPNGateway.
@@ -360,6 +374,25 @@ type GatewayStatus struct {
 	// TunnelsReady summarises the tunnels as "up/total", written by the status agent.
 	// +optional
 	TunnelsReady string `json:"tunnelsReady,omitempty"`
+	// TunnelsObservedTime is the status agent's heartbeat: when it last confirmed
+	// status.tunnels against charon. It is written with every change and at least once a
+	// minute; the operator treats the report as stale (TunnelsUp Unknown) when it is
+	// older than its status-agent stale-after time.
+	// +optional
+	TunnelsObservedTime *metav1.Time `json:"tunnelsObservedTime,omitempty"`
+	// TunnelSummary is the operator's reading of the status agent's report, shown by
+	// kubectl get: "up/total" while the report is current, "?/total" while there is none
+	// or it is stale (see the TunnelsUp condition).
+	// +optional
+	TunnelSummary string `json:"tunnelSummary,omitempty"`
+	// WireGuard is the gateway's WireGuard identity (protocol wireguard only).
+	// +optional
+	WireGuard *WireGuardStatus `json:"wireguard,omitempty"`
+	// InterfacePublicKey is the public key the gateway's WireGuard interface uses, as its
+	// status agent last saw it. It differs from wireguard.publicKey until the pod has
+	// picked up a rotated key.
+	// +optional
+	InterfacePublicKey string `json:"interfacePublicKey,omitempty"`
 	// Conditions are the operator's reconcile phases and the Ready summary.
 	// +listType=map
 	// +listMapKey=type
@@ -375,17 +408,21 @@ type GatewayStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=ipsecgw;ipgw,categories=bnerd-vpn
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.status.conditions[?(@.type=="PodReady")].reason`
+// +kubebuilder:printcolumn:name="Tunnels Up",type=string,JSONPath=`.status.tunnelSummary`
 // +kubebuilder:printcolumn:name="Floating IP",type=string,JSONPath=`.status.floatingIP`
-// +kubebuilder:printcolumn:name="Service CIDR",type=string,JSONPath=`.status.serviceCIDR`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
-// +kubebuilder:printcolumn:name="Tunnels Up",type=string,JSONPath=`.status.tunnelsReady`
-// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Service CIDR",type=string,JSONPath=`.status.serviceCIDR`,priority=1
+// +kubebuilder:printcolumn:name="Agent Report",type=date,JSONPath=`.status.tunnelsObservedTime`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type IPsecGateway struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	// Spec is the desired gateway.
+	// +kubebuilder:validation:XValidation:rule="has(self.tunnels)",message="spec.tunnels is required: an IPsec gateway needs at least one tunnel"
+	// +kubebuilder:validation:XValidation:rule="!has(self.reverseExposures) || (has(self.tunnels) && self.reverseExposures.all(r, self.tunnels.exists(t, t.name == r.tunnel)))",message="every reverseExposures[].tunnel must name a tunnel listed in spec.tunnels"
 	Spec GatewaySpec `json:"spec"`
 	// Status is the gateway as the operator and its status agent observed it.
 	// +optional
@@ -411,15 +448,21 @@ const (
 
 // VPNGatewaySpec is a GatewaySpec with a choice of tunnel protocol.
 //
-// +kubebuilder:validation:XValidation:rule="!has(self.reverseExposures) || self.reverseExposures.all(r, self.tunnels.exists(t, t.name == r.tunnel))",message="every reverseExposures[].tunnel must name a tunnel listed in spec.tunnels"
+// +kubebuilder:validation:XValidation:rule="(has(self.protocol) && self.protocol == 'wireguard') ? (has(self.wireguard) && !has(self.tunnels)) : (has(self.tunnels) && !has(self.wireguard))",message="protocol ipsec needs spec.tunnels and no spec.wireguard; protocol wireguard needs spec.wireguard (its peers) and no spec.tunnels"
+// +kubebuilder:validation:XValidation:rule="!has(self.reverseExposures) || self.reverseExposures.all(r, (has(self.tunnels) && self.tunnels.exists(t, t.name == r.tunnel)) || (has(self.wireguard) && self.wireguard.peers.exists(p, p.name == r.tunnel)))",message="every reverseExposures[].tunnel must name a tunnel listed in spec.tunnels (protocol wireguard: a peer listed in spec.wireguard.peers)"
 type VPNGatewaySpec struct {
 	GatewaySpec `json:",inline"`
 
 	// Protocol of the tunnels: ipsec (behaves exactly like an IPsecGateway) or wireguard
-	// (planned; refused by this release).
+	// (the peers are spec.wireguard.peers; exposures and reverse exposures work the same).
 	// +kubebuilder:default=ipsec
 	// +optional
 	Protocol VPNProtocol `json:"protocol,omitempty"`
+
+	// WireGuard configures the gateway's WireGuard interface and peers (protocol
+	// wireguard only).
+	// +optional
+	WireGuard *WireGuardSpec `json:"wireguard,omitempty"`
 }
 
 // VPNGateway is a protocol-neutral gateway into this platform's services; with
@@ -430,11 +473,13 @@ type VPNGatewaySpec struct {
 // +kubebuilder:resource:shortName=vpngw,categories=bnerd-vpn
 // +kubebuilder:printcolumn:name="Protocol",type=string,JSONPath=`.spec.protocol`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.status.conditions[?(@.type=="PodReady")].reason`
+// +kubebuilder:printcolumn:name="Tunnels Up",type=string,JSONPath=`.status.tunnelSummary`
 // +kubebuilder:printcolumn:name="Floating IP",type=string,JSONPath=`.status.floatingIP`
-// +kubebuilder:printcolumn:name="Service CIDR",type=string,JSONPath=`.status.serviceCIDR`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
-// +kubebuilder:printcolumn:name="Tunnels Up",type=string,JSONPath=`.status.tunnelsReady`
-// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Service CIDR",type=string,JSONPath=`.status.serviceCIDR`,priority=1
+// +kubebuilder:printcolumn:name="Agent Report",type=date,JSONPath=`.status.tunnelsObservedTime`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type VPNGateway struct {
 	metav1.TypeMeta   `json:",inline"`

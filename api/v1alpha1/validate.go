@@ -7,8 +7,6 @@ import (
 	"sort"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
-
-	"bnerd.net/vpn-operator/internal/version"
 )
 
 // Host ranges inside a gateway's /24, by last octet.
@@ -50,21 +48,28 @@ func (s *GatewaySpec) Validate() field.ErrorList {
 	return s.validate(field.NewPath("spec"))
 }
 
-// Validate checks a VPNGateway spec: the shared gateway rules plus the protocol.
+// Validate checks a VPNGateway spec: the shared gateway rules plus the protocol (and,
+// for wireguard, its peers in place of tunnels).
 func (s *VPNGatewaySpec) Validate() field.ErrorList {
-	errs := s.GatewaySpec.validate(field.NewPath("spec"))
+	p := field.NewPath("spec")
 	switch s.Protocol {
 	case "", VPNProtocolIPsec:
+		errs := s.GatewaySpec.validate(p)
+		if s.WireGuard != nil {
+			errs = append(errs, field.Forbidden(p.Child("wireguard"), "only a gateway with protocol wireguard takes spec.wireguard"))
+		}
+		return errs
 	case VPNProtocolWireGuard:
-		errs = append(errs, unsupported(field.NewPath("spec", "protocol"),
-			fmt.Sprintf("protocol wireguard is not implemented in bnerd-vpn-operator %s; use protocol ipsec", version.Version)))
-	default:
-		errs = append(errs, field.NotSupported(field.NewPath("spec", "protocol"), s.Protocol, []string{string(VPNProtocolIPsec), string(VPNProtocolWireGuard)}))
+		return s.GatewaySpec.validateWith(p, true, s.WireGuard)
 	}
-	return errs
+	return append(s.GatewaySpec.validate(p), field.NotSupported(p.Child("protocol"), s.Protocol, []string{string(VPNProtocolIPsec), string(VPNProtocolWireGuard)}))
 }
 
-func (s *GatewaySpec) validate(p *field.Path) field.ErrorList {
+func (s *GatewaySpec) validate(p *field.Path) field.ErrorList { return s.validateWith(p, false, nil) }
+
+// validateWith checks the spec; for protocol wireguard the client's networks come from
+// the WireGuard peers in wg instead of the tunnels.
+func (s *GatewaySpec) validateWith(p *field.Path, wireguard bool, wg *WireGuardSpec) field.ErrorList {
 	var errs field.ErrorList
 
 	if s.Endpoint != nil && s.Endpoint.FloatingIP != "" {
@@ -74,14 +79,14 @@ func (s *GatewaySpec) validate(p *field.Path) field.ErrorList {
 	}
 
 	tp := p.Child("tunnels")
-	if len(s.Tunnels) == 0 {
+	switch {
+	case !wireguard && len(s.Tunnels) == 0:
 		errs = append(errs, field.Required(tp, "a gateway needs at least one tunnel"))
+	case wireguard && len(s.Tunnels) > 0:
+		errs = append(errs, field.Forbidden(tp, "a gateway with protocol wireguard takes its peers from spec.wireguard.peers, not spec.tunnels"))
 	}
-	tunnels := map[string]*Tunnel{}
-	type owned struct {
-		prefix netip.Prefix
-		path   *field.Path
-	}
+	// tunnels maps every tunnel (or WireGuard peer) name to the client's networks behind it.
+	tunnels := map[string][]string{}
 	var remote []owned
 	peerIDs := map[string]string{}
 	for i := range s.Tunnels {
@@ -93,12 +98,9 @@ func (s *GatewaySpec) validate(p *field.Path) field.ErrorList {
 		if _, dup := tunnels[t.Name]; dup {
 			errs = append(errs, field.Duplicate(ip.Child("name"), t.Name))
 		}
-		tunnels[t.Name] = t
+		tunnels[t.Name] = t.Peer.Subnets
 		switch t.Mode {
-		case "", TunnelModeSNAT:
-		case TunnelModeRouted:
-			errs = append(errs, unsupported(ip.Child("mode"),
-				fmt.Sprintf("mode routed is not implemented in bnerd-vpn-operator %s; use mode snat, and reverseExposures for traffic from our side to the client", version.Version)))
+		case "", TunnelModeSNAT, TunnelModeRouted:
 		default:
 			errs = append(errs, field.NotSupported(ip.Child("mode"), t.Mode, []string{string(TunnelModeSNAT), string(TunnelModeRouted)}))
 		}
@@ -152,6 +154,9 @@ func (s *GatewaySpec) validate(p *field.Path) field.ErrorList {
 			}
 		}
 	}
+	if wireguard {
+		errs = append(errs, validateWireGuard(p.Child("wireguard"), wg, tunnels, &remote)...)
+	}
 	inRemote := func(a netip.Addr) (netip.Prefix, bool) {
 		for _, o := range remote {
 			if o.prefix.Contains(a) {
@@ -198,14 +203,14 @@ func (s *GatewaySpec) validate(p *field.Path) field.ErrorList {
 		}
 		names[r.Name] = true
 		errs = append(errs, pins.check(xp.Child("virtualIP"), r.VirtualIP, ReverseFirstOctet, ReverseLastOctet, "reverse exposure")...)
-		t, ok := tunnels[r.Tunnel]
+		subnets, ok := tunnels[r.Tunnel]
 		if !ok {
 			errs = append(errs, field.NotFound(xp.Child("tunnel"), r.Tunnel))
 		}
 		a, err := parseIPv4(r.Target.Address)
 		if err != nil {
 			errs = append(errs, field.Invalid(xp.Child("target", "address"), r.Target.Address, err.Error()))
-		} else if ok && !prefixesContain(t.Peer.Subnets, a) {
+		} else if ok && !prefixesContain(subnets, a) {
 			errs = append(errs, field.Invalid(xp.Child("target", "address"), r.Target.Address,
 				fmt.Sprintf("is not inside any peer subnet of tunnel %q, so the tunnel cannot carry traffic to it", r.Tunnel)))
 		}
@@ -270,25 +275,10 @@ func (s *ClusterLinkSpec) Validate() field.ErrorList {
 	return errs
 }
 
-// originUnsupported marks the refusal of a feature the API accepts but this release does
-// not implement (routed tunnels, WireGuard), as opposed to a mistake in the spec.
-const originUnsupported = "unsupportedFeature"
-
-func unsupported(p *field.Path, detail string) *field.Error {
-	e := field.Forbidden(p, detail)
-	e.Origin = originUnsupported
-	return e
-}
-
-// OnlyUnsupported reports whether every error of a non-empty list refuses a planned
-// feature rather than a mistake, so a reconciler can give it its own reason.
-func OnlyUnsupported(errs field.ErrorList) bool {
-	for _, e := range errs {
-		if e.Origin != originUnsupported {
-			return false
-		}
-	}
-	return len(errs) > 0
+// owned is a client network and where the spec names it.
+type owned struct {
+	prefix netip.Prefix
+	path   *field.Path
 }
 
 type pinSet struct {

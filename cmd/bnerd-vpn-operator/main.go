@@ -17,7 +17,6 @@ import (
 	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -25,15 +24,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/controller/clusterlink"
 	"bnerd.net/vpn-operator/internal/controller/gateway"
+	"bnerd.net/vpn-operator/internal/gatewaymetrics"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
 	"bnerd.net/vpn-operator/internal/preflight"
-	"bnerd.net/vpn-operator/internal/render"
 	"bnerd.net/vpn-operator/internal/version"
 )
 
@@ -90,11 +90,12 @@ func managerOptions(f flags, cfg operatorconfig.Config, scheme *runtime.Scheme) 
 	return ctrl.Options{
 		Scheme:  scheme,
 		Metrics: metrics,
-		// The gateway reconciler reads gateway pods (to release one stranded on a lost
-		// node); caching only those keeps the cluster's other pods out of memory.
+		// The gateway reconciler (to release a pod stranded on a lost node) and the
+		// health controllers (PodReady) read gateway pods: cache those, not every pod
+		// of the cluster.
 		Cache: cache.Options{
 			ByObject: map[client.Object]cache.ByObject{
-				&corev1.Pod{}: {Label: labels.SelectorFromSet(render.PodSelector())},
+				&corev1.Pod{}: {Label: gateway.GatewayPodSelector()},
 			},
 			// Nothing reads managedFields from the cache (status is written by
 			// server-side apply, which the API server merges); dropping them keeps a
@@ -165,6 +166,15 @@ func run() error {
 		return err
 	}
 	log.Info("authenticated to OpenStack", "project", token.ProjectID, "region", token.Region)
+	// Neutron's extensions decide which path the seam takes (tags with or after the
+	// create, atomic or revision-checked routes); without a required one the operator
+	// cannot work, and says which.
+	features, err := openstack.DiscoverFeatures(authCtx, osClients.Networking)
+	if err != nil {
+		return fmt.Errorf("checking Neutron's extensions: %w", err)
+	}
+	log.Info("Neutron extensions", "tagsAtCreate", features.TagCreation, "portTagsAtCreate", features.PortTagCreation,
+		"extrarouteAtomic", features.ExtraRouteAtomic)
 
 	scheme, err := newScheme()
 	if err != nil {
@@ -209,8 +219,14 @@ func run() error {
 		return fmt.Errorf("setting up the ClusterLink controller: %w", err)
 	}
 
+	// Per-gateway series independent of the gateway pods' own scrape (the chart's alerts
+	// join them against it), read from the manager's cache at scrape time.
+	if err := crmetrics.Registry.Register(&gatewaymetrics.Collector{Reader: mgr.GetClient(), Log: ctrl.Log.WithName("gateway-metrics")}); err != nil {
+		return fmt.Errorf("registering the gateway metrics: %w", err)
+	}
+
 	// The preflight warns and never blocks: the operator cannot fix the cluster setting.
-	if err := mgr.Add(preflightRunnable{mgr}); err != nil {
+	if err := mgr.Add(preflightRunnable{mgr: mgr, networking: osClients.Networking, transit: cfg.GatewayNetwork}); err != nil {
 		return err
 	}
 	log.Info("starting the manager")
@@ -252,10 +268,16 @@ func connectOpenStack(ctx context.Context, cred openstack.Credential, opts opens
 	}
 }
 
-type preflightRunnable struct{ mgr ctrl.Manager }
+type preflightRunnable struct {
+	mgr        ctrl.Manager
+	networking openstack.Networking
+	transit    string
+}
 
 func (p preflightRunnable) Start(ctx context.Context) error {
-	preflight.CheckCiliumExclusive(ctx, p.mgr.GetAPIReader(), ctrl.Log.WithName("preflight"))
+	log := ctrl.Log.WithName("preflight")
+	preflight.CheckCiliumExclusive(ctx, p.mgr.GetAPIReader(), log)
+	preflight.CheckTransitNetworkShare(ctx, p.networking, p.transit, log)
 	return nil
 }
 

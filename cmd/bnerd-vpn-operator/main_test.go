@@ -160,6 +160,10 @@ func TestOperatorBinaryWithCloudsYAML(t *testing.T) {
 	if !strings.Contains(logs, "authenticated to OpenStack") {
 		t.Errorf("no authentication line in the log:\n%s", logs)
 	}
+	// The start-up check of the transit network's sharing ran (and found it private).
+	if !strings.Contains(logs, "the transit network is not shared with every project") {
+		t.Errorf("no transit network check at start in the log:\n%s", logs)
+	}
 	if strings.Contains(logs, secret) {
 		t.Error("the application credential secret reached the operator's output")
 	}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -27,18 +28,22 @@ func main() {
 	credential := flag.String("credential", "vpn-operator", "application credential (by name) to print the environment for")
 	cloudsYAML := flag.String("clouds-yaml", "", "also write a clouds.yaml (cloud \"openstack-sim\") to this path")
 	readyFile := flag.String("ready-file", "", "write the environment to this file once listening")
+	envDir := flag.String("env-dir", "", "also write <name>.env (the OS_* environment) for every application credential of the seed into this directory, readable by the owner only")
+	hostOnly := flag.Bool("listen-host-only", false, "allow a non-loopback --listen address: only for an address inside a network that this machine's own namespaces reach (the local node world's pods), since the simulator trusts anyone who can reach it")
 	flag.Parse()
-	if err := run(*seedPath, *listen, *credential, *cloudsYAML, *readyFile); err != nil {
+	if err := run(*seedPath, *listen, *credential, *cloudsYAML, *readyFile, *envDir, *hostOnly); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(seedPath, listen, credential, cloudsYAML, readyFile string) error {
+func run(seedPath, listen, credential, cloudsYAML, readyFile, envDir string, hostOnly bool) error {
 	if seedPath == "" {
 		return fmt.Errorf("--seed is required")
 	}
-	if err := loopbackOnly(listen); err != nil {
-		return err
+	if !hostOnly {
+		if err := loopbackOnly(listen); err != nil {
+			return err
+		}
 	}
 	seed, err := sim.LoadSeed(seedPath)
 	if err != nil {
@@ -59,6 +64,15 @@ func run(seedPath, listen, credential, cloudsYAML, readyFile string) error {
 			return err
 		}
 	}
+	if envDir != "" {
+		for _, ac := range s.AppCredentials() {
+			id, secret, _ := s.AppCredential(ac.Name)
+			if err := writePrivate(filepath.Join(envDir, ac.Name+".env"), []byte(envLines(s, id, secret))); err != nil {
+				return err
+			}
+		}
+	}
+	// The ready file comes last: whoever waits for it finds every other file written.
 	if readyFile != "" {
 		if err := writePrivate(readyFile, []byte(env)); err != nil {
 			return err

@@ -1,9 +1,16 @@
-// Command sandbox runs the whole operator locally: a real kube-apiserver and etcd, the
-// OpenStack simulator seeded with a realistic estate, three nodes whose providerIDs match
-// seeded Nova servers, and the operator binary itself. It applies an example gateway,
-// shows its progress, prints what it produced in Kubernetes and OpenStack, and then (by
-// default) deletes it, checks that nothing is left behind and stops everything. With
-// --stay it keeps running and prints the KUBECONFIG and OS_* settings to explore with.
+// Command sandbox runs the product locally. By default (root) it runs the whole product
+// (product.go, internal/world): a control plane and two real nodes, images built here,
+// the OpenStack simulator, the packet fabric, the operator installed with the Helm
+// chart, a client site with its own strongSwan; it applies the example gateway and
+// ClusterLink, shows each phase converging, the tunnel up and traffic through it both
+// ways, then deletes everything and shows nothing is left.
+//
+// With --objects-only (no root needed) it runs the lighter sandbox: a real
+// kube-apiserver and etcd, the OpenStack simulator seeded with a realistic estate, three
+// nodes whose providerIDs match seeded Nova servers, and the operator binary itself. It
+// applies an example gateway, shows its progress, prints what it produced in Kubernetes
+// and OpenStack, and then (by default) deletes it, checks that nothing is left behind and
+// stops everything. With --stay either keeps running and prints how to explore it.
 package main
 
 import (
@@ -19,14 +26,18 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/conditions"
+	"bnerd.net/vpn-operator/internal/controller/gateway"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/openstack/sim"
 	"bnerd.net/vpn-operator/internal/testenv"
@@ -42,6 +53,9 @@ const (
 	tenantNamespace    = "tenant-a"
 )
 
+// openstackKind is --openstack: which OpenStack the story runs against.
+var openstackKind string
+
 var nodes = []struct{ name, serverID string }{
 	{"vpn01-worker-a", "11111111-1111-4111-8111-111111111111"},
 	{"vpn01-worker-b", "22222222-2222-4222-8222-222222222222"},
@@ -49,20 +63,38 @@ var nodes = []struct{ name, serverID string }{
 }
 
 func main() {
-	stay := flag.Bool("stay", false, "keep everything running after the gateway is Ready and print how to reach it")
-	timeout := flag.Duration("timeout", 3*time.Minute, "how long to wait for the gateway to become Ready")
+	stay := flag.Bool("stay", false, "keep everything running after the gateway converged and print how to reach it")
+	timeout := flag.Duration("timeout", 3*time.Minute, "how long to wait for the gateway to converge (and the ClusterLink to become Ready)")
 	seedPath := flag.String("seed", "examples/sim-estate.yaml", "simulator seed")
 	gatewayPath := flag.String("gateway", "examples/ipsecgateway.yaml", "gateway manifest to apply")
 	linkPath := flag.String("clusterlink", "examples/clusterlink.yaml", "ClusterLink manifest to apply after the gateway (empty: none)")
+	objectsOnly := flag.Bool("objects-only", false, "run the objects-only sandbox (API server, simulator, operator binary; no root needed) instead of the whole product")
+	flag.StringVar(&openstackKind, "openstack", "sim", "sim: the OpenStack simulator; real: the real OpenStack of hack/openstack.sh (brought up if it is not running; needs root); runs the objects-only story")
 	flag.Parse()
+	// The client's errors are returned and printed here; controller-runtime's own log
+	// would only add its "log.SetLogger(...) was never called" stack dump.
+	ctrllog.SetLogger(logr.Discard())
 
-	if err := run(*stay, *timeout, *seedPath, *gatewayPath, *linkPath); err != nil {
+	var err error
+	// The packet fabric plugs the simulator's attachments into the nodes; against a real
+	// OpenStack the objects-only story runs.
+	if *objectsOnly || openstackKind != "sim" {
+		err = run(*stay, *timeout, *seedPath, *gatewayPath, *linkPath)
+	} else {
+		err = runProduct(*stay, *timeout, *gatewayPath, *linkPath)
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "sandbox: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func step(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
+var started = time.Now()
+
+// step prints a progress line with the time since the sandbox started.
+func step(format string, args ...any) {
+	fmt.Printf("[%6.1fs] ==> "+format+"\n", append([]any{time.Since(started).Seconds()}, args...)...)
+}
 
 func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath string) (err error) {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -98,30 +130,15 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath strin
 	}
 	c := env.Client
 
-	step("starting the OpenStack simulator (seed %s)", seedPath)
-	seed, err := sim.LoadSeed(seedPath)
+	os1, err := startCloud(ctx, openstackKind, seedPath)
 	if err != nil {
 		return err
 	}
-	os1, err := sim.Start(seed)
-	if err != nil {
-		return err
-	}
-	defer os1.Close()
-	credID, credSecret, ok := os1.AppCredential(operatorCredential)
-	if !ok {
-		return fmt.Errorf("seed %s has no application credential %q", seedPath, operatorCredential)
-	}
-	osEnv := []string{
-		"OS_AUTH_URL=" + os1.AuthURL(),
-		"OS_REGION_NAME=" + os1.Region(),
-		"OS_AUTH_TYPE=v3applicationcredential",
-		"OS_APPLICATION_CREDENTIAL_ID=" + credID,
-		"OS_APPLICATION_CREDENTIAL_SECRET=" + credSecret,
-	}
+	defer os1.close()
+	osEnv := os1.env()
 
 	step("creating namespaces, nodes and the pre-shared key")
-	if err := seedCluster(ctx, c); err != nil {
+	if err := seedCluster(ctx, c, os1); err != nil {
 		return err
 	}
 
@@ -164,7 +181,9 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath strin
 	if err := apply(ctx, c, gatewayPath, gw, tenantNamespace); err != nil {
 		return err
 	}
-	if err := waitReady(ctx, c, gw, func() []metav1.Condition { return gw.Status.Conditions }, timeout); err != nil {
+	// No kubelet runs here: the gateway converges (every phase True), but its pod never
+	// runs, so Ready stays False with PodReady's reason, as it would in a real cluster.
+	if err := waitReady(ctx, c, gw, func() []metav1.Condition { return gw.Status.Conditions }, gateway.ConditionTypes, timeout); err != nil {
 		fmt.Printf("\noperator log (%s):\n", logPath)
 		tail(logPath, 40)
 		return err
@@ -182,7 +201,7 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath strin
 		if err := apply(ctx, c, linkPath, link, ""); err != nil {
 			return err
 		}
-		if err := waitReady(ctx, c, link, func() []metav1.Condition { return link.Status.Conditions }, timeout); err != nil {
+		if err := waitReady(ctx, c, link, func() []metav1.Condition { return link.Status.Conditions }, []string{v1.ConditionReady}, timeout); err != nil {
 			fmt.Printf("\noperator log (%s):\n", logPath)
 			tail(logPath, 40)
 			return err
@@ -194,7 +213,7 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath strin
 		fmt.Println(indent(string(out)))
 	}
 	step("OpenStack objects the operator produced")
-	printOpenStack(os1)
+	os1.print(ctx)
 
 	if stay {
 		// Written outside the work dir, which is removed on exit, so a second shell can
@@ -228,7 +247,7 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath strin
 	if err := deleteAndWait(ctx, c, gw, timeout); err != nil {
 		return err
 	}
-	left := leftovers(os1)
+	left := os1.leftovers(ctx)
 	if len(left) > 0 {
 		return fmt.Errorf("the operator left OpenStack objects behind: %s", strings.Join(left, "; "))
 	}
@@ -236,7 +255,7 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath strin
 	return nil
 }
 
-func seedCluster(ctx context.Context, c client.Client) error {
+func seedCluster(ctx context.Context, c client.Client, os1 cloud) error {
 	for _, ns := range []string{operatorNamespace, tenantNamespace} {
 		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
@@ -245,7 +264,7 @@ func seedCluster(ctx context.Context, c client.Client) error {
 	for _, n := range nodes {
 		node := &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: map[string]string{"kubernetes.io/hostname": n.name}},
-			Spec:       corev1.NodeSpec{ProviderID: "openstack:///" + n.serverID},
+			Spec:       corev1.NodeSpec{ProviderID: "openstack:///" + os1.serverID(n.name)},
 		}
 		if err := c.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
@@ -286,14 +305,18 @@ func apply(ctx context.Context, c client.Client, path string, obj client.Object,
 	return c.Create(ctx, obj)
 }
 
-// waitReady re-reads obj and prints every change of its conditions until Ready is True
-// for its current generation.
-func waitReady(ctx context.Context, c client.Client, obj client.Object, conds func() []metav1.Condition, timeout time.Duration) error {
+// waitReady re-reads obj and prints every change of its conditions until every condition
+// of want is True for its current generation.
+func waitReady(ctx context.Context, c client.Client, obj client.Object, conds func() []metav1.Condition, want []string, timeout time.Duration) error {
 	key := client.ObjectKeyFromObject(obj)
 	kind := fmt.Sprintf("%T", obj)[len("*v1alpha1."):]
 	name := key.String()
 	if key.Namespace == "" {
 		name = key.Name
+	}
+	what := "Ready"
+	if len(want) > 1 || want[0] != v1.ConditionReady {
+		what = "converged"
 	}
 	deadline := time.Now().Add(timeout)
 	seen := map[string]string{}
@@ -306,17 +329,24 @@ func waitReady(ctx context.Context, c client.Client, obj client.Object, conds fu
 			line := fmt.Sprintf("%s=%s %s %s", cond.Type, cond.Status, cond.Reason, cond.Message)
 			if seen[cond.Type] != line {
 				seen[cond.Type] = line
-				fmt.Printf("    %6.1fs  %-23s %-6s %-26s %s\n", time.Since(start).Seconds(), cond.Type, cond.Status, cond.Reason, cond.Message)
+				fmt.Printf("    %6.1fs  %-23s %-7s %-26s %s\n", time.Since(start).Seconds(), cond.Type, cond.Status, cond.Reason, cond.Message)
 			}
 		}
-		for _, cond := range conds() {
-			if cond.Type == v1.ConditionReady && cond.Status == metav1.ConditionTrue && cond.ObservedGeneration == obj.GetGeneration() {
-				step("%s %s is Ready after %.1fs", kind, name, time.Since(start).Seconds())
-				return nil
+		done := true
+		for _, t := range want {
+			done = done && conditions.IsTrue(conds(), t, obj.GetGeneration())
+		}
+		if done {
+			step("%s %s is %s after %.1fs", kind, name, what, time.Since(start).Seconds())
+			if what == "converged" {
+				if r := conditions.Get(conds(), v1.ConditionReady); r != nil {
+					step("%s %s: Ready=%s/%s (no kubelet runs in the sandbox, so no gateway pod does either)", kind, name, r.Status, r.Reason)
+				}
 			}
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s %s not Ready after %s", kind, name, timeout)
+			return fmt.Errorf("%s %s not %s after %s", kind, name, what, timeout)
 		}
 		select {
 		case <-ctx.Done():

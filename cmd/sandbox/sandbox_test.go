@@ -7,13 +7,15 @@ import (
 	"testing"
 
 	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/world"
 )
 
-// TestSandboxRunsToCompletion runs the README's sandbox command the way a user does and
-// checks that the example gateway and ClusterLink became Ready, produced their OpenStack
+// TestSandboxObjectsOnlyRunsToCompletion runs the README's objects-only sandbox command the
+// way a user does and checks that the example gateway converged (and honestly is not Ready:
+// no kubelet runs its pod) and the ClusterLink became Ready, produced their OpenStack
 // objects (including the reverse route on the service cluster's router), and were deleted
 // without leaving any behind.
-func TestSandboxRunsToCompletion(t *testing.T) {
+func TestSandboxObjectsOnlyRunsToCompletion(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the sandbox builds and runs the operator; skipped in -short mode")
 	}
@@ -30,7 +32,7 @@ func TestSandboxRunsToCompletion(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the sandbox: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin, "--timeout", "2m")
+	cmd := exec.Command(bin, "--objects-only", "--timeout", "2m")
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
 	t.Logf("sandbox output:\n%s", out)
@@ -38,7 +40,8 @@ func TestSandboxRunsToCompletion(t *testing.T) {
 		t.Fatalf("sandbox failed: %v", err)
 	}
 	for _, want := range []string{
-		"IPsecGateway tenant-a/acme is Ready",
+		"IPsecGateway tenant-a/acme is converged",
+		"IPsecGateway tenant-a/acme: Ready=False/PodNotFound (no kubelet runs in the sandbox",
 		"ClusterLink svc01-link is Ready",
 		"floating IP 203.0.113.",
 		"ingress udp 500-500 from 198.51.100.7/32",
@@ -49,6 +52,61 @@ func TestSandboxRunsToCompletion(t *testing.T) {
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("sandbox output lacks %q", want)
+		}
+	}
+	for _, bad := range []string{"goroutine ", "panic:", "log.SetLogger"} {
+		if strings.Contains(string(out), bad) {
+			t.Errorf("sandbox output contains %q", bad)
+		}
+	}
+}
+
+// TestSandboxProductRunsToCompletion runs `make sandbox`'s default mode as a user does
+// (root): the whole product with the examples applied. It checks the output shows the
+// phases converging, the pod on its pinned node with net1 carrying the port's MAC, the
+// tunnel up, requests answered both ways through it, and nothing left after the
+// deletion; and that no stack trace or controller-runtime logger dump is printed.
+func TestSandboxProductRunsToCompletion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the product sandbox starts a cluster; skipped in -short mode")
+	}
+	if why := world.Requirements(); why != "" {
+		testenv.SkipDataplane(t, why)
+	}
+	root := testenv.RepoRoot()
+	bin := filepath.Join(t.TempDir(), "sandbox")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/sandbox")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the sandbox: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "--timeout", "3m")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	t.Logf("sandbox output:\n%s", out)
+	if err != nil {
+		t.Fatalf("sandbox failed: %v", err)
+	}
+	for _, want := range []string{
+		"IPsecGateway tenant-a/acme is Ready",
+		"ClusterLink svc01-link is Ready",
+		"WorkloadReady",
+		"tunnel up: tunnelsReady 1/1",
+		"is Running on vpn01-worker-",
+		"net1",
+		"(exposure portal (svc01)) through the tunnel: \"svc01 portal at 10.251.0.20",
+		"(reverse exposure erp (client)) through the tunnel: \"client erp at 192.168.10.5",
+		"ingress udp 500-500 from 198.51.100.7/32",
+		"nothing is left",
+		"stopping the world",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("sandbox output lacks %q", want)
+		}
+	}
+	for _, bad := range []string{"goroutine ", "panic:", "log.SetLogger"} {
+		if strings.Contains(string(out), bad) {
+			t.Errorf("sandbox output contains %q", bad)
 		}
 	}
 }

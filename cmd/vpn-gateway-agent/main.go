@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	govici "github.com/strongswan/govici/vici"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -35,6 +36,7 @@ import (
 	"bnerd.net/vpn-operator/internal/agent/status"
 	"bnerd.net/vpn-operator/internal/agent/vici"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
+	"bnerd.net/vpn-operator/internal/operatorconfig"
 )
 
 const usage = `usage: vpn-gateway-agent <role> [flags]
@@ -46,6 +48,8 @@ roles:
   status-agent       write tunnel state into the gateway object's status (with
                      --load-secrets-file it also runs the loader, as in the gateway pod)
   ipsec-exporter     serve Prometheus metrics
+  wireguard          create and configure a WireGuard gateway's interface (kernel, or
+                     wireguard-go in this process where the kernel has no WireGuard)
 
 run "vpn-gateway-agent <role> -h" for the role's flags`
 
@@ -128,6 +132,8 @@ func main() {
 		err = runStatus(ctx, args)
 	case "ipsec-exporter":
 		err = runExporter(ctx, args)
+	case "wireguard":
+		err = runWireGuard(ctx, args)
 	default:
 		fmt.Fprintln(os.Stderr, usage)
 		os.Exit(2)
@@ -153,7 +159,7 @@ func runInitNAT(ctx context.Context, args []string) error {
 	stateFile := fs.String("state-file", "", "write NAT apply statistics here for ipsec-exporter")
 	_ = fs.Parse(args)
 
-	opts := nat.Options{Table: *table, Guard: nat.GuardMode(*guard), TunnelMTU: *mtu}
+	opts := nat.Options{Table: *table, Guard: nat.GuardMode(*guard), TunnelMTU: *mtu, PortInterface: *iface}
 	if opts.Guard == nat.GuardInterface {
 		opts.TunnelInterface = *tunIface
 	}
@@ -168,14 +174,15 @@ func runInitNAT(ctx context.Context, args []string) error {
 			DriftInterval: *drift, ElementEvery: *elementEvery, StateFile: *stateFile,
 		},
 		NAT: prog, Drift: nat.NewDriftChecker(prog), Route: routing.Apply, ReadFile: os.ReadFile,
-		Logf: log.Printf,
+		Forward: routing.EnsureForwarding, Logf: log.Printf,
 	}
 	if *stateFile != "" {
 		r.WriteState = func(st exporter.NATState) error { return exporter.WriteNATState(*stateFile, st) }
 	}
-	// Refuse before touching anything: without forwarding the pod would look healthy
-	// while no exposure passes.
-	if err := initnat.CheckForwarding(os.ReadFile); err != nil {
+	// Refuse before reading any config when forwarding cannot be had: the pod would look
+	// healthy while no exposure passes.
+	_ = r.Forward(*iface)
+	if err := initnat.CheckForwarding(os.ReadFile, *iface); err != nil {
 		return err
 	}
 	snaps, err := c.run(ctx, false)
@@ -196,12 +203,12 @@ func runLoader(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	(&loader.Loop{Applier: &vici.Loader{Socket: *sock, Logf: log.Printf}, Interval: *interval, Logf: log.Printf}).Run(ctx, snaps)
+	(&loader.Loop{Applier: &vici.Loader{Socket: *sock, Logf: log.Printf}, Interval: *interval, PortRouting: portRouting, Logf: log.Printf}).Run(ctx, snaps)
 	return nil
 }
 
-// runCharon renders strongswan.conf for the pod's dataplane and replaces itself with
-// charon-systemd in the foreground.
+// runCharon renders strongswan.conf for the pod's dataplane, clears kernel IPsec state a
+// killed charon left behind, and replaces itself with charon-systemd in the foreground.
 func runCharon(args []string) error {
 	fs := flag.NewFlagSet("charon", flag.ExitOnError)
 	sock := fs.String("vici-socket", "/var/run/charon.vici", "charon's VICI socket")
@@ -209,7 +216,8 @@ func runCharon(args []string) error {
 	conf := fs.String("conf", "/var/run/charon/strongswan.conf", "where to write the rendered strongswan.conf")
 	bin := fs.String("charon", "/usr/sbin/charon-systemd", "charon binary to run")
 	_ = fs.Parse(args)
-	st, err := charon.Prepare(charon.Options{Dataplane: gatewayconfig.DataplaneMode(*dataplane), VICISocket: *sock, Conf: *conf, Binary: *bin}, os.Environ())
+	st, err := charon.Prepare(charon.Options{Dataplane: gatewayconfig.DataplaneMode(*dataplane), VICISocket: *sock, Conf: *conf, Binary: *bin,
+		TUNDevice: "/dev/net/tun", FlushXFRM: charon.FlushXFRM, Logf: log.Printf}, os.Environ())
 	if err != nil {
 		return err
 	}
@@ -222,7 +230,9 @@ func runStatus(ctx context.Context, args []string) error {
 	c.register(fs, false)
 	sock := fs.String("vici-socket", "/var/run/charon.vici", "charon's VICI socket")
 	interval := fs.Duration("interval", 10*time.Second, "poll interval besides VICI events")
+	heartbeat := fs.Duration("heartbeat", operatorconfig.DefaultStatusAgentHeartbeat, "longest time between two status writes while nothing changes (the operator calls a report stale after its IPSEC_STATUS_AGENT_STALE_AFTER)")
 	loadSecrets := fs.String("load-secrets-file", "", "also load the connections into charon, with the shared keys read from this file")
+	wgState := fs.String("wireguard-state-file", "", "a WireGuard gateway: report its peers from the wireguard role's state file (no charon)")
 	_ = fs.Parse(args)
 	snaps, err := c.run(ctx, false)
 	if err != nil {
@@ -240,13 +250,17 @@ func runStatus(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if *wgState != "" {
+		runWireGuardStatus(ctx, snaps, cl, *wgState, *interval, *heartbeat)
+		return nil
+	}
 	tunnelSnaps := snaps
 	if *loadSecrets != "" {
 		// One watch feeds both loops.
 		tunnelSnaps = make(chan source.Snapshot, 1)
 		loadSnaps := make(chan source.Snapshot, 1)
 		go source.Fanout(ctx, snaps, tunnelSnaps, loadSnaps)
-		l := &loader.Loop{Applier: &vici.Loader{Socket: *sock, Logf: log.Printf}, Interval: 2 * time.Second, SecretsFile: *loadSecrets, Logf: log.Printf}
+		l := &loader.Loop{Applier: &vici.Loader{Socket: *sock, Logf: log.Printf}, Interval: 2 * time.Second, SecretsFile: *loadSecrets, PortRouting: portRouting, Logf: log.Printf}
 		go l.Run(ctx, loadSnaps)
 	}
 	tn := &source.Tunnels{Logf: log.Printf}
@@ -256,7 +270,7 @@ func runStatus(ctx context.Context, args []string) error {
 		Dial: vici.DialEvents(*sock), Events: []string{"ike-updown", "child-updown", "ike-rekey", "child-rekey"},
 		OnConnect: kick, OnEvent: func(govici.Event) { kick() }, Logf: log.Printf,
 	}).Run(ctx)
-	(&status.Agent{Tunnels: tn.Get, SAs: vici.ListSAsOn(*sock), Write: status.ClientWriter(cl), Kick: kicks, Interval: *interval, Logf: log.Printf}).Run(ctx)
+	(&status.Agent{Tunnels: tn.Get, SAs: vici.ListSAsOn(*sock), Write: status.ClientWriter(cl, *heartbeat), Kick: kicks, Interval: *interval, Logf: log.Printf}).Run(ctx)
 	return nil
 }
 
@@ -267,6 +281,7 @@ func runExporter(ctx context.Context, args []string) error {
 	sock := fs.String("vici-socket", "/var/run/charon.vici", "charon's VICI socket")
 	listen := fs.String("listen", ":9903", "metrics listen address")
 	stateFile := fs.String("nat-state-file", "", "init-nat's state file")
+	wgState := fs.String("wireguard-state-file", "", "a WireGuard gateway: per-peer metrics from the wireguard role's state file (no charon)")
 	_ = fs.Parse(args)
 	snaps, err := c.run(ctx, false)
 	if err != nil {
@@ -274,13 +289,26 @@ func runExporter(ctx context.Context, args []string) error {
 	}
 	tn := &source.Tunnels{Logf: log.Printf}
 	go tn.Follow(ctx, snaps)
+	if *wgState != "" {
+		return serveMetrics(ctx, *listen, &exporter.WireGuardCollector{Peers: tn.Names, StateFile: *wgState, NATStateFile: *stateFile})
+	}
 	var rekeys exporter.Rekeys
 	go (&vici.Watcher{Dial: vici.DialEvents(*sock), Events: []string{"ike-rekey", "child-rekey"}, OnEvent: rekeys.Observe, Logf: log.Printf}).Run(ctx)
 	col := &exporter.Collector{Tunnels: tn.Names, SAs: vici.ListSAsOn(*sock), NATStateFile: *stateFile, Rekeys: rekeys.Counts}
-	ln, err := net.Listen("tcp", *listen)
+	return serveMetrics(ctx, *listen, col)
+}
+
+func serveMetrics(ctx context.Context, listen string, col prometheus.Collector) error {
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
 	}
 	log.Printf("metrics on %s", ln.Addr())
 	return exporter.Serve(ctx, ln, col)
+}
+
+// portRouting reports whether init-nat's policy routing for the port's address is in
+// place (read-only: the loader's container has no NET_ADMIN).
+func portRouting(portFixedIP string) (bool, error) {
+	return routing.InPlace(portFixedIP, routing.DefaultTable)
 }

@@ -30,6 +30,12 @@ type Input struct {
 	Name      string
 	Spec      *v1alpha1.GatewaySpec
 	Status    *v1alpha1.GatewayStatus
+	// WireGuard is the spec's wireguard section of a VPNGateway with protocol wireguard
+	// (nil for IPsec).
+	WireGuard *v1alpha1.WireGuardSpec
+	// InternalSources are the operator's internal source CIDRs; routed-mode tunnels
+	// connect them with the client's subnets.
+	InternalSources []netip.Prefix
 }
 
 func incompletef(format string, a ...any) error {
@@ -82,10 +88,14 @@ func Build(in Input) (*Config, error) {
 		MSSClamp:         MSSClamp{Enabled: true},
 	}
 
-	for _, t := range in.Spec.Tunnels {
-		if t.Mode == v1alpha1.TunnelModeRouted {
-			return nil, invalidf("tunnel %s: mode routed is not implemented by this release", t.Name)
+	if in.WireGuard != nil {
+		cfg.Protocol = ProtocolWireGuard
+		if cfg.WireGuard, err = buildWireGuard(in.WireGuard, st); err != nil {
+			return nil, err
 		}
+	}
+	routed := false
+	for _, t := range in.Spec.Tunnels {
 		ct := Tunnel{
 			Name:          t.Name,
 			PeerAddress:   t.Peer.Address,
@@ -104,7 +114,15 @@ func Build(in Input) (*Config, error) {
 		if ct.DPDDelaySeconds, err = ParseDuration(or(t.DPD.Delay, defaultDPDDelay)); err != nil {
 			return nil, invalidf("tunnel %s: dpd.delay: %v", t.Name, err)
 		}
+		if t.Mode == v1alpha1.TunnelModeRouted {
+			ct.Mode, routed = ModeRouted, true
+		}
 		cfg.Tunnels = append(cfg.Tunnels, ct)
+	}
+	if routed {
+		for _, p := range in.InternalSources {
+			cfg.InternalSources = append(cfg.InternalSources, p.Masked().String())
+		}
 	}
 
 	vip := func(list []v1alpha1.AllocatedAddress, name string) string {

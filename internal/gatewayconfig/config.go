@@ -61,6 +61,15 @@ type Config struct {
 	Exposures        []Exposure        `json:"exposures"`
 	ReverseExposures []ReverseExposure `json:"reverseExposures"`
 	MSSClamp         MSSClamp          `json:"mssClamp"`
+
+	// Protocol is empty for IPsec and ProtocolWireGuard for a WireGuard gateway, whose
+	// peers are in WireGuard (Tunnels is then empty).
+	Protocol  string     `json:"protocol,omitempty"`
+	WireGuard *WireGuard `json:"wireguard,omitempty"`
+
+	// InternalSources are the fabric's source networks that routed-mode tunnels connect
+	// with the client's subnets; set only when a tunnel is routed.
+	InternalSources []string `json:"internalSources,omitempty"`
 }
 
 // GatewayRef names the custom resource the config was rendered from.
@@ -83,7 +92,13 @@ type Tunnel struct {
 	ESPRekeySeconds int64  `json:"espRekeySeconds"`
 	DPDDelaySeconds int64  `json:"dpdDelaySeconds"`
 	DPDAction       string `json:"dpdAction"`
+	// Mode is empty (snat) or ModeRouted.
+	Mode string `json:"mode,omitempty"`
 }
+
+// ModeRouted marks a routed-mode tunnel: no SNAT, its subnets and the internal sources
+// reach each other by their real addresses.
+const ModeRouted = "routed"
 
 // Port is one transport port; Protocol is "tcp" or "udp".
 type Port struct {
@@ -116,16 +131,61 @@ type MSSClamp struct {
 	MSS     int32 `json:"mss"`
 }
 
-// PeerSubnets returns the union of every tunnel's remote subnets, sorted and deduplicated.
+// PeerSubnets returns the union of every tunnel's (or WireGuard peer's) remote subnets,
+// sorted and deduplicated.
 func (c *Config) PeerSubnets() []string {
 	seen := map[string]bool{}
 	var out []string
-	for _, t := range c.Tunnels {
-		for _, s := range t.RemoteSubnets {
+	add := func(subnets []string) {
+		for _, s := range subnets {
 			if !seen[s] {
 				seen[s] = true
 				out = append(out, s)
 			}
+		}
+	}
+	for _, t := range c.Tunnels {
+		add(t.RemoteSubnets)
+	}
+	if c.WireGuard != nil {
+		for _, p := range c.WireGuard.Peers {
+			add(p.AllowedIPs)
+		}
+	}
+	sortStrings(out)
+	return out
+}
+
+// RoutedSubnets returns the remote subnets of routed-mode tunnels, sorted.
+func (c *Config) RoutedSubnets() []string {
+	var out []string
+	for _, t := range c.Tunnels {
+		if t.Mode == ModeRouted {
+			out = append(out, t.RemoteSubnets...)
+		}
+	}
+	sortStrings(out)
+	return out
+}
+
+// PeerEndpoints returns the public addresses of the peers (IKE peers, WireGuard peers
+// with a fixed endpoint), sorted and deduplicated: traffic the gateway sends them must
+// leave through its port.
+func (c *Config) PeerEndpoints() []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(a string) {
+		if a != "" && !seen[a] {
+			seen[a] = true
+			out = append(out, a)
+		}
+	}
+	for _, t := range c.Tunnels {
+		add(t.PeerAddress)
+	}
+	if c.WireGuard != nil {
+		for _, p := range c.WireGuard.Peers {
+			add(p.EndpointAddress)
 		}
 	}
 	sortStrings(out)

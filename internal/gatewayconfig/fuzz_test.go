@@ -10,8 +10,16 @@ import (
 // FuzzRenderSwanctl feeds arbitrary names, IDs, proposals and subnets through Validate
 // and the renderers. Whatever is accepted must parse back into exactly the expected
 // sections and keys, with each value intact: no input may add a section, a key or a
-// list element.
+// list element. Where charon can run (root, strongSwan installed; required under
+// BNERD_REQUIRE_DATAPLANE=1), every accepted rendering is also loaded into a real charon
+// with swanctl, which must parse it and hold exactly the rendered connections, children,
+// identities and keys.
 func FuzzRenderSwanctl(f *testing.F) {
+	ch, why := startCharon(f)
+	if ch == nil {
+		f.Logf("strongSwan check not run: %s", why)
+	}
+	refusedProposals := 0
 	f.Add("hq", "vpn.acme.example", "aes256gcm16-prfsha384-ecp384", "192.168.10.0/24", "web", "psk")
 	f.Add("a\n}\nb {", "x = y", "aes,modp", "10.0.0.0/8 # c", "e\"x", "\x00")
 	f.Add("hq", "id\"\n  secret = 1", "aes256", "192.168.10.0/24", "web", "\" }\nsecrets {")
@@ -56,11 +64,16 @@ func FuzzRenderSwanctl(f *testing.F) {
 		if strings.Count(text, "{") != strings.Count(text, "}") {
 			t.Fatal("unbalanced braces")
 		}
-		if psk == "" {
-			return
+		sec := ""
+		if psk != "" {
+			if s, err := RenderSecrets(cfg, map[string]string{tunnel: psk, "branch": "k"}); err == nil {
+				sec = s
+			}
 		}
-		sec, err := RenderSecrets(cfg, map[string]string{tunnel: psk, "branch": "k"})
-		if err != nil {
+		if ch != nil {
+			checkWithCharon(t, ch, cfg, text, sec, &refusedProposals)
+		}
+		if sec == "" {
 			return
 		}
 		parsed, err := ParseSecrets(sec)

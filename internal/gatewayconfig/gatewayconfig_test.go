@@ -3,6 +3,7 @@ package gatewayconfig
 import (
 	"errors"
 	"flag"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -171,7 +172,10 @@ func TestBuildErrors(t *testing.T) {
 		{"no floating IP yet", func(in *Input) { in.Status.FloatingIP = "" }, ErrIncomplete, "floatingIP"},
 		{"vip not allocated", func(in *Input) { in.Status.Exposures = in.Status.Exposures[:1] }, ErrIncomplete, "ldaps"},
 		{"pinned vip not yet in status", func(in *Input) { in.Spec.Exposures[1].VirtualIP = "100.64.3.51" }, ErrIncomplete, "pinned"},
-		{"routed mode", func(in *Input) { in.Spec.Tunnels[0].Mode = v1alpha1.TunnelModeRouted }, ErrInvalid, "routed"},
+		{"routed subnet inside the internal sources", func(in *Input) {
+			in.Spec.Tunnels[1].Mode = v1alpha1.TunnelModeRouted
+			in.InternalSources = []netip.Prefix{netip.MustParsePrefix("172.16.0.0/16")}
+		}, ErrInvalid, "overlaps internal source"},
 		{"bad kind", func(in *Input) { in.Kind = "Pod" }, ErrInvalid, "kind"},
 		{"vip .1", func(in *Input) { in.Status.Exposures[0].VirtualIP = "100.64.3.1" }, ErrInvalid, "outside"},
 		{"forward vip in reverse range", func(in *Input) { in.Status.Exposures[0].VirtualIP = "100.64.3.210" }, ErrInvalid, "outside"},
@@ -306,6 +310,11 @@ func TestSwanctlStructure(t *testing.T) {
 	shunt := hq.Sub("children").Sub("hq" + FailClosedChildSuffix)
 	if m, _ := shunt.Get("mode"); m != "drop" {
 		t.Errorf("shunt mode %q", m)
+	}
+	// Exactly the child's selectors: a wider local selector blocks exposures' forwarded
+	// traffic with kernel IPsec (it meets the policy before source NAT).
+	if ts, _ := shunt.Get("local_ts"); ts != "100.64.3.0/24" {
+		t.Errorf("shunt local_ts %q, want the service CIDR", ts)
 	}
 }
 

@@ -2,6 +2,7 @@ package gatewayconfig
 
 import (
 	"fmt"
+	"net/netip"
 	"sort"
 )
 
@@ -23,6 +24,11 @@ type NAT struct {
 	ReversePorts []PortMapping
 	ReverseAll   []AddrMapping
 	MSSClamp     MSSClamp
+	// RoutedSubnets are the remote subnets of routed-mode tunnels: never source-NATed,
+	// and forwarded to and from InternalSources by their real addresses. Both empty
+	// without routed tunnels.
+	RoutedSubnets   []string
+	InternalSources []string
 }
 
 // PortMapping is one `vip . proto . port : target . port` map element.
@@ -68,6 +74,8 @@ func NATModel(cfg *Config) (*NAT, error) {
 		ReversePorts:       []PortMapping{},
 		ReverseAll:         []AddrMapping{},
 		MSSClamp:           cfg.MSSClamp,
+		RoutedSubnets:      cfg.RoutedSubnets(),
+		InternalSources:    outermost(cfg.InternalSources),
 	}
 	for _, e := range cfg.Exposures {
 		if len(e.Ports) == 0 {
@@ -107,4 +115,30 @@ func sortPorts(s []PortMapping) {
 
 func sortAddrs(s []AddrMapping) {
 	sort.Slice(s, func(i, j int) bool { return s[i].VirtualIP < s[j].VirtualIP })
+}
+
+// outermost drops every prefix another one of the list contains (nft refuses
+// overlapping intervals in one set) and sorts the rest.
+func outermost(cidrs []string) []string {
+	var ps []netip.Prefix
+	for _, c := range cidrs {
+		if p, err := netip.ParsePrefix(c); err == nil {
+			ps = append(ps, p.Masked())
+		}
+	}
+	var out []string
+	for i, p := range ps {
+		covered := false
+		for j, q := range ps {
+			if i != j && q.Bits() <= p.Bits() && q.Contains(p.Addr()) && (q.Bits() < p.Bits() || j < i) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			out = append(out, p.String())
+		}
+	}
+	sortStrings(out)
+	return out
 }

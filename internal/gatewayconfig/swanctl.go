@@ -70,7 +70,7 @@ func RenderSwanctl(cfg *Config) (string, error) {
 		w.open("children")
 		w.open(t.Name)
 		w.kv("mode", "tunnel")
-		w.kv("local_ts", cfg.ServiceCIDR)
+		w.kv("local_ts", strings.Join(localTS(cfg, t), ","))
 		w.kv("remote_ts", strings.Join(t.RemoteSubnets, ","))
 		w.kv("esp_proposals", strings.Join(t.ESPProposals, ","))
 		w.kv("rekey_time", fmt.Sprintf("%ds", t.ESPRekeySeconds))
@@ -78,11 +78,17 @@ func RenderSwanctl(cfg *Config) (string, error) {
 		w.kv("start_action", "start")
 		w.kv("close_action", dpdActions[t.DPDAction])
 		w.close()
-		// The shunt's local selector is wider than the tunnel child's, so the child's
-		// IPsec policy wins while it is installed and the drop policy catches the rest.
+		// The shunt has the tunnel child's selectors: charon installs drop shunts with a
+		// lower priority than IPsec policies, so the child's policy wins while it is
+		// installed and the drop policy catches the rest. It must not be wider: with
+		// kernel IPsec a forwarded packet meets the outbound policies before source NAT
+		// (an exposure's reply still carries the backend's address, a reverse exposure's
+		// packet the fabric host's), and a drop policy for 0.0.0.0/0 blocked all of them
+		// (seen in the kernel dataplane VM test as XfrmOutPolBlock). After source NAT
+		// the kernel looks the policy up again with the service CIDR as source.
 		w.open(t.Name + FailClosedChildSuffix)
 		w.kv("mode", "drop")
-		w.kv("local_ts", "0.0.0.0/0")
+		w.kv("local_ts", cfg.ServiceCIDR)
 		w.kv("remote_ts", strings.Join(t.RemoteSubnets, ","))
 		w.kv("start_action", "trap")
 		w.close()
@@ -252,12 +258,29 @@ func RenderStrongswanConf(opts StrongswanOptions) (string, error) {
 	return w.b.String(), nil
 }
 
-// ConnectionNames lists the connection names RenderSwanctl produces for cfg, sorted.
+// ConnectionNames lists the tunnels the status agent and the exporter report on, sorted:
+// the connection names RenderSwanctl produces, or a WireGuard gateway's peer names.
 func ConnectionNames(cfg *Config) []string {
 	out := make([]string, 0, len(cfg.Tunnels))
 	for _, t := range cfg.Tunnels {
 		out = append(out, t.Name)
 	}
+	if cfg.WireGuard != nil {
+		for _, p := range cfg.WireGuard.Peers {
+			out = append(out, p.Name)
+		}
+	}
 	sort.Strings(out)
 	return out
+}
+
+// localTS is a tunnel's local traffic selector: the service CIDR (virtual IPs and .1)
+// and, for a routed tunnel, the fabric's internal sources it reaches by their real
+// addresses.
+func localTS(cfg *Config, t Tunnel) []string {
+	ts := []string{cfg.ServiceCIDR}
+	if t.Mode == ModeRouted {
+		ts = append(ts, cfg.InternalSources...)
+	}
+	return ts
 }

@@ -131,9 +131,31 @@ func Validate(cfg *Config) error {
 		return invalidf("subnetCIDR %s overlaps serviceCIDR %s", subnet, svc)
 	}
 
-	if len(cfg.Tunnels) == 0 {
-		return invalidf("no tunnels")
+	switch cfg.Protocol {
+	case "":
+		if len(cfg.Tunnels) == 0 {
+			return invalidf("no tunnels")
+		}
+	case ProtocolWireGuard:
+	default:
+		return invalidf("protocol %q must be empty (IPsec) or %s", cfg.Protocol, ProtocolWireGuard)
 	}
+	if cfg.Protocol != ProtocolWireGuard && cfg.WireGuard != nil {
+		return invalidf("a wireguard section needs protocol %s", ProtocolWireGuard)
+	}
+	var internal []netip.Prefix
+	for _, s := range cfg.InternalSources {
+		p, err := parsePrefix4("internal source", s)
+		if err != nil {
+			return err
+		}
+		if p.Overlaps(svc) {
+			return invalidf("internal source %s overlaps serviceCIDR %s", p, svc)
+		}
+		internal = append(internal, p)
+	}
+	// remotes maps each tunnel (or WireGuard peer) to the client networks behind it.
+	remotes := map[string][]string{}
 	tunnels := map[string]*Tunnel{}
 	peerIDs := map[string]string{}
 	var allSubnets []netip.Prefix
@@ -146,6 +168,10 @@ func Validate(cfg *Config) error {
 			return invalidf("duplicate tunnel %q", t.Name)
 		}
 		tunnels[t.Name] = t
+		remotes[t.Name] = t.RemoteSubnets
+		if t.Mode != "" && t.Mode != ModeRouted {
+			return invalidf("tunnel %s: mode %q must be empty (snat) or %s", t.Name, t.Mode, ModeRouted)
+		}
 		peer, err := parseIPv4("tunnel "+t.Name+" peer address", t.PeerAddress)
 		if err != nil {
 			return err
@@ -180,6 +206,15 @@ func Validate(cfg *Config) error {
 					return invalidf("remote subnets %s and %s overlap", o, p)
 				}
 			}
+			// A routed subnet inside the fabric's own sources would route the fabric
+			// into the tunnel.
+			if t.Mode == ModeRouted {
+				for _, in := range internal {
+					if in.Overlaps(p) {
+						return invalidf("tunnel %s: routed subnet %s overlaps internal source %s", t.Name, p, in)
+					}
+				}
+			}
 			allSubnets = append(allSubnets, p)
 		}
 		if err := checkProposals(t.Name+" IKE", t.IKEProposals); err != nil {
@@ -195,6 +230,12 @@ func Validate(cfg *Config) error {
 		}
 		if _, ok := dpdActions[t.DPDAction]; !ok {
 			return invalidf("tunnel %s: dpd action %q must be restart, clear or trap", t.Name, t.DPDAction)
+		}
+	}
+
+	if cfg.Protocol == ProtocolWireGuard {
+		if err := validateWireGuard(cfg, svc, subnet, &allSubnets, remotes); err != nil {
+			return err
 		}
 	}
 
@@ -246,8 +287,8 @@ func Validate(cfg *Config) error {
 			return invalidf("duplicate reverse exposure %q", r.Name)
 		}
 		names["r/"+r.Name] = true
-		t := tunnels[r.Tunnel]
-		if t == nil {
+		remote, ok := remotes[r.Tunnel]
+		if !ok {
 			return invalidf("reverse exposure %s: unknown tunnel %q", r.Name, r.Tunnel)
 		}
 		if err := claimVIP("reverse exposure", r.Name, r.VirtualIP, 200, 254); err != nil {
@@ -258,7 +299,7 @@ func Validate(cfg *Config) error {
 			return err
 		}
 		inside := false
-		for _, s := range t.RemoteSubnets {
+		for _, s := range remote {
 			if netip.MustParsePrefix(s).Contains(tgt) {
 				inside = true
 			}

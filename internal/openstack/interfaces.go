@@ -75,9 +75,11 @@ type Clients struct {
 	Identity   Identity
 }
 
-// CreatePortOpts describes a new port. Tags are sent in the create request
-// itself, so a port is never visible untagged (a crash between create and
-// tag would otherwise leak it).
+// CreatePortOpts describes a new port. Where Neutron takes tags in a create
+// (tag-creation) they are sent with it, so the port is never visible untagged;
+// elsewhere it is created with a marker description and tagged right after, and a
+// lookup by the owner's tags adopts one a crash left half-tagged (see older.go). Either
+// way a crash never leaks an unfindable port.
 type CreatePortOpts struct {
 	NetworkID      string
 	Name           string

@@ -3,7 +3,10 @@ package openstack
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/attributestags"
@@ -23,7 +26,8 @@ import (
 func NewNetworking(c *gophercloud.ServiceClient) Networking { return &networking{c: c} }
 
 type networking struct {
-	c *gophercloud.ServiceClient
+	c    *gophercloud.ServiceClient
+	feat featureCache
 }
 
 var _ Networking = (*networking)(nil)
@@ -159,6 +163,9 @@ func (o portCreate) ToPortCreateMap() (map[string]any, error) {
 	return withTags(m, "port", o.tags, err)
 }
 
+// CreatePort creates a port with its tags. Where Neutron takes tags in the create
+// (tag-creation, tag-ports-during-bulk-creation) they go with it; elsewhere the port is
+// created with a marker description and tagged right after (see older.go).
 func (n *networking) CreatePort(ctx context.Context, opts CreatePortOpts) (*Port, error) {
 	co := ports.CreateOpts{NetworkID: opts.NetworkID, Name: opts.Name, Description: opts.Description}
 	if opts.SubnetID != "" || opts.IPAddress != "" {
@@ -168,15 +175,45 @@ func (n *networking) CreatePort(ctx context.Context, opts CreatePortOpts) (*Port
 		sgs := append([]string{}, opts.SecurityGroups...)
 		co.SecurityGroups = &sgs
 	}
-	p, err := ports.Create(ctx, n.c, portCreate{CreateOpts: co, tags: sanitizeTags(opts.Tags)}).Extract()
-	if err != nil {
-		op := "create port on network " + opts.NetworkID
-		if opts.IPAddress != "" {
-			op += " at " + opts.IPAddress
+	tags := sanitizeTags(opts.Tags)
+	op := "create port on network " + opts.NetworkID
+	if opts.IPAddress != "" {
+		op += " at " + opts.IPAddress
+	}
+	late := false
+	if len(tags) > 0 {
+		f, err := n.features(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
 		}
+		late = !f.PortTagCreation
+	}
+	body := portCreate{CreateOpts: co, tags: tags}
+	marker := ""
+	if late {
+		body.tags = nil
+		if marker = pendingMarker(tags); marker != "" {
+			body.Description = marker
+		}
+	}
+	p, err := ports.Create(ctx, n.c, body).Extract()
+	if err != nil {
 		return nil, wrapErr(op, err)
 	}
 	res := toPort(*p)
+	if late {
+		desc := opts.Description
+		got, err := n.finishTagging(ctx, "ports", p.ID, tags, marker,
+			func(ctx context.Context) error {
+				_, err := ports.Update(ctx, n.c, p.ID, ports.UpdateOpts{Description: &desc}).Extract()
+				return err
+			},
+			func(ctx context.Context) error { return n.DeletePort(ctx, p.ID) })
+		if err != nil {
+			return nil, err
+		}
+		res.Tags, res.Description = got, desc
+	}
 	return &res, nil
 }
 
@@ -203,6 +240,43 @@ func (n *networking) ListPorts(ctx context.Context, opts ListPortsOpts) ([]Port,
 	if opts.IPAddress != "" || opts.SubnetID != "" {
 		lo.FixedIPs = []ports.FixedIPOpts{{IPAddress: opts.IPAddress, SubnetID: opts.SubnetID}}
 	}
+	out, err := n.listPorts(ctx, lo)
+	if err != nil || len(out) > 0 || len(opts.Tags) == 0 {
+		return out, err
+	}
+	// Nothing carries the tags: on a Neutron that tags after the create, a crash may
+	// have left the owner's port with only its marker.
+	marker := selectorMarker(opts.Tags)
+	if marker == "" {
+		return out, nil
+	}
+	if f, err := n.features(ctx); err != nil || f.PortTagCreation {
+		return out, err
+	}
+	lo.Tags, lo.Description = "", marker
+	pending, err := n.listPorts(ctx, lo)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pending {
+		if p.Description != marker {
+			continue // a Neutron that ignored the filter
+		}
+		got, err := n.adoptPending(ctx, "ports", p.ID, opts.Tags, func(ctx context.Context) error {
+			empty := ""
+			_, err := ports.Update(ctx, n.c, p.ID, ports.UpdateOpts{Description: &empty}).Extract()
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		p.Tags, p.Description = got, ""
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func (n *networking) listPorts(ctx context.Context, lo ports.ListOpts) ([]Port, error) {
 	pages, err := ports.List(n.c, lo).AllPages(ctx)
 	if err != nil {
 		return nil, wrapErr("list ports", err)
@@ -216,6 +290,19 @@ func (n *networking) ListPorts(ctx context.Context, opts ListPortsOpts) ([]Port,
 		out = append(out, toPort(p))
 	}
 	return out, nil
+}
+
+// adoptPending finishes the tagging a crash interrupted: the object gets the tags it
+// was looked up by, and loses the marker description.
+func (n *networking) adoptPending(ctx context.Context, resource, id string, tags []string, clearDescription func(context.Context) error) ([]string, error) {
+	got, err := attributestags.ReplaceAll(ctx, n.c, resource, id, replaceTags{tags: sanitizeTags(tags)}).Extract()
+	if err != nil {
+		return nil, wrapErr("tag the half-created "+strings.TrimSuffix(resource, "s")+" "+id, err)
+	}
+	if err := clearDescription(ctx); err != nil {
+		return nil, wrapErr("clear the marker of "+strings.TrimSuffix(resource, "s")+" "+id, err)
+	}
+	return got, nil
 }
 
 func (n *networking) updatePort(ctx context.Context, op, id string, uo ports.UpdateOpts) (*Port, error) {
@@ -293,14 +380,42 @@ func (o secGroupCreate) ToSecGroupCreateMap() (map[string]any, error) {
 }
 
 func (n *networking) CreateSecurityGroup(ctx context.Context, opts CreateSecurityGroupOpts) (*SecurityGroup, error) {
-	g, err := groups.Create(ctx, n.c, secGroupCreate{
-		CreateOpts: groups.CreateOpts{Name: opts.Name, Description: opts.Description},
-		tags:       sanitizeTags(opts.Tags),
-	}).Extract()
+	op := "create security group " + opts.Name
+	tags := sanitizeTags(opts.Tags)
+	late := false
+	if len(tags) > 0 {
+		f, err := n.features(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+		late = !f.TagCreation
+	}
+	body := secGroupCreate{CreateOpts: groups.CreateOpts{Name: opts.Name, Description: opts.Description}, tags: tags}
+	marker := ""
+	if late {
+		body.tags = nil
+		if marker = pendingMarker(tags); marker != "" {
+			body.Description = marker
+		}
+	}
+	g, err := groups.Create(ctx, n.c, body).Extract()
 	if err != nil {
-		return nil, wrapErr("create security group "+opts.Name, err)
+		return nil, wrapErr(op, err)
 	}
 	res := toSecurityGroup(*g)
+	if late {
+		desc := opts.Description
+		got, err := n.finishTagging(ctx, "security-groups", g.ID, tags, marker,
+			func(ctx context.Context) error {
+				_, err := groups.Update(ctx, n.c, g.ID, groups.UpdateOpts{Description: &desc}).Extract()
+				return err
+			},
+			func(ctx context.Context) error { return n.DeleteSecurityGroup(ctx, g.ID) })
+		if err != nil {
+			return nil, err
+		}
+		res.Tags, res.Description = got, desc
+	}
 	return &res, nil
 }
 
@@ -320,7 +435,41 @@ func (n *networking) ListSecurityGroups(ctx context.Context, tags []string) ([]S
 	if len(tags) == 0 {
 		return nil, fmt.Errorf("list security groups: %w", ErrUnfiltered)
 	}
-	pages, err := groups.List(n.c, groups.ListOpts{Tags: tagFilter(tags)}).AllPages(ctx)
+	out, err := n.listSecurityGroups(ctx, groups.ListOpts{Tags: tagFilter(tags)})
+	if err != nil || len(out) > 0 {
+		return out, err
+	}
+	marker := selectorMarker(tags)
+	if marker == "" {
+		return out, nil
+	}
+	if f, err := n.features(ctx); err != nil || f.TagCreation {
+		return out, err
+	}
+	pending, err := n.listSecurityGroups(ctx, groups.ListOpts{Description: marker})
+	if err != nil {
+		return nil, err
+	}
+	for _, g := range pending {
+		if g.Description != marker {
+			continue // a Neutron that ignored the filter
+		}
+		got, err := n.adoptPending(ctx, "security-groups", g.ID, tags, func(ctx context.Context) error {
+			empty := ""
+			_, err := groups.Update(ctx, n.c, g.ID, groups.UpdateOpts{Description: &empty}).Extract()
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		g.Tags, g.Description = got, ""
+		out = append(out, g)
+	}
+	return out, nil
+}
+
+func (n *networking) listSecurityGroups(ctx context.Context, lo groups.ListOpts) ([]SecurityGroup, error) {
+	pages, err := groups.List(n.c, lo).AllPages(ctx)
 	if err != nil {
 		return nil, wrapErr("list security groups", err)
 	}
@@ -361,7 +510,7 @@ func (n *networking) DeleteSecurityGroupRule(ctx context.Context, id string) err
 
 func toFloatingIP(f floatingips.FloatingIP) FloatingIP {
 	return FloatingIP{
-		ID: f.ID, FloatingIPAddress: f.FloatingIP, FloatingNetworkID: f.FloatingNetworkID,
+		ID: f.ID, Description: f.Description, FloatingIPAddress: f.FloatingIP, FloatingNetworkID: f.FloatingNetworkID,
 		PortID: f.PortID, FixedIPAddress: f.FixedIP, Tags: f.Tags,
 		ProjectID: projectOf(f.ProjectID, f.TenantID), Status: f.Status,
 	}
@@ -378,21 +527,51 @@ func (o floatingIPCreate) ToFloatingIPCreateMap() (map[string]any, error) {
 }
 
 func (n *networking) CreateFloatingIP(ctx context.Context, opts CreateFloatingIPOpts) (*FloatingIP, error) {
-	f, err := floatingips.Create(ctx, n.c, floatingIPCreate{
+	op := "create floating IP on network " + opts.FloatingNetworkID
+	if opts.FloatingIPAddress != "" {
+		op += " at " + opts.FloatingIPAddress
+	}
+	tags := sanitizeTags(opts.Tags)
+	late := false
+	if len(tags) > 0 {
+		feat, err := n.features(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+		late = !feat.TagCreation
+	}
+	body := floatingIPCreate{
 		CreateOpts: floatingips.CreateOpts{
 			FloatingNetworkID: opts.FloatingNetworkID, FloatingIP: opts.FloatingIPAddress,
 			PortID: opts.PortID, Description: opts.Description,
 		},
-		tags: sanitizeTags(opts.Tags),
-	}).Extract()
-	if err != nil {
-		op := "create floating IP on network " + opts.FloatingNetworkID
-		if opts.FloatingIPAddress != "" {
-			op += " at " + opts.FloatingIPAddress
+		tags: tags,
+	}
+	marker := ""
+	if late {
+		body.tags = nil
+		if marker = pendingMarker(tags); marker != "" {
+			body.Description = marker
 		}
+	}
+	f, err := floatingips.Create(ctx, n.c, body).Extract()
+	if err != nil {
 		return nil, wrapErr(op, err)
 	}
 	res := toFloatingIP(*f)
+	if late {
+		desc := opts.Description
+		got, err := n.finishTagging(ctx, "floatingips", f.ID, tags, marker,
+			func(ctx context.Context) error {
+				_, err := floatingips.Update(ctx, n.c, f.ID, floatingips.UpdateOpts{Description: &desc}).Extract()
+				return err
+			},
+			func(ctx context.Context) error { return n.DeleteFloatingIP(ctx, f.ID) })
+		if err != nil {
+			return nil, err
+		}
+		res.Tags, res.Description = got, desc
+	}
 	return &res, nil
 }
 
@@ -427,9 +606,43 @@ func (n *networking) ListFloatingIPs(ctx context.Context, opts ListFloatingIPsOp
 	if len(opts.Tags) == 0 && opts.PortID == "" && opts.FloatingIPAddress == "" {
 		return nil, fmt.Errorf("list floating IPs: %w", ErrUnfiltered)
 	}
-	pages, err := floatingips.List(n.c, floatingips.ListOpts{
-		Tags: tagFilter(opts.Tags), PortID: opts.PortID, FloatingIP: opts.FloatingIPAddress,
-	}).AllPages(ctx)
+	lo := floatingips.ListOpts{Tags: tagFilter(opts.Tags), PortID: opts.PortID, FloatingIP: opts.FloatingIPAddress}
+	out, err := n.listFloatingIPs(ctx, lo)
+	if err != nil || len(out) > 0 || len(opts.Tags) == 0 {
+		return out, err
+	}
+	marker := selectorMarker(opts.Tags)
+	if marker == "" {
+		return out, nil
+	}
+	if f, err := n.features(ctx); err != nil || f.TagCreation {
+		return out, err
+	}
+	lo.Tags, lo.Description = "", marker
+	pending, err := n.listFloatingIPs(ctx, lo)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range pending {
+		if f.Description != marker {
+			continue // a Neutron that ignored the filter
+		}
+		got, err := n.adoptPending(ctx, "floatingips", f.ID, opts.Tags, func(ctx context.Context) error {
+			empty := ""
+			_, err := floatingips.Update(ctx, n.c, f.ID, floatingips.UpdateOpts{Description: &empty}).Extract()
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		f.Tags, f.Description = got, ""
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+func (n *networking) listFloatingIPs(ctx context.Context, lo floatingips.ListOpts) ([]FloatingIP, error) {
+	pages, err := floatingips.List(n.c, lo).AllPages(ctx)
 	if err != nil {
 		return nil, wrapErr("list floating IPs", err)
 	}
@@ -567,22 +780,106 @@ func describeRoutes(routes []Route) string {
 	return strings.Join(parts, ", ")
 }
 
+// AddRouterRoutes adds routes with extraroute-atomic's add_extraroutes: Neutron merges
+// them under its own lock, so concurrent writers never lose each other's routes, and
+// adding a route the router has is a no-op. Without extraroute-atomic it replaces the
+// router's routes, conditional on the revision it read (see updateRoutes).
 func (n *networking) AddRouterRoutes(ctx context.Context, routerID string, routes []Route) (*Router, error) {
+	op := "add routes [" + describeRoutes(routes) + "] to router " + routerID
+	f, err := n.features(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	if !f.ExtraRouteAtomic {
+		return n.updateRoutes(ctx, op, routerID, func(have []Route) []Route {
+			for _, r := range routes {
+				if !slices.Contains(have, r) {
+					have = append(have, r)
+				}
+			}
+			return have
+		})
+	}
 	r, err := extraroutes.Add(ctx, n.c, routerID, extraroutes.Opts{Routes: toGCRoutes(routes)}).Extract()
 	if err != nil {
-		return nil, wrapErr("add routes ["+describeRoutes(routes)+"] to router "+routerID, err)
+		return nil, wrapErr(op, err)
 	}
 	res := toRouter(*r)
 	return &res, nil
 }
 
+// RemoveRouterRoutes removes exactly these routes (destination and next hop) with
+// remove_extraroutes; an absent route is a no-op. Without extraroute-atomic, see
+// updateRoutes.
 func (n *networking) RemoveRouterRoutes(ctx context.Context, routerID string, routes []Route) (*Router, error) {
+	op := "remove routes [" + describeRoutes(routes) + "] from router " + routerID
+	f, err := n.features(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	if !f.ExtraRouteAtomic {
+		return n.updateRoutes(ctx, op, routerID, func(have []Route) []Route {
+			return slices.DeleteFunc(have, func(r Route) bool { return slices.Contains(routes, r) })
+		})
+	}
 	r, err := extraroutes.Remove(ctx, n.c, routerID, extraroutes.Opts{Routes: toGCRoutes(routes)}).Extract()
 	if err != nil {
-		return nil, wrapErr("remove routes ["+describeRoutes(routes)+"] from router "+routerID, err)
+		return nil, wrapErr(op, err)
 	}
 	res := toRouter(*r)
 	return &res, nil
+}
+
+// maxRouteRetries bounds the compare-and-swap loop of updateRoutes under contention.
+const maxRouteRetries = 30
+
+// updateRoutes is the route update for a Neutron without extraroute-atomic: read the
+// router, compute its new routes, and write them back only if nobody changed the router
+// in between ("If-Match: revision_number=N", revision-if-match; Neutron answers 412
+// otherwise and the loop reads again). A plain router update would silently drop a
+// route another writer added between the read and the write. The operator refuses to
+// start on a Neutron with neither extension (see Features.Missing).
+func (n *networking) updateRoutes(ctx context.Context, op, routerID string, change func([]Route) []Route) (*Router, error) {
+	for attempt := 0; ; attempt++ {
+		cur, rev, err := n.routerRevision(ctx, routerID)
+		if err != nil {
+			return nil, wrapErr(op, err)
+		}
+		want := change(slices.Clone(cur.Routes))
+		if slices.Equal(want, cur.Routes) {
+			return cur, nil
+		}
+		r, err := routers.Update(ctx, n.c, routerID, routers.UpdateOpts{Routes: toGCRoutes(want), RevisionNumber: &rev}).Extract()
+		if err == nil {
+			res := toRouter(*r)
+			return &res, nil
+		}
+		if StatusCode(err) != 412 || attempt >= maxRouteRetries {
+			return nil, wrapErr(op, err)
+		}
+		// Someone else wrote in between: back off a little (with jitter, so two
+		// writers do not collide again in lockstep) and read again.
+		wait := time.Duration(1+rand.IntN(10*(attempt+1))) * time.Millisecond
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%s: %w", op, ctx.Err())
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (n *networking) routerRevision(ctx context.Context, routerID string) (*Router, int, error) {
+	var out struct {
+		Router struct {
+			routers.Router
+			RevisionNumber int `json:"revision_number"`
+		} `json:"router"`
+	}
+	if err := routers.Get(ctx, n.c, routerID).ExtractInto(&out); err != nil {
+		return nil, 0, err
+	}
+	res := toRouter(out.Router.Router)
+	return &res, out.Router.RevisionNumber, nil
 }
 
 // --- RBAC ---

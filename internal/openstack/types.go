@@ -89,6 +89,7 @@ type SecurityGroupRule struct {
 
 type FloatingIP struct {
 	ID                string
+	Description       string
 	FloatingIPAddress string
 	FloatingNetworkID string
 	PortID            string

@@ -33,9 +33,15 @@ type Config struct {
 	InternalSourceCIDRs []netip.Prefix
 	// GatewayNetworkPolicy toggles the per-gateway <name>-nic1 NetworkPolicy.
 	GatewayNetworkPolicy bool
-	// GatewayImage runs strongSwan; AgentImage runs the gateway agent's roles.
-	GatewayImage string
-	AgentImage   string
+	// GatewayImage runs strongSwan; AgentImage runs the gateway agent's roles;
+	// WireGuardImage runs a WireGuard gateway's interface (the agent's wireguard role).
+	GatewayImage   string
+	AgentImage     string
+	WireGuardImage string
+	// GatewayDataplane is charon's kernel backend in every gateway pod: "kernel" (XFRM,
+	// the default) or "libipsec" (userspace ESP over a TUN device, for nodes whose kernel
+	// has no ESP).
+	GatewayDataplane string
 	// NADTemplate is a Go text/template for the NetworkAttachmentDefinition's CNI config;
 	// empty means the built-in host-device-by-MAC template.
 	NADTemplate string
@@ -57,6 +63,11 @@ type Config struct {
 	// OpenStackTimeout bounds each OpenStack request: a hung request holds a worker no
 	// longer than this.
 	OpenStackTimeout time.Duration
+	// StatusAgentStaleAfter is how old a gateway status agent's heartbeat
+	// (status.tunnelsObservedTime) may be before its report is stale: TunnelsUp turns
+	// Unknown/StatusAgentSilent and Ready with it. The agent writes one at least every
+	// DefaultStatusAgentHeartbeat, so the default tolerates two missed heartbeats.
+	StatusAgentStaleAfter time.Duration
 }
 
 // Defaults from the specification.
@@ -69,6 +80,17 @@ const (
 	DefaultAgentImage                      = "ghcr.io/bnerd/bnerd-vpn-gateway:v0.1.0"
 	DefaultNodeNotReadyGrace               = 5 * time.Second
 	DefaultOpenStackTimeout                = 30 * time.Second
+	DefaultWireGuardImage                  = "ghcr.io/bnerd/bnerd-vpn-gateway-wireguard:v0.1.0"
+	DefaultGatewayDataplane                = "kernel"
+)
+
+// The status agent's heartbeat and the age at which the operator calls its report stale.
+const (
+	// DefaultStatusAgentHeartbeat is how often a gateway's status agent confirms its
+	// report when nothing changed (its --heartbeat flag's default).
+	DefaultStatusAgentHeartbeat = time.Minute
+	// DefaultStatusAgentStaleAfter is three heartbeats.
+	DefaultStatusAgentStaleAfter = 3 * DefaultStatusAgentHeartbeat
 )
 
 // Default returns the configuration with every default applied and nothing read.
@@ -79,11 +101,14 @@ func Default() Config {
 		GatewayNetworkPolicy:            true,
 		GatewayImage:                    DefaultGatewayImage,
 		AgentImage:                      DefaultAgentImage,
+		WireGuardImage:                  DefaultWireGuardImage,
+		GatewayDataplane:                DefaultGatewayDataplane,
 		ClusterLinkCredentialsNamespace: DefaultClusterLinkCredentialsNamespace,
 		ResyncInterval:                  DefaultResyncInterval,
 		MaxConcurrentReconciles:         4,
 		NodeNotReadyGrace:               DefaultNodeNotReadyGrace,
 		OpenStackTimeout:                DefaultOpenStackTimeout,
+		StatusAgentStaleAfter:           DefaultStatusAgentStaleAfter,
 	}
 }
 
@@ -93,7 +118,7 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 		getenv = os.Getenv
 	}
 	c := Default()
-	var pool, internal, resync, netpol, conc, grace, osQPS, osBurst, osTimeout string
+	var pool, internal, resync, netpol, conc, stale, grace, osQPS, osBurst, osTimeout string
 	env := func(name, def string) string {
 		if v := getenv(name); v != "" {
 			return v
@@ -109,6 +134,8 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	fs.StringVar(&netpol, "gateway-network-policy", env("IPSEC_GATEWAY_NETWORKPOLICY_ENABLED", "true"), "create the <name>-nic1 NetworkPolicy (IPSEC_GATEWAY_NETWORKPOLICY_ENABLED)")
 	fs.StringVar(&c.GatewayImage, "gateway-image", env("IPSEC_GATEWAY_IMAGE", c.GatewayImage), "strongSwan image (IPSEC_GATEWAY_IMAGE)")
 	fs.StringVar(&c.AgentImage, "agent-image", env("IPSEC_AGENT_IMAGE", c.AgentImage), "gateway agent image (IPSEC_AGENT_IMAGE)")
+	fs.StringVar(&c.WireGuardImage, "gateway-wireguard-image", env("IPSEC_GATEWAY_WIREGUARD_IMAGE", c.WireGuardImage), "WireGuard gateway image (IPSEC_GATEWAY_WIREGUARD_IMAGE)")
+	fs.StringVar(&c.GatewayDataplane, "gateway-dataplane", env("IPSEC_GATEWAY_DATAPLANE", c.GatewayDataplane), "gateway pods' IPsec dataplane: kernel or libipsec (IPSEC_GATEWAY_DATAPLANE)")
 	fs.StringVar(&c.NADTemplate, "nad-template", env("IPSEC_NAD_TEMPLATE", ""), "NetworkAttachmentDefinition config template (IPSEC_NAD_TEMPLATE)")
 	fs.StringVar(&c.ClusterLinkCredentialsNamespace, "clusterlink-credentials-namespace", env("IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE", c.ClusterLinkCredentialsNamespace), "namespace of ClusterLink customer credentials (IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE)")
 	fs.StringVar(&resync, "resync-interval", env("IPSEC_RESYNC_INTERVAL", c.ResyncInterval.String()), "periodic resync (IPSEC_RESYNC_INTERVAL)")
@@ -117,6 +144,7 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	fs.StringVar(&osQPS, "openstack-qps", env("IPSEC_OPENSTACK_QPS", "0"), "OpenStack requests per second, 0 for unpaced (IPSEC_OPENSTACK_QPS)")
 	fs.StringVar(&osBurst, "openstack-burst", env("IPSEC_OPENSTACK_BURST", "0"), "OpenStack request burst above the QPS (IPSEC_OPENSTACK_BURST)")
 	fs.StringVar(&osTimeout, "openstack-timeout", env("IPSEC_OPENSTACK_TIMEOUT", c.OpenStackTimeout.String()), "bound of each OpenStack request (IPSEC_OPENSTACK_TIMEOUT)")
+	fs.StringVar(&stale, "status-agent-stale-after", env("IPSEC_STATUS_AGENT_STALE_AFTER", c.StatusAgentStaleAfter.String()), "age of a status agent's heartbeat after which its tunnel report is stale (IPSEC_STATUS_AGENT_STALE_AFTER)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -131,8 +159,14 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	if c.GatewayNetworkPolicy, err = strconv.ParseBool(netpol); err != nil {
 		return c, fmt.Errorf("gateway network policy switch %q: %w", netpol, err)
 	}
+	if c.GatewayDataplane != "kernel" && c.GatewayDataplane != "libipsec" {
+		return c, fmt.Errorf("gateway dataplane %q: must be kernel or libipsec", c.GatewayDataplane)
+	}
 	if c.ResyncInterval, err = time.ParseDuration(resync); err != nil || c.ResyncInterval <= 0 {
 		return c, fmt.Errorf("resync interval %q: must be a positive duration", resync)
+	}
+	if c.StatusAgentStaleAfter, err = time.ParseDuration(stale); err != nil || c.StatusAgentStaleAfter <= DefaultStatusAgentHeartbeat {
+		return c, fmt.Errorf("status agent stale-after %q: must be a duration longer than the agent's heartbeat (%s)", stale, DefaultStatusAgentHeartbeat)
 	}
 	if c.MaxConcurrentReconciles, err = strconv.Atoi(conc); err != nil || c.MaxConcurrentReconciles < 1 {
 		return c, fmt.Errorf("max concurrent reconciles %q: must be a positive integer", conc)

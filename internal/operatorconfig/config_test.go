@@ -13,6 +13,8 @@ func TestLoadDefaultsEnvAndFlags(t *testing.T) {
 		"IPSEC_INTERNAL_SOURCE_CIDRS":             "10.254.0.0/24, 10.251.0.0/16",
 		"IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE": "creds",
 		"IPSEC_RESYNC_INTERVAL":                   "30s",
+		"IPSEC_STATUS_AGENT_STALE_AFTER":          "5m",
+		"IPSEC_GATEWAY_DATAPLANE":                 "libipsec",
 	}
 	c, err := Load(flag.NewFlagSet("t", flag.ContinueOnError), []string{"--router", "r1"}, func(k string) string { return env[k] })
 	if err != nil {
@@ -20,7 +22,7 @@ func TestLoadDefaultsEnvAndFlags(t *testing.T) {
 	}
 	if c.Namespace != "bnerd-vpn" || c.Router != "r1" || c.ClusterLinkCredentialsNamespace != "creds" ||
 		c.ResyncInterval != 30*time.Second || len(c.InternalSourceCIDRs) != 2 ||
-		c.ServiceCIDRPool.String() != "100.64.0.0/16" || !c.GatewayNetworkPolicy ||
+		c.ServiceCIDRPool.String() != "100.64.0.0/16" || !c.GatewayNetworkPolicy || c.StatusAgentStaleAfter != 5*time.Minute || c.GatewayDataplane != "libipsec" ||
 		c.NodeNotReadyGrace != DefaultNodeNotReadyGrace || c.OpenStackTimeout != DefaultOpenStackTimeout || c.OpenStackQPS != 0 {
 		t.Fatalf("unexpected config %+v", c)
 	}
@@ -37,6 +39,8 @@ func TestLoadRefusesBadValues(t *testing.T) {
 		"IPSEC_OPENSTACK_QPS=fast":                    "number of zero or more",
 		"IPSEC_OPENSTACK_BURST=-3":                    "integer of zero or more",
 		"IPSEC_OPENSTACK_TIMEOUT=0s":                  "positive duration",
+		"IPSEC_STATUS_AGENT_STALE_AFTER=30s":          "longer than the agent's heartbeat",
+		"IPSEC_GATEWAY_DATAPLANE=wireguard":           "kernel or libipsec",
 	} {
 		k, v, _ := strings.Cut(env, "=")
 		_, err := Load(flag.NewFlagSet("t", flag.ContinueOnError), nil, func(n string) string {

@@ -2,6 +2,7 @@ package preflight
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"bnerd.net/vpn-operator/internal/openstack"
+	"bnerd.net/vpn-operator/internal/openstack/sim"
+	"bnerd.net/vpn-operator/internal/testenv"
 )
 
 type capture struct {
@@ -69,5 +74,61 @@ func TestCheckCiliumExclusive(t *testing.T) {
 				t.Fatalf("warnings=%d with confirmed=%v; logs: %v", w, got, logs.lines)
 			}
 		})
+	}
+}
+
+// The transit network check against the OpenStack simulator: a network shared with
+// every project (flag or wildcard RBAC) is a WARNING at start naming the admin's
+// command; per-project shares are not.
+func TestCheckTransitNetworkShare(t *testing.T) {
+	seed, err := sim.LoadSeed(filepath.Join(testenv.RepoRoot(), "examples", "sim-estate.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sim.Start(seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	id, secret, _ := s.AppCredential("vpn-operator")
+	ctx := context.Background()
+	c, err := openstack.NewClients(ctx, openstack.Credential{AuthURL: s.AuthURL(), Region: s.Region(), AppCredentialID: id, AppCredentialSecret: secret}, openstack.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	net, ok := s.NetworkByName("vpn-transit")
+	if !ok {
+		t.Fatal("no transit network in the seed")
+	}
+	check := func() (bool, *capture) {
+		cp := &capture{}
+		return CheckTransitNetworkShare(ctx, c.Networking, "vpn-transit", cp.logger()), cp
+	}
+	if ok, cp := check(); !ok || cp.warnings() != 0 {
+		t.Fatalf("an unshared network: ok=%v, %d warnings", ok, cp.warnings())
+	}
+	if _, err := s.AddRBACPolicy(net.ID, "0123456789abcdef0123456789abcdef"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, cp := check(); !ok || cp.warnings() != 0 {
+		t.Fatalf("a per-project share: ok=%v, %d warnings", ok, cp.warnings())
+	}
+	if err := s.SetNetworkShared(net.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	ok, cp := check()
+	if ok || cp.warnings() != 1 || !strings.Contains(strings.Join(cp.lines, "\n"), "openstack network set --no-share "+net.ID) {
+		t.Fatalf("shared=True: ok=%v, log %v", ok, cp.lines)
+	}
+	if err := s.SetNetworkShared(net.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	pol, err := s.AddRBACPolicy(net.ID, "*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok, cp = check()
+	if ok || cp.warnings() != 1 || !strings.Contains(strings.Join(cp.lines, "\n"), "openstack network rbac delete "+pol.ID) {
+		t.Fatalf("wildcard RBAC: ok=%v, log %v", ok, cp.lines)
 	}
 }

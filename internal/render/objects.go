@@ -27,18 +27,20 @@ func ConfigMap(g Gateway, cfg *gatewayconfig.Config) (*corev1.ConfigMap, error) 
 	if err != nil {
 		return nil, err
 	}
+	cm := &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: objectMeta(g, ConfigMapName(g.Name)),
+		Data:       map[string]string{gatewayconfig.ConfigMapKeyConfig: string(js)},
+	}
+	if cfg.Protocol == gatewayconfig.ProtocolWireGuard {
+		return cm, nil // no charon
+	}
 	swan, err := gatewayconfig.RenderSwanctl(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &corev1.ConfigMap{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: objectMeta(g, ConfigMapName(g.Name)),
-		Data: map[string]string{
-			gatewayconfig.ConfigMapKeyConfig:  string(js),
-			gatewayconfig.ConfigMapKeySwanctl: swan,
-		},
-	}, nil
+	cm.Data[gatewayconfig.ConfigMapKeySwanctl] = swan
+	return cm, nil
 }
 
 // Secret carries the rendered secrets section (the IKE pre-shared keys).
@@ -170,7 +172,15 @@ type Workload struct {
 	PortMAC      string
 	GatewayImage string
 	AgentImage   string
+	// WireGuardImage runs the wireguard container of a WireGuard gateway.
+	WireGuardImage string
+	// Dataplane is charon's kernel backend: kernel XFRM (the default) or libipsec
+	// (userspace ESP over a TUN device, for kernels without ESP).
+	Dataplane gatewayconfig.DataplaneMode
 }
+
+// TunnelInterface is the TUN device charon's libipsec backend creates.
+const TunnelInterface = "ipsec0"
 
 // Deployment runs the gateway pod: one replica, hard-pinned to the node whose server
 // holds the dedicated port, replaced (never surged) because two pods cannot share it.
@@ -178,6 +188,24 @@ func Deployment(w Workload) (*appsv1.Deployment, error) {
 	g := w.Gateway
 	if w.NodeName == "" {
 		return nil, fmt.Errorf("deployment: no node selected")
+	}
+	// The guard follows the dataplane: with kernel XFRM it drops what leaves without an
+	// IPsec transformation; with libipsec, what leaves by any device but the tunnel's.
+	dataplane := w.Dataplane
+	if dataplane == "" {
+		dataplane = gatewayconfig.DataplaneKernel
+	}
+	var guard []string
+	charonCaps := []corev1.Capability{"NET_ADMIN", "NET_RAW", "NET_BIND_SERVICE"}
+	switch dataplane {
+	case gatewayconfig.DataplaneKernel:
+		guard = []string{"--guard=xfrm"}
+	case gatewayconfig.DataplaneLibipsec:
+		guard = []string{"--guard=interface", "--tunnel-interface=" + TunnelInterface}
+		// The container runtime gives no /dev/net/tun; the charon role creates the node.
+		charonCaps = append(charonCaps, "MKNOD")
+	default:
+		return nil, fmt.Errorf("deployment: dataplane %q is neither %s nor %s", dataplane, gatewayconfig.DataplaneKernel, gatewayconfig.DataplaneLibipsec)
 	}
 	networks, err := json.Marshal([]map[string]string{{"name": NADName(g.Name), "interface": NIC2Interface}})
 	if err != nil {
@@ -236,13 +264,13 @@ func Deployment(w Workload) (*appsv1.Deployment, error) {
 					EnableServiceLinks:            &f,
 					TerminationGracePeriodSeconds: &grace,
 					Containers: []corev1.Container{
-						agent(ContainerInitNAT, append([]string{"init-nat", "--guard=xfrm", "--state-file=" + natState}, source...),
+						agent(ContainerInitNAT, append(append(append([]string{"init-nat"}, guard...), "--state-file="+natState), source...),
 							caps("NET_ADMIN"), corev1.VolumeMount{Name: "run", MountPath: RunMountPath}),
 						{
 							Name:            ContainerStrongswan,
 							Image:           w.GatewayImage,
-							Args:            []string{"charon", "--vici-socket=" + sock, "--conf=" + RunMountPath + "/strongswan.conf"},
-							SecurityContext: caps("NET_ADMIN", "NET_RAW", "NET_BIND_SERVICE"),
+							Args:            []string{"charon", "--vici-socket=" + sock, "--conf=" + RunMountPath + "/strongswan.conf", "--dataplane=" + string(dataplane)},
+							SecurityContext: caps(charonCaps...),
 							VolumeMounts:    []corev1.VolumeMount{{Name: "run", MountPath: RunMountPath}},
 						},
 						// The status agent also loads the connections over VICI; the shared

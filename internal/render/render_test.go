@@ -135,6 +135,46 @@ func TestDeploymentShape(t *testing.T) {
 	}
 }
 
+// Regression (found on the real node, whose kernel has no ESP): the dataplane selects
+// charon's backend and the matching guard, and libipsec's TUN device needs CAP_MKNOD in
+// the strongswan container only.
+func TestDeploymentDataplane(t *testing.T) {
+	args := func(c corev1.Container) string { return strings.Join(c.Args, " ") }
+	for _, tc := range []struct {
+		mode                gatewayconfig.DataplaneMode
+		charonArg, guardArg string
+		mknod               bool
+	}{
+		{"", "--dataplane=kernel", "--guard=xfrm", false},
+		{gatewayconfig.DataplaneKernel, "--dataplane=kernel", "--guard=xfrm", false},
+		{gatewayconfig.DataplaneLibipsec, "--dataplane=libipsec", "--guard=interface --tunnel-interface=ipsec0", true},
+	} {
+		w := workload()
+		w.Dataplane = tc.mode
+		d, err := Deployment(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs := d.Spec.Template.Spec.Containers
+		if !strings.Contains(args(cs[1]), tc.charonArg) || !strings.Contains(args(cs[0]), tc.guardArg) {
+			t.Errorf("%q: charon %q, init-nat %q", tc.mode, args(cs[1]), args(cs[0]))
+		}
+		if hasCap(cs[1], "MKNOD") != tc.mknod {
+			t.Errorf("%q: strongswan MKNOD=%v", tc.mode, hasCap(cs[1], "MKNOD"))
+		}
+		for _, c := range []corev1.Container{cs[0], cs[2], cs[3]} {
+			if hasCap(c, "MKNOD") {
+				t.Errorf("%s must not get MKNOD", c.Name)
+			}
+		}
+	}
+	w := workload()
+	w.Dataplane = "wireguard"
+	if _, err := Deployment(w); err == nil {
+		t.Error("an unknown dataplane was rendered")
+	}
+}
+
 func hasCap(c corev1.Container, cp corev1.Capability) bool {
 	for _, a := range c.SecurityContext.Capabilities.Add {
 		if a == cp {

@@ -34,8 +34,11 @@ const FreshnessBound = 5 * time.Second
 // NewFreshness returns an empty tracker.
 func NewFreshness() *Freshness { return &Freshness{last: map[types.UID]*replaced{}} }
 
-func (f *Freshness) wrote(uid types.UID, over string) {
-	if over == "" {
+// wrote remembers that a write replaced version over with version now. An apply that
+// changed nothing leaves the version as it was (now == over): that version is still
+// current and is not remembered, or a cache that is up to date would be taken for stale.
+func (f *Freshness) wrote(uid types.UID, over, now string) {
+	if over == "" || over == now {
 		return
 	}
 	f.mu.Lock()

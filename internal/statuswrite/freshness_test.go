@@ -13,10 +13,6 @@ import (
 	"bnerd.net/vpn-operator/internal/testenv"
 )
 
-var env *testenv.Env
-
-func TestMain(m *testing.M) { testenv.Main(m, &env) }
-
 // A read from before the write is recognised as stale; the object as the API server
 // returns it after the write, or after someone else's write, is not.
 func TestFreshnessTellsAStaleReadFromAFreshOne(t *testing.T) {
@@ -60,6 +56,17 @@ func TestFreshnessTellsAStaleReadFromAFreshOne(t *testing.T) {
 	}
 	if w.Behind(fresh) {
 		t.Fatal("another writer's version was taken for a stale read")
+	}
+	// An apply that changes nothing leaves the version as it is: still current, not stale.
+	same := fresh.DeepCopy()
+	if err := w.Apply(ctx, same, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if same.ResourceVersion != fresh.ResourceVersion {
+		t.Fatalf("an apply without a change moved the version %s -> %s", fresh.ResourceVersion, same.ResourceVersion)
+	}
+	if w.Behind(same) {
+		t.Fatal("the current version was taken for a stale read after an apply that changed nothing")
 	}
 	w.Fresh.Forget(gw.UID)
 	if w.Behind(stale) {

@@ -4,10 +4,16 @@
 // apply carries only its own fields, and the API server keeps the rest.
 //
 // The operator's apply is also guarded by the resourceVersion its reconcile started
-// from, so a decision made on a stale read is never written. A write by another field
-// manager moves the resourceVersion without touching the operator's fields; such a lost
-// race is retried here, after checking on a fresh read that the owned fields are what
-// the reconcile started from, and never surfaces as an error.
+// from, so a decision made on a stale read (a cache that has not seen the operator's
+// previous write yet) is never written. A write by another field manager moves the
+// resourceVersion without touching the operator's fields: when the guarded apply loses
+// that race, a fresh read shows whether the owned fields (and the generation) are still
+// what the reconcile started from. If they are, the reconcile's view was current and
+// the apply is sent again without the precondition, so a busy second writer can never
+// starve the first; it never surfaces as an error. (The unguarded retry leaves a window
+// of one request in which a third writer of the same fields could slip in; leader
+// election keeps the operator the only writer of its fields.) If they are not, the
+// write fails with the conflict and the reconcile starts again from a fresh read.
 package statuswrite
 
 import (
@@ -30,10 +36,6 @@ const (
 	ManagerStatusAgent = "bnerd-vpn-status-agent"
 )
 
-// retries bounds how often a lost race against another field manager is retried in one
-// write; each retry follows a fresh read that showed the owned fields unchanged.
-const retries = 8
-
 // Writer applies one field manager's part of a status.
 type Writer struct {
 	// Client writes (and knows the scheme for the object's kind).
@@ -49,8 +51,8 @@ type Writer struct {
 	// Unguarded drops the resourceVersion precondition: the writer's fields depend on
 	// nothing it read (the status agent reports what charon says).
 	Unguarded bool
-	// Fresh, when set, remembers every successful write, so Behind can tell a cached
-	// read that does not show it yet.
+	// Fresh, when set, remembers the versions each successful write replaced, so Behind
+	// can tell a cached read that does not show the write yet.
 	Fresh *Freshness
 }
 
@@ -66,49 +68,58 @@ func (w Writer) Apply(ctx context.Context, obj, base client.Object) error {
 	if err != nil {
 		return err
 	}
-	rv := obj.GetResourceVersion()
-	for attempt := 0; ; attempt++ {
+	apply := func(rv string) error {
 		u := &unstructured.Unstructured{Object: map[string]any{"status": owned}}
 		u.SetGroupVersionKind(gvk)
 		u.SetName(obj.GetName())
 		u.SetNamespace(obj.GetNamespace())
-		if !w.Unguarded {
-			u.SetResourceVersion(rv)
-		}
-		err := w.Client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(w.Manager), client.ForceOwnership)
-		if err == nil {
-			obj.SetResourceVersion(u.GetResourceVersion())
-			if w.Fresh != nil {
-				w.Fresh.wrote(obj.GetUID(), rv)
-			}
-			return nil
-		}
-		if !apierrors.IsConflict(err) || w.Unguarded || attempt == retries {
+		u.SetResourceVersion(rv)
+		if err := w.Client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(w.Manager), client.ForceOwnership); err != nil {
 			return err
 		}
-		// Someone wrote the object since it was read. If the fields this writer owns
-		// (and the spec generation) are as the reconcile saw them, the other write was
-		// another manager's: write again on top of it.
-		fresh, ok := obj.DeepCopyObject().(client.Object)
-		if !ok {
-			return err
-		}
-		reader := w.Reader
-		if reader == nil {
-			reader = w.Client
-		}
-		if gerr := reader.Get(ctx, client.ObjectKeyFromObject(obj), fresh); gerr != nil {
-			return fmt.Errorf("%w (and re-reading it failed: %v)", err, gerr)
-		}
-		same, cerr := w.sameOwned(base, fresh)
-		if cerr != nil {
-			return cerr
-		}
-		if !same {
-			return fmt.Errorf("status fields of %s changed since they were read: %w", obj.GetName(), err)
-		}
-		rv = fresh.GetResourceVersion()
+		obj.SetResourceVersion(u.GetResourceVersion())
+		return nil
 	}
+	if w.Unguarded {
+		return apply("")
+	}
+	read := obj.GetResourceVersion()
+	err = apply(read)
+	if err == nil && w.Fresh != nil {
+		w.Fresh.wrote(obj.GetUID(), read, obj.GetResourceVersion())
+	}
+	if err == nil || !apierrors.IsConflict(err) {
+		return err
+	}
+	// Someone wrote the object since it was read. If the fields this writer owns (and
+	// the spec generation) are as the reconcile saw them, the other write was another
+	// manager's: write again on top of it.
+	fresh, ok := obj.DeepCopyObject().(client.Object)
+	if !ok {
+		return err
+	}
+	reader := w.Reader
+	if reader == nil {
+		reader = w.Client
+	}
+	if gerr := reader.Get(ctx, client.ObjectKeyFromObject(obj), fresh); gerr != nil {
+		return fmt.Errorf("%w (and re-reading it failed: %v)", err, gerr)
+	}
+	same, cerr := w.sameOwned(base, fresh)
+	if cerr != nil {
+		return cerr
+	}
+	if !same {
+		return fmt.Errorf("status fields of %s changed since they were read: %w", obj.GetName(), err)
+	}
+	if err := apply(""); err != nil {
+		return err
+	}
+	if w.Fresh != nil {
+		w.Fresh.wrote(obj.GetUID(), read, obj.GetResourceVersion())
+		w.Fresh.wrote(obj.GetUID(), fresh.GetResourceVersion(), obj.GetResourceVersion())
+	}
+	return nil
 }
 
 // owned is obj's status as a JSON-shaped map without the excluded fields.

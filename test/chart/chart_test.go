@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/lint/support"
@@ -90,10 +91,17 @@ func TestDeploymentEnvDefaults(t *testing.T) {
 		"IPSEC_GATEWAY_NETWORKPOLICY_ENABLED":     "true",
 		"IPSEC_GATEWAY_IMAGE":                     "ghcr.io/bnerd/bnerd-vpn-gateway:" + appVersion,
 		"IPSEC_AGENT_IMAGE":                       "ghcr.io/bnerd/bnerd-vpn-gateway:" + appVersion,
+		"IPSEC_GATEWAY_WIREGUARD_IMAGE":           "ghcr.io/bnerd/bnerd-vpn-gateway-wireguard:" + appVersion,
 		"IPSEC_NAD_TEMPLATE":                      renderConsts["DefaultNADTemplate"],
+		"IPSEC_GATEWAY_DATAPLANE":                 consts["DefaultGatewayDataplane"],
 		"IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE": consts["DefaultClusterLinkCredentialsNamespace"],
 		"IPSEC_RESYNC_INTERVAL":                   "5m",
 		"IPSEC_MAX_CONCURRENT_RECONCILES":         "4",
+		"IPSEC_STATUS_AGENT_STALE_AFTER":          "3m",
+		"IPSEC_NODE_NOT_READY_GRACE":              "5s",
+		"IPSEC_OPENSTACK_QPS":                     "0",
+		"IPSEC_OPENSTACK_BURST":                   "0",
+		"IPSEC_OPENSTACK_TIMEOUT":                 "30s",
 	}
 	for name, v := range want {
 		if v == "" && name != "IPSEC_INTERNAL_SOURCE_CIDRS" {
@@ -105,9 +113,11 @@ func TestDeploymentEnvDefaults(t *testing.T) {
 	}
 	// The chart's defaults are the operator's built-in ones, so leaving a value out of the
 	// chart and leaving the variable unset mean the same.
-	if env["IPSEC_GATEWAY_IMAGE"].Value != consts["DefaultGatewayImage"] || env["IPSEC_AGENT_IMAGE"].Value != consts["DefaultAgentImage"] {
-		t.Errorf("default gateway/agent images %q/%q differ from the operator's built-in %q/%q",
-			env["IPSEC_GATEWAY_IMAGE"].Value, env["IPSEC_AGENT_IMAGE"].Value, consts["DefaultGatewayImage"], consts["DefaultAgentImage"])
+	if env["IPSEC_GATEWAY_IMAGE"].Value != consts["DefaultGatewayImage"] || env["IPSEC_AGENT_IMAGE"].Value != consts["DefaultAgentImage"] ||
+		env["IPSEC_GATEWAY_WIREGUARD_IMAGE"].Value != consts["DefaultWireGuardImage"] {
+		t.Errorf("default gateway/agent/WireGuard images %q/%q/%q differ from the operator's built-in %q/%q/%q",
+			env["IPSEC_GATEWAY_IMAGE"].Value, env["IPSEC_AGENT_IMAGE"].Value, env["IPSEC_GATEWAY_WIREGUARD_IMAGE"].Value,
+			consts["DefaultGatewayImage"], consts["DefaultAgentImage"], consts["DefaultWireGuardImage"])
 	}
 	if dur, err := time.ParseDuration(env["IPSEC_RESYNC_INTERVAL"].Value); err != nil || dur != 5*time.Minute {
 		t.Errorf("IPSEC_RESYNC_INTERVAL %q is not the operator's 5m default", env["IPSEC_RESYNC_INTERVAL"].Value)
@@ -231,8 +241,9 @@ func TestValuesFlowToEnv(t *testing.T) {
 	vals = with(vals, "internalSourceCIDRs", []any{"10.0.0.0/24", "192.168.10.0/23"})
 	vals = with(vals, "gatewayNetworkPolicy.enabled", false)
 	vals = with(vals, "images.gateway.tag", "0.3.1")
-	vals = with(vals, "images.agent.repository", "registry.example/agent")
-	vals = with(vals, "images.agent.tag", "0.3.2")
+	vals = with(vals, "images.statusAgent.repository", "registry.example/agent")
+	vals = with(vals, "images.statusAgent.tag", "0.3.2")
+	vals = with(vals, "images.gatewayWireguard.tag", "0.3.3")
 	vals = with(vals, "images.operator.tag", "v0.2.0")
 	vals = with(vals, "nadTemplate", nad)
 	vals = with(vals, "clusterLink.credentialsNamespace", "link-creds")
@@ -251,6 +262,7 @@ func TestValuesFlowToEnv(t *testing.T) {
 		"IPSEC_GATEWAY_NETWORKPOLICY_ENABLED":     "false",
 		"IPSEC_GATEWAY_IMAGE":                     "ghcr.io/bnerd/bnerd-vpn-gateway:0.3.1",
 		"IPSEC_AGENT_IMAGE":                       "registry.example/agent:0.3.2",
+		"IPSEC_GATEWAY_WIREGUARD_IMAGE":           "ghcr.io/bnerd/bnerd-vpn-gateway-wireguard:0.3.3",
 		"IPSEC_NAD_TEMPLATE":                      nad,
 		"IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE": "link-creds",
 		"IPSEC_RESYNC_INTERVAL":                   "90s",
@@ -466,19 +478,47 @@ func TestMetricsServiceAndServiceMonitor(t *testing.T) {
 		t.Errorf("metrics Service ports %+v", svc.Spec.Ports)
 	}
 	if n := r.count("ServiceMonitor"); n != 0 {
-		t.Errorf("ServiceMonitor rendered by default (%d)", n)
+		t.Errorf("ServiceMonitor rendered (%d) for a cluster without the Prometheus Operator", n)
 	}
 
-	sm := mustRender(t, with(requiredValues(), "metrics.serviceMonitor.enabled", true)).find(t, "ServiceMonitor", releaseNS, fullname)
-	eps, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
-	if len(eps) != 1 || eps[0].(map[string]any)["port"] != "metrics" {
-		t.Errorf("ServiceMonitor endpoints %v", eps)
-	}
-	sel, _, _ := unstructured.NestedMap(sm.Object, "spec", "selector", "matchLabels")
-	for k, v := range sel {
-		if svc.Labels[k] != v {
-			t.Errorf("ServiceMonitor selector %s=%v does not match the Service labels %v", k, v, svc.Labels)
+	for name, rr := range map[string]rendered{
+		"auto, monitoring API served": mustRenderMonitored(t, requiredValues()),
+		"forced on":                   mustRender(t, with(requiredValues(), "metrics.serviceMonitor.enabled", true)),
+	} {
+		sm := rr.find(t, "ServiceMonitor", releaseNS, fullname)
+		convert[monitoringv1.ServiceMonitor](t, sm)
+		eps, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+		if len(eps) != 1 || eps[0].(map[string]any)["port"] != "metrics" {
+			t.Errorf("%s: ServiceMonitor endpoints %v", name, eps)
+			continue
 		}
+		// The per-gateway series carry the gateway's namespace; without honorLabels the
+		// target's namespace (the operator's) would replace it.
+		if eps[0].(map[string]any)["honorLabels"] != true {
+			t.Errorf("%s: the ServiceMonitor endpoint does not honor the series' labels: %v", name, eps[0])
+		}
+		sel, _, _ := unstructured.NestedMap(sm.Object, "spec", "selector", "matchLabels")
+		for k, v := range sel {
+			if svc.Labels[k] != v {
+				t.Errorf("%s: ServiceMonitor selector %s=%v does not match the Service labels %v", name, k, v, svc.Labels)
+			}
+		}
+	}
+	if n := mustRenderMonitored(t, with(with(requiredValues(), "metrics.serviceMonitor.enabled", false), "gatewayMonitoring.prometheusRule.enabled", false)).count("ServiceMonitor"); n != 0 {
+		t.Errorf("metrics.serviceMonitor.enabled=false rendered %d ServiceMonitors", n)
+	}
+	// auto without the Service: nothing to scrape, so no ServiceMonitor; the alert rules
+	// then lack the operator's series and say so, unless told the job of another scrape.
+	noSvcAuto := with(requiredValues(), "metrics.service.enabled", false)
+	if _, _, err := renderChart(t, noSvcAuto, renderOpts{apiVersions: monitoringAPIs}); err == nil || !strings.Contains(err.Error(), "operatorJob") {
+		t.Errorf("rules without the operator's ServiceMonitor: want an error naming operatorJob, got %v", err)
+	}
+	ownScrape := mustRenderMonitored(t, with(noSvcAuto, "gatewayMonitoring.prometheusRule.operatorJob", "my-operator-scrape"))
+	if n := ownScrape.count("ServiceMonitor"); n != 0 {
+		t.Errorf("auto without the metrics Service rendered %d ServiceMonitors", n)
+	}
+	if ownScrape.count("PrometheusRule") != 1 {
+		t.Error("no PrometheusRule with operatorJob given")
 	}
 
 	noSvc := with(with(requiredValues(), "metrics.serviceMonitor.enabled", true), "metrics.service.enabled", false)
@@ -521,6 +561,10 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		{"bad resync interval", with(requiredValues(), "resyncInterval", "5 minutes"), []string{"resyncInterval"}},
 		{"numeric image tag", with(requiredValues(), "images.gateway.tag", 0.3), []string{"images/gateway/tag"}},
 		{"bad credentials namespace", with(requiredValues(), "clusterLink.credentialsNamespace", "Creds_NS"), []string{"credentialsNamespace"}},
+		{"negative node grace", with(requiredValues(), "nodeNotReadyGrace", "-5s"), []string{"nodeNotReadyGrace"}},
+		{"negative OpenStack QPS", with(requiredValues(), "openstack.qps", -1), []string{"openstack/qps"}},
+		{"OpenStack timeout without a unit", with(requiredValues(), "openstack.timeout", "30"), []string{"openstack/timeout"}},
+		{"unknown OpenStack key", with(requiredValues(), "openstack.rateLimit", 10), []string{"openstack", "rateLimit"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

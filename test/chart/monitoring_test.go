@@ -25,31 +25,41 @@ import (
 	"bnerd.net/vpn-operator/internal/render"
 )
 
-// The gateway PodMonitor and PrometheusRule are checked by rendering only: the test API
-// server has no monitoring.coreos.com CRDs. What can be checked without a Prometheus is:
-// both convert strictly to the Prometheus Operator's Go types, the selector matches the
-// pods the operator renders, the endpoint is the exporter's port, and every alert
-// expression parses with Prometheus' own PromQL parser and names only series the exporter
-// (or Prometheus itself, `up`) produces.
+// The gateway PodMonitor, PrometheusRule and the operator's ServiceMonitor are checked by
+// rendering: the test API server has no monitoring.coreos.com CRDs. Checked here: each
+// converts strictly to the Prometheus Operator's Go types, the selectors match the pods
+// the operator renders, every alert expression parses with Prometheus' own PromQL parser
+// and names only series the exporter, the operator or Prometheus itself (`up`) produces.
+// rules_eval_test.go then evaluates the rules with Prometheus' PromQL engine.
 
-var exporterGo = fromRoot("internal", "agent", "exporter", "exporter.go")
+var (
+	exporterGo        = fromRoot("internal", "agent", "exporter", "exporter.go")
+	operatorMetricsGo = fromRoot("internal", "gatewaymetrics", "gatewaymetrics.go")
+)
 
-const gatewayJob = releaseNS + "/" + fullname + "-gateways"
+const (
+	gatewayJob  = releaseNS + "/" + fullname + "-gateways"
+	operatorJob = fullname + "-metrics"
+)
 
 // promQL parses as a Prometheus server without feature flags does: no experimental
 // functions or syntax.
 var promQL = parser.NewParser(parser.Options{})
 
-func monitoringValues() map[string]any {
-	vals := with(requiredValues(), "gatewayMonitoring.podMonitor.enabled", true)
-	return with(vals, "gatewayMonitoring.prometheusRule.enabled", true)
-}
+// monitoringValues are the defaults: everything `auto`, rendered with mustRenderMonitored
+// for a cluster that serves the Prometheus Operator's kinds.
+func monitoringValues() map[string]any { return requiredValues() }
 
 // exporterMetricNames returns the names of the exporter's prometheus.NewDesc calls.
-func exporterMetricNames(t *testing.T) map[string]bool {
+func exporterMetricNames(t *testing.T) map[string]bool { return metricNames(t, exporterGo) }
+
+// operatorMetricNames returns the names of the operator's per-gateway series.
+func operatorMetricNames(t *testing.T) map[string]bool { return metricNames(t, operatorMetricsGo) }
+
+func metricNames(t *testing.T, file string) map[string]bool {
 	t.Helper()
 	names := map[string]bool{}
-	ast.Inspect(parseGo(t, exporterGo), func(n ast.Node) bool {
+	ast.Inspect(parseGo(t, file), func(n ast.Node) bool {
 		call, ok := n.(*ast.CallExpr)
 		if !ok || len(call.Args) == 0 {
 			return true
@@ -66,7 +76,7 @@ func exporterMetricNames(t *testing.T) map[string]bool {
 		return true
 	})
 	if len(names) == 0 {
-		t.Fatalf("%s: found no prometheus.NewDesc calls", exporterGo)
+		t.Fatalf("%s: found no prometheus.NewDesc calls", file)
 	}
 	return names
 }
@@ -97,17 +107,59 @@ func metaLabel(podLabel string) string {
 	return "__meta_kubernetes_pod_label_" + regexp.MustCompile(`[^a-zA-Z0-9_]`).ReplaceAllString(podLabel, "_")
 }
 
-func TestGatewayMonitoringOffByDefault(t *testing.T) {
-	r := mustRender(t, requiredValues())
-	for _, kind := range []string{"PodMonitor", "PrometheusRule"} {
-		if n := r.count(kind); n != 0 {
-			t.Errorf("%d %s rendered by default; they need the Prometheus Operator's CRDs", n, kind)
+// Monitoring objects are on by default exactly when the cluster serves their kind; true
+// and false override that; the dashboard needs no CRD and is always there by default.
+func TestGatewayMonitoringAuto(t *testing.T) {
+	kinds := []string{"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+	count := func(r rendered) map[string]int {
+		out := map[string]int{}
+		for _, k := range kinds {
+			out[k] = r.count(k)
 		}
+		return out
+	}
+	none := map[string]int{"ServiceMonitor": 0, "PodMonitor": 0, "PrometheusRule": 0}
+	all := map[string]int{"ServiceMonitor": 1, "PodMonitor": 1, "PrometheusRule": 1}
+
+	if got := count(mustRender(t, requiredValues())); !maps.Equal(got, none) {
+		t.Errorf("no monitoring API: rendered %v, want none", got)
+	}
+	if got := count(mustRenderMonitored(t, requiredValues())); !maps.Equal(got, all) {
+		t.Errorf("monitoring API served: rendered %v, want one of each", got)
+	}
+	off := with(with(with(requiredValues(), "gatewayMonitoring.podMonitor.enabled", false),
+		"gatewayMonitoring.prometheusRule.enabled", false), "metrics.serviceMonitor.enabled", false)
+	if got := count(mustRenderMonitored(t, off)); !maps.Equal(got, none) {
+		t.Errorf("all switched off: rendered %v, want none", got)
+	}
+	on := with(with(with(requiredValues(), "gatewayMonitoring.podMonitor.enabled", true),
+		"gatewayMonitoring.prometheusRule.enabled", true), "metrics.serviceMonitor.enabled", true)
+	if got := count(mustRender(t, on)); !maps.Equal(got, all) {
+		t.Errorf("forced on without the API: rendered %v, want one of each", got)
+	}
+	// The check is per kind: a cluster serving PodMonitor but not PrometheusRule gets only
+	// what it can take.
+	partial := mustRenderWith(t, requiredValues(), renderOpts{apiVersions: []string{"monitoring.coreos.com/v1", "monitoring.coreos.com/v1/PodMonitor", "monitoring.coreos.com/v1/ServiceMonitor"}})
+	if got := count(partial); !maps.Equal(got, map[string]int{"ServiceMonitor": 1, "PodMonitor": 1, "PrometheusRule": 0}) {
+		t.Errorf("PrometheusRule not served: rendered %v", got)
+	}
+	for _, r := range []rendered{mustRender(t, requiredValues()), mustRenderMonitored(t, requiredValues())} {
+		cm := r.find(t, "ConfigMap", releaseNS, fullname+"-dashboard")
+		if cm.GetLabels()["grafana_dashboard"] != "1" {
+			t.Errorf("dashboard ConfigMap labels %v lack grafana_dashboard", cm.GetLabels())
+		}
+	}
+	if n := mustRender(t, with(requiredValues(), "gatewayMonitoring.dashboard.enabled", false)).count("ConfigMap"); n != 0 {
+		t.Errorf("dashboard.enabled=false still rendered %d ConfigMaps", n)
+	}
+	// "yes" is neither a boolean nor auto.
+	if _, _, err := renderChart(t, with(requiredValues(), "gatewayMonitoring.podMonitor.enabled", "yes"), renderOpts{}); err == nil || !strings.Contains(err.Error(), "podMonitor") {
+		t.Errorf("enabled: yes accepted or not named: %v", err)
 	}
 }
 
 func TestGatewayPodMonitor(t *testing.T) {
-	r := mustRender(t, monitoringValues())
+	r := mustRenderMonitored(t, monitoringValues())
 	pm := r.find(t, "PodMonitor", releaseNS, fullname+"-gateways")
 	if pm.GetAPIVersion() != "monitoring.coreos.com/v1" {
 		t.Errorf("PodMonitor apiVersion %q", pm.GetAPIVersion())
@@ -204,7 +256,7 @@ func TestGatewayPodMonitor(t *testing.T) {
 	custom := with(monitoringValues(), "gatewayMonitoring.podMonitor.interval", "1m")
 	custom = with(custom, "gatewayMonitoring.podMonitor.scrapeTimeout", "10s")
 	custom = with(custom, "gatewayMonitoring.podMonitor.labels", map[string]any{"release": "kube-prometheus"})
-	pm = mustRender(t, custom).find(t, "PodMonitor", releaseNS, fullname+"-gateways")
+	pm = mustRenderMonitored(t, custom).find(t, "PodMonitor", releaseNS, fullname+"-gateways")
 	ep = mustNestedSlice(t, pm, "spec", "podMetricsEndpoints")[0].(map[string]any)
 	if ep["interval"] != "1m" || ep["scrapeTimeout"] != "10s" || pm.GetLabels()["release"] != "kube-prometheus" {
 		t.Errorf("interval %v, scrapeTimeout %v, labels %v", ep["interval"], ep["scrapeTimeout"], pm.GetLabels())
@@ -249,17 +301,20 @@ func gatewayAlerts(t *testing.T, r rendered) map[string]alertRule {
 
 // expectedAlert is what each alert must be built from.
 type expectedAlert struct {
-	metric   string   // the one series it selects
+	metrics  []string // the series it selects, sorted
 	values   string   // its values path below gatewayMonitoring.prometheusRule
 	severity string   // default
 	mentions []string // template references the description must contain
 }
 
 var expectedAlerts = map[string]expectedAlert{
-	"BnerdVPNTunnelDown":        {"bnerd_ipsec_tunnel_up", "tunnelDown", "critical", []string{"$labels.namespace", "$labels.pod", "$labels.tunnel", "$labels.gateway"}},
-	"BnerdVPNCharonUnreachable": {"bnerd_ipsec_vici_up", "charonUnreachable", "critical", []string{"$labels.namespace", "$labels.pod", "$labels.gateway"}},
-	"BnerdVPNGatewayScrapeDown": {"up", "scrapeDown", "critical", []string{"$labels.namespace", "$labels.pod", "$labels.gateway"}},
-	"BnerdVPNNATApplyErrors":    {"bnerd_gateway_nat_apply_errors_total", "natApplyErrors", "warning", []string{"$labels.namespace", "$labels.pod", "$labels.gateway", "$value"}},
+	"BnerdVPNTunnelDown":            {[]string{"bnerd_ipsec_tunnel_up"}, "tunnelDown", "critical", []string{"$labels.namespace", "$labels.pod", "$labels.tunnel", "$labels.gateway"}},
+	"BnerdVPNStatusAgentSilent":     {[]string{"bnerd_gateway_tunnel_reported_up", "bnerd_ipsec_tunnel_up", "up"}, "statusAgentSilent", "warning", []string{"$labels.namespace", "$labels.tunnel", "$labels.gateway", "$value"}},
+	"BnerdVPNGatewayPodNotReady":    {[]string{"bnerd_gateway_pod_ready"}, "podNotReady", "critical", []string{"$labels.namespace", "$labels.gateway"}},
+	"BnerdVPNGatewayScrapeAbsent":   {[]string{"bnerd_gateway_info", "up"}, "scrapeAbsent", "critical", []string{"$labels.namespace", "$labels.gateway"}},
+	"BnerdVPNOperatorMetricsAbsent": {[]string{"up"}, "operatorAbsent", "critical", []string{"$labels.job"}},
+	"BnerdVPNCharonUnreachable":     {[]string{"bnerd_ipsec_vici_up"}, "charonUnreachable", "critical", []string{"$labels.namespace", "$labels.pod", "$labels.gateway"}},
+	"BnerdVPNNATApplyErrors":        {[]string{"bnerd_gateway_nat_apply_errors_total"}, "natApplyErrors", "warning", []string{"$labels.namespace", "$labels.pod", "$labels.gateway", "$value"}},
 }
 
 // selectors returns the vector selectors of a parsed expression.
@@ -274,12 +329,23 @@ func selectors(expr parser.Expr) []*parser.VectorSelector {
 	return out
 }
 
+// jobOf returns the job a selector is limited to, or "" when it is not limited to one.
+func jobOf(vs *parser.VectorSelector) string {
+	for _, m := range vs.LabelMatchers {
+		if m.Name == "job" && m.Type == labels.MatchEqual {
+			return m.Value
+		}
+	}
+	return ""
+}
+
 func TestGatewayAlertRules(t *testing.T) {
-	alerts := gatewayAlerts(t, mustRender(t, monitoringValues()))
+	alerts := gatewayAlerts(t, mustRenderMonitored(t, monitoringValues()))
 	if !slices.Equal(slices.Sorted(maps.Keys(alerts)), slices.Sorted(maps.Keys(expectedAlerts))) {
 		t.Fatalf("alerts %v, want %v", slices.Sorted(maps.Keys(alerts)), slices.Sorted(maps.Keys(expectedAlerts)))
 	}
-	known := exporterMetricNames(t)
+	fromExporter := exporterMetricNames(t)
+	fromOperator := operatorMetricNames(t)
 	for name, rule := range alerts {
 		want := expectedAlerts[name]
 		t.Run(name, func(t *testing.T) {
@@ -290,36 +356,40 @@ func TestGatewayAlertRules(t *testing.T) {
 			if expr.Type() != parser.ValueTypeVector {
 				t.Errorf("%q evaluates to a %s; an alert needs an instant vector", rule.Expr, expr.Type())
 			}
-			sels := selectors(expr)
-			if len(sels) != 1 {
-				t.Fatalf("%q selects %d series, want one", rule.Expr, len(sels))
-			}
-			vs := sels[0]
-			if vs.Name != want.metric {
-				t.Errorf("%q selects %q, want %q", rule.Expr, vs.Name, want.metric)
-			}
-			if vs.Name != "up" && !known[vs.Name] {
-				t.Errorf("%q selects %q, which the exporter does not define (it defines %v)", rule.Expr, vs.Name, slices.Sorted(maps.Keys(known)))
-			}
-			var job *labels.Matcher
-			for _, m := range vs.LabelMatchers {
-				if m.Name == "job" {
-					job = m
+			var names []string
+			for _, vs := range selectors(expr) {
+				if !slices.Contains(names, vs.Name) {
+					names = append(names, vs.Name)
+				}
+				// Each series comes from one scrape, and the selector says which: the
+				// exporter's from the PodMonitor's job, the operator's from the
+				// ServiceMonitor's; `up` from either.
+				job := jobOf(vs)
+				switch {
+				case fromExporter[vs.Name]:
+					if job != gatewayJob {
+						t.Errorf("%s is not limited to the gateway job %q in %q", vs.Name, gatewayJob, rule.Expr)
+					}
+				case fromOperator[vs.Name]:
+					if job != operatorJob {
+						t.Errorf("%s is not limited to the operator job %q in %q", vs.Name, operatorJob, rule.Expr)
+					}
+				case vs.Name == "up":
+					if job != gatewayJob && job != operatorJob {
+						t.Errorf("up is limited to neither job in %q", rule.Expr)
+					}
+				default:
+					t.Errorf("%q selects %q, which neither the exporter (%v) nor the operator (%v) defines",
+						rule.Expr, vs.Name, slices.Sorted(maps.Keys(fromExporter)), slices.Sorted(maps.Keys(fromOperator)))
 				}
 			}
-			if job == nil || job.Type != labels.MatchEqual || job.Value != gatewayJob {
-				t.Errorf("%q is not limited to the PodMonitor's job %q", rule.Expr, gatewayJob)
+			slices.Sort(names)
+			if !slices.Equal(names, want.metrics) {
+				t.Errorf("%q selects %v, want %v", rule.Expr, names, want.metrics)
 			}
-			// The alert keeps the series' identity (no aggregation drops namespace/pod/tunnel).
-			parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
-				if _, ok := n.(*parser.AggregateExpr); ok {
-					t.Errorf("%q aggregates and loses the labels the description names", rule.Expr)
-				}
-				return nil
-			})
 
-			if _, err := model.ParseDuration(rule.For); err != nil || rule.For != "5m" && name != "BnerdVPNNATApplyErrors" {
-				t.Errorf("for %q: %v (default 5m)", rule.For, err)
+			if _, err := model.ParseDuration(rule.For); err != nil {
+				t.Errorf("for %q: %v", rule.For, err)
 			}
 			if rule.Labels["severity"] != want.severity {
 				t.Errorf("severity %q, want %q", rule.Labels["severity"], want.severity)
@@ -333,8 +403,15 @@ func TestGatewayAlertRules(t *testing.T) {
 			checkAnnotationTemplates(t, rule)
 		})
 	}
-	if d := alerts["BnerdVPNGatewayScrapeDown"].Annotations["description"]; !strings.Contains(d, "tunnel metric alone cannot show") {
-		t.Errorf("the scrape-down description must say why it exists: %q", d)
+	wantFor := map[string]string{"BnerdVPNTunnelDown": "5m", "BnerdVPNStatusAgentSilent": "10m", "BnerdVPNGatewayPodNotReady": "5m",
+		"BnerdVPNGatewayScrapeAbsent": "5m", "BnerdVPNOperatorMetricsAbsent": "5m", "BnerdVPNCharonUnreachable": "5m", "BnerdVPNNATApplyErrors": "0s"}
+	for name, f := range wantFor {
+		if alerts[name].For != f {
+			t.Errorf("%s: for %q, want the default %s", name, alerts[name].For, f)
+		}
+	}
+	if d := alerts["BnerdVPNGatewayScrapeAbsent"].Annotations["description"]; !strings.Contains(d, "tunnel metric alone cannot show") {
+		t.Errorf("the scrape-absent description must say why it exists: %q", d)
 	}
 	if t.Failed() {
 		return // the shape checks below assume expressions that parse
@@ -343,6 +420,13 @@ func TestGatewayAlertRules(t *testing.T) {
 	if b, ok := tunnel.(*parser.BinaryExpr); !ok || b.Op != parser.EQLC || b.ReturnBool || b.RHS.String() != "0" {
 		t.Errorf("tunnel alert %q is not a filter `== 0`", alerts["BnerdVPNTunnelDown"].Expr)
 	}
+	// The tunnel alert keeps the series' identity (no aggregation drops namespace/pod/tunnel).
+	parser.Inspect(tunnel, func(n parser.Node, _ []parser.Node) error {
+		if _, ok := n.(*parser.AggregateExpr); ok {
+			t.Errorf("%q aggregates and loses the labels the description names", alerts["BnerdVPNTunnelDown"].Expr)
+		}
+		return nil
+	})
 	nat, _ := promQL.ParseExpr(alerts["BnerdVPNNATApplyErrors"].Expr)
 	var rate *parser.Call
 	parser.Inspect(nat, func(n parser.Node, _ []parser.Node) error {
@@ -369,7 +453,7 @@ func checkAnnotationTemplates(t *testing.T, rule alertRule) {
 		Labels, ExternalLabels map[string]string
 		Value                  float64
 	}{
-		Labels: map[string]string{"namespace": "tenant-a", "pod": "office-gateway-7f9c", "tunnel": "hq", "gateway": "office"},
+		Labels: map[string]string{"namespace": "tenant-a", "pod": "office-gateway-7f9c", "tunnel": "hq", "gateway": "office", "gateway_kind": "ipsecgateway", "job": operatorJob},
 		Value:  3,
 	}
 	for key, text := range rule.Annotations {
@@ -387,7 +471,7 @@ func checkAnnotationTemplates(t *testing.T, rule alertRule) {
 		if strings.Contains(out, "{{") || strings.Contains(out, "<no value>") {
 			t.Errorf("annotation %s expands to %q", key, out)
 		}
-		if key == "description" && !strings.Contains(out, "tenant-a/office-gateway-7f9c") {
+		if key == "description" && strings.Contains(text, "$labels.pod") && !strings.Contains(out, "tenant-a/office-gateway-7f9c") {
 			t.Errorf("description does not name the pod as namespace/pod: %q", out)
 		}
 	}
@@ -397,16 +481,20 @@ func TestGatewayAlertValues(t *testing.T) {
 	vals := monitoringValues()
 	vals = with(vals, "gatewayMonitoring.prometheusRule.tunnelDown", map[string]any{"for": "10m", "severity": "page"})
 	vals = with(vals, "gatewayMonitoring.prometheusRule.natApplyErrors.window", "1h")
-	vals = with(vals, "gatewayMonitoring.prometheusRule.scrapeDown.severity", "info")
+	vals = with(vals, "gatewayMonitoring.prometheusRule.scrapeAbsent.severity", "info")
+	vals = with(vals, "gatewayMonitoring.prometheusRule.statusAgentSilent.for", "20m")
 	vals = with(vals, "gatewayMonitoring.prometheusRule.labels", map[string]any{"role": "alert-rules"})
-	r := mustRender(t, vals)
+	r := mustRenderMonitored(t, vals)
 	alerts := gatewayAlerts(t, r)
 	tunnel := alerts["BnerdVPNTunnelDown"]
 	if tunnel.For != "10m" || tunnel.Labels["severity"] != "page" || !strings.Contains(tunnel.Annotations["description"], "for 10m") {
 		t.Errorf("tunnelDown values not applied: %+v", tunnel)
 	}
-	if s := alerts["BnerdVPNGatewayScrapeDown"]; s.Labels["severity"] != "info" || s.For != "5m" {
-		t.Errorf("scrapeDown.severity override: %+v (for must keep its default)", s)
+	if s := alerts["BnerdVPNGatewayScrapeAbsent"]; s.Labels["severity"] != "info" || s.For != "5m" {
+		t.Errorf("scrapeAbsent.severity override: %+v (for must keep its default)", s)
+	}
+	if s := alerts["BnerdVPNStatusAgentSilent"]; s.For != "20m" || !strings.Contains(s.Annotations["description"], "20m") {
+		t.Errorf("statusAgentSilent.for override: %+v", s)
 	}
 	nat := alerts["BnerdVPNNATApplyErrors"]
 	expr, err := promQL.ParseExpr(nat.Expr)
@@ -417,12 +505,14 @@ func TestGatewayAlertValues(t *testing.T) {
 		t.Error("prometheusRule.labels not applied")
 	}
 
-	// Rules without the PodMonitor need the job of the user's own scrape.
-	own := with(with(monitoringValues(), "gatewayMonitoring.podMonitor.enabled", false), "gatewayMonitoring.prometheusRule.job", `gateways "x"`)
-	ro := mustRender(t, own)
-	if n := ro.count("PodMonitor"); n != 0 {
-		t.Errorf("podMonitor.enabled=false rendered %d PodMonitors", n)
+	// Rules without the PodMonitor and ServiceMonitor need the jobs of the user's own scrapes.
+	own := with(with(monitoringValues(), "gatewayMonitoring.podMonitor.enabled", false), "metrics.serviceMonitor.enabled", false)
+	own = with(with(own, "gatewayMonitoring.prometheusRule.job", `gateways "x"`), "gatewayMonitoring.prometheusRule.operatorJob", "op")
+	ro := mustRenderMonitored(t, own)
+	if n := ro.count("PodMonitor") + ro.count("ServiceMonitor"); n != 0 {
+		t.Errorf("podMonitor and serviceMonitor disabled rendered %d of them", n)
 	}
+	fromOperator := operatorMetricNames(t)
 	for name, rule := range gatewayAlerts(t, ro) {
 		expr, err := promQL.ParseExpr(rule.Expr)
 		if err != nil {
@@ -430,13 +520,17 @@ func TestGatewayAlertValues(t *testing.T) {
 			continue
 		}
 		for _, vs := range selectors(expr) {
-			if !slices.ContainsFunc(vs.LabelMatchers, func(m *labels.Matcher) bool { return m.Name == "job" && m.Value == `gateways "x"` }) {
-				t.Errorf("%s: %q does not select the job given", name, rule.Expr)
+			want := `gateways "x"`
+			if fromOperator[vs.Name] {
+				want = "op"
+			}
+			if j := jobOf(vs); j != want && !(vs.Name == "up" && j == "op") {
+				t.Errorf("%s: %s in %q selects job %q, want %q", name, vs.Name, rule.Expr, j, want)
 			}
 		}
 	}
 	noJob := with(monitoringValues(), "gatewayMonitoring.podMonitor.enabled", false)
-	if _, _, err := renderChart(t, noJob, renderOpts{}); err == nil || !strings.Contains(err.Error(), "gatewayMonitoring.prometheusRule.job") {
+	if _, _, err := renderChart(t, noJob, renderOpts{apiVersions: monitoringAPIs}); err == nil || !strings.Contains(err.Error(), "gatewayMonitoring.prometheusRule.job") {
 		t.Errorf("rules without PodMonitor or job: want an error naming gatewayMonitoring.prometheusRule.job, got %v", err)
 	}
 }
@@ -449,6 +543,8 @@ func TestGatewayMonitoringSchema(t *testing.T) {
 	}{
 		{"Go-style duration", with(monitoringValues(), "gatewayMonitoring.prometheusRule.tunnelDown.for", "1.5m"), "tunnelDown"},
 		{"empty severity", with(monitoringValues(), "gatewayMonitoring.prometheusRule.charonUnreachable.severity", ""), "charonUnreachable"},
+		{"bad for of a new alert", with(monitoringValues(), "gatewayMonitoring.prometheusRule.podNotReady.for", "5 minutes"), "podNotReady"},
+		{"dashboard label not a string", with(monitoringValues(), "gatewayMonitoring.dashboard.labels", map[string]any{"grafana_dashboard": 1}), "dashboard"},
 		{"zero window", with(monitoringValues(), "gatewayMonitoring.prometheusRule.natApplyErrors.window", "0m"), "window"},
 		{"misspelt key", with(monitoringValues(), "gatewayMonitoring.prometheusRule.tunelDown", map[string]any{"for": "5m", "severity": "x"}), "tunelDown"},
 		{"label value not a string", with(monitoringValues(), "gatewayMonitoring.podMonitor.labels", map[string]any{"a": 1}), "labels"},
@@ -490,7 +586,9 @@ func TestGatewayMonitoringLint(t *testing.T) {
 	lint.Namespace = releaseNS
 	lint.KubeVersion = kubeVersion()
 	lint.Strict = true
-	res := lint.Run([]string{chartDir}, monitoringValues())
+	on := with(with(with(monitoringValues(), "gatewayMonitoring.podMonitor.enabled", true),
+		"gatewayMonitoring.prometheusRule.enabled", true), "metrics.serviceMonitor.enabled", true)
+	res := lint.Run([]string{chartDir}, on)
 	for _, m := range res.Messages {
 		if m.Severity >= support.WarningSev {
 			t.Errorf("lint: %s", m)

@@ -103,6 +103,17 @@ func deepCopy(in map[string]any) map[string]any {
 type renderOpts struct {
 	skipSchema bool
 	kube       *chartutil.KubeVersion
+	// apiVersions are served by the pretend cluster besides Kubernetes' own (what
+	// .Capabilities.APIVersions.Has sees; `helm template --api-versions`).
+	apiVersions []string
+}
+
+// monitoringAPIs is what a cluster with the Prometheus Operator's CRDs serves.
+var monitoringAPIs = []string{
+	"monitoring.coreos.com/v1",
+	"monitoring.coreos.com/v1/ServiceMonitor",
+	"monitoring.coreos.com/v1/PodMonitor",
+	"monitoring.coreos.com/v1/PrometheusRule",
 }
 
 // renderChart runs what `helm install --dry-run` runs without a cluster: schema validation,
@@ -119,6 +130,7 @@ func renderChart(t *testing.T, vals map[string]any, o renderOpts) (manifest, not
 	in.Namespace = releaseNS
 	in.SkipSchemaValidation = o.skipSchema
 	in.KubeVersion = o.kube
+	in.APIVersions = chartutil.VersionSet(o.apiVersions)
 	if in.KubeVersion == nil {
 		in.KubeVersion = kubeVersion()
 	}
@@ -136,7 +148,18 @@ type rendered struct {
 
 func mustRender(t *testing.T, vals map[string]any) rendered {
 	t.Helper()
-	manifest, notes, err := renderChart(t, vals, renderOpts{})
+	return mustRenderWith(t, vals, renderOpts{})
+}
+
+// mustRenderMonitored renders for a cluster that serves the Prometheus Operator's kinds.
+func mustRenderMonitored(t *testing.T, vals map[string]any) rendered {
+	t.Helper()
+	return mustRenderWith(t, vals, renderOpts{apiVersions: monitoringAPIs})
+}
+
+func mustRenderWith(t *testing.T, vals map[string]any, o renderOpts) rendered {
+	t.Helper()
+	manifest, notes, err := renderChart(t, vals, o)
 	if err != nil {
 		t.Fatalf("rendering the chart: %v", err)
 	}

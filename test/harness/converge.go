@@ -69,8 +69,35 @@ func converged(obj client.Object, conds []metav1.Condition, observed int64) (boo
 	return true, ""
 }
 
-// NotConverged lists every gateway and ClusterLink that is not Ready for its current
-// generation (or still being deleted), with why: empty when everything converged.
+// gatewayConverged: every phase condition True for the gateway's current generation, and
+// not being deleted: its OpenStack and Kubernetes objects are converged. Ready also needs
+// a running pod and its status agent's report of the tunnels (PodReady, TunnelsUp),
+// which no kubelet provides against envtest; the phases are what the operator owns.
+func gatewayConverged(g Gateway) (bool, string) {
+	obj := g.Object
+	if !obj.GetDeletionTimestamp().IsZero() {
+		return false, "still being deleted"
+	}
+	if g.Status.ObservedGeneration != obj.GetGeneration() {
+		return false, fmt.Sprintf("generation %d not observed yet (status %d)", obj.GetGeneration(), g.Status.ObservedGeneration)
+	}
+	for _, t := range gateway.ConditionTypes {
+		c := meta.FindStatusCondition(g.Status.Conditions, t)
+		switch {
+		case c == nil:
+			return false, "no " + t + " condition"
+		case c.ObservedGeneration != obj.GetGeneration():
+			return false, fmt.Sprintf("%s of generation %d, not %d", t, c.ObservedGeneration, obj.GetGeneration())
+		case c.Status != metav1.ConditionTrue:
+			return false, fmt.Sprintf("%s=%s %s: %s", t, c.Status, c.Reason, c.Message)
+		}
+	}
+	return true, ""
+}
+
+// NotConverged lists every gateway that is not converged (gatewayConverged) and every
+// ClusterLink that is not Ready for its current generation (or still being deleted),
+// with why: empty when everything converged.
 func NotConverged(ctx context.Context, c client.Reader) ([]string, error) {
 	var out []string
 	gws, err := ListGateways(ctx, c)
@@ -78,7 +105,7 @@ func NotConverged(ctx context.Context, c client.Reader) ([]string, error) {
 		return nil, err
 	}
 	for _, g := range gws {
-		if ok, why := converged(g.Object, g.Status.Conditions, g.Status.ObservedGeneration); !ok {
+		if ok, why := gatewayConverged(g); !ok {
 			out = append(out, g.Ref()+": "+why)
 		}
 	}

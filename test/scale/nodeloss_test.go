@@ -43,7 +43,7 @@ func TestNodeLossTiming(t *testing.T) {
 	defer func() { _ = env.Stop() }()
 	ctx := context.Background()
 	c := env.Client
-	gateways := envInt("BNERD_SCALE_NODELOSS_GATEWAYS", 20)
+	gateways := knobInt("BNERD_SCALE_NODELOSS_GATEWAYS", 20)
 
 	for _, tc := range []struct {
 		grace          time.Duration

@@ -51,7 +51,7 @@ type slowCloud struct {
 	restartDuringBurst int
 }
 
-func envInt(name string, def int) int {
+func knobInt(name string, def int) int {
 	if v := os.Getenv(name); v != "" {
 		n, err := strconv.Atoi(v)
 		if err == nil {
@@ -61,7 +61,7 @@ func envInt(name string, def int) int {
 	return def
 }
 
-func envFloat(name string, def float64) float64 {
+func knobFloat(name string, def float64) float64 {
 	if v := os.Getenv(name); v != "" {
 		f, err := strconv.ParseFloat(v, 64)
 		if err == nil {
@@ -73,10 +73,10 @@ func envFloat(name string, def float64) float64 {
 
 func loadSlowCloud() slowCloud {
 	c := slowCloud{
-		gateways: envInt("BNERD_SCALE_GATEWAYS", 1000), links: envInt("BNERD_SCALE_LINKS", 100),
-		latency: 20 * time.Millisecond, simQPS: envFloat("BNERD_SCALE_SIM_QPS", 0), simBurst: envInt("BNERD_SCALE_SIM_BURST", 100),
-		opQPS: envFloat("BNERD_SCALE_OS_QPS", 0), opBurst: envInt("BNERD_SCALE_OS_BURST", 0),
-		workers: envInt("BNERD_SCALE_WORKERS", 16), concurrentCreates: envInt("BNERD_SCALE_RESTART_CREATES", 200),
+		gateways: knobInt("BNERD_SCALE_GATEWAYS", 1000), links: knobInt("BNERD_SCALE_LINKS", 100),
+		latency: 20 * time.Millisecond, simQPS: knobFloat("BNERD_SCALE_SIM_QPS", 0), simBurst: knobInt("BNERD_SCALE_SIM_BURST", 100),
+		opQPS: knobFloat("BNERD_SCALE_OS_QPS", 0), opBurst: knobInt("BNERD_SCALE_OS_BURST", 0),
+		workers: knobInt("BNERD_SCALE_WORKERS", 16), concurrentCreates: knobInt("BNERD_SCALE_RESTART_CREATES", 200),
 		profile: os.Getenv("BNERD_SCALE_PROFILE"), createClients: 8, restartDuringBurst: 2,
 	}
 	if v := os.Getenv("BNERD_SCALE_LATENCY"); v != "" {
@@ -309,8 +309,9 @@ func createAll(t *testing.T, ctx context.Context, c client.Client, clients, n in
 	wg.Wait()
 }
 
-// waitReady waits until n gateways in ns are Ready and every ClusterLink is Ready with a
-// reverse route to each of them; it returns when the gateways were all Ready.
+// waitReady waits until n gateways in ns are converged (every phase condition True) and
+// every ClusterLink is Ready with a reverse route to each of them; it returns when the
+// gateways had all converged.
 func waitReady(t *testing.T, ctx context.Context, c client.Client, ns string, n, links int, bound time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
@@ -322,7 +323,9 @@ func waitReady(t *testing.T, ctx context.Context, c client.Client, ns string, n,
 		ready := 0
 		for i := range l.Items {
 			g := &l.Items[i]
-			if cd := meta.FindStatusCondition(g.Status.Conditions, v1alpha1.ConditionReady); cd != nil && cd.Status == metav1.ConditionTrue && cd.ObservedGeneration == g.Generation {
+			// Converged: every phase True (Ready also needs a running pod and the
+			// status agent's report, which no kubelet provides here).
+			if converged(g.Status.Conditions, g.Generation) {
 				ready++
 			}
 		}

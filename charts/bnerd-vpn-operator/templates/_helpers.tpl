@@ -61,15 +61,60 @@ app.kubernetes.io/managed-by: bnerd-vpn-operator
 {{- end -}}
 
 {{/*
+Whether a monitoring object is rendered. Call with (dict "value" <enabled value> "kind"
+<Prometheus Operator kind> "root" .). `auto` renders it when the cluster serves that kind
+of monitoring.coreos.com/v1 (the Prometheus Operator's CRDs are installed); true and false
+force it either way. Yields "true" or nothing.
+*/}}
+{{- define "bnerd-vpn-operator.monitoringOn" -}}
+{{- if kindIs "bool" .value -}}
+{{- if .value -}}true{{- end -}}
+{{- else if eq (toString .value) "auto" -}}
+{{- if .root.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" .kind) -}}true{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "bnerd-vpn-operator.serviceMonitorOn" -}}
+{{- if and .Values.metrics.service.enabled (include "bnerd-vpn-operator.monitoringOn" (dict "value" .Values.metrics.serviceMonitor.enabled "kind" "ServiceMonitor" "root" .)) -}}
+true
+{{- else if and (eq (toString .Values.metrics.serviceMonitor.enabled) "true") (not .Values.metrics.service.enabled) -}}
+{{- fail "metrics.serviceMonitor.enabled needs metrics.service.enabled" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "bnerd-vpn-operator.podMonitorOn" -}}
+{{- include "bnerd-vpn-operator.monitoringOn" (dict "value" .Values.gatewayMonitoring.podMonitor.enabled "kind" "PodMonitor" "root" .) -}}
+{{- end -}}
+
+{{- define "bnerd-vpn-operator.prometheusRuleOn" -}}
+{{- include "bnerd-vpn-operator.monitoringOn" (dict "value" .Values.gatewayMonitoring.prometheusRule.enabled "kind" "PrometheusRule" "root" .) -}}
+{{- end -}}
+
+{{/*
 The job label of the gateway series: the rule's override, else what the Prometheus
 Operator gives a PodMonitor's targets without a jobLabel, <namespace>/<name>.
 */}}
 {{- define "bnerd-vpn-operator.gatewayJob" -}}
 {{- if .Values.gatewayMonitoring.prometheusRule.job -}}
 {{- .Values.gatewayMonitoring.prometheusRule.job -}}
-{{- else if .Values.gatewayMonitoring.podMonitor.enabled -}}
+{{- else if include "bnerd-vpn-operator.podMonitorOn" . -}}
 {{- printf "%s/%s" .Release.Namespace (include "bnerd-vpn-operator.gatewayPodMonitorName" .) -}}
 {{- else -}}
-{{- fail "gatewayMonitoring.prometheusRule.enabled needs gatewayMonitoring.podMonitor.enabled or gatewayMonitoring.prometheusRule.job (the job label of your own gateway scrape)" -}}
+{{- fail "gatewayMonitoring.prometheusRule needs gatewayMonitoring.podMonitor or gatewayMonitoring.prometheusRule.job (the job label of your own gateway scrape)" -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The job label of the operator's own series (bnerd_gateway_info and the other per-gateway
+series the operator exports): the rule's override, else what the Prometheus Operator gives
+a ServiceMonitor's targets without a jobLabel, the Service's name.
+*/}}
+{{- define "bnerd-vpn-operator.operatorJob" -}}
+{{- if .Values.gatewayMonitoring.prometheusRule.operatorJob -}}
+{{- .Values.gatewayMonitoring.prometheusRule.operatorJob -}}
+{{- else if include "bnerd-vpn-operator.serviceMonitorOn" . -}}
+{{- printf "%s-metrics" (include "bnerd-vpn-operator.fullname" .) -}}
+{{- else -}}
+{{- fail "gatewayMonitoring.prometheusRule needs metrics.serviceMonitor or gatewayMonitoring.prometheusRule.operatorJob (the job label of your own scrape of the operator, which must keep the series' namespace label: honor_labels)" -}}
 {{- end -}}
 {{- end -}}

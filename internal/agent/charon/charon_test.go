@@ -1,21 +1,35 @@
 package charon
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
+	"bnerd.net/vpn-operator/internal/testenv"
 )
 
 func TestPrepareRendersAndExecsCharon(t *testing.T) {
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "strongswan.conf")
 	for _, mode := range []gatewayconfig.DataplaneMode{gatewayconfig.DataplaneKernel, gatewayconfig.DataplaneLibipsec} {
-		st, err := Prepare(Options{Dataplane: mode, VICISocket: "/run/x/charon.vici", Conf: conf, Binary: "/usr/sbin/charon-systemd"}, []string{"PATH=/bin"})
+		flushed := 0
+		var logs []string
+		st, err := Prepare(Options{Dataplane: mode, VICISocket: "/run/x/charon.vici", Conf: conf, Binary: "/usr/sbin/charon-systemd",
+			FlushXFRM: func() (int, int, error) { flushed++; return 4, 2, nil },
+			Logf:      func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) },
+		}, []string{"PATH=/bin"})
 		if err != nil {
 			t.Fatal(err)
+		}
+		// Kernel IPsec only: libipsec keeps its SAs in charon's memory.
+		if want := map[gatewayconfig.DataplaneMode]int{gatewayconfig.DataplaneKernel: 1}[mode]; flushed != want {
+			t.Errorf("%s: XFRM flushed %d times, want %d", mode, flushed, want)
+		}
+		if mode == gatewayconfig.DataplaneKernel && (len(logs) != 1 || !strings.Contains(logs[0], "4 SAs and 2 policies")) {
+			t.Errorf("%s: logs %v", mode, logs)
 		}
 		if st.Path != "/usr/sbin/charon-systemd" || len(st.Argv) != 1 || st.Argv[0] != st.Path {
 			t.Errorf("exec %+v", st)
@@ -36,5 +50,34 @@ func TestPrepareRendersAndExecsCharon(t *testing.T) {
 	}
 	if _, err := Prepare(Options{Dataplane: "bogus", Conf: conf}, nil); err == nil {
 		t.Error("an unknown dataplane was accepted")
+	}
+}
+
+// Regression (the real node): libipsec needs /dev/net/tun, which the container runtime
+// does not provide; the charon role creates it, and only in libipsec mode.
+func TestPrepareCreatesTheTUNDevice(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.SkipDataplane(t, "creating a device node needs root (CAP_MKNOD)")
+	}
+	dir := t.TempDir()
+	for _, mode := range []gatewayconfig.DataplaneMode{gatewayconfig.DataplaneKernel, gatewayconfig.DataplaneLibipsec} {
+		tun := filepath.Join(dir, string(mode), "net", "tun")
+		if _, err := Prepare(Options{Dataplane: mode, Conf: filepath.Join(dir, "c.conf"), Binary: "/bin/true", TUNDevice: tun}, nil); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(tun)
+		if mode == gatewayconfig.DataplaneKernel {
+			if err == nil {
+				t.Error("kernel mode created a TUN device")
+			}
+			continue
+		}
+		if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+			t.Fatalf("no TUN character device at %s: %v", tun, err)
+		}
+		// A second start finds it and leaves it.
+		if _, err := Prepare(Options{Dataplane: mode, Conf: filepath.Join(dir, "c.conf"), Binary: "/bin/true", TUNDevice: tun}, nil); err != nil {
+			t.Errorf("second start: %v", err)
+		}
 	}
 }

@@ -22,6 +22,9 @@ type NATState struct {
 	LastApplySeconds     float64 `json:"lastApplySeconds"`
 	DriftRepairs         uint64  `json:"driftRepairs"`
 	LastApplyUnixSeconds int64   `json:"lastApplyUnixSeconds"`
+	// GuardDroppedPackets is what the fail-closed guard rules have dropped since init-nat
+	// started (monotonic across table rewrites).
+	GuardDroppedPackets uint64 `json:"guardDroppedPackets"`
 }
 
 // WriteNATState replaces path atomically.
@@ -49,7 +52,9 @@ type Collector struct {
 
 	mu sync.Mutex
 	// Byte and packet counters must be monotonic although each child SA starts from
-	// zero; deltas are accumulated per child SA unique ID.
+	// zero; deltas are accumulated per child SA, keyed by unique ID and inbound SPI
+	// (a restarted charon numbers its SAs from 1 again). Only the children of the last
+	// listing are remembered, so rekeys do not grow the map.
 	last   map[string][4]uint64
 	totals map[string]*[4]uint64
 }
@@ -67,11 +72,12 @@ var (
 	descNATApplies  = prometheus.NewDesc("bnerd_gateway_nat_applies_total", "NAT ruleset applies.", nil, nil)
 	descNATDur      = prometheus.NewDesc("bnerd_gateway_nat_apply_duration_seconds", "Duration of the last NAT ruleset apply.", nil, nil)
 	descNATDrift    = prometheus.NewDesc("bnerd_gateway_nat_drift_repairs_total", "NAT table repairs after drift.", nil, nil)
+	descGuardDrops  = prometheus.NewDesc("bnerd_gateway_guard_dropped_packets_total", "Packets to a peer subnet the fail-closed guard dropped because they would have left unencrypted.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descIKESAs, descChildSAs, descBytes, descPackets, descEstablished, descRekeys, descScrapeErr, descNATErrors, descNATApplies, descNATDur, descNATDrift} {
+	for _, d := range []*prometheus.Desc{descUp, descIKESAs, descChildSAs, descBytes, descPackets, descEstablished, descRekeys, descScrapeErr, descNATErrors, descNATApplies, descNATDur, descNATDrift, descGuardDrops} {
 		ch <- d
 	}
 }
@@ -93,10 +99,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.last == nil {
-		c.last = map[string][4]uint64{}
+	if c.totals == nil {
 		c.totals = map[string]*[4]uint64{}
 	}
+	seen := map[string][4]uint64{}
 	for _, name := range c.Tunnels() {
 		var ike, child float64
 		est := -1.0
@@ -115,13 +121,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 					child++
 				}
 				cur := [4]uint64{cs.BytesIn, cs.BytesOut, cs.PacketsIn, cs.PacketsOut}
-				prev := c.last[cs.UniqueID]
+				key := cs.UniqueID + "/" + cs.SPIIn
+				prev := c.last[key]
 				for i := range cur {
 					if cur[i] >= prev[i] {
 						tot[i] += cur[i] - prev[i]
 					}
 				}
-				c.last[cs.UniqueID] = cur
+				seen[key] = cur
 			}
 			if sa.State == "ESTABLISHED" && (est < 0 || float64(sa.EstablishedSeconds) < est) {
 				est = float64(sa.EstablishedSeconds)
@@ -143,15 +150,29 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descRekeys, prometheus.CounterValue, float64(rekeys[name]), name)
 	}
-	if c.NATStateFile != "" {
-		if b, err := os.ReadFile(c.NATStateFile); err == nil {
-			var st NATState
-			if json.Unmarshal(b, &st) == nil {
-				ch <- prometheus.MustNewConstMetric(descNATErrors, prometheus.CounterValue, float64(st.ApplyErrors))
-				ch <- prometheus.MustNewConstMetric(descNATApplies, prometheus.CounterValue, float64(st.Applies))
-				ch <- prometheus.MustNewConstMetric(descNATDur, prometheus.GaugeValue, st.LastApplySeconds)
-				ch <- prometheus.MustNewConstMetric(descNATDrift, prometheus.CounterValue, float64(st.DriftRepairs))
-			}
-		}
+	// An unanswered listing says nothing about the children: keep the baselines, or a
+	// charon that was only slow would have its children counted twice.
+	if viciUp == 1 {
+		c.last = seen
+	}
+	collectNAT(ch, c.NATStateFile)
+}
+
+// collectNAT publishes init-nat's apply statistics from its state file, if any.
+func collectNAT(ch chan<- prometheus.Metric, file string) {
+	if file == "" {
+		return
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return
+	}
+	var st NATState
+	if json.Unmarshal(b, &st) == nil {
+		ch <- prometheus.MustNewConstMetric(descNATErrors, prometheus.CounterValue, float64(st.ApplyErrors))
+		ch <- prometheus.MustNewConstMetric(descNATApplies, prometheus.CounterValue, float64(st.Applies))
+		ch <- prometheus.MustNewConstMetric(descNATDur, prometheus.GaugeValue, st.LastApplySeconds)
+		ch <- prometheus.MustNewConstMetric(descNATDrift, prometheus.CounterValue, float64(st.DriftRepairs))
+		ch <- prometheus.MustNewConstMetric(descGuardDrops, prometheus.CounterValue, float64(st.GuardDroppedPackets))
 	}
 }

@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 
@@ -41,13 +42,14 @@ func value(t *testing.T, reg *prometheus.Registry, name string, want map[string]
 func TestCountersStayMonotonicAcrossRekeys(t *testing.T) {
 	sas := map[string][]vici.IKESA{"t1": {{Name: "t1", State: "ESTABLISHED", EstablishedSeconds: 5,
 		Children: []vici.ChildSA{{Name: "t1", UniqueID: "1", State: "INSTALLED", BytesIn: 1000, BytesOut: 500}}}}}
+	var sasErr error
 	state := filepath.Join(t.TempDir(), "nat.json")
-	if err := WriteNATState(state, NATState{ApplyErrors: 2, Applies: 7, LastApplySeconds: 0.01}); err != nil {
+	if err := WriteNATState(state, NATState{ApplyErrors: 2, Applies: 7, LastApplySeconds: 0.01, GuardDroppedPackets: 41}); err != nil {
 		t.Fatal(err)
 	}
 	c := &Collector{
 		Tunnels:      func() []string { return []string{"t1", "t2"} },
-		SAs:          func(context.Context) (map[string][]vici.IKESA, error) { return sas, nil },
+		SAs:          func(context.Context) (map[string][]vici.IKESA, error) { return sas, sasErr },
 		NATStateFile: state,
 	}
 	reg := prometheus.NewRegistry()
@@ -65,9 +67,29 @@ func TestCountersStayMonotonicAcrossRekeys(t *testing.T) {
 	if v := value(t, reg, "bnerd_gateway_nat_apply_errors_total", nil); v != 2 {
 		t.Errorf("nat errors %v", v)
 	}
+	if v := value(t, reg, "bnerd_gateway_guard_dropped_packets_total", nil); v != 41 {
+		t.Errorf("guard drops %v", v)
+	}
 	// rekey: the new child SA starts from zero, the total keeps growing
 	sas["t1"][0].Children = []vici.ChildSA{{Name: "t1", UniqueID: "2", State: "INSTALLED", BytesIn: 300, BytesOut: 100}}
 	if v := value(t, reg, "bnerd_ipsec_bytes_total", in1); v != 1300 {
 		t.Errorf("bytes in after rekey %v, want 1300", v)
+	}
+	// charon unreachable for a scrape: nothing is lost or counted twice afterwards
+	sasErr = errors.New("charon down")
+	_ = value(t, reg, "bnerd_ipsec_vici_up", nil)
+	sasErr = nil
+	sas["t1"][0].Children[0].BytesIn = 350
+	if v := value(t, reg, "bnerd_ipsec_bytes_total", in1); v != 1350 {
+		t.Errorf("bytes in after an unanswered scrape %v, want 1350", v)
+	}
+	// charon restarted: its SAs are numbered from 1 again; the new child's bytes count
+	// although an old child had the same unique ID with more bytes
+	sas["t1"][0].Children = []vici.ChildSA{{Name: "t1", UniqueID: "1", SPIIn: "c0ffee01", State: "INSTALLED", BytesIn: 40}}
+	if v := value(t, reg, "bnerd_ipsec_bytes_total", in1); v != 1390 {
+		t.Errorf("bytes in after a charon restart %v, want 1390", v)
+	}
+	if len(c.last) != 1 {
+		t.Errorf("%d children remembered, want only the current one", len(c.last))
 	}
 }

@@ -1,6 +1,7 @@
-// Package initnat is the init-nat role's loop: it refuses to run without IPv4
-// forwarding, then keeps the pod's policy routing and the NAT/guard table equal to the
-// latest valid config, repairs drift, and records every apply for the exporter.
+// Package initnat is the init-nat role's loop: it turns on IPv4 forwarding on the port
+// and tunnel devices (refusing to run when it cannot), then keeps the pod's policy routing
+// and the NAT/guard table equal to the latest valid config, repairs drift, and records
+// every apply for the exporter.
 package initnat
 
 import (
@@ -24,9 +25,11 @@ type Programmer interface {
 	Invalidate()
 }
 
-// DriftChecker compares the kernel's table with the last sync (*nat.DriftChecker).
+// DriftChecker compares the kernel's table with the last sync and counts the guard's
+// drops on the way (*nat.DriftChecker).
 type DriftChecker interface {
 	Check(elements bool) (string, error)
+	GuardDropped() (uint64, bool)
 }
 
 // Config is what the role's flags set.
@@ -41,7 +44,7 @@ type Config struct {
 	ElementEvery  int
 	// RouteInterval is how often the policy routing is re-applied.
 	RouteInterval time.Duration
-	// ApplyTimeout bounds one ruleset apply (an nft process or a netlink batch).
+	// ApplyTimeout bounds one ruleset apply (the nft process knftables runs).
 	ApplyTimeout time.Duration
 	// StateFile receives exporter.NATState after every apply ("" = none).
 	StateFile string
@@ -54,8 +57,11 @@ type Runner struct {
 	Drift DriftChecker
 	// Route applies the policy routing (routing.Apply).
 	Route func(routing.Params) error
-	// ReadFile reads the forwarding sysctl (os.ReadFile).
+	// ReadFile reads the forwarding sysctls (os.ReadFile).
 	ReadFile func(string) ([]byte, error)
+	// Forward turns IPv4 forwarding on for the named devices that exist
+	// (routing.EnsureForwarding); nil leaves forwarding as the pod got it.
+	Forward func(devices ...string) error
 	// WriteState stores the apply statistics (exporter.WriteNATState on StateFile).
 	WriteState func(exporter.NATState) error
 	Logf       func(format string, args ...any)
@@ -67,24 +73,43 @@ type Runner struct {
 	ticks int
 }
 
-// ForwardingSysctl is the pod network namespace's IPv4 forwarding switch.
-const ForwardingSysctl = "/proc/sys/net/ipv4/ip_forward"
+// ForwardingSysctl is the IPv4 forwarding switch of a device in the pod's network
+// namespace. The kernel forwards a packet when its input device forwards, so the port
+// (NIC2) and the tunnel device are what count; net.ipv4.ip_forward only sets them all.
+func ForwardingSysctl(device string) string {
+	return "/proc/sys/net/ipv4/conf/" + device + "/forwarding"
+}
 
 // ErrForwardingOff: the gateway cannot forward exposures, and running would look healthy
 // while nothing passes.
-var ErrForwardingOff = errors.New("IPv4 forwarding is off in the pod's network namespace (net.ipv4.ip_forward = 0): " +
-	"exposures cannot be forwarded; enable the sysctl for the gateway pod (it is namespaced) and restart it")
+var ErrForwardingOff = errors.New("IPv4 forwarding is off on the port device and could not be turned on " +
+	"(init-nat sets net.ipv4.conf.<port>.forwarding itself with NET_ADMIN): exposures cannot be forwarded")
 
-// CheckForwarding returns ErrForwardingOff unless the sysctl reads 1.
-func CheckForwarding(read func(string) ([]byte, error)) error {
-	b, err := read(ForwardingSysctl)
+// CheckForwarding returns ErrForwardingOff unless device forwards.
+func CheckForwarding(read func(string) ([]byte, error), device string) error {
+	b, err := read(ForwardingSysctl(device))
 	if err != nil {
-		return fmt.Errorf("reading %s: %w", ForwardingSysctl, err)
+		return fmt.Errorf("%w: reading %s: %v", ErrForwardingOff, ForwardingSysctl(device), err)
 	}
 	if v := string(bytes.TrimSpace(b)); v != "1" {
-		return ErrForwardingOff
+		return fmt.Errorf("%w: %s = %s", ErrForwardingOff, ForwardingSysctl(device), v)
 	}
 	return nil
+}
+
+// forward turns forwarding on for the port and the tunnel device; the tunnel device is
+// recreated whenever charon restarts, so this runs on every drift tick.
+func (r *Runner) forward() {
+	if r.Forward == nil {
+		return
+	}
+	devs := []string{r.Interface}
+	if r.TunnelInterface != "" {
+		devs = append(devs, r.TunnelInterface)
+	}
+	if err := r.Forward(devs...); err != nil {
+		r.logf("forwarding: %v", err)
+	}
 }
 
 func (r *Runner) logf(format string, args ...any) {
@@ -129,9 +154,7 @@ func (r *Runner) routeParams() routing.Params {
 		SubnetGatewayIP: r.cfg.SubnetGatewayIP, ServiceGatewayAddress: r.cfg.GatewayAddress,
 		Table: r.RouteTable, Priority: r.RulePriority,
 	}
-	for _, t := range r.cfg.Tunnels {
-		p.PeerAddresses = append(p.PeerAddresses, t.PeerAddress)
-	}
+	p.PeerAddresses = r.cfg.PeerEndpoints()
 	return p
 }
 
@@ -200,6 +223,10 @@ func (r *Runner) drift(ctx context.Context) {
 		r.logf("drift check: %v", err)
 		return
 	}
+	if n, ok := r.Drift.GuardDropped(); ok && n != r.st.GuardDroppedPackets {
+		r.st.GuardDroppedPackets = n
+		r.writeState()
+	}
 	if msg != "" {
 		r.logf("drift detected: %s; repairing", msg)
 		r.st.DriftRepairs++
@@ -208,14 +235,15 @@ func (r *Runner) drift(ctx context.Context) {
 	}
 }
 
-// Run checks forwarding, then loops until ctx ends. The table stays when it returns:
-// the guard must outlive the agent.
+// Run turns forwarding on and checks it, then loops until ctx ends. The table stays when
+// it returns: the guard must outlive the agent.
 func (r *Runner) Run(ctx context.Context, snaps <-chan source.Snapshot) error {
 	read := r.ReadFile
 	if read == nil {
 		read = os.ReadFile
 	}
-	if err := CheckForwarding(read); err != nil {
+	r.forward()
+	if err := CheckForwarding(read, r.Interface); err != nil {
 		return err
 	}
 	driftEvery, routeEvery := r.DriftInterval, r.RouteInterval
@@ -236,6 +264,7 @@ func (r *Runner) Run(ctx context.Context, snaps <-chan source.Snapshot) error {
 		case s := <-snaps:
 			r.config(ctx, s)
 		case <-tick.C:
+			r.forward()
 			r.drift(ctx)
 		case <-routeTick.C:
 			r.route()

@@ -56,7 +56,10 @@ func (f *fakeNAT) Invalidate() {
 type fakeDrift struct {
 	msgs     []string
 	elements []bool
+	dropped  uint64
 }
+
+func (d *fakeDrift) GuardDropped() (uint64, bool) { return d.dropped, true }
 
 func (d *fakeDrift) Check(elements bool) (string, error) {
 	d.elements = append(d.elements, elements)
@@ -89,7 +92,7 @@ func config(t *testing.T, peers ...string) []byte {
 
 func forwarding(v string) func(string) ([]byte, error) {
 	return func(p string) ([]byte, error) {
-		if p != ForwardingSysctl {
+		if p != ForwardingSysctl("net1") {
 			return nil, os.ErrNotExist
 		}
 		return []byte(v + "\n"), nil
@@ -114,17 +117,45 @@ func newRunner() (*Runner, *fakeNAT, *fakeDrift, *[]routing.Params, *[]exporter.
 }
 
 func TestCheckForwarding(t *testing.T) {
-	if err := CheckForwarding(forwarding("1")); err != nil {
+	if err := CheckForwarding(forwarding("1"), "net1"); err != nil {
 		t.Errorf("on: %v", err)
 	}
-	if err := CheckForwarding(forwarding("0")); !errors.Is(err, ErrForwardingOff) {
+	if err := CheckForwarding(forwarding("0"), "net1"); !errors.Is(err, ErrForwardingOff) || !strings.Contains(err.Error(), "net1/forwarding") {
 		t.Errorf("off: %v", err)
 	}
-	if err := CheckForwarding(func(string) ([]byte, error) { return nil, os.ErrPermission }); err == nil || errors.Is(err, ErrForwardingOff) {
-		t.Errorf("unreadable: %v", err)
+	// A missing device (no NIC2 in the pod) is a refusal too, naming the device.
+	if err := CheckForwarding(forwarding("1"), "net9"); !errors.Is(err, ErrForwardingOff) || !strings.Contains(err.Error(), "net9") {
+		t.Errorf("missing device: %v", err)
 	}
-	if !strings.Contains(ErrForwardingOff.Error(), "net.ipv4.ip_forward") {
-		t.Error("the refusal does not name the sysctl")
+	if !strings.Contains(ErrForwardingOff.Error(), "forwarding") {
+		t.Error("the refusal does not name forwarding")
+	}
+}
+
+// TestRunTurnsForwardingOn: a pod whose namespace does not forward (the host's initial
+// namespace decides, and containers cannot write /proc/sys) is not refused: init-nat turns
+// forwarding on for the port and the tunnel device before it checks, and again on every
+// drift tick (charon recreates the tunnel device when it restarts).
+func TestRunTurnsForwardingOn(t *testing.T) {
+	r, _, _, _, _, _ := newRunner()
+	r.TunnelInterface = "ipsec0"
+	on := false
+	var calls [][]string
+	r.Forward = func(devs ...string) error { calls = append(calls, devs); on = true; return nil }
+	r.ReadFile = func(p string) ([]byte, error) {
+		if p == ForwardingSysctl("net1") && on {
+			return []byte("1\n"), nil
+		}
+		return []byte("0\n"), nil
+	}
+	r.DriftInterval = 10 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := r.Run(ctx, make(chan source.Snapshot)); err != nil {
+		t.Fatalf("Run refused although forwarding could be turned on: %v", err)
+	}
+	if len(calls) < 2 || strings.Join(calls[0], ",") != "net1,ipsec0" {
+		t.Errorf("forwarding calls %v: want net1 and ipsec0 at start and on ticks", calls)
 	}
 }
 
@@ -220,6 +251,14 @@ func TestDriftRetriesRepairsAndCountsElementsEveryNth(t *testing.T) {
 	last := (*states)[len(*states)-1]
 	if last.DriftRepairs != 1 || last.Applies != 3 || last.ApplyErrors != 1 {
 		t.Errorf("state %+v", last)
+	}
+	// The guard's drop count reaches the state file when it changes, and only then.
+	writes := len(*states)
+	d.dropped = 7
+	r.drift(ctx)
+	r.drift(ctx)
+	if len(*states) != writes+1 || (*states)[len(*states)-1].GuardDroppedPackets != 7 {
+		t.Errorf("guard drops: %d writes after the change, last %+v", len(*states)-writes, (*states)[len(*states)-1])
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"bnerd.net/vpn-operator/internal/agent/source"
 	"bnerd.net/vpn-operator/internal/agent/vici"
+	"bnerd.net/vpn-operator/internal/gatewayconfig"
 )
 
 // Applier converges charon to the rendered files (*vici.Loader: it opens a new VICI
@@ -28,7 +29,13 @@ type Loop struct {
 	ReadFile    func(string) ([]byte, error)
 	// Timeout bounds one Apply as a whole (each VICI call is bounded on its own too).
 	Timeout time.Duration
-	Logf    func(format string, args ...any)
+	// PortRouting, when set, gates loading on the port's policy routing: connections are
+	// loaded only once it reports the routing of the config's port address in place
+	// (routing.InPlace), so IKE can never start over the pod network, whatever order the
+	// pod's containers start in. The Applier also learns the port's address
+	// (SetLocalAddress), so an SA from any other address is ended.
+	PortRouting func(portFixedIP string) (bool, error)
+	Logf        func(format string, args ...any)
 }
 
 func (l *Loop) logf(format string, args ...any) {
@@ -84,6 +91,12 @@ func (l *Loop) Run(ctx context.Context, snaps <-chan source.Snapshot) {
 		if !cur.Complete(true) {
 			continue
 		}
+		if l.PortRouting != nil {
+			if ok, why := l.portReady(cur); !ok {
+				report(why)
+				continue
+			}
+		}
 		actx, cancel := context.WithTimeout(ctx, timeout)
 		_, err := l.Applier.Apply(actx, cur.Swanctl, cur.Secrets)
 		cancel()
@@ -93,4 +106,27 @@ func (l *Loop) Run(ctx context.Context, snaps <-chan source.Snapshot) {
 		}
 		report("")
 	}
+}
+
+// localAddresser is an Applier that can be told the port's address (*vici.Loader).
+type localAddresser interface{ SetLocalAddress(string) }
+
+// portReady reports whether the port's policy routing is in place for the snapshot's
+// config, and why not.
+func (l *Loop) portReady(cur source.Snapshot) (bool, string) {
+	cfg, err := gatewayconfig.Unmarshal(cur.Config)
+	if err != nil {
+		return false, "config: " + err.Error()
+	}
+	if la, ok := l.Applier.(localAddresser); ok {
+		la.SetLocalAddress(cfg.PortFixedIP)
+	}
+	ok, err := l.PortRouting(cfg.PortFixedIP)
+	if err != nil {
+		return false, "checking the port's policy routing: " + err.Error()
+	}
+	if !ok {
+		return false, "waiting for the port's policy routing (init-nat) before loading connections"
+	}
+	return true, ""
 }

@@ -7,11 +7,13 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"bnerd.net/vpn-operator/internal/agent/source"
 	"bnerd.net/vpn-operator/internal/agent/vici"
+	"bnerd.net/vpn-operator/internal/gatewayconfig"
 )
 
 type call struct {
@@ -138,5 +140,56 @@ func TestLoopReadsKeysFromTheMountedSecret(t *testing.T) {
 	waitFor(t, "apply with the file's keys", func() bool { return f.n() > 0 })
 	if c := f.last(); c.secrets != "from-file" {
 		t.Errorf("keys %q", c.secrets)
+	}
+}
+
+type addressedApplier struct {
+	fakeApplier
+	addr atomic.Value
+}
+
+func (a *addressedApplier) SetLocalAddress(s string) { a.addr.Store(s) }
+
+// TestLoopWaitsForThePortRouting: connections are loaded only once the port's policy
+// routing is in place (so IKE cannot leave over the pod network when the loader starts
+// before init-nat), and the applier learns the port's address.
+func TestLoopWaitsForThePortRouting(t *testing.T) {
+	cfg := &gatewayconfig.Config{
+		Version: 1, Gateway: gatewayconfig.GatewayRef{Kind: "IPsecGateway", Namespace: "ns", Name: "gw"},
+		ServiceCIDR: "100.64.7.0/24", GatewayAddress: "100.64.7.1", PortFixedIP: "203.0.113.5",
+		SubnetCIDR: "203.0.113.0/24", SubnetGatewayIP: "203.0.113.1", FloatingIP: "192.0.2.100",
+		Tunnels: []gatewayconfig.Tunnel{{Name: "t0", PeerAddress: "192.0.2.2", PeerID: "192.0.2.2", RemoteSubnets: []string{"198.51.100.0/24"},
+			IKEProposals: []string{"aes128gcm16-prfsha256-x25519"}, ESPProposals: []string{"aes128gcm16-x25519"},
+			IKERekeySeconds: 3600, ESPRekeySeconds: 600, DPDDelaySeconds: 5, DPDAction: "restart"}},
+	}
+	js, err := gatewayconfig.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &addressedApplier{}
+	var routed atomic.Bool
+	var asked atomic.Value
+	var lg logs
+	l := &Loop{Applier: f, Interval: 5 * time.Millisecond, Logf: lg.logf, PortRouting: func(ip string) (bool, error) {
+		asked.Store(ip)
+		return routed.Load(), nil
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	snaps := make(chan source.Snapshot, 1)
+	go l.Run(ctx, snaps)
+	snaps <- source.Snapshot{Config: js, Swanctl: "conns", Secrets: "keys"}
+	waitFor(t, "the gate consulted", func() bool { return asked.Load() == "203.0.113.5" })
+	time.Sleep(30 * time.Millisecond)
+	if f.n() != 0 {
+		t.Fatal("connections loaded before the port's routing was in place")
+	}
+	if !strings.Contains(lg.all(), "waiting for the port's policy routing") {
+		t.Errorf("the wait is not logged:\n%s", lg.all())
+	}
+	routed.Store(true)
+	waitFor(t, "loaded once routed", func() bool { return f.n() > 0 })
+	if got, _ := f.addr.Load().(string); got != "203.0.113.5" {
+		t.Errorf("the applier was told the local address %q", got)
 	}
 }

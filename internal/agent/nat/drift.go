@@ -2,8 +2,13 @@ package nat
 
 import (
 	"fmt"
+	"sync"
+	"time"
 
 	gnft "github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
+	"github.com/mdlayher/netlink"
 )
 
 // DriftChecker compares the kernel's view of the table with the last sync over netlink:
@@ -13,6 +18,14 @@ import (
 // and is not detected (documented in docs/dataplane.md).
 type DriftChecker struct {
 	p *Programmer
+
+	// Guard drop counting: the packet counter of every guard rule seen, by rule handle.
+	// A rewritten table has new rules starting from zero; their counts are added to what
+	// the old ones had reached, so the total only grows.
+	mu         sync.Mutex
+	guardLast  map[uint64]uint64
+	guardTotal uint64
+	guardSeen  bool
 }
 
 // NewDriftChecker returns a checker for p's table in the current network namespace.
@@ -46,6 +59,7 @@ func (d *DriftChecker) Check(elements bool) (string, error) {
 			have[c.Name] = c
 		}
 	}
+	current := map[uint64]bool{}
 	for name, want := range ex.Chains {
 		c := have[name]
 		if c == nil {
@@ -55,10 +69,16 @@ func (d *DriftChecker) Check(elements bool) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("listing rules of %s: %w", name, err)
 		}
+		for _, r := range rules {
+			if d.countGuard(r) {
+				current[r.Handle] = true
+			}
+		}
 		if len(rules) != want {
 			return fmt.Sprintf("chain %s has %d rules, want %d", name, len(rules), want), nil
 		}
 	}
+	d.forgetGuardRules(current)
 	if !elements {
 		return "", nil
 	}
@@ -83,4 +103,65 @@ func (d *DriftChecker) Check(elements bool) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// NetlinkTimeout bounds every netlink exchange of the drift check: a kernel that never
+// answers must not stall the role.
+const NetlinkTimeout = 10 * time.Second
+
+// withDeadline sets the socket's deadline when it is dialled (the checker's connection is
+// not lasting: every operation dials anew and gets a fresh deadline).
+func withDeadline() gnft.ConnOption {
+	return gnft.WithSockOptions(func(c *netlink.Conn) error {
+		return c.SetDeadline(time.Now().Add(NetlinkTimeout))
+	})
+}
+
+// countGuard adds a guard rule's packets since it was last seen and reports whether r is
+// a guard rule.
+func (d *DriftChecker) countGuard(r *gnft.Rule) bool {
+	if c, ok := userdata.GetString(r.UserData, userdata.TypeComment); !ok || c != GuardComment {
+		return false
+	}
+	var packets uint64
+	for _, e := range r.Exprs {
+		if c, ok := e.(*expr.Counter); ok {
+			packets = c.Packets
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.guardLast == nil {
+		d.guardLast = map[uint64]uint64{}
+	}
+	last, known := d.guardLast[r.Handle]
+	if !known || packets < last {
+		last = 0 // a new rule (or a reused handle in a re-created table)
+	}
+	d.guardTotal += packets - last
+	d.guardLast[r.Handle] = packets
+	d.guardSeen = true
+	return true
+}
+
+// forgetGuardRules drops the handles of guard rules that no longer exist, after a check
+// that saw every chain.
+func (d *DriftChecker) forgetGuardRules(current map[uint64]bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for h := range d.guardLast {
+		if !current[h] {
+			delete(d.guardLast, h)
+		}
+	}
+}
+
+// GuardDropped returns the packets the guard rules have dropped since the checker
+// started, as counted by the drift checks so far (drops between the last check and a
+// table rewrite are lost: at most one drift interval's worth), and whether a guard rule
+// was seen at all.
+func (d *DriftChecker) GuardDropped() (uint64, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.guardTotal, d.guardSeen
 }

@@ -6,7 +6,6 @@ package nat
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -28,7 +27,7 @@ const (
 	GuardInterface GuardMode = "interface"
 	// GuardXFRM: the kernel's policy-based IPsec; after source NAT, anything to a peer
 	// subnet whose route carries no XFRM transformation (`rt ipsec missing`) is dropped.
-	// Not verifiable on kernels without ESP; see docs/dataplane.md.
+	// Verified end to end in the kernel dataplane VM test (docs/dataplane.md).
 	GuardXFRM GuardMode = "xfrm"
 )
 
@@ -45,6 +44,8 @@ const (
 	ChainForward     = "forward"
 	ChainOutput      = "output"
 	ChainGuard       = "guard"
+	// GuardComment marks the fail-closed guard's drop rules.
+	GuardComment = "fail-closed guard"
 )
 
 // Options configure the Programmer.
@@ -55,15 +56,17 @@ type Options struct {
 	// TunnelMTU bounds the MSS of SYNs arriving from the tunnel when the config does not
 	// pin an MSS (libipsec's TUN defaults to 1400).
 	TunnelMTU int
+	// PortInterface, when set, is the only device IKE and ESP may leave by (NIC2): the
+	// guard drops them on any other, so a tunnel can never be negotiated or carried over
+	// the pod network and the node's address, whatever order the pod's containers start
+	// or restart in.
+	PortInterface string
 }
 
 // Programmer owns the table. Safe for concurrent use.
 type Programmer struct {
 	nft  knftables.Interface
 	opts Options
-
-	// netlinkElements sends incremental element changes over netlink instead of nft.
-	netlinkElements bool
 
 	mu      sync.Mutex
 	applied *gatewayconfig.NAT
@@ -80,11 +83,10 @@ func New(opts Options) (*Programmer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
-	return &Programmer{nft: nft, opts: opts, netlinkElements: true}, nil
+	return &Programmer{nft: nft, opts: opts}, nil
 }
 
-// NewWithInterface is New with a given knftables.Interface (tests use knftables.NewFake);
-// every change, incremental ones included, goes through that interface.
+// NewWithInterface is New with a given knftables.Interface (tests use knftables.NewFake).
 func NewWithInterface(nft knftables.Interface, opts Options) (*Programmer, error) {
 	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
@@ -113,13 +115,15 @@ func (o Options) validate() error {
 	if o.Guard != GuardInterface && o.Guard != GuardXFRM {
 		return fmt.Errorf("guard mode %q must be %s or %s", o.Guard, GuardInterface, GuardXFRM)
 	}
-	for _, r := range o.TunnelInterface {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
-			return fmt.Errorf("tunnel interface %q has characters outside [a-z0-9._-]", o.TunnelInterface)
+	for what, name := range map[string]string{"tunnel": o.TunnelInterface, "port": o.PortInterface} {
+		for _, r := range name {
+			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+				return fmt.Errorf("%s interface %q has characters outside [a-z0-9._-]", what, name)
+			}
 		}
-	}
-	if len(o.TunnelInterface) > 15 {
-		return fmt.Errorf("tunnel interface %q is longer than 15 characters", o.TunnelInterface)
+		if len(name) > 15 {
+			return fmt.Errorf("%s interface %q is longer than 15 characters", what, name)
+		}
 	}
 	if o.TunnelMTU < 576 || o.TunnelMTU > 65535 {
 		return fmt.Errorf("tunnel MTU %d out of range", o.TunnelMTU)
@@ -127,10 +131,10 @@ func (o Options) validate() error {
 	return nil
 }
 
-// Sync converges the table to m in one transaction. When only map and set elements
-// differ from the last successful sync, the transaction touches only those elements;
-// otherwise (first run, changed rule parameters, after Invalidate) it rewrites chains,
-// sets and maps atomically.
+// Sync converges the table to m in one transaction, through knftables (the nft CLI),
+// like kube-proxy. When only map and set elements differ from the last successful sync,
+// the transaction touches only those elements; otherwise (first run, changed rule
+// parameters, after Invalidate) it rewrites chains, sets and maps atomically.
 func (p *Programmer) Sync(ctx context.Context, m *gatewayconfig.NAT) (full bool, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -141,17 +145,21 @@ func (p *Programmer) Sync(ctx context.Context, m *gatewayconfig.NAT) (full bool,
 		if len(ops) == 0 {
 			return false, nil
 		}
-		err := p.writeElements(ctx, ops)
-		if err == nil {
-			p.applied = m
-			return false, nil
+		tx := p.nft.NewTransaction()
+		for _, op := range ops {
+			if op.del {
+				tx.Delete(op.element())
+			} else {
+				tx.Add(op.element())
+			}
 		}
-		if !errors.Is(err, errNeedsFull) {
+		if err := p.nft.Run(ctx, tx); err != nil {
 			// The next sync starts from scratch: our view of the table is unknown now.
 			p.applied = nil
 			return false, fmt.Errorf("nftables element transaction (%d operations): %w", len(ops), err)
 		}
-		// Nothing was sent; the full path below handles what netlink cannot express.
+		p.applied = m
+		return false, nil
 	}
 	tx := p.nft.NewTransaction()
 	p.fullTx(tx, m, rules)
@@ -162,24 +170,6 @@ func (p *Programmer) Sync(ctx context.Context, m *gatewayconfig.NAT) (full bool,
 	p.applied = m
 	p.rules = joined
 	return true, nil
-}
-
-// writeElements applies element changes in one transaction: over netlink on the real
-// system (the nft CLI would first cache every element of the table), through the
-// knftables.Interface otherwise (tests' fake).
-func (p *Programmer) writeElements(ctx context.Context, ops []elemOp) error {
-	if p.netlinkElements {
-		return writeElementsNetlink(p.opts.Table, ops)
-	}
-	tx := p.nft.NewTransaction()
-	for _, op := range ops {
-		if op.del {
-			tx.Delete(op.element())
-		} else {
-			tx.Add(op.element())
-		}
-	}
-	return p.nft.Run(ctx, tx)
 }
 
 // Invalidate forces the next Sync to rewrite everything (after drift was detected).
@@ -249,6 +239,9 @@ func (p *Programmer) ruleText(m *gatewayconfig.NAT) []string {
 	add(ChainPrerouting, fmt.Sprintf("%s dnat ip to ip daddr . meta l4proto . th dport map @%s", p.notFromTunnel(), MapReversePorts))
 	add(ChainPrerouting, fmt.Sprintf("%s dnat ip to ip daddr map @%s", p.notFromTunnel(), MapReverseAll))
 
+	// Routed-mode tunnels keep their real addresses both ways (see routedRules).
+	routed := routedRules(m, p.fromTunnel())
+	out = append(out, routed.postrouting...)
 	// Reverse exposures reach the client from .1 (inside the child SA's local selector);
 	// exposure targets see the port's fixed IP, which they can route back to.
 	add(ChainPostrouting, fmt.Sprintf("ct status dnat ip daddr %s snat ip to %s", peers, m.ReverseSNATAddress))
@@ -257,20 +250,35 @@ func (p *Programmer) ruleText(m *gatewayconfig.NAT) []string {
 	if m.MSSClamp.Enabled {
 		add(ChainForward, "tcp flags & (syn|rst) == syn tcp option maxseg size set rt mtu")
 		mss := p.mss(m)
+		// Both directions: SYNs arriving from the tunnel, and SYNs about to enter it. The
+		// second matters with kernel IPsec, where the forward hook sees the plain route
+		// (the XFRM bundle is attached only after source NAT), so `rt mtu` does not know
+		// the tunnel's overhead.
 		add(ChainForward, fmt.Sprintf("%s tcp flags & (syn|rst) == syn tcp option maxseg size > %d tcp option maxseg size set %d", p.fromTunnel(), mss, mss))
+		add(ChainForward, fmt.Sprintf("ip daddr %s tcp flags & (syn|rst) == syn tcp option maxseg size > %d tcp option maxseg size set %d", peers, mss, mss))
 	}
+	// Guard rules carry GuardComment: the drift check sums their counters, which is the
+	// guard's drop count the exporter publishes.
 	if p.opts.Guard == GuardInterface {
-		add(ChainForward, fmt.Sprintf("ip daddr %s oifname != %q counter drop", peers, p.opts.TunnelInterface))
-		add(ChainOutput, fmt.Sprintf("ip daddr %s oifname != %q counter drop", peers, p.opts.TunnelInterface))
-		add(ChainGuard, fmt.Sprintf("ip daddr %s oifname != %q counter drop", peers, p.opts.TunnelInterface))
+		add(ChainForward, fmt.Sprintf("ip daddr %s oifname != %q counter drop comment %q", peers, p.opts.TunnelInterface, GuardComment))
+		add(ChainOutput, fmt.Sprintf("ip daddr %s oifname != %q counter drop comment %q", peers, p.opts.TunnelInterface, GuardComment))
+		add(ChainGuard, fmt.Sprintf("ip daddr %s oifname != %q counter drop comment %q", peers, p.opts.TunnelInterface, GuardComment))
 	} else {
 		// Runs after SNAT, when the route has been re-looked-up with the final source and
 		// carries the XFRM bundle if a policy matched.
-		add(ChainGuard, fmt.Sprintf("ip daddr %s rt ipsec missing counter drop", peers))
+		add(ChainGuard, fmt.Sprintf("ip daddr %s rt ipsec missing counter drop comment %q", peers, GuardComment))
 	}
-	// Only exposures cross the gateway: anything else from the client's subnets or to
-	// them that was not translated is dropped here, so it can never leave in the clear
-	// through a router that does not know it belongs in a tunnel.
+	out = append(out, routed.forward...)
+	if p.opts.PortInterface != "" {
+		// IKE (UDP 500, NAT-T 4500) and ESP leave only through the dedicated port.
+		add(ChainGuard, fmt.Sprintf("udp sport { 500, 4500 } oifname != %q counter drop", p.opts.PortInterface))
+		add(ChainGuard, fmt.Sprintf("udp dport { 500, 4500 } oifname != %q counter drop", p.opts.PortInterface))
+		add(ChainGuard, fmt.Sprintf("meta l4proto esp oifname != %q counter drop", p.opts.PortInterface))
+	}
+	// Only exposures (and routed-mode traffic above) cross the gateway: anything else
+	// from the client's subnets or to them that was not translated is dropped here, so it
+	// can never leave in the clear through a router that does not know it belongs in a
+	// tunnel.
 	add(ChainForward, fmt.Sprintf("ip saddr %s ct status & dnat == 0 counter drop", peers))
 	add(ChainForward, fmt.Sprintf("ip daddr %s ct status & dnat == 0 counter drop", peers))
 	return out

@@ -189,3 +189,39 @@ func Apply(p Params) error {
 	}
 	return nil
 }
+
+// InPlace reports whether the prelude's essentials are installed: the rule sending the
+// port's own address to table and a default route in table. It only reads, so a role
+// without NET_ADMIN can wait on it (the loader does, before charon may initiate IKE).
+func InPlace(portFixedIP string, table int) (bool, error) {
+	if table == 0 {
+		table = DefaultTable
+	}
+	fixed, err := netip.ParseAddr(portFixedIP)
+	if err != nil {
+		return false, fmt.Errorf("port fixed IP: %w", err)
+	}
+	rules, err := netlink.RuleListFiltered(netlink.FAMILY_V4, &netlink.Rule{Table: table}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return false, fmt.Errorf("listing rules: %w", err)
+	}
+	ruled := false
+	for _, r := range rules {
+		if fromIPNet(r.Src) == netip.PrefixFrom(fixed, 32) {
+			ruled = true
+		}
+	}
+	if !ruled {
+		return false, nil
+	}
+	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: table}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return false, fmt.Errorf("listing table %d: %w", table, err)
+	}
+	for _, r := range routes {
+		if r.Dst == nil || fromIPNet(r.Dst) == (netip.Prefix{}) {
+			return r.Gw != nil, nil
+		}
+	}
+	return false, nil
+}

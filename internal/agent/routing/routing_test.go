@@ -61,11 +61,20 @@ func TestApplyIdempotent(t *testing.T) {
 			Interface: "net1", TunnelInterface: "ipsec0", PortFixedIP: "203.0.113.5", SubnetCIDR: "203.0.113.0/24",
 			SubnetGatewayIP: "203.0.113.1", PeerAddresses: []string{"192.0.2.2"}, ServiceGatewayAddress: "100.64.7.1",
 		}
+		if ok, err := InPlace(p.PortFixedIP, 0); err != nil || ok {
+			t.Errorf("InPlace before Apply: %v %v", ok, err)
+		}
 		for i := 0; i < 2; i++ {
 			if err := Apply(p); err != nil {
 				t.Errorf("apply %d: %v", i, err)
 				return
 			}
+		}
+		if ok, err := InPlace(p.PortFixedIP, 0); err != nil || !ok {
+			t.Errorf("InPlace after Apply: %v %v", ok, err)
+		}
+		if ok, _ := InPlace("203.0.113.6", 0); ok {
+			t.Error("InPlace for another address")
 		}
 		rules, _ := netlink.RuleListFiltered(netlink.FAMILY_V4, &netlink.Rule{Table: 100}, netlink.RT_FILTER_TABLE)
 		if len(rules) != 4 {
@@ -93,6 +102,31 @@ func TestApplyIdempotent(t *testing.T) {
 		got, err := netlink.RouteGetWithOptions(net.ParseIP("198.18.0.1"), &netlink.RouteGetOptions{SrcAddr: net.ParseIP("203.0.113.5")})
 		if err != nil || len(got) != 1 || !got[0].Gw.Equal(net.ParseIP("203.0.113.1")) || got[0].LinkIndex != l.Attrs().Index {
 			t.Errorf("route from the port address: %v %v", got, err)
+		}
+	})
+}
+
+// Forwarding is switched on per device over netlink, without writing /proc/sys (read-only
+// in a container), and only for devices that exist.
+func TestEnsureForwarding(t *testing.T) {
+	inNewNetns(t, func() {
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "net1"}, PeerName: "net1-peer"}); err != nil {
+			t.Error(err)
+			return
+		}
+		if on, err := forwardingOn("net1"); err != nil || on {
+			t.Errorf("a new namespace's device forwards already (%v, %v): the test would prove nothing", on, err)
+			return
+		}
+		if err := EnsureForwarding("net1", "ipsec0"); err != nil {
+			t.Errorf("EnsureForwarding: %v", err)
+			return
+		}
+		if on, err := forwardingOn("net1"); err != nil || !on {
+			t.Errorf("net1 forwarding after EnsureForwarding: %v %v", on, err)
+		}
+		if on, _ := forwardingOn("net1-peer"); on {
+			t.Error("a device not named was changed")
 		}
 	})
 }

@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -15,21 +16,35 @@ import (
 // whether it wrote.
 type WriteFunc func(ctx context.Context, ref gatewayconfig.GatewayRef, tunnels []v1alpha1.TunnelState, ready string) (bool, error)
 
-// ClientWriter is the production WriteFunc: a Writer per call, on c.
-func ClientWriter(c client.Client) WriteFunc {
+// ClientWriter is the production WriteFunc: one Writer per gateway on c, kept for the
+// life of the process (its first write is the new agent's announcement), with a
+// heartbeat at least every heartbeat (zero: the default).
+func ClientWriter(c client.Client, heartbeat time.Duration) WriteFunc {
+	var mu sync.Mutex
+	writers := map[gatewayconfig.GatewayRef]*Writer{}
 	return func(ctx context.Context, ref gatewayconfig.GatewayRef, tunnels []v1alpha1.TunnelState, ready string) (bool, error) {
-		w := &Writer{Client: c, Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}
+		mu.Lock()
+		w := writers[ref]
+		if w == nil {
+			w = &Writer{Client: c, Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name, Heartbeat: heartbeat}
+			writers[ref] = w
+		}
+		mu.Unlock()
 		return w.Write(ctx, tunnels, ready)
 	}
 }
 
 // Agent is the status-agent loop: on every kick (a VICI event) and every Interval it
-// reads charon's SAs and writes the tunnels' state when it changed.
+// reads charon's SAs and hands the tunnels' state to Write, which writes it when it
+// changed or a heartbeat is due.
 type Agent struct {
 	// Tunnels returns the configured tunnels and the gateway they belong to.
 	Tunnels func() ([]string, gatewayconfig.GatewayRef)
 	// SAs lists charon's SAs (a fresh VICI session each time: charon may have restarted).
-	SAs   func(ctx context.Context) (map[string][]vici.IKESA, error)
+	SAs func(ctx context.Context) (map[string][]vici.IKESA, error)
+	// State, when set, computes the tunnels instead of SAs (a WireGuard gateway's
+	// peers, from the wireguard role's state file).
+	State func(names []string, now time.Time) ([]v1alpha1.TunnelState, string)
 	Write WriteFunc
 	// Kick triggers a round besides the timer.
 	Kick     <-chan struct{}
@@ -58,17 +73,21 @@ func (a *Agent) Round(ctx context.Context) (tunnels []v1alpha1.TunnelState, read
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cur, err := a.SAs(ctx)
-	if err != nil {
-		// charon unreachable: every tunnel is down, which is worth reporting.
-		cur = nil
-	}
 	now := time.Now
 	if a.Now != nil {
 		now = a.Now
 	}
-	tunnels, ready = Compute(names, cur, now())
-	wrote, err = a.Write(ctx, ref, tunnels, ready)
+	if a.State != nil {
+		tunnels, ready = a.State(names, now())
+	} else {
+		cur, err := a.SAs(ctx)
+		if err != nil {
+			// charon unreachable: every tunnel is down, which is worth reporting.
+			cur = nil
+		}
+		tunnels, ready = Compute(names, cur, now())
+	}
+	wrote, err := a.Write(ctx, ref, tunnels, ready)
 	if err != nil {
 		a.logf("status: %v", err)
 		return tunnels, ready, false

@@ -90,6 +90,9 @@ func TestWriterOnRealAPIServer(t *testing.T) {
 			if len(st.Conditions) != 1 || st.Conditions[0].Message != "operator" {
 				t.Fatalf("the operator's conditions were touched: %+v", st.Conditions)
 			}
+			if st.TunnelsObservedTime == nil || st.Tunnels[0].LastTransitionTime == nil {
+				t.Fatalf("no heartbeat or transition time stored: %+v", st)
+			}
 
 			// A second poll a second later with the same SAs is not a change.
 			tunnels, ready = Compute([]string{"hq"}, sas, now.Add(time.Second))

@@ -1,5 +1,7 @@
 // Package status turns charon's SAs into the gateway object's status.tunnels and
-// status.tunnelsReady and writes them only when they changed.
+// status.tunnelsReady and writes them when they changed, with a heartbeat
+// (status.tunnelsObservedTime) at least every Heartbeat, so the operator can tell a
+// silent agent from a quiet one.
 package status
 
 import (
@@ -13,6 +15,7 @@ import (
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/agent/vici"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
+	"bnerd.net/vpn-operator/internal/operatorconfig"
 	"bnerd.net/vpn-operator/internal/statuswrite"
 )
 
@@ -71,6 +74,9 @@ func Equal(a, b []v1alpha1.TunnelState) bool {
 		if x.Name != y.Name || x.State != y.State || x.IKESAs != y.IKESAs || x.ChildSAs != y.ChildSAs || x.Message != y.Message {
 			return false
 		}
+		if (x.LatestHandshake == nil) != (y.LatestHandshake == nil) || x.LatestHandshake != nil && !x.LatestHandshake.Equal(y.LatestHandshake) {
+			return false
+		}
 		if (x.EstablishedAt == nil) != (y.EstablishedAt == nil) {
 			return false
 		}
@@ -84,12 +90,24 @@ func Equal(a, b []v1alpha1.TunnelState) bool {
 	return true
 }
 
-// Writer patches the status subresource of one gateway object.
+// Writer patches the status subresource of one gateway object. One Writer serves one
+// agent process: the first Write always writes, so a new agent's report (and its
+// heartbeat) is never mistaken for its predecessor's.
 type Writer struct {
 	Client    client.Client
 	Kind      string
 	Namespace string
 	Name      string
+	// InterfacePublicKey is a WireGuard gateway's interface key, written with the
+	// tunnels (empty for IPsec).
+	InterfacePublicKey string
+	// Heartbeat is the longest time between two writes while nothing changes (default
+	// operatorconfig.DefaultStatusAgentHeartbeat).
+	Heartbeat time.Duration
+	// Now is the clock (tests); nil is time.Now.
+	Now func() time.Time
+
+	wrote bool
 }
 
 func (w *Writer) object() (client.Object, func() *v1alpha1.GatewayStatus, error) {
@@ -104,12 +122,14 @@ func (w *Writer) object() (client.Object, func() *v1alpha1.GatewayStatus, error)
 	return nil, nil, fmt.Errorf("unknown gateway kind %q", w.Kind)
 }
 
-// Write stores tunnels and ready unless the object already says the same. It applies
-// only those two fields with server-side apply under the status agent's own field
-// manager (statuswrite.ManagerStatusAgent), without a resourceVersion precondition: the
-// status agent owns them, the operator never sends them, so a concurrent operator write
-// to the other status fields is neither clobbered nor a conflict, and neither is this
-// write for the operator.
+// Write stores tunnels, ready and the heartbeat when the state changed, when the last
+// heartbeat is Heartbeat old, or on this Writer's first call. It applies only the
+// agent's own fields (AgentFields) with server-side apply under the status agent's
+// field manager (statuswrite.ManagerStatusAgent), without a resourceVersion
+// precondition: the status agent owns them, the operator never sends them, so a
+// concurrent operator write to the other status fields is neither clobbered nor a
+// conflict, and neither is this write for the operator. Each tunnel keeps the
+// lastTransitionTime of the previous report while its state stays the same.
 func (w *Writer) Write(ctx context.Context, tunnels []v1alpha1.TunnelState, ready string) (bool, error) {
 	obj, st, err := w.object()
 	if err != nil {
@@ -122,17 +142,59 @@ func (w *Writer) Write(ctx context.Context, tunnels []v1alpha1.TunnelState, read
 	if err := w.Client.SubResource("status").Get(ctx, obj, obj); err != nil {
 		return false, fmt.Errorf("reading %s %s/%s: %w", w.Kind, w.Namespace, w.Name, err)
 	}
-	cur := st()
-	if cur.TunnelsReady == ready && Equal(cur.Tunnels, tunnels) {
-		return false, nil
+	clock := time.Now
+	if w.Now != nil {
+		clock = w.Now
 	}
-	cur.Tunnels, cur.TunnelsReady = tunnels, ready
+	now := clock().Truncate(time.Second).UTC()
+	cur := st()
+	tunnels = carryTransitions(cur.Tunnels, tunnels, now)
+	if cur.TunnelsReady == ready && Equal(cur.Tunnels, tunnels) && cur.InterfacePublicKey == w.InterfacePublicKey {
+		if w.wrote && !w.heartbeatDue(cur.TunnelsObservedTime, now) {
+			return false, nil
+		}
+		// Only the heartbeat moves: the stored states stay as they are (an SA's
+		// establishment time jitters by a second between polls), so a heartbeat
+		// changes nothing but tunnelsObservedTime.
+		tunnels = cur.Tunnels
+	}
+	observed := metav1.NewTime(now)
+	cur.Tunnels, cur.TunnelsReady, cur.TunnelsObservedTime, cur.InterfacePublicKey = tunnels, ready, &observed, w.InterfacePublicKey
 	sw := statuswrite.Writer{Client: w.Client, Manager: statuswrite.ManagerStatusAgent, Fields: AgentFields, Unguarded: true}
 	if err := sw.Apply(ctx, obj, nil); err != nil {
 		return false, fmt.Errorf("writing status of %s %s/%s: %w", w.Kind, w.Namespace, w.Name, err)
 	}
+	w.wrote = true
 	return true, nil
 }
 
+// heartbeatDue: no heartbeat yet, the last one is Heartbeat old, or it lies in the
+// future (the node's clock went back).
+func (w *Writer) heartbeatDue(last *metav1.Time, now time.Time) bool {
+	every := w.Heartbeat
+	if every <= 0 {
+		every = operatorconfig.DefaultStatusAgentHeartbeat
+	}
+	return last == nil || now.Sub(last.Time) >= every || now.Before(last.Time)
+}
+
+// carryTransitions stamps each tunnel with when it entered its state: the previous
+// report's time while the state is the same, now otherwise.
+func carryTransitions(prev, next []v1alpha1.TunnelState, now time.Time) []v1alpha1.TunnelState {
+	out := make([]v1alpha1.TunnelState, len(next))
+	for i, t := range next {
+		since := metav1.NewTime(now)
+		t.LastTransitionTime = &since
+		for _, p := range prev {
+			if p.Name == t.Name && p.State == t.State && p.LastTransitionTime != nil {
+				kept := *p.LastTransitionTime
+				t.LastTransitionTime = &kept
+			}
+		}
+		out[i] = t
+	}
+	return out
+}
+
 // AgentFields are the status fields the status agent owns.
-var AgentFields = []string{"tunnels", "tunnelsReady"}
+var AgentFields = []string{"tunnels", "tunnelsReady", "tunnelsObservedTime", "interfacePublicKey"}

@@ -92,3 +92,85 @@ func TestWriterWritesOnlyOnChange(t *testing.T) {
 		t.Errorf("status after down: %+v", got.Status)
 	}
 }
+
+// The heartbeat: a new Writer (a restarted agent) writes at once even when nothing
+// changed; then only changes and a heartbeat every Heartbeat are written, the heartbeat
+// touching nothing but tunnelsObservedTime; each tunnel keeps the time it entered its
+// state while the state stays.
+func TestWriterHeartbeat(t *testing.T) {
+	gw := &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "gw"}}
+	applies := 0
+	c := fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(gw).WithStatusSubresource(gw).
+		WithInterceptorFuncs(interceptor.Funcs{
+			SubResourceGet: func(ctx context.Context, cl client.Client, sub string, obj, subObj client.Object, opts ...client.SubResourceGetOption) error {
+				return cl.Get(ctx, client.ObjectKeyFromObject(obj), subObj)
+			},
+			SubResourceApply: func(ctx context.Context, cl client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+				applies++
+				return cl.SubResource(sub).Apply(ctx, obj, opts...)
+			}}).Build()
+	clock := now
+	ctx := context.Background()
+	get := func() v1alpha1.GatewayStatus {
+		var g v1alpha1.IPsecGateway
+		if err := c.Get(ctx, client.ObjectKeyFromObject(gw), &g); err != nil {
+			t.Fatal(err)
+		}
+		return g.Status
+	}
+	writer := func() *Writer {
+		return &Writer{Client: c, Kind: "IPsecGateway", Namespace: "ns", Name: "gw", Heartbeat: time.Minute, Now: func() time.Time { return clock }}
+	}
+	w := writer()
+	up := func(age int64) []v1alpha1.TunnelState {
+		ts, _ := Compute([]string{"hq"}, map[string][]vici.IKESA{"hq": {{Name: "hq", State: "ESTABLISHED", EstablishedSeconds: age,
+			Children: []vici.ChildSA{{Name: "hq", State: "INSTALLED"}}}}}, clock)
+		return ts
+	}
+	if wrote, err := w.Write(ctx, up(10), "1/1"); err != nil || !wrote {
+		t.Fatalf("first write: %v %v", wrote, err)
+	}
+	st := get()
+	if st.TunnelsObservedTime == nil || !st.TunnelsObservedTime.Time.Equal(now) || st.Tunnels[0].LastTransitionTime == nil || !st.Tunnels[0].LastTransitionTime.Time.Equal(now) {
+		t.Fatalf("first report: %+v", st)
+	}
+	established := st.Tunnels[0].EstablishedAt.Time
+
+	// 59 s later, nothing changed: no write.
+	clock = now.Add(59 * time.Second)
+	if wrote, _ := w.Write(ctx, up(69), "1/1"); wrote {
+		t.Fatal("written before the heartbeat was due")
+	}
+	// 61 s: the heartbeat, and nothing else moves (the SA's age jitters by a second).
+	clock = now.Add(61 * time.Second)
+	if wrote, err := w.Write(ctx, up(70), "1/1"); err != nil || !wrote {
+		t.Fatalf("heartbeat: %v %v", wrote, err)
+	}
+	st = get()
+	if !st.TunnelsObservedTime.Time.Equal(clock) || !st.Tunnels[0].EstablishedAt.Time.Equal(established) || !st.Tunnels[0].LastTransitionTime.Time.Equal(now) {
+		t.Fatalf("a heartbeat changed more than tunnelsObservedTime: %+v", st)
+	}
+
+	// A restarted agent (a new Writer) announces itself at once.
+	clock = now.Add(70 * time.Second)
+	w = writer()
+	if wrote, _ := w.Write(ctx, up(79), "1/1"); !wrote {
+		t.Fatal("a new agent did not write its first report")
+	}
+	if st = get(); !st.Tunnels[0].LastTransitionTime.Time.Equal(now) {
+		t.Fatalf("the tunnel's state did not change, its transition time did: %v", st.Tunnels[0].LastTransitionTime)
+	}
+
+	// The tunnel goes down: a new transition time.
+	clock = now.Add(80 * time.Second)
+	down, ready := Compute([]string{"hq"}, nil, clock)
+	if wrote, _ := w.Write(ctx, down, ready); !wrote {
+		t.Fatal("down not written")
+	}
+	if st = get(); st.Tunnels[0].State != StateDown || !st.Tunnels[0].LastTransitionTime.Time.Equal(clock) {
+		t.Fatalf("down: %+v", st.Tunnels[0])
+	}
+	if applies != 4 {
+		t.Fatalf("%d applies, want 4", applies)
+	}
+}

@@ -106,18 +106,33 @@ func flatten(s *gatewayconfig.Section, prefix string) []string {
 // initiates connections that have no IKE SA, so unchanged tunnels keep their SAs.
 type Loader struct {
 	Socket string
+	// LocalAddress, when set, is the only address an IKE SA may run from (the gateway
+	// port's fixed IP): an SA established from any other (over the pod network, before
+	// the port's routing was in place) is terminated and initiated again.
+	LocalAddress string
 	// Logf receives one line per action; it never receives secret values.
 	Logf func(format string, args ...any)
 
 	mu      sync.Mutex
 	loaded  map[string]string
 	secrets string
+	// childless counts consecutive rounds a tunnel's IKE SA had no child SA of its name.
+	childless map[string]int
 }
 
 // Result reports what one Apply did.
 type Result struct {
 	Loaded, Unloaded, Initiated []string
-	SecretsLoaded               bool
+	// Terminated are connections whose IKE SA ran from the wrong address.
+	Terminated    []string
+	SecretsLoaded bool
+}
+
+// SetLocalAddress sets LocalAddress (safe while Apply runs elsewhere).
+func (l *Loader) SetLocalAddress(a string) {
+	l.mu.Lock()
+	l.LocalAddress = a
+	l.mu.Unlock()
 }
 
 func (l *Loader) logf(format string, args ...any) {
@@ -206,10 +221,49 @@ func (l *Loader) Apply(ctx context.Context, swanctl, secrets string) (Result, er
 	if err != nil {
 		return res, err
 	}
-	for _, c := range conns {
-		if len(sas[c.Name]) > 0 {
-			continue
+	if l.LocalAddress != "" {
+		for name, list := range sas {
+			kept := list[:0]
+			for _, sa := range list {
+				if sa.LocalHost == "" || sa.LocalHost == l.LocalAddress {
+					kept = append(kept, sa)
+					continue
+				}
+				m := govici.NewMessage()
+				_ = m.Set("ike-id", sa.UniqueID)
+				_ = m.Set("force", "yes")
+				_ = m.Set("timeout", "-1")
+				if err := call(ctx, s, "terminate", m); err != nil {
+					l.logf("terminate %s #%s (from %s): %v", name, sa.UniqueID, sa.LocalHost, err)
+					kept = append(kept, sa)
+					continue
+				}
+				res.Terminated = append(res.Terminated, name)
+				l.logf("terminated %s #%s: it ran from %s, not from the port's address %s", name, sa.UniqueID, sa.LocalHost, l.LocalAddress)
+			}
+			sas[name] = kept
 		}
+	}
+	for _, c := range conns {
+		switch tunnelState(sas[c.Name], c.Name) {
+		case saUp, saBusy:
+			delete(l.childless, c.Name)
+			continue
+		case saChildless:
+			// A child SA deleted on its own (by the peer, by hand, by an expiry without
+			// rekey) leaves the IKE SA up and the tunnel dead: nothing re-creates it, since
+			// start_action only fires on load. It is initiated again inside the existing
+			// IKE SA once it was missing for two rounds in a row, so a rekey in flight
+			// never gets a duplicate.
+			if l.childless == nil {
+				l.childless = map[string]int{}
+			}
+			l.childless[c.Name]++
+			if l.childless[c.Name] < 2 {
+				continue
+			}
+		}
+		delete(l.childless, c.Name)
 		m := govici.NewMessage()
 		_ = m.Set("child", c.Name)
 		_ = m.Set("ike", c.Name)
@@ -224,6 +278,32 @@ func (l *Loader) Apply(ctx context.Context, swanctl, secrets string) (Result, er
 	}
 	sort.Strings(res.Unloaded)
 	return res, nil
+}
+
+type saState int
+
+const (
+	saNone      saState = iota // no IKE SA: initiate
+	saUp                       // an established IKE SA carries the tunnel's child SA
+	saBusy                     // an IKE SA is connecting, rekeying or being deleted: wait
+	saChildless                // established IKE SA(s), none with the tunnel's child SA
+)
+
+func tunnelState(sas []IKESA, child string) saState {
+	if len(sas) == 0 {
+		return saNone
+	}
+	for _, sa := range sas {
+		if sa.State != "ESTABLISHED" {
+			return saBusy
+		}
+		for _, c := range sa.Children {
+			if c.Name == child {
+				return saUp
+			}
+		}
+	}
+	return saChildless
 }
 
 func hashOf(s string) string {

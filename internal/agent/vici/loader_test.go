@@ -83,3 +83,24 @@ func TestConnectionsFromRenderer(t *testing.T) {
 		t.Errorf("children %v", keys)
 	}
 }
+
+func TestTunnelState(t *testing.T) {
+	child := func(name, state string) ChildSA { return ChildSA{Name: name, State: state} }
+	for _, tc := range []struct {
+		name string
+		sas  []IKESA
+		want saState
+	}{
+		{"no IKE SA", nil, saNone},
+		{"up", []IKESA{{State: "ESTABLISHED", Children: []ChildSA{child("t1", "INSTALLED")}}}, saUp},
+		{"child rekeying", []IKESA{{State: "ESTABLISHED", Children: []ChildSA{child("t1", "REKEYING")}}}, saUp},
+		{"connecting", []IKESA{{State: "CONNECTING"}}, saBusy},
+		{"IKE rekey in flight", []IKESA{{State: "REKEYING", Children: []ChildSA{child("t1", "INSTALLED")}}, {State: "ESTABLISHED"}}, saBusy},
+		{"child deleted", []IKESA{{State: "ESTABLISHED"}}, saChildless},
+		{"only another child", []IKESA{{State: "ESTABLISHED", Children: []ChildSA{child("t2", "INSTALLED")}}}, saChildless},
+	} {
+		if got := tunnelState(tc.sas, "t1"); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -13,6 +13,8 @@ type IKESA struct {
 	Name     string
 	UniqueID string
 	State    string
+	// LocalHost is the address the SA runs from (charon's local-host).
+	LocalHost string
 	// EstablishedSeconds is the SA's age (valid when State is ESTABLISHED).
 	EstablishedSeconds int64
 	Children           []ChildSA
@@ -23,6 +25,7 @@ type ChildSA struct {
 	Name                  string
 	UniqueID              string
 	State                 string
+	SPIIn                 string
 	BytesIn, BytesOut     uint64
 	PacketsIn, PacketsOut uint64
 	InstallSeconds        int64
@@ -53,6 +56,7 @@ func ListSAs(ctx context.Context, s *govici.Session) (map[string][]IKESA, error)
 				Name:               name,
 				UniqueID:           str(ike, "uniqueid"),
 				State:              str(ike, "state"),
+				LocalHost:          str(ike, "local-host"),
 				EstablishedSeconds: num(ike, "established"),
 			}
 			if cs, ok := ike.Get("child-sas").(*govici.Message); ok {
@@ -65,6 +69,7 @@ func ListSAs(ctx context.Context, s *govici.Session) (map[string][]IKESA, error)
 						Name:           str(c, "name"),
 						UniqueID:       str(c, "uniqueid"),
 						State:          str(c, "state"),
+						SPIIn:          str(c, "spi-in"),
 						BytesIn:        unum(c, "bytes-in"),
 						BytesOut:       unum(c, "bytes-out"),
 						PacketsIn:      unum(c, "packets-in"),

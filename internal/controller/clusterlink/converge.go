@@ -8,6 +8,7 @@ import (
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/conditions"
 	"bnerd.net/vpn-operator/internal/controller/outcome"
+	"bnerd.net/vpn-operator/internal/openstack"
 )
 
 // phase is one ensure-function and the condition it owns. A phase that cannot complete
@@ -33,6 +34,7 @@ func (r *Reconciler) phases() []phase {
 		{cond: v1.ConditionCredentialsResolved, cross: true, blocks: []string{v1.ConditionTransitNetworkShared}, run: r.ensureCredentials},
 		{cond: v1.ConditionLegAttached, run: r.ensureNotMismatched},
 		{cond: v1.ConditionTransitIPAllocated, run: r.ensureTransitNetwork},
+		{cond: v1.ConditionTransitIPAllocated, run: r.ensureTransitNotSharedWithAll},
 		{cond: v1.ConditionLegAttached, blocks: []string{v1.ConditionTransitNetworkShared, v1.ConditionTransitIPAllocated, v1.ConditionRouteInstalled, v1.ConditionReverseRoutesInstalled}, run: r.ensureRouter},
 		{cond: v1.ConditionTransitNetworkShared, cross: true, blocks: []string{v1.ConditionTransitIPAllocated, v1.ConditionLegAttached}, run: r.ensureShared},
 		{cond: v1.ConditionTransitIPAllocated, blocks: []string{v1.ConditionLegAttached, v1.ConditionRouteInstalled, v1.ConditionReverseRoutesInstalled}, run: r.ensureTransitIP},
@@ -143,6 +145,31 @@ func (r *Reconciler) ensureTransitNetwork(ctx context.Context, lc *linkCtx) (boo
 		return false, err
 	}
 	lc.tn = tn
+	return true, nil
+}
+
+// ensureTransitNotSharedWithAll refuses to build or change anything while the transit
+// network is shared with every project of the cloud (its shared flag, or an RBAC
+// policy with target *): any tenant could then put a port on it and reach every linked
+// service cluster through the gateway router. The share is read on every reconcile (an
+// admin may add or remove it at any time); what the link already built is left as it
+// is, and deleting a link still unwinds it.
+func (r *Reconciler) ensureTransitNotSharedWithAll(ctx context.Context, lc *linkCtx) (bool, error) {
+	cond, failReason := v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocationFailed
+	if lc.cross {
+		cond, failReason = v1.ConditionTransitNetworkShared, v1.ReasonEnsureNetworkSharedFailed
+	}
+	share, err := openstack.ReadNetworkShare(ctx, r.d.Operator.Networking, lc.tn.network.ID)
+	if err != nil {
+		lc.set.False(cond, failReason, lc.opPrefix()+"reading how the transit network is shared: "+outcome.Describe(err))
+		return false, err
+	}
+	if share.EveryProject() {
+		lc.set.False(cond, v1.ReasonTransitNetworkSharedWithAllProjects, fmt.Sprintf(
+			"%sthe transit network is shared with every project of the cloud: %s. Any tenant could put a port on it and reach every linked service cluster through the gateway router, so this link builds and changes nothing until an OpenStack admin removes that share (customers get per-project shares from their ClusterLinks); what it built before is left as it is",
+			lc.opPrefix(), share.How()))
+		return false, nil
+	}
 	return true, nil
 }
 

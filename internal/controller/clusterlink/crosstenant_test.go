@@ -365,7 +365,9 @@ func TestCrossTenantTransitNetworkShared(t *testing.T) {
 	t.Run("visibility check fails", func(t *testing.T) {
 		h := newHarness(t)
 		h.sim.Inject(sim.Fault{Method: "POST", PathPattern: rbac, Status: 403})
-		h.sim.Inject(sim.Fault{Method: "GET", PathPattern: "/network/v2.0/networks/" + h.transitNetID(), Status: 500})
+		// The customer's visibility check fails; the operator's own read of the network
+		// (is it shared with every project?) does not.
+		h.sim.Inject(sim.Fault{Method: "GET", PathPattern: "/network/v2.0/networks/" + h.transitNetID(), Status: 500, UserAgent: customerUserAgent})
 		h.secret("visfail", "diehl", nil)
 		h.newLink("visfail", diehlRouter, diehlCIDR, crossTenant(projDiehl))
 		l := h.untilCond("visfail", v1.ConditionTransitNetworkShared, v1.ReasonNetworkVisibilityCheckFailed)

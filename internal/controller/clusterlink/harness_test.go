@@ -216,6 +216,10 @@ func newHarness(t *testing.T, mutate ...func(*sim.Seed)) *harness {
 	return h
 }
 
+// customerUserAgent marks the customer credential's requests, so a fault can hit only
+// those.
+const customerUserAgent = "customer-credential-test"
+
 func (h *harness) deps() Deps {
 	return Deps{
 		Client:            env.Client,
@@ -226,7 +230,7 @@ func (h *harness) deps() Deps {
 		Region:            h.sim.Region(),
 		CustomerClients: func(ctx context.Context, c openstack.Credential) (*openstack.Clients, error) {
 			h.builds.Add(1)
-			return openstack.NewClients(ctx, c, openstack.ClientOptions{})
+			return openstack.NewClients(ctx, c, openstack.ClientOptions{UserAgent: customerUserAgent})
 		},
 		Config:   h.cfg,
 		Clock:    func() time.Time { return time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC) },

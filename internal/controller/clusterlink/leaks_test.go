@@ -136,8 +136,8 @@ func TestTransitIPTakenBeforeTheLegWasBuiltIsReallocated(t *testing.T) {
 	if !hasRoute(h.opRouter(), svcCIDR, l.Status.TransitIP) {
 		t.Fatalf("no forward route via the new transit IP %s", l.Status.TransitIP)
 	}
-	if len(h.rec.find("taken", "TransitIPReallocated")) != 1 {
-		t.Fatal("no TransitIPReallocated event")
+	if len(h.rec.find("taken", "TransitIPTaken")) != 1 {
+		t.Fatal("no TransitIPTaken event")
 	}
 }
 

@@ -324,8 +324,8 @@ func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx) (bool, error) {
 		for i := range ps {
 			p := &ps[i]
 			if !adoptable(p, lc.router.ID) {
-				if !lc.cross && link.Spec.TransitIP == "" && link.Status.LegPortID == "" {
-					return r.reallocateTransitIP(ctx, lc, adoptIP, p.ID)
+				if r.mayReallocate(lc) {
+					return r.reallocate(ctx, lc, fmt.Sprintf("transit IP %s was taken by port %s (device %q) before this link's leg was created", adoptIP, p.ID, p.DeviceID))
 				}
 				if !lc.cross {
 					// Our leg is gone and someone else holds its address: a route via
@@ -374,6 +374,9 @@ func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx) (bool, error) {
 			opts.IPAddress = link.Status.TransitIP
 		}
 		p, err := net.CreatePort(ctx, opts)
+		if err != nil && openstack.NeutronErrorType(err) == "IpAddressAlreadyAllocated" && r.mayReallocate(lc) {
+			return r.reallocate(ctx, lc, fmt.Sprintf("transit IP %s was taken by another port before this link's leg was created", opts.IPAddress))
+		}
 		if err != nil {
 			return fail(v1.ReasonEnsureLegPortFailed, err, "creating the leg port: %s", err.Error())
 		}
@@ -422,25 +425,6 @@ func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx) (bool, error) {
 	return true, nil
 }
 
-// reallocateTransitIP gives up an allocated transit IP that Neutron handed to another
-// port before this link's leg was ever built there. A transit IP is this operator's
-// bookkeeping, persisted in status, not a reservation in Neutron: a gateway port created
-// meanwhile takes the lowest free address, which may be it. Nothing was ever routed via
-// the address for this link (the forward route follows the leg), so another one is
-// allocated on the next attempt.
-func (r *Reconciler) reallocateTransitIP(ctx context.Context, lc *linkCtx, addr, holder string) (bool, error) {
-	link := lc.link
-	r.claims.Release(string(link.UID))
-	link.Status.TransitIP = ""
-	msg := fmt.Sprintf("transit IP %s was taken by port %s before this link's leg was built there; allocating another", addr, holder)
-	lc.set.Unknown(v1.ConditionTransitIPAllocated, v1.ReasonInProgress, msg)
-	lc.eventf(corev1.EventTypeNormal, "TransitIPReallocated", "%s", msg)
-	if err := r.persist(ctx, lc); err != nil {
-		return false, err
-	}
-	return false, errors.New(msg)
-}
-
 // transitIPMismatch handles a cross-tenant leg that came back at another address: the
 // old address may be handed to someone else, so the route via it goes at once; the
 // recreated port goes too, and nothing is routed to the new one.
@@ -467,4 +451,33 @@ func (r *Reconciler) transitIPMismatch(ctx context.Context, lc *linkCtx, port *o
 		return false, errors.New("transit IP mismatch cleanup incomplete")
 	}
 	return false, nil
+}
+
+// errTransitIPTaken makes the reconcile start again, so the next one allocates anew.
+var errTransitIPTaken = errors.New("the allocated transit IP was taken before the leg was created; allocating another")
+
+// mayReallocate: the transit IP was chosen by the operator and nothing was ever built
+// at it (no leg, hence no route via it), so it can be given up. Transit IPs come from
+// the transit network's subnet, where Neutron also hands out addresses to other ports
+// (gateway ports among them): one can take the address between the allocation and the
+// leg's creation.
+func (r *Reconciler) mayReallocate(lc *linkCtx) bool {
+	st := lc.link.Status
+	return !lc.cross && lc.link.Spec.TransitIP == "" && st.LegPortID == "" && st.TransitIP != ""
+}
+
+// reallocate gives up a transit IP that another port took before the leg existed.
+func (r *Reconciler) reallocate(ctx context.Context, lc *linkCtx, why string) (bool, error) {
+	link := lc.link
+	taken := link.Status.TransitIP
+	link.Status.TransitIP = ""
+	if err := r.persist(ctx, lc); err != nil {
+		link.Status.TransitIP = taken
+		return false, err
+	}
+	r.claims.Release(string(link.UID))
+	lc.set.Unknown(v1.ConditionTransitIPAllocated, v1.ReasonInProgress, why+"; allocating another")
+	lc.set.Unknown(v1.ConditionLegAttached, v1.ReasonNotReady, "waiting for "+v1.ConditionTransitIPAllocated)
+	lc.eventf(corev1.EventTypeWarning, "TransitIPTaken", "%s; allocating another", why)
+	return false, errTransitIPTaken
 }

@@ -153,7 +153,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("clusterlink").
-		For(&v1.ClusterLink{}).
+		For(&v1.ClusterLink{}, linkChanged()).
 		Watches(&v1.IPsecGateway{}, r.fanOut(), gatewayPredicate()).
 		Watches(&v1.VPNGateway{}, r.fanOut(), gatewayPredicate()).
 		WatchesRawSource(source.Channel(r.wake, &handler.EnqueueRequestForObject{})).

@@ -137,15 +137,19 @@ func TestReverseRoutesFiftyGatewaysBoundedWrites(t *testing.T) {
 		c := h.sim.Counters()
 		return c.Writes, c.ByRoute["PUT /network/v2.0/routers/{id}/add_extraroutes"] + c.ByRoute["PUT /network/v2.0/routers/{id}/remove_extraroutes"]
 	}
-	measure := func(name string, want int, maxWrites int) {
+	measureUntil := func(name string, done func(*v1.ClusterLink) bool, maxWrites int) {
 		t.Helper()
 		h.sim.ResetCounters()
-		h.until("fifty", name, func(l *v1.ClusterLink) bool { return len(l.Status.ReverseRoutes) == want })
+		h.until("fifty", name, done)
 		w, rw := routeWrites()
 		phases = append(phases, phase{name, w, rw})
 		if w > maxWrites || rw != w {
 			t.Fatalf("%s: %d writes (%d route writes), want at most %d route writes", name, w, rw, maxWrites)
 		}
+	}
+	measure := func(name string, want int, maxWrites int) {
+		t.Helper()
+		measureUntil(name, func(l *v1.ClusterLink) bool { return len(l.Status.ReverseRoutes) == want }, maxWrites)
 	}
 
 	for i := range n {
@@ -155,10 +159,34 @@ func TestReverseRoutesFiftyGatewaysBoundedWrites(t *testing.T) {
 	if got := len(h.router("shoot--services--svc01").Routes); got != n {
 		t.Fatalf("%d routes on the service router, want %d", got, n)
 	}
+	newIP := func(i int) string { return fmt.Sprintf("10.254.0.%d", 200+i) }
 	for i := range 10 {
-		setPortIP(t, "tenant-50", fmt.Sprintf("gw%02d", i), fmt.Sprintf("10.254.0.%d", 200+i))
+		setPortIP(t, "tenant-50", fmt.Sprintf("gw%02d", i), newIP(i))
 	}
-	measure("10 gateways change their port", n, 2)
+	// Converged means every changed gateway is recorded with its new next hop.
+	measureUntil("10 gateways change their port", func(l *v1.ClusterLink) bool {
+		moved := 0
+		for _, rr := range l.Status.ReverseRoutes {
+			var i int
+			if _, err := fmt.Sscanf(rr.GatewayRef, "IPsecGateway/tenant-50/gw%02d", &i); err == nil && i < 10 && rr.NextHop == newIP(i) {
+				moved++
+			}
+		}
+		return len(l.Status.ReverseRoutes) == n && moved == 10
+	}, 2)
+	svc := h.router("shoot--services--svc01")
+	if len(svc.Routes) != n {
+		t.Fatalf("%d routes on the service router after the port change, want %d", len(svc.Routes), n)
+	}
+	for i := range n {
+		want, old := gwIP(i), ""
+		if i < 10 {
+			want, old = newIP(i), gwIP(i)
+		}
+		if !hasRoute(svc, gwCIDR(i), want) || (old != "" && hasRoute(svc, gwCIDR(i), old)) {
+			t.Fatalf("gateway %d: routes %v; want %s via %s only", i, svc.Routes, gwCIDR(i), want)
+		}
+	}
 	measure("converged", n, 0)
 	for i := range n {
 		deleteIPsecGateway(t, "tenant-50", fmt.Sprintf("gw%02d", i))

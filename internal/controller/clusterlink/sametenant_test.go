@@ -1,6 +1,7 @@
 package clusterlink
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -69,7 +70,14 @@ func TestSameTenantConvergedIsFree(t *testing.T) {
 	if c.Writes != 0 || c.Tokens != 0 {
 		t.Fatalf("converged reconciles wrote to OpenStack: %+v", c)
 	}
-	t.Logf("3 converged reconciles: %d OpenStack reads, 0 writes: %v", c.Reads, c.ByRoute)
+	// Per reconcile exactly: the transit network and its RBAC rules (is it shared with
+	// every project?), the leg port by ID, the service cluster's router and the gateway
+	// cluster's router by name. The transit network is resolved once per process.
+	want := map[string]int{"GET /network/v2.0/networks/{id}": 3, "GET /network/v2.0/rbac-policies": 3,
+		"GET /network/v2.0/ports/{id}": 3, "GET /network/v2.0/routers": 3, "GET /network/v2.0/routers/{id}": 3}
+	if c.Reads != 15 || !maps.Equal(c.ByRoute, want) {
+		t.Fatalf("3 converged reconciles made %d OpenStack reads %v, want %v", c.Reads, c.ByRoute, want)
+	}
 	if after := h.get("free-link"); after.ResourceVersion != l.ResourceVersion {
 		t.Fatalf("converged reconciles wrote the ClusterLink (resourceVersion %s -> %s)", l.ResourceVersion, after.ResourceVersion)
 	}

@@ -2,11 +2,13 @@ package clusterlink
 
 import (
 	"context"
+	"maps"
 	"time"
 
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -89,3 +91,22 @@ func GatewayPredicate() predicate.Predicate {
 }
 
 func gatewayPredicate() builder.WatchesOption { return builder.WithPredicates(GatewayPredicate()) }
+
+// linkChanged passes the ClusterLink events that ask for work: creation, a spec change
+// (generation), an annotation change (attestation, abandonment), the start of deletion
+// and a removed finalizer. The reconciler's own status writes do not, so a refusal is
+// tried once per change, not once more for the write that reported it.
+func linkChanged() builder.ForOption {
+	return builder.WithPredicates(predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld, e.ObjectNew
+			if o == nil || n == nil {
+				return true
+			}
+			return o.GetGeneration() != n.GetGeneration() ||
+				!maps.Equal(o.GetAnnotations(), n.GetAnnotations()) ||
+				o.GetDeletionTimestamp().IsZero() != n.GetDeletionTimestamp().IsZero() ||
+				controllerutil.ContainsFinalizer(o, v1.FinalizerClusterLink) && !controllerutil.ContainsFinalizer(n, v1.FinalizerClusterLink)
+		},
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -15,12 +16,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/agent/status"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
 	"bnerd.net/vpn-operator/internal/render"
 )
 
-// A gateway goes from nothing to Ready: every phase's OpenStack object exists, tagged,
-// and every Kubernetes object is owned by the gateway. A second reconcile of the
+// A gateway goes from nothing to converged: every phase's OpenStack object exists,
+// tagged, and every Kubernetes object is owned by the gateway; it is Ready once its pod
+// runs and its status agent reports every tunnel up. A second reconcile of the
 // converged gateway makes no write to OpenStack or to the API server.
 func TestCreateToReadyAndSteadyState(t *testing.T) {
 	h := newHarness(t)
@@ -30,7 +33,10 @@ func TestCreateToReadyAndSteadyState(t *testing.T) {
 	h.psk("hq-psk", "correct horse battery staple")
 	h.start()
 	h.create("acme", spec(true))
-	gw := h.waitReady("acme")
+	gw := h.waitConverged("acme")
+	// Converged is not Ready: no pod runs (envtest has no kubelet), no tunnel is up.
+	gw = h.waitHealth("acme", v1alpha1.ConditionPodReady, v1alpha1.ReasonPodNotFound)
+	expectReady(t, gw, metav1.ConditionFalse, v1alpha1.ReasonPodNotFound, "the OpenStack and Kubernetes objects are converged, but PodReady is False")
 
 	st := gw.Status
 	if st.ServiceCIDR == "" || st.ServiceCIDRGatewayAddress != strings.TrimSuffix(st.ServiceCIDR, "0/24")+"1" {
@@ -49,8 +55,8 @@ func TestCreateToReadyAndSteadyState(t *testing.T) {
 	if st.SubnetCIDR != "10.254.0.0/24" || st.SubnetGatewayIP != "10.254.0.1" || st.PortMACAddress == "" {
 		t.Fatalf("port facts %+v", st)
 	}
-	if st.TunnelsReady != "" || st.Tunnels != nil {
-		t.Fatalf("the operator wrote the status agent's fields: tunnelsReady %q, tunnels %v", st.TunnelsReady, st.Tunnels)
+	if st.TunnelsReady != "" || st.Tunnels != nil || st.TunnelsObservedTime != nil {
+		t.Fatalf("the operator wrote the status agent's fields: tunnelsReady %q, tunnels %v, observed %v", st.TunnelsReady, st.Tunnels, st.TunnelsObservedTime)
 	}
 
 	// OpenStack: one of each, tagged, wired together.
@@ -131,13 +137,22 @@ func TestCreateToReadyAndSteadyState(t *testing.T) {
 		}
 	}
 
+	// The pod runs (as a kubelet would report it) and the status agent reports the
+	// tunnel up: Ready.
+	h.pod("acme", "node-a", runningReady(time.Now().Add(-time.Minute).Truncate(time.Second)))
+	h.report(h.agent("acme"), map[string]string{"hq": status.StateUp})
+	gw = h.waitCond("acme", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReconciled)
+	if gw.Status.TunnelSummary != "1/1" {
+		t.Fatalf("tunnelSummary %q", gw.Status.TunnelSummary)
+	}
+
 	// Every phase's transition was announced as an Event.
 	h.events.mu.Lock()
 	all := strings.Join(h.events.events, "\n")
 	h.events.mu.Unlock()
 	for _, reason := range []string{v1alpha1.ReasonValid, v1alpha1.ReasonAllocated, v1alpha1.ReasonPortReady, v1alpha1.ReasonSecurityGroup,
 		v1alpha1.ReasonFloatingIPReady, v1alpha1.ReasonRoutingReady, v1alpha1.ReasonNodeSelected, v1alpha1.ReasonPortAttached,
-		v1alpha1.ReasonWorkloadReady, v1alpha1.ReasonReconciled} {
+		v1alpha1.ReasonWorkloadReady, v1alpha1.ReasonPodReady, v1alpha1.ReasonTunnelsUp, v1alpha1.ReasonReconciled} {
 		if !strings.Contains(all, "Normal "+reason+" ") {
 			t.Errorf("no Normal event with reason %s in:\n%s", reason, all)
 		}
@@ -170,7 +185,7 @@ func TestCreateToReadyAndSteadyState(t *testing.T) {
 	}
 	eventually(t, "VPNGateway Ready", func() (bool, string) {
 		mustGet(t, h, types.NamespacedName{Namespace: h.ns, Name: "acme-vpn"}, vgw)
-		return isReady(vgw.Status.Conditions, vgw.Generation), condOf(vgw.Status.Conditions, v1alpha1.ConditionReady)
+		return converged(vgw.Status.Conditions, vgw.Generation), condOf(vgw.Status.Conditions, v1alpha1.ConditionReady)
 	})
 	if vgw.Status.ServiceCIDR == st.ServiceCIDR {
 		t.Fatal("the VPNGateway got the IPsecGateway's service CIDR")
@@ -179,15 +194,6 @@ func TestCreateToReadyAndSteadyState(t *testing.T) {
 	if role.Rules[1].Resources[0] != "vpngateways/status" {
 		t.Fatalf("VPNGateway role %+v", role.Rules)
 	}
-}
-
-func isReady(conds []metav1.Condition, gen int64) bool {
-	for _, c := range conds {
-		if c.Type == v1alpha1.ConditionReady {
-			return c.Status == metav1.ConditionTrue && c.ObservedGeneration == gen
-		}
-	}
-	return false
 }
 
 func mustGet(t *testing.T, h *harness, key client.ObjectKey, obj client.Object) {

@@ -49,9 +49,9 @@ func (r *Reconciler) cleanupOpenStack(ctx context.Context, g *gateway) error {
 	}
 
 	// 1. Routes via the port, on every router of the project. A route to this gateway's
-	// service CIDR via a recorded address goes even when the port is already gone; a
-	// route to anything else only while the port still holds that address (once freed,
-	// the address may be another gateway's).
+	// service CIDR or routed subnets via a recorded address goes even when the port is
+	// already gone; a route to anything else only while the port still holds that
+	// address (once freed, the address may be another gateway's).
 	type nexthop struct {
 		ip       string
 		anyRoute bool
@@ -67,6 +67,11 @@ func (r *Reconciler) cleanupOpenStack(ctx context.Context, g *gateway) error {
 	if g.status.PortFixedIP != "" {
 		hops = append(hops, nexthop{g.status.PortFixedIP, false})
 	}
+	// This gateway's own destinations: its service CIDR and its routed subnets.
+	own := map[string]bool{g.status.ServiceCIDR: true}
+	for _, s := range routedSubnets(g.spec) {
+		own[s] = true
+	}
 	if len(hops) > 0 {
 		routers, err := r.projectRouters(ctx, projectID)
 		if err != nil {
@@ -76,7 +81,7 @@ func (r *Reconciler) cleanupOpenStack(ctx context.Context, g *gateway) error {
 			var stale []openstack.Route
 			for _, x := range rt.Routes {
 				for _, h := range hops {
-					if x.NextHop == h.ip && (h.anyRoute || x.Destination == g.status.ServiceCIDR) {
+					if x.NextHop == h.ip && (h.anyRoute || own[x.Destination]) {
 						stale = append(stale, x)
 						break
 					}

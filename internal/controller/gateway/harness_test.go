@@ -29,6 +29,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/conditions"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/openstack/sim"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
@@ -126,6 +127,13 @@ type harness struct {
 	nodes   []string
 	// lastReconcile is when the manager last finished a reconcile (unix nanos).
 	lastReconcile atomic.Int64
+	// reconciles counts finished reconciles; inflight those running now, maxInflight
+	// the most that ran at once.
+	reconciles, inflight, maxInflight atomic.Int64
+	// healthReconciles counts the health controllers' reconciles.
+	healthReconciles atomic.Int64
+	// wait paces the Nova polls (PortWait); zero takes the harness default.
+	wait openstack.WaitOpts
 }
 
 var nsCounter atomic.Int64
@@ -177,6 +185,15 @@ func newHarness(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.cleanup)
+	t.Cleanup(func() {
+		// A failed test shows what the reconcilers said last.
+		if t.Failed() {
+			h.logs.mu.Lock()
+			lines := h.logs.lines[max(0, len(h.logs.lines)-40):]
+			h.logs.mu.Unlock()
+			t.Logf("last reconciler log lines:\n%s", strings.Join(lines, "\n"))
+		}
+	})
 	return h
 }
 
@@ -202,14 +219,35 @@ func (h *harness) cleanup() {
 }
 
 func (h *harness) deps() Deps {
+	wait := h.wait
+	if wait.Interval == 0 {
+		wait = openstack.WaitOpts{Timeout: 30 * time.Second, Interval: 20 * time.Millisecond}
+	}
 	return Deps{
 		OpenStack:          h.os,
 		Config:             h.cfg,
 		Recorder:           h.events,
 		Log:                h.logs.logger(),
-		PortWait:           openstack.WaitOpts{Timeout: 30 * time.Second, Interval: 20 * time.Millisecond},
+		PortWait:           wait,
 		SkipNameValidation: true,
-		Observe:            func(string, types.NamespacedName, error) { h.lastReconcile.Store(time.Now().UnixNano()) },
+		Begin: func(string, types.NamespacedName) {
+			n := h.inflight.Add(1)
+			for {
+				m := h.maxInflight.Load()
+				if n <= m || h.maxInflight.CompareAndSwap(m, n) {
+					break
+				}
+			}
+		},
+		Observe: func(string, types.NamespacedName, error) {
+			h.inflight.Add(-1)
+			h.reconciles.Add(1)
+			h.lastReconcile.Store(time.Now().UnixNano())
+		},
+		ObserveHealth: func(string, types.NamespacedName, error) {
+			h.healthReconciles.Add(1)
+			h.lastReconcile.Store(time.Now().UnixNano())
+		},
 	}
 }
 
@@ -406,9 +444,28 @@ func (h *harness) waitCond(name, typ string, status metav1.ConditionStatus, reas
 	return gw
 }
 
-func (h *harness) waitReady(name string) *v1alpha1.IPsecGateway {
+// waitConverged waits until every phase condition is True for the gateway's current
+// generation: the OpenStack and Kubernetes objects are converged. (Ready also needs a
+// ready pod and every tunnel up; envtest runs no kubelet, so a test that wants Ready
+// writes the pod and the status agent's report itself: see health_test.go.)
+func (h *harness) waitConverged(name string) *v1alpha1.IPsecGateway {
 	h.t.Helper()
-	return h.waitCond(name, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReconciled)
+	var gw *v1alpha1.IPsecGateway
+	eventually(h.t, name+" converged", func() (bool, string) {
+		gw = h.get(name)
+		return converged(gw.Status.Conditions, gw.Generation), condOf(gw.Status.Conditions, v1alpha1.ConditionReady)
+	})
+	return gw
+}
+
+// converged: every phase condition True for generation gen.
+func converged(conds []metav1.Condition, gen int64) bool {
+	for _, t := range ConditionTypes {
+		if !conditions.IsTrue(conds, t, gen) {
+			return false
+		}
+	}
+	return true
 }
 
 func uidTag(uid types.UID) string { return openstack.TagUIDPrefix + string(uid) }

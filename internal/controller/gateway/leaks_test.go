@@ -22,7 +22,7 @@ func TestPinnedCIDRReleasedByADeletionIsTakenAtOnce(t *testing.T) {
 	pinned := spec(false)
 	pinned.Exposures[0].VirtualIP = "100.64.77.10"
 	h.create("old", pinned)
-	old := h.waitReady("old")
+	old := h.waitConverged("old")
 
 	// The old gateway's deletion is held up by a failing cloud for a while.
 	remove := h.sim.Inject(sim.Fault{Method: "DELETE", PathPattern: "/network/v2.0/ports/*", Status: 503})
@@ -34,7 +34,7 @@ func TestPinnedCIDRReleasedByADeletionIsTakenAtOnce(t *testing.T) {
 
 	remove()
 	h.waitGone("old")
-	gw := h.waitReady("new")
+	gw := h.waitConverged("new")
 	if gw.Status.ServiceCIDR != "100.64.77.0/24" {
 		t.Fatalf("service CIDR %s, want the pinned 100.64.77.0/24", gw.Status.ServiceCIDR)
 	}

@@ -83,7 +83,7 @@ func TestFlappingNodeDoesNotBounceTheGateway(t *testing.T) {
 	h.psk("hq-psk", "k")
 	h.start()
 	h.create("flap", spec(false))
-	gw := h.waitReady("flap")
+	gw := h.waitConverged("flap")
 	if gw.Status.NodeName != "node-b" {
 		t.Fatalf("placed on %s", gw.Status.NodeName)
 	}
@@ -117,7 +117,7 @@ func TestFlappingNodeDoesNotBounceTheGateway(t *testing.T) {
 	})
 	eventually(t, "moved to node-a after the grace period", func() (bool, string) {
 		gw = h.get("flap")
-		return gw.Status.NodeName == "node-a" && isReady(gw.Status.Conditions, gw.Generation), gw.Status.NodeName + " " + condOf(gw.Status.Conditions, v1alpha1.ConditionReady)
+		return gw.Status.NodeName == "node-a" && converged(gw.Status.Conditions, gw.Generation), gw.Status.NodeName + " " + condOf(gw.Status.Conditions, v1alpha1.ConditionReady)
 	})
 	h.setReady("node-b", true)
 	h.quiesce("flap")
@@ -134,7 +134,7 @@ func TestDeletedNodeIsLeftAtOnce(t *testing.T) {
 	h.psk("hq-psk", "k")
 	h.start()
 	h.create("gone", spec(false))
-	h.waitReady("gone")
+	h.waitConverged("gone")
 	h.node("node-a", "openstack:///"+serverA, true, nil)
 	if err := env.Client.Delete(h.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}}); err != nil {
 		t.Fatal(err)
@@ -142,7 +142,7 @@ func TestDeletedNodeIsLeftAtOnce(t *testing.T) {
 	eventually(t, "moved to node-a", func() (bool, string) {
 		gw := h.get("gone")
 		port, _ := h.sim.Port(gw.Status.PortID)
-		return gw.Status.NodeName == "node-a" && port.DeviceID == serverA && isReady(gw.Status.Conditions, gw.Generation),
+		return gw.Status.NodeName == "node-a" && port.DeviceID == serverA && converged(gw.Status.Conditions, gw.Generation),
 			fmt.Sprintf("%s, port on %s, %s", gw.Status.NodeName, port.DeviceID, condOf(gw.Status.Conditions, v1alpha1.ConditionReady))
 	})
 }
@@ -157,7 +157,7 @@ func TestStrandedPodReleasedWhenTheNodeIsLost(t *testing.T) {
 	h.psk("hq-psk", "k")
 	h.start()
 	gw := h.create("lost", spec(false))
-	h.waitReady("lost")
+	h.waitConverged("lost")
 	h.node("node-c", "openstack:///"+serverC, true, nil)
 	ref := render.Gateway{Kind: KindIPsecGateway, Namespace: h.ns, Name: "lost", UID: gw.UID}
 	pod := func(name, node string) *corev1.Pod {
@@ -181,8 +181,8 @@ func TestStrandedPodReleasedWhenTheNodeIsLost(t *testing.T) {
 	if err := env.Client.Get(h.ctx, client.ObjectKeyFromObject(kept), &corev1.Pod{}); err != nil {
 		t.Fatalf("the pod on a Ready node was touched: %v", err)
 	}
-	if h.events.count("PodReleased") != 1 {
-		t.Fatalf("PodReleased events: %d", h.events.count("PodReleased"))
+	if h.events.count("StrandedPodDeleted") != 1 {
+		t.Fatalf("StrandedPodDeleted events: %d", h.events.count("StrandedPodDeleted"))
 	}
 }
 

@@ -8,8 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"bnerd.net/vpn-operator/internal/render"
 )
@@ -39,33 +37,26 @@ func (r *Reconciler) releaseStrandedPods(ctx context.Context, g *gateway) error 
 		}
 		var node corev1.Node
 		err := r.Client.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, &node)
+		why := ""
 		switch {
-		case err == nil && nodeReady(&node):
-			continue
-		case err != nil && !apierrors.IsNotFound(err):
+		case apierrors.IsNotFound(err):
+			why = "is gone"
+		case err != nil:
 			return fmt.Errorf("reading node %s of pod %s: %w", p.Spec.NodeName, p.Name, err)
+		case !nodeReady(&node):
+			why = "is not Ready"
+		default:
+			continue // a live kubelet terminates it gracefully
 		}
 		uid := p.UID
 		if err := r.Client.Delete(ctx, p, client.GracePeriodSeconds(0), client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return fmt.Errorf("releasing pod %s from node %s: %w", p.Name, p.Spec.NodeName, err)
 		}
-		logr.FromContextOrDiscard(ctx).Info("released the gateway's pod from a lost node", "pod", p.Name, "node", p.Spec.NodeName, "pinnedTo", g.status.NodeName)
+		logr.FromContextOrDiscard(ctx).Info("released the gateway's pod from a lost node", "pod", p.Name, "node", p.Spec.NodeName, "reason", why, "pinnedTo", g.status.NodeName)
 		if r.Recorder != nil {
-			r.Recorder.Eventf(g.obj, nil, corev1.EventTypeWarning, "PodReleased", "Reconcile",
-				"pod %s on node %s (gone or not Ready) was deleted without waiting for its kubelet, so the gateway's pod can start on node %s", p.Name, p.Spec.NodeName, g.status.NodeName)
+			r.Recorder.Eventf(g.obj, nil, corev1.EventTypeWarning, "StrandedPodDeleted", "Delete",
+				"pod %s was bound to node %s, which %s; deleted it so the gateway starts on %s, where its port is attached", p.Name, p.Spec.NodeName, why, g.status.NodeName)
 		}
 	}
 	return nil
-}
-
-// mapPod wakes the gateway a pod belongs to (by the pod's selector labels).
-func (r *Reconciler) mapPod(kind string) handler.MapFunc {
-	return func(_ context.Context, o client.Object) []reconcile.Request {
-		l := o.GetLabels()
-		name := l[render.LabelInstance]
-		if name == "" || l[render.LabelName] != render.AppName || l[render.LabelKind] != render.KindLabel(kind) {
-			return nil
-		}
-		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
-	}
 }

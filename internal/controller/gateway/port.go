@@ -152,11 +152,11 @@ func (r *Reconciler) ensurePort(ctx context.Context, g *gateway) (bool, error) {
 	// gateway network out of NIC2, so traffic for such a client address would bypass the
 	// tunnel (and the guard would drop it). Only known once the port's subnet is.
 	if sub, err := netip.ParsePrefix(g.status.SubnetCIDR); err == nil {
-		for _, t := range g.spec.Tunnels {
-			for _, s := range t.Peer.Subnets {
+		for _, t := range g.remotes() {
+			for _, s := range t.subnets {
 				if p, err := netip.ParsePrefix(s); err == nil && p.Overlaps(sub) {
 					r.condFalse(g, v1alpha1.ConditionPortReady, v1alpha1.ReasonPeerSubnetOverlap,
-						fmt.Sprintf("tunnel %s: the client's subnet %s overlaps the gateway network's subnet %s; the client's networks must lie outside it", t.Name, p, sub))
+						fmt.Sprintf("tunnel %s: the client's subnet %s overlaps the gateway network's subnet %s; the client's networks must lie outside it", t.name, p, sub))
 					return false, nil
 				}
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -59,9 +60,13 @@ type Deps struct {
 	// SkipNameValidation lets several managers in one process (tests) register the
 	// same controller names.
 	SkipNameValidation bool
-	// Observe, when set, is called after every reconcile (benchmarks and tests count
-	// reconciles with it).
+	// Begin and Observe, when set, are called before and after every reconcile
+	// (benchmarks and tests count reconciles and busy workers with them).
+	Begin   func(kind string, key types.NamespacedName)
 	Observe func(kind string, key types.NamespacedName, err error)
+	// ObserveHealth, when set, is called after every reconcile of the health
+	// controllers (PodReady, TunnelsUp).
+	ObserveHealth func(kind string, key types.NamespacedName, err error)
 }
 
 // Reconciler reconciles both gateway kinds.
@@ -85,7 +90,8 @@ type Reconciler struct {
 	// not Ready (guarded by novaMu).
 	notReadySeen map[string]time.Time
 
-	backoff map[string]*outcome.Backoff // per kind
+	backoff       map[string]*outcome.Backoff // per kind
+	healthBackoff map[string]*outcome.Backoff // per kind, the health controllers'
 
 	// wake, per kind, carries gateways to reconcile now for something that happened to
 	// another one (a /24 they wait for was released).
@@ -98,10 +104,11 @@ type Reconciler struct {
 
 // New returns a reconciler; register it with SetupWithManager.
 func New(deps Deps) *Reconciler {
-	r := &Reconciler{Deps: deps, nova: map[types.UID]novaOp{}, backoff: map[string]*outcome.Backoff{}, wake: map[string]chan event.GenericEvent{},
-		fresh: statuswrite.NewFreshness()}
+	r := &Reconciler{Deps: deps, nova: map[types.UID]novaOp{}, backoff: map[string]*outcome.Backoff{}, healthBackoff: map[string]*outcome.Backoff{},
+		wake: map[string]chan event.GenericEvent{}, fresh: statuswrite.NewFreshness()}
 	for _, kind := range []string{KindIPsecGateway, KindVPNGateway} {
 		r.backoff[kind] = outcome.NewBackoff(0, 0)
+		r.healthBackoff[kind] = outcome.NewBackoff(0, 0)
 		r.wake[kind] = make(chan event.GenericEvent, wakeBuffer)
 	}
 	if r.PortWait.Interval <= 0 {
@@ -134,6 +141,9 @@ type kindReconciler struct {
 }
 
 func (k kindReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if k.r.Begin != nil {
+		k.r.Begin(k.kind, req.NamespacedName)
+	}
 	res, err := k.r.Result(ctx, k.kind, req)
 	if k.r.Observe != nil {
 		k.r.Observe(k.kind, req.NamespacedName, err)
@@ -168,6 +178,8 @@ type phase struct {
 func (r *Reconciler) phases() []phase {
 	return []phase{
 		{cond: v1alpha1.ConditionValidated, run: r.ensureValidated},
+		// The key lives in its Secret, found again by name: nothing to record first.
+		{cond: v1alpha1.ConditionWireGuardKeyReady, run: r.ensureWireGuardKey},
 		{cond: v1alpha1.ConditionAllocated, run: r.ensureAllocated, record: true},
 		{cond: v1alpha1.ConditionPortReady, run: r.ensurePort},
 		{cond: v1alpha1.ConditionSecurityGroupReady, run: r.ensureSecurityGroup},
@@ -224,6 +236,11 @@ func (r *Reconciler) reconcile(ctx context.Context, kind string, key types.Names
 			}
 		}
 	}
+	// The pod and the tunnels are read whatever the phases did: a pod from before may
+	// still run (or not) while a later phase fails.
+	if _, err := r.observe(ctx, g); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
 	r.summarize(g)
 	if err := r.persist(ctx, g); err != nil {
 		return errors.Join(runErr, err)
@@ -234,21 +251,16 @@ func (r *Reconciler) reconcile(ctx context.Context, kind string, key types.Names
 	return runErr
 }
 
-// summarize derives Ready from the phase conditions.
-func (r *Reconciler) summarize(g *gateway) {
-	blocking := conditions.Summary(g.status.Conditions, ConditionTypes...)
-	if blocking == nil {
-		r.setCond(g, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReconciled, "every phase is converged")
-	} else {
-		r.setCond(g, v1alpha1.ConditionReady, metav1.ConditionFalse, blocking.Reason, blocking.Type+": "+blocking.Message)
-	}
-	g.status.ObservedGeneration = g.obj.GetGeneration()
-}
-
 // setCond records a condition and, when it changed, an Event: a state change is news,
 // a repeated one is not (a converged gateway emits nothing).
 func (r *Reconciler) setCond(g *gateway, condType string, status metav1.ConditionStatus, reason, message string) {
-	prev := conditions.Get(g.status.Conditions, condType)
+	// A copy: Set updates the condition in place, and a pointer into the slice would
+	// compare the new condition with itself (no Event for any change but the first).
+	var prev *metav1.Condition
+	if c := conditions.Get(g.status.Conditions, condType); c != nil {
+		cp := *c
+		prev = &cp
+	}
 	s := conditions.Setter{Conditions: &g.status.Conditions, Generation: g.obj.GetGeneration(), Now: r.Clock}
 	if !s.Set(condType, status, reason, message) {
 		return
@@ -266,7 +278,7 @@ func (r *Reconciler) event(g *gateway, status metav1.ConditionStatus, reason, fo
 		return
 	}
 	typ := corev1.EventTypeNormal
-	if status == metav1.ConditionFalse {
+	if status == metav1.ConditionFalse && !startingUp[reason] {
 		typ = corev1.EventTypeWarning
 	}
 	r.Recorder.Eventf(g.obj, nil, typ, reason, "Reconcile", format, args...)
@@ -292,22 +304,34 @@ func (r *Reconciler) condFailed(g *gateway, condType, reason string, err error) 
 
 // AgentStatusFields are the status fields the gateway's status agent owns; the operator
 // never writes them.
-var AgentStatusFields = []string{"tunnels", "tunnelsReady"}
+var AgentStatusFields = []string{"tunnels", "tunnelsReady", "tunnelsObservedTime", "interfacePublicKey"}
 
 // persist writes the operator's part of the status when it differs from what was last
 // read or written: a server-side apply under the operator's field manager, guarded by
 // the resourceVersion of that read. A status-agent write in between is no conflict
-// (statuswrite retries on top of it); a change of the operator's own fields makes the
-// write fail, and the retry starts from a fresh read instead of overwriting (an
-// allocation is never silently lost or doubled).
+// (statuswrite retries on top of it), and neither is a write of the observations only
+// (the health controller's PodReady, TunnelsUp and Ready): the write is rebased onto the
+// fresh object with the observations read again. Any other change of the operator's
+// own fields makes the write fail, and the retry starts from a fresh read instead of
+// overwriting (an allocation is never silently lost or doubled).
 func (r *Reconciler) persist(ctx context.Context, g *gateway) error {
-	base := *statusOf(g.base)
-	cur := *g.status
-	base.Tunnels, base.TunnelsReady, cur.Tunnels, cur.TunnelsReady = nil, "", nil, ""
+	base := withoutAgentFields(*statusOf(g.base))
+	cur := withoutAgentFields(*g.status)
 	if equality.Semantic.DeepEqual(base, cur) {
 		return nil
 	}
-	if err := r.statusWriter().Apply(ctx, g.obj, g.base); err != nil {
+	w := r.statusWriter()
+	err := w.Apply(ctx, g.obj, g.base)
+	if apierrors.IsConflict(err) {
+		rebased, rerr := r.rebase(ctx, g)
+		if rerr != nil {
+			return fmt.Errorf("writing status: %w (and rebasing it: %v)", err, rerr)
+		}
+		if rebased {
+			err = w.Apply(ctx, g.obj, g.base)
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("writing status: %w", err)
 	}
 	g.base = g.obj.DeepCopyObject().(client.Object)
@@ -319,6 +343,39 @@ const cacheCatchUp = 50 * time.Millisecond
 
 func (r *Reconciler) statusWriter() statuswrite.Writer {
 	return statuswrite.Writer{Client: r.Client, Reader: r.APIReader, Manager: statuswrite.ManagerOperator, Exclude: AgentStatusFields, Fresh: r.fresh}
+}
+
+// rebase makes the fresh object the base of g's status write when the only change since
+// g's read is of the observations: g keeps what its phases decided, and reads the pod
+// and the report again onto it. false: something else changed, start over.
+func (r *Reconciler) rebase(ctx context.Context, g *gateway) (bool, error) {
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	fresh := newObject(g.kind)
+	if err := reader.Get(ctx, client.ObjectKeyFromObject(g.obj), fresh); err != nil {
+		return false, err
+	}
+	if fresh.GetGeneration() != g.base.GetGeneration() || !observationsOnly(statusOf(g.base), statusOf(fresh)) {
+		return false, nil
+	}
+	fs := statusOf(fresh)
+	for _, t := range append([]string{v1alpha1.ConditionReady}, HealthConditionTypes...) {
+		conditions.Setter{Conditions: &g.status.Conditions}.Remove(t)
+		if c := conditions.Get(fs.Conditions, t); c != nil {
+			g.status.Conditions = append(g.status.Conditions, *c)
+		}
+	}
+	g.status.TunnelSummary = fs.TunnelSummary
+	g.status.Tunnels, g.status.TunnelsReady, g.status.TunnelsObservedTime = fs.Tunnels, fs.TunnelsReady, fs.TunnelsObservedTime
+	g.base = fresh
+	g.obj.SetResourceVersion(fresh.GetResourceVersion())
+	if _, err := r.observe(ctx, g); err != nil {
+		return false, err
+	}
+	r.summarize(g)
+	return true, nil
 }
 
 func statusOf(obj client.Object) *v1alpha1.GatewayStatus {
@@ -334,11 +391,7 @@ func statusOf(obj client.Object) *v1alpha1.GatewayStatus {
 // ensureValidated refuses a spec the schema could not judge, before any OpenStack call.
 func (r *Reconciler) ensureValidated(ctx context.Context, g *gateway) (bool, error) {
 	if errs := g.validate(); len(errs) > 0 {
-		reason := v1alpha1.ReasonInvalidSpec
-		if v1alpha1.OnlyUnsupported(errs) {
-			reason = v1alpha1.ReasonUnsupported
-		}
-		r.condFalse(g, v1alpha1.ConditionValidated, reason, errs.ToAggregate().Error())
+		r.condFalse(g, v1alpha1.ConditionValidated, v1alpha1.ReasonInvalidSpec, errs.ToAggregate().Error())
 		return false, nil
 	}
 	if errs := g.spec.PlaintextExposures(); len(errs) > 0 {

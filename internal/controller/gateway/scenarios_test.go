@@ -5,15 +5,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
@@ -31,18 +33,10 @@ func TestInvalidSpecsMakeNoOpenStackCall(t *testing.T) {
 	h.sim.ResetCounters()
 	h.start()
 
-	routed := spec(false)
-	routed.Tunnels[0].Mode = v1alpha1.TunnelModeRouted
-	h.create("routed", routed)
-	gw := h.waitCond("routed", v1alpha1.ConditionValidated, metav1.ConditionFalse, v1alpha1.ReasonUnsupported)
-	if msg := condOf(gw.Status.Conditions, v1alpha1.ConditionValidated); !strings.Contains(msg, "mode routed is not implemented in bnerd-vpn-operator") {
-		t.Fatalf("routed refusal does not name the version: %s", msg)
-	}
-
 	plain := spec(false)
 	plain.Exposures[0].Target.Ports = []v1alpha1.PortSpec{{Port: 80, Protocol: v1alpha1.ProtocolTCP}}
 	h.create("plain", plain)
-	gw = h.waitCond("plain", v1alpha1.ConditionValidated, metav1.ConditionFalse, v1alpha1.ReasonPlaintextExposure)
+	gw := h.waitCond("plain", v1alpha1.ConditionValidated, metav1.ConditionFalse, v1alpha1.ReasonPlaintextExposure)
 	if msg := condOf(gw.Status.Conditions, v1alpha1.ConditionValidated); !strings.Contains(msg, "HTTP") || !strings.Contains(msg, "allowPlaintext") {
 		t.Fatalf("plaintext refusal: %s", msg)
 	}
@@ -58,17 +52,6 @@ func TestInvalidSpecsMakeNoOpenStackCall(t *testing.T) {
 	if c := condOf(gw.Status.Conditions, v1alpha1.ConditionReady); !strings.Contains(c, "Validated: ") {
 		t.Fatalf("Ready must name the blocking phase: %s", c)
 	}
-
-	wg := &v1alpha1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: "wg"},
-		Spec: v1alpha1.VPNGatewaySpec{GatewaySpec: spec(false), Protocol: v1alpha1.VPNProtocolWireGuard}}
-	if err := env.Client.Create(h.ctx, wg); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "wireguard refused", func() (bool, string) {
-		mustGet(t, h, types.NamespacedName{Namespace: h.ns, Name: "wg"}, wg)
-		c := condOf(wg.Status.Conditions, v1alpha1.ConditionValidated)
-		return strings.Contains(c, "False/Unsupported") && strings.Contains(c, "wireguard is not implemented"), c
-	})
 
 	if c := h.sim.Counters(); c.Total() != 0 {
 		t.Fatalf("invalid specs made %d OpenStack requests: %v", c.Total(), c.ByRoute)
@@ -177,7 +160,7 @@ func TestSecurityGroupRules(t *testing.T) {
 		v1alpha1.ReverseExposure{Name: "anything", Tunnel: "br", Target: v1alpha1.Target{Address: "192.168.30.9"}},
 	)
 	h.create("sg", s)
-	gw := h.waitReady("sg")
+	gw := h.waitConverged("sg")
 	want := []string{
 		"any from 10.250.0.0/16", "any from 10.254.0.0/24",
 		"tcp/636 from 10.250.0.0/16", "tcp/636 from 10.254.0.0/24",
@@ -193,7 +176,7 @@ func TestSecurityGroupRules(t *testing.T) {
 		s.Tunnels = s.Tunnels[:2]
 		s.ReverseExposures = s.ReverseExposures[:2]
 	})
-	gw = h.waitReady("sg")
+	gw = h.waitConverged("sg")
 	want = []string{
 		"tcp/636 from 10.250.0.0/16", "tcp/636 from 10.254.0.0/24",
 		"tcp/8443 from 10.250.0.0/16", "tcp/8443 from 10.254.0.0/24",
@@ -224,7 +207,7 @@ func TestMissingInternalSourceCIDRs(t *testing.T) {
 	if c := condOf(gw.Status.Conditions, v1alpha1.ConditionRoutingReady); !strings.Contains(c, "security-group half is missing") {
 		t.Fatalf("message: %s", c)
 	}
-	h.waitReady("nocidr")
+	h.waitConverged("nocidr")
 	if got := routesVia(h.operatorRouter(), gw.Status.PortFixedIP); len(got) != 1 {
 		t.Fatalf("routing must still be programmed: %v", got)
 	}
@@ -264,7 +247,7 @@ func TestPinnedFloatingIP(t *testing.T) {
 	s := spec(false)
 	s.Endpoint = &v1alpha1.Endpoint{FloatingIP: "203.0.113.77"}
 	h.create("pinned", s)
-	gw := h.waitReady("pinned")
+	gw := h.waitConverged("pinned")
 	if gw.Status.FloatingIP != "203.0.113.77" || gw.Status.FloatingIPID != pre.ID {
 		t.Fatalf("status %s/%s", gw.Status.FloatingIP, gw.Status.FloatingIPID)
 	}
@@ -304,7 +287,7 @@ func TestRoutingFollowsReverseExposures(t *testing.T) {
 	h.psk("hq-psk", "k")
 	h.start()
 	h.create("rt", spec(false))
-	gw := h.waitReady("rt")
+	gw := h.waitConverged("rt")
 	if c := condOf(gw.Status.Conditions, v1alpha1.ConditionRoutingReady); !strings.Contains(c, "True/NotRequired") {
 		t.Fatalf("%s", c)
 	}
@@ -323,11 +306,11 @@ func TestRoutingFollowsReverseExposures(t *testing.T) {
 	check(false)
 	h.mutate("rt", func(s *v1alpha1.GatewaySpec) { s.ReverseExposures = spec(true).ReverseExposures })
 	h.waitCond("rt", v1alpha1.ConditionRoutingReady, metav1.ConditionTrue, v1alpha1.ReasonRoutingReady)
-	h.waitReady("rt")
+	h.waitConverged("rt")
 	check(true)
 	h.mutate("rt", func(s *v1alpha1.GatewaySpec) { s.ReverseExposures = nil })
 	h.waitCond("rt", v1alpha1.ConditionRoutingReady, metav1.ConditionTrue, v1alpha1.ReasonNotRequired)
-	h.waitReady("rt")
+	h.waitConverged("rt")
 	check(false)
 }
 
@@ -340,7 +323,7 @@ func TestNodeStickyAndMove(t *testing.T) {
 	h.psk("hq-psk", "k")
 	h.start()
 	h.create("mv", spec(false))
-	gw := h.waitReady("mv")
+	gw := h.waitConverged("mv")
 	if gw.Status.NodeName != "node-b" || gw.Status.ServerID != serverB {
 		t.Fatalf("placed on %s/%s", gw.Status.NodeName, gw.Status.ServerID)
 	}
@@ -362,7 +345,7 @@ func TestNodeStickyAndMove(t *testing.T) {
 	h.setReady("node-b", false)
 	eventually(t, "gateway moved", func() (bool, string) {
 		gw = h.get("mv")
-		return gw.Status.NodeName == "node-a" && gw.Status.ServerID == serverA && isReady(gw.Status.Conditions, gw.Generation),
+		return gw.Status.NodeName == "node-a" && gw.Status.ServerID == serverA && converged(gw.Status.Conditions, gw.Generation),
 			gw.Status.NodeName + " " + gw.Status.ServerID + " " + condOf(gw.Status.Conditions, v1alpha1.ConditionReady)
 	})
 	if gw.Status.ServerID != serverA {
@@ -437,7 +420,7 @@ func TestExposureChangeUpdatesConfigMapOnly(t *testing.T) {
 	h.psk("hq-psk", "k")
 	h.start()
 	h.create("ex", spec(false))
-	h.waitReady("ex")
+	h.waitConverged("ex")
 	var dep appsv1.Deployment
 	mustGet(t, h, client.ObjectKey{Namespace: h.ns, Name: render.DeploymentName("ex")}, &dep)
 	rv := dep.ResourceVersion
@@ -446,7 +429,7 @@ func TestExposureChangeUpdatesConfigMapOnly(t *testing.T) {
 		s.Exposures = append(s.Exposures, v1alpha1.Exposure{Name: "directory",
 			Target: v1alpha1.Target{Address: "10.250.0.21", Ports: []v1alpha1.PortSpec{{Port: 636, Protocol: v1alpha1.ProtocolTCP}}}})
 	})
-	h.waitReady("ex")
+	h.waitConverged("ex")
 	var cm corev1.ConfigMap
 	mustGet(t, h, client.ObjectKey{Namespace: h.ns, Name: render.ConfigMapName("ex")}, &cm)
 	if !strings.Contains(cm.Data[gatewayconfig.ConfigMapKeyConfig], `"name": "directory"`) {
@@ -465,7 +448,7 @@ func TestNetworkPolicySwitch(t *testing.T) {
 	h.psk("hq-psk", "k")
 	h.start()
 	h.create("np", spec(false))
-	h.waitReady("np")
+	h.waitConverged("np")
 	key := client.ObjectKey{Namespace: h.ns, Name: render.NetworkPolicyName("np")}
 	var np networkingv1.NetworkPolicy
 	mustGet(t, h, key, &np)
@@ -481,7 +464,7 @@ func TestNetworkPolicySwitch(t *testing.T) {
 		err := env.Client.Get(h.ctx, key, &np)
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
-	h.waitReady("np")
+	h.waitConverged("np")
 }
 
 // Deletion leaves no tagged OpenStack object, no attachment and no route via the port.
@@ -491,7 +474,7 @@ func TestDeletionLeavesNothing(t *testing.T) {
 	h.psk("hq-psk", "k")
 	h.start()
 	h.create("del", spec(true))
-	gw := h.waitReady("del")
+	gw := h.waitConverged("del")
 	st := gw.Status
 	if err := env.Client.Delete(h.ctx, gw); err != nil {
 		t.Fatal(err)
@@ -544,7 +527,7 @@ func TestPSKRotationAndMissingSecret(t *testing.T) {
 		t.Fatalf("message must name the Secret: %s", c)
 	}
 	h.psk("hq-psk", "first-key")
-	h.waitReady("psk")
+	h.waitConverged("psk")
 	secretHas := func(v string) (bool, string) {
 		var s corev1.Secret
 		if err := env.Client.Get(h.ctx, client.ObjectKey{Namespace: h.ns, Name: render.SecretName("psk")}, &s); err != nil {
@@ -593,7 +576,7 @@ func TestDriftRepaired(t *testing.T) {
 	h.psk("hq-psk", "k")
 	h.start()
 	h.create("drift", spec(false))
-	h.waitReady("drift")
+	h.waitConverged("drift")
 	key := client.ObjectKey{Namespace: h.ns, Name: render.DeploymentName("drift")}
 	var dep appsv1.Deployment
 	mustGet(t, h, key, &dep)
@@ -617,6 +600,53 @@ func TestDriftRepaired(t *testing.T) {
 	})
 }
 
+// A port detached out of band (by an admin, or Nova behind the operator's back) is no
+// Kubernetes event: the operator finds it at the next resync, or at once when the
+// gateway's annotations change (the nudge kubectl vpn diagnose prints). It then attaches
+// the port again through the polled attach: PortAttached goes Unknown/Attaching while
+// Nova works, and back to True, each change an Event.
+func TestOutOfBandDetachRepairedOnAnnotation(t *testing.T) {
+	h := newHarness(t)
+	h.node("node-a", "openstack:///"+serverA, true, nil)
+	h.psk("hq-psk", "k")
+	h.start()
+	h.create("oob", spec(false))
+	gw := h.waitConverged("oob")
+	h.quiesce("oob")
+	// Nova takes its time: the re-attach must show up as the recorded wait.
+	h.sim.SetNovaDelays(300*time.Millisecond, 0)
+	if err := h.sim.DetachInterface(serverA, gw.Status.PortID); err != nil {
+		t.Fatal(err)
+	}
+	attaching := h.eventsWith(v1alpha1.ReasonAttaching + " " + v1alpha1.ConditionPortAttached + "=Unknown:")
+	eventually(t, "annotation set", func() (bool, string) {
+		gw := h.get("oob")
+		if gw.Annotations == nil {
+			gw.Annotations = map[string]string{}
+		}
+		gw.Annotations["ipsec.bnerd.net/reconcile-requested"] = fmt.Sprint(time.Now().UnixNano())
+		if err := env.Client.Update(h.ctx, gw); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	eventually(t, "port attached again", func() (bool, string) {
+		p, _ := h.sim.Port(gw.Status.PortID)
+		g := h.get("oob")
+		return p.DeviceID == serverA && slices.Contains(h.sim.ServerInterfaces(serverA), gw.Status.PortID) &&
+				meta.IsStatusConditionTrue(g.Status.Conditions, v1alpha1.ConditionPortAttached),
+			"port on " + p.DeviceID + "; " + condOf(g.Status.Conditions, v1alpha1.ConditionPortAttached)
+	})
+	if n := h.eventsWith(v1alpha1.ReasonAttaching + " " + v1alpha1.ConditionPortAttached + "=Unknown:"); n != attaching+1 {
+		t.Fatalf("%d Attaching Events for the re-attach, want one", n-attaching)
+	}
+	// Each change of the condition is an Event: the first attach and the re-attach.
+	if n := h.eventsWith(v1alpha1.ReasonPortAttached + " " + v1alpha1.ConditionPortAttached + "=True:"); n != 2 {
+		t.Fatalf("%d Attached Events, want two (the attach and the re-attach)", n)
+	}
+	h.waitConverged("oob")
+}
+
 // Injected OpenStack failures (5xx on the create calls) are retried with backoff and
 // leave no duplicate behind.
 func TestTransientOpenStackFailures(t *testing.T) {
@@ -634,7 +664,7 @@ func TestTransientOpenStackFailures(t *testing.T) {
 	}
 	h.start()
 	h.create("flaky", spec(true))
-	gw := h.waitReady("flaky")
+	gw := h.waitConverged("flaky")
 	if c := h.sim.Counters(); c.Faulted < 6 {
 		t.Fatalf("only %d faults were hit: %v", c.Faulted, c.ByRoute)
 	}
@@ -681,5 +711,58 @@ func TestPeerSubnetOverlaps(t *testing.T) {
 	gw = h.waitCond("onnet", v1alpha1.ConditionPortReady, metav1.ConditionFalse, v1alpha1.ReasonPeerSubnetOverlap)
 	if c := condOf(gw.Status.Conditions, v1alpha1.ConditionPortReady); !strings.Contains(c, "overlaps the gateway network's subnet 10.254.0.0/24") {
 		t.Fatalf("gateway network overlap: %s", c)
+	}
+}
+
+// Regression (the real node: a lost node kept the gateway down until the pod garbage
+// collector, about a minute): when the gateway moves off a node that is gone or not
+// Ready, its pod bound there is deleted at once, so the Recreate rollout can start the
+// new pod; pods on a Ready node, or on the selected node, are left to their kubelets.
+func TestStrandedPodReleased(t *testing.T) {
+	h := newHarness(t)
+	h.node("node-b", "openstack:///"+serverB, true, nil)
+	h.node("node-c", "openstack:///"+serverC, true, nil)
+	h.psk("hq-psk", "k")
+	h.start()
+	h.create("st", spec(false))
+	if gw := h.waitConverged("st"); gw.Status.NodeName != "node-b" {
+		t.Fatalf("placed on %s", gw.Status.NodeName)
+	}
+	labels := render.SelectorLabels(render.Gateway{Kind: "IPsecGateway", Name: "st"})
+	pod := func(name, node string) {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.ns, Labels: labels},
+			Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "x"}}},
+		}
+		if err := env.Client.Create(h.ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.node("node-z", "openstack:///"+serverA, true, nil) // sorts last: never selected
+	pod("on-b", "node-b")
+	pod("on-z", "node-z")
+	h.setReady("node-b", false)
+	eventually(t, "the pod on the NotReady node deleted", func() (bool, string) {
+		var p corev1.Pod
+		err := env.Client.Get(h.ctx, client.ObjectKey{Namespace: h.ns, Name: "on-b"}, &p)
+		return apierrors.IsNotFound(err), fmt.Sprintf("%v", err)
+	})
+	if gw := h.get("st"); gw.Status.NodeName != "node-c" {
+		t.Fatalf("moved to %s", gw.Status.NodeName)
+	}
+	var p corev1.Pod
+	if err := env.Client.Get(h.ctx, client.ObjectKey{Namespace: h.ns, Name: "on-z"}, &p); err != nil || p.DeletionTimestamp != nil {
+		t.Errorf("a pod on a Ready node was deleted: %v", err)
+	}
+	h.events.mu.Lock()
+	n := 0
+	for _, e := range h.events.events {
+		if strings.Contains(e, "StrandedPodDeleted pod on-b was bound to node node-b, which is not Ready") {
+			n++
+		}
+	}
+	h.events.mu.Unlock()
+	if n != 1 {
+		t.Errorf("want one StrandedPodDeleted event for on-b, got %d", n)
 	}
 }

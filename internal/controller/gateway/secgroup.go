@@ -34,9 +34,15 @@ func (k ruleKey) String() string {
 // (UDP 4500) from each tunnel's peer only, never from anywhere and never bare ESP (NAT-T
 // is mandatory behind the floating IP); and, once internal source CIDRs are configured,
 // each reverse exposure's ports from each of them (every protocol when the reverse
-// exposure lists no ports).
+// exposure lists no ports), and every protocol from each of them while a tunnel is
+// routed (the fabric reaches the client's real addresses through the port).
 func DesiredIngressRules(spec *v1alpha1.GatewaySpec, internal []netip.Prefix) []ruleKey {
 	set := map[ruleKey]bool{}
+	if len(routedSubnets(spec)) > 0 {
+		for _, cidr := range internal {
+			set[ruleKey{Remote: cidr.String()}] = true
+		}
+	}
 	for _, t := range spec.Tunnels {
 		a, err := netip.ParseAddr(t.Peer.Address)
 		if err != nil || !a.Is4() {
@@ -62,6 +68,10 @@ func DesiredIngressRules(spec *v1alpha1.GatewaySpec, internal []netip.Prefix) []
 			}
 		}
 	}
+	return sortedRules(set)
+}
+
+func sortedRules(set map[ruleKey]bool) []ruleKey {
 	out := make([]ruleKey, 0, len(set))
 	for k := range set {
 		out = append(out, k)
@@ -127,7 +137,10 @@ func (r *Reconciler) ensureSecurityGroup(ctx context.Context, g *gateway) (bool,
 	// Record the group before touching its rules, so the next reconcile finds it by ID.
 	g.status.SecurityGroupID = sg.ID
 
-	want := DesiredIngressRules(g.spec, r.Config.InternalSourceCIDRs)
+	want, openToAll := DesiredIngressRules(g.spec, r.Config.InternalSourceCIDRs), ""
+	if g.wg != nil {
+		want, openToAll = wireGuardIngressRules(g.spec, g.wg, r.Config.InternalSourceCIDRs)
+	}
 	wantSet := map[ruleKey]bool{}
 	for _, k := range want {
 		wantSet[k] = true
@@ -169,6 +182,11 @@ func (r *Reconciler) ensureSecurityGroup(ctx context.Context, g *gateway) (bool,
 			return fail(err)
 		}
 		g.port = p
+	}
+	if openToAll != "" {
+		r.condTrue(g, v1alpha1.ConditionSecurityGroupReady, v1alpha1.ReasonListenPortOpen,
+			fmt.Sprintf("security group %s admits %d ingress rules; %s", sg.ID, len(want), openToAll))
+		return true, nil
 	}
 	r.condTrue(g, v1alpha1.ConditionSecurityGroupReady, v1alpha1.ReasonSecurityGroup,
 		fmt.Sprintf("security group %s admits %d ingress rules", sg.ID, len(want)))

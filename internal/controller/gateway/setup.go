@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"maps"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -42,6 +43,7 @@ const indexPSKSecret = "ipsec.bnerd.net/psk-secret"
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups="",resources=events,verbs=list
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
@@ -85,7 +87,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		b := ctrl.NewControllerManagedBy(mgr).
 			Named(strings.ToLower(kind)).
-			For(newObject(kind), builder.WithPredicates(specOrLifecycleChanged)).
+			For(newObject(kind), builder.WithPredicates(predicate.Or(specOrLifecycleChanged, wireGuardKeyEvents))).
 			Owns(&corev1.ConfigMap{}).
 			Owns(&corev1.Secret{}).
 			Owns(&corev1.ServiceAccount{}).
@@ -94,7 +96,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			Owns(&appsv1.Deployment{}).
 			Owns(&networkingv1.NetworkPolicy{}).
 			Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.mapNode(kind)), builder.WithPredicates(nodeChanged)).
-			Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.mapPod(kind)), builder.WithPredicates(podMoved)).
+			Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(mapPod(kind)), builder.WithPredicates(podMoved)).
 			Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.mapSecret(kind))).
 			WatchesRawSource(source.Channel(r.wake[kind], &handler.EnqueueRequestForObject{})).
 			WithOptions(controller.Options{
@@ -110,6 +112,19 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			r.Log.Info("WARNING: the NetworkAttachmentDefinition CRD (Multus) is not installed; gateway NADs cannot be created or watched", "error", nadErr.Error())
 		}
 		if err := b.Complete(kindReconciler{r: r, kind: kind}); err != nil {
+			return err
+		}
+		// The observations (PodReady, TunnelsUp) between the phases' reconciles.
+		if err := ctrl.NewControllerManagedBy(mgr).
+			Named(strings.ToLower(kind)+"-health").
+			For(newObject(kind), builder.WithPredicates(healthChanged)).
+			Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(mapPod(kind))).
+			WithOptions(controller.Options{
+				MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles,
+				SkipNameValidation:      &r.SkipNameValidation,
+				RateLimiter:             r.healthBackoff[kind],
+			}).
+			Complete(healthReconciler{r: r, kind: kind}); err != nil {
 			return err
 		}
 	}
@@ -185,9 +200,13 @@ func (r *Reconciler) mapSecret(kind string) handler.MapFunc {
 }
 
 // specOrLifecycleChanged passes the gateway's own events that ask for work: creation,
-// a spec change (generation), deletion starting, and our finalizer going missing. Status
-// writes (the operator's own, and every tunnel change the status agent reports) do not:
-// they would make each write a reconcile, and a refused request a second attempt.
+// a spec change (generation), an annotation change, deletion starting, and our finalizer
+// going missing. Status writes (the operator's own, and every tunnel change the status
+// agent reports) do not: they would make each write a reconcile, and a refused request a
+// second attempt. An annotation change is how a user asks for a reconcile now (what
+// OpenStack changed out of band, a detached port say, is no event the operator can watch;
+// `kubectl vpn diagnose` prints the command), as on ClusterLinks; the operator itself
+// never writes a gateway's annotations. The health controller observes the agent's reports.
 var specOrLifecycleChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld, e.ObjectNew
@@ -195,6 +214,7 @@ var specOrLifecycleChanged = predicate.Funcs{
 			return true
 		}
 		return o.GetGeneration() != n.GetGeneration() ||
+			!maps.Equal(o.GetAnnotations(), n.GetAnnotations()) ||
 			o.GetDeletionTimestamp().IsZero() != n.GetDeletionTimestamp().IsZero() ||
 			controllerutil.ContainsFinalizer(o, v1alpha1.FinalizerGateway) && !controllerutil.ContainsFinalizer(n, v1alpha1.FinalizerGateway)
 	},

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"sort"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -42,6 +43,8 @@ type gateway struct {
 	spec     *v1alpha1.GatewaySpec
 	status   *v1alpha1.GatewayStatus
 	validate func() field.ErrorList
+	// wg is the WireGuard section of a VPNGateway with protocol wireguard (nil: IPsec).
+	wg *v1alpha1.WireGuardSpec
 
 	// base is the object as last read from or written to the API server; status
 	// patches are computed against it.
@@ -61,8 +64,17 @@ func viewOf(obj client.Object) (*gateway, error) {
 		return &gateway{kind: KindIPsecGateway, obj: o, spec: &o.Spec, status: &o.Status,
 			validate: o.Spec.Validate, base: o.DeepCopy()}, nil
 	case *v1alpha1.VPNGateway:
-		return &gateway{kind: KindVPNGateway, obj: o, spec: &o.Spec.GatewaySpec, status: &o.Status,
-			validate: o.Spec.Validate, base: o.DeepCopy()}, nil
+		g := &gateway{kind: KindVPNGateway, obj: o, spec: &o.Spec.GatewaySpec, status: &o.Status,
+			validate: o.Spec.Validate, base: o.DeepCopy()}
+		if o.Spec.Protocol == v1alpha1.VPNProtocolWireGuard {
+			g.wg = o.Spec.WireGuard
+			if g.wg == nil {
+				// Refused by validation; an empty section keeps every phase on the
+				// WireGuard path.
+				g.wg = &v1alpha1.WireGuardSpec{}
+			}
+		}
+		return g, nil
 	}
 	return nil, fmt.Errorf("not a gateway: %T", obj)
 }
@@ -97,4 +109,48 @@ func pskSecretNames(spec *v1alpha1.GatewaySpec) []string {
 		}
 	}
 	return out
+}
+
+// remote is a tunnel or WireGuard peer and the client's networks behind it.
+type remote struct {
+	name    string
+	subnets []string
+	routed  bool
+}
+
+// remotes lists the gateway's tunnels (or WireGuard peers) with their networks.
+func (g *gateway) remotes() []remote {
+	var out []remote
+	if g.wg != nil {
+		for _, p := range g.wg.Peers {
+			out = append(out, remote{name: p.Name, subnets: p.AllowedIPs})
+		}
+		return out
+	}
+	for _, t := range g.spec.Tunnels {
+		out = append(out, remote{name: t.Name, subnets: t.Peer.Subnets, routed: t.Mode == v1alpha1.TunnelModeRouted})
+	}
+	return out
+}
+
+// routedSubnets lists the subnets of the gateway's routed-mode tunnels, sorted.
+func routedSubnets(spec *v1alpha1.GatewaySpec) []string {
+	var out []string
+	for _, t := range spec.Tunnels {
+		if t.Mode == v1alpha1.TunnelModeRouted {
+			out = append(out, t.Peer.Subnets...)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// conditionTypes are the phase conditions Ready summarises for this gateway: a WireGuard
+// gateway also has its key phase.
+func (g *gateway) conditionTypes() []string {
+	if g.wg == nil {
+		return ConditionTypes
+	}
+	out := []string{ConditionTypes[0], v1alpha1.ConditionWireGuardKeyReady}
+	return append(out, ConditionTypes[1:]...)
 }

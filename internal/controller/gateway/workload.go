@@ -37,7 +37,8 @@ func (r *Reconciler) ensureWorkload(ctx context.Context, g *gateway) (bool, erro
 		return false, nil
 	}
 	ref := g.ref()
-	cfg, err := gatewayconfig.Build(gatewayconfig.Input{Kind: g.kind, Namespace: ref.Namespace, Name: ref.Name, Spec: g.spec, Status: g.status})
+	cfg, err := gatewayconfig.Build(gatewayconfig.Input{Kind: g.kind, Namespace: ref.Namespace, Name: ref.Name, Spec: g.spec, Status: g.status,
+		WireGuard: g.wg, InternalSources: r.Config.InternalSourceCIDRs})
 	switch {
 	case errors.Is(err, gatewayconfig.ErrIncomplete):
 		return terminal(v1alpha1.ReasonWorkloadPending, err.Error())
@@ -84,22 +85,34 @@ func (r *Reconciler) ensureWorkload(ctx context.Context, g *gateway) (bool, erro
 	if err != nil {
 		return terminal(v1alpha1.ReasonWorkloadFailed, err.Error())
 	}
-	dep, err := render.Deployment(render.Workload{
+	wl := render.Workload{
 		Gateway: ref, NodeName: g.status.NodeName, PortMAC: g.status.PortMACAddress,
-		GatewayImage: r.Config.GatewayImage, AgentImage: r.Config.AgentImage,
-	})
+		GatewayImage: r.Config.GatewayImage, AgentImage: r.Config.AgentImage, WireGuardImage: r.Config.WireGuardImage,
+		Dataplane: gatewayconfig.DataplaneMode(r.Config.GatewayDataplane),
+	}
+	deployment := render.Deployment
+	if g.wg != nil {
+		deployment = render.WireGuardDeployment
+	}
+	dep, err := deployment(wl)
 	if err != nil {
 		return terminal(v1alpha1.ReasonWorkloadFailed, err.Error())
 	}
 
 	steps := []func() error{
 		func() error { return r.applyConfigMap(ctx, cm) },
-		func() error { return r.applySecret(ctx, render.Secret(ref, secretsConf)) },
+		func() error {
+			if g.wg != nil {
+				return nil // no IKE secrets; the key Secret is the key phase's
+			}
+			return r.applySecret(ctx, render.Secret(ref, secretsConf))
+		},
 		func() error { return r.applyNAD(ctx, nad) },
 		func() error { return r.applyServiceAccount(ctx, render.ServiceAccount(ref)) },
 		func() error { return r.applyRole(ctx, render.Role(ref, v1alpha1.GroupVersion.Group)) },
 		func() error { return r.applyRoleBinding(ctx, render.RoleBinding(ref)) },
 		func() error { return r.applyDeployment(ctx, dep) },
+		func() error { return r.releaseStrandedPods(ctx, g) },
 		func() error {
 			if r.Config.GatewayNetworkPolicy {
 				return r.applyNetworkPolicy(ctx, render.NetworkPolicy(ref, r.Config.Namespace))
@@ -114,9 +127,6 @@ func (r *Reconciler) ensureWorkload(ctx context.Context, g *gateway) (bool, erro
 			}
 			return fail(err)
 		}
-	}
-	if err := r.releaseStrandedPods(ctx, g); err != nil {
-		return fail(err)
 	}
 	r.condTrue(g, v1alpha1.ConditionWorkloadReady, v1alpha1.ReasonWorkloadReady,
 		fmt.Sprintf("configuration, secrets, NIC2 attachment, RBAC and Deployment %s (pinned to node %s) are converged", dep.Name, g.status.NodeName))

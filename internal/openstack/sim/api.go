@@ -359,6 +359,23 @@ func (s *Server) AddRBACPolicy(networkID, targetProject string) (RBACPolicy, err
 	return *p, nil
 }
 
+// SetNetworkShared sets a network's shared flag as an admin's
+// `openstack network set --share` (or --no-share) would. Every project may then use
+// the network (see networkUsable). A wildcard share made as an RBAC policy with target
+// "*" is AddRBACPolicy(networkID, "*").
+func (s *Server) SetNetworkShared(networkID string, shared bool) error {
+	s.st.mu.Lock()
+	defer s.st.mu.Unlock()
+	n := s.st.networks[networkID]
+	if n == nil {
+		return fmt.Errorf("network %s: %w", networkID, errNotFound)
+	}
+	n.Shared = shared
+	n.RevisionNumber++
+	n.UpdatedAt = now()
+	return nil
+}
+
 // DeleteRBACPolicy removes a policy without Neutron's in-use check.
 func (s *Server) DeleteRBACPolicy(id string) error {
 	s.st.mu.Lock()

@@ -44,6 +44,9 @@ type Fault struct {
 	Count       int
 	Drop        bool
 	Hang        bool
+	// UserAgent, when set, limits the fault to requests whose User-Agent contains it
+	// (one client among several with the same routes, such as a customer's).
+	UserAgent string
 }
 
 type faultRec struct {
@@ -88,6 +91,9 @@ func (s *Server) ClearFaults() {
 
 func (fr *faultRec) matches(r *http.Request, pattern string) bool {
 	if fr.f.Method != "" && !strings.EqualFold(fr.f.Method, r.Method) {
+		return false
+	}
+	if fr.f.UserAgent != "" && !strings.Contains(r.UserAgent(), fr.f.UserAgent) {
 		return false
 	}
 	p := fr.f.PathPattern

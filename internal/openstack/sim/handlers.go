@@ -4,6 +4,8 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
+	"strings"
 )
 
 // Shared shapes of the read handlers. Every resource lists and gets the same
@@ -32,14 +34,43 @@ func byIDs[T any](m map[string]*T, ids []string) []*T {
 // writeList answers a list request with the candidates keep accepts (the
 // caller may see them and the query selects them), rendered by out as the
 // JSON collection key. No match is an empty array, never null.
-func writeList[T, W any](w http.ResponseWriter, key string, candidates []*T, keep func(*T) bool, out func(*T) W) {
-	list := []W{}
+//
+// With limit (or marker) in the query it pages as Neutron does: ordered by ID, the
+// page after the marker, and a "<key>_links" next link while more remain.
+func writeList[T any, PT interface {
+	*T
+	ident() string
+}, W any](w http.ResponseWriter, r *http.Request, key string, candidates []PT, keep func(PT) bool, out func(PT) W) {
+	var kept []PT
 	for _, v := range candidates {
 		if keep(v) {
-			list = append(list, out(v))
+			kept = append(kept, v)
 		}
 	}
-	writeJSON(w, 200, map[string]any{key: list})
+	q := r.URL.Query()
+	limit, _ := strconv.Atoi(q.Get("limit"))
+	marker := q.Get("marker")
+	var next string
+	if limit > 0 || marker != "" {
+		slices.SortFunc(kept, func(a, b PT) int { return strings.Compare(a.ident(), b.ident()) })
+		if marker != "" {
+			kept = slices.DeleteFunc(kept, func(v PT) bool { return v.ident() <= marker })
+		}
+		if limit > 0 && len(kept) > limit {
+			kept = kept[:limit]
+			q.Set("marker", kept[limit-1].ident())
+			next = "http://" + r.Host + r.URL.Path + "?" + q.Encode()
+		}
+	}
+	list := make([]W, 0, len(kept))
+	for _, v := range kept {
+		list = append(list, out(v))
+	}
+	body := map[string]any{key: list}
+	if next != "" {
+		body[key+"_links"] = []map[string]string{{"rel": "next", "href": next}}
+	}
+	writeJSON(w, 200, body)
 }
 
 // neutronGet serves GET .../{id}: find answers the resource or its 404 (it
@@ -79,3 +110,13 @@ func neutronDelete[T any](s *Server, find func(*caller, string) (*T, *apiError),
 
 // mayDelete is the refusal of a resource anyone who sees it may delete.
 func mayDelete[T any](*caller, *T) *apiError { return nil }
+
+// ident is the ID writeList pages by.
+func (n *Network) ident() string       { return n.ID }
+func (s *Subnet) ident() string        { return s.ID }
+func (p *Port) ident() string          { return p.ID }
+func (g *SecurityGroup) ident() string { return g.ID }
+func (f *FloatingIP) ident() string    { return f.ID }
+func (r *Router) ident() string        { return r.ID }
+func (p *RBACPolicy) ident() string    { return p.ID }
+func (i *Instance) ident() string      { return i.ID }

@@ -189,6 +189,10 @@ func (s *Server) authAppCred(req authRequest) (*token, *apiError) {
 			}
 		}
 	}
+	if ac == nil && in.ID != "" {
+		// Keystone looks the credential up before it checks the secret.
+		return nil, errf(404, "Not Found", "Could not find Application Credential: %s.", in.ID)
+	}
 	if ac == nil || !secretEqual(ac.secret, in.Secret) {
 		return nil, errUnauthorized
 	}

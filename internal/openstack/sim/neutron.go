@@ -74,9 +74,9 @@ func projectMatch(q url.Values, projectID string) bool {
 }
 
 // checkIfMatch honours "If-Match: revision_number=N" (revision-if-match).
-func checkIfMatch(r *http.Request, rev int) *apiError {
+func (st *state) checkIfMatch(r *http.Request, rev int) *apiError {
 	h := r.Header.Get("If-Match")
-	if h == "" {
+	if h == "" || !st.hasExt("revision-if-match") {
 		return nil
 	}
 	want, err := strconv.Atoi(strings.TrimPrefix(h, "revision_number="))
@@ -117,15 +117,12 @@ func (s *Server) handleNetworkVersions(w http.ResponseWriter, r *http.Request) {
 		"links": []any{map[string]string{"rel": "self", "href": s.url + neutronBase + "/"}}}}})
 }
 
-var neutronExtensions = []string{
-	"allowed-address-pairs", "external-net", "extraroute", "extraroute-atomic", "port-security",
-	"project-id", "rbac-policies", "revision-if-match", "router", "security-group",
-	"standard-attr-revisions", "standard-attr-tag", "standard-attr-timestamp", "tag-creation",
-}
-
 func (s *Server) handleExtensions(w http.ResponseWriter, r *http.Request, c *caller) {
 	var out []map[string]string
-	for _, a := range neutronExtensions {
+	s.st.mu.RLock()
+	aliases := slices.Clone(s.st.extensions)
+	s.st.mu.RUnlock()
+	for _, a := range aliases {
 		out = append(out, map[string]string{"alias": a, "name": a, "description": a, "updated": "2020-01-01T00:00:00-00:00"})
 	}
 	writeJSON(w, 200, map[string]any{"extensions": out})
@@ -138,8 +135,9 @@ func (s *Server) listNetworks(w http.ResponseWriter, r *http.Request, c *caller)
 	st := s.st
 	st.mu.RLock()
 	defer st.mu.RUnlock()
-	writeList(w, "networks", inOrder(st, st.networks), func(n *Network) bool {
+	writeList(w, r, "networks", inOrder(st, st.networks), func(n *Network) bool {
 		return st.networkVisible(c, n) && fieldMatch(q, "id", n.ID) && fieldMatch(q, "name", n.Name) &&
+			fieldMatch(q, "description", n.Description) &&
 			projectMatch(q, n.ProjectID) && boolMatch(q, "shared", n.Shared) &&
 			boolMatch(q, "router:external", n.External) && fieldMatch(q, "status", n.Status) && tagsMatch(q, n.Tags)
 	}, networkOut)
@@ -186,12 +184,18 @@ func (s *Server) createNetwork(w http.ResponseWriter, r *http.Request, c *caller
 	st := s.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	n := st.newNetwork("", deref(in.Name), project, derefBool(in.Shared), derefBool(in.External), derefSlice(in.Tags))
-	if e := validTags(n.Tags); e != nil {
-		st.deleteNetwork(n)
+	tags, e := st.tagsAtCreate(false, derefSlice(in.Tags))
+	if e == nil {
+		e = validTags(tags)
+	}
+	if e == nil {
+		e = st.checkQuota(project, "network")
+	}
+	if e != nil {
 		s.neutronFail(w, e)
 		return
 	}
+	n := st.newNetwork("", deref(in.Name), project, derefBool(in.Shared), derefBool(in.External), tags)
 	n.Description = deref(in.Description)
 	if in.MTU > 0 {
 		n.MTU = in.MTU
@@ -247,7 +251,7 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, c *caller
 		s.neutronFail(w, errf(403, "PolicyNotAuthorized", "rule:update_network is disallowed by policy"))
 		return
 	}
-	if e := checkIfMatch(r, n.RevisionNumber); e != nil {
+	if e := st.checkIfMatch(r, n.RevisionNumber); e != nil {
 		s.neutronFail(w, e)
 		return
 	}
@@ -307,7 +311,7 @@ func (s *Server) listSubnets(w http.ResponseWriter, r *http.Request, c *caller) 
 		}
 	}
 	st.sortIDs(ids)
-	writeList(w, "subnets", byIDs(st.subnets, ids), func(sn *Subnet) bool {
+	writeList(w, r, "subnets", byIDs(st.subnets, ids), func(sn *Subnet) bool {
 		return st.subnetVisible(c, sn) && fieldMatch(q, "id", sn.ID) && fieldMatch(q, "name", sn.Name) &&
 			fieldMatch(q, "cidr", sn.CIDR) && fieldMatch(q, "gateway_ip", sn.GatewayIP) &&
 			fieldMatch(q, "ip_version", strconv.Itoa(sn.IPVersion)) && projectMatch(q, sn.ProjectID) && tagsMatch(q, sn.Tags)
@@ -359,6 +363,18 @@ func (s *Server) createSubnet(w http.ResponseWriter, r *http.Request, c *caller)
 		s.neutronFail(w, errf(403, "PolicyNotAuthorized", "rule:create_subnet is disallowed by policy"))
 		return
 	}
+	tags, e := st.tagsAtCreate(false, in.Tags)
+	if e == nil {
+		e = validTags(tags)
+	}
+	if e == nil {
+		e = st.checkQuota(n.ProjectID, "subnet")
+	}
+	if e != nil {
+		s.neutronFail(w, e)
+		return
+	}
+	in.Tags = tags
 	sn, e := st.newSubnet("", in.Name, n, in.CIDR, gw, !gwSet)
 	if e != nil {
 		s.neutronFail(w, e)
@@ -530,8 +546,9 @@ func (s *Server) listPorts(w http.ResponseWriter, r *http.Request, c *caller) {
 	st.mu.RLock()
 	defer st.mu.RUnlock()
 	sgs := q["security_groups"]
-	writeList(w, "ports", byIDs(st.ports, st.portCandidates(q, c)), func(p *Port) bool {
+	writeList(w, r, "ports", byIDs(st.ports, st.portCandidates(q, c)), func(p *Port) bool {
 		return st.portVisible(c, p) && fieldMatch(q, "id", p.ID) && fieldMatch(q, "name", p.Name) &&
+			fieldMatch(q, "description", p.Description) &&
 			fieldMatch(q, "network_id", p.NetworkID) && fieldMatch(q, "device_id", p.DeviceID) &&
 			fieldMatch(q, "device_owner", p.DeviceOwner) && fieldMatch(q, "mac_address", p.MACAddress) &&
 			fieldMatch(q, "status", p.Status) && projectMatch(q, p.ProjectID) && tagsMatch(q, p.Tags) &&
@@ -592,6 +609,16 @@ func (s *Server) createPort(w http.ResponseWriter, r *http.Request, c *caller) {
 	st := s.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	// Without tag creation Neutron accepts a port's tags and drops them.
+	sp.tags, _ = st.tagsAtCreate(true, sp.tags)
+	e := st.pickAddressPolicy(c, sp.networkID, sp.fixedIPs, "create_port")
+	if e == nil {
+		e = st.checkQuota(firstNonEmpty(sp.projectID, c.projectID), "port")
+	}
+	if e != nil {
+		s.neutronFail(w, e)
+		return
+	}
 	p, e := st.createPort(c, sp)
 	if e != nil {
 		s.neutronFail(w, e)
@@ -620,7 +647,7 @@ func (s *Server) updatePort(w http.ResponseWriter, r *http.Request, c *caller) {
 		e = errf(403, "PolicyNotAuthorized", "rule:update_port is disallowed by policy")
 	}
 	if e == nil {
-		e = checkIfMatch(r, p.RevisionNumber)
+		e = st.checkIfMatch(r, p.RevisionNumber)
 	}
 	if e == nil && in.Tags != nil {
 		e = validTags(*in.Tags)
@@ -636,6 +663,9 @@ func (s *Server) updatePort(w http.ResponseWriter, r *http.Request, c *caller) {
 				break
 			}
 		}
+	}
+	if e == nil && in.FixedIPs != nil {
+		e = st.pickAddressPolicy(c, p.NetworkID, *in.FixedIPs, "update_port")
 	}
 	var newIPs []FixedIP
 	if e == nil && in.FixedIPs != nil {
@@ -707,10 +737,26 @@ func (s *Server) updatePort(w http.ResponseWriter, r *http.Request, c *caller) {
 	writeJSON(w, 200, map[string]any{"port": portOut(p)})
 }
 
+// pickAddressPolicy is Neutron's create_port:fixed_ips:ip_address (and the update's):
+// only the network's owner (or an admin) picks an address on it; a project the
+// network is shared with gets one allocated.
+func (st *state) pickAddressPolicy(c *caller, networkID string, ips []FixedIP, action string) *apiError {
+	n := st.networks[networkID]
+	if c.admin || n == nil || !st.networkVisible(c, n) || n.ProjectID == c.projectID {
+		return nil
+	}
+	for _, f := range ips {
+		if f.IPAddress != "" {
+			return errf(403, "PolicyNotAuthorized", "(rule:%[1]s and (rule:%[1]s:fixed_ips and (rule:%[1]s:fixed_ips:ip_address))) is disallowed by policy", action)
+		}
+	}
+	return nil
+}
+
 // refusePortDelete: router ports go only through the router API.
 func refusePortDelete(_ *caller, p *Port) *apiError {
 	if p.DeviceOwner == OwnerRouterInterface || p.DeviceOwner == OwnerRouterGateway {
-		return errf(409, "L3PortInUse", "Port %s has owner %s and therefore cannot be deleted directly via the port API.", p.ID, p.DeviceOwner)
+		return errf(409, "ServicePortInUse", "Port %s cannot be deleted directly via the port API: has device owner %s.", p.ID, p.DeviceOwner)
 	}
 	return nil
 }
@@ -818,7 +864,8 @@ func (s *Server) tagHandlers(resource string) map[string]hfn {
 				return
 			}
 			s.st.setTags(tags, port, dedupTags(b.Tags))
-			writeJSON(w, 200, map[string]any{"tags": cloneStrings(*tags)})
+			// The answer echoes the request's order; the resource shows them sorted.
+			writeJSON(w, 200, map[string]any{"tags": cloneStrings(b.Tags)})
 		}),
 		"DELETE /tags": withTags(true, func(w http.ResponseWriter, r *http.Request, tags *[]string, port *Port) {
 			s.st.setTags(tags, port, []string{})

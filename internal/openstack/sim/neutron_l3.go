@@ -84,8 +84,9 @@ func (s *Server) listRouters(w http.ResponseWriter, r *http.Request, c *caller) 
 	st := s.st
 	st.mu.RLock()
 	defer st.mu.RUnlock()
-	writeList(w, "routers", inOrder(st, st.routers), func(rt *Router) bool {
+	writeList(w, r, "routers", inOrder(st, st.routers), func(rt *Router) bool {
 		return owns(c, rt.ProjectID) && fieldMatch(q, "id", rt.ID) && fieldMatch(q, "name", rt.Name) &&
+			fieldMatch(q, "description", rt.Description) &&
 			projectMatch(q, rt.ProjectID) && fieldMatch(q, "status", rt.Status) && tagsMatch(q, rt.Tags)
 	}, routerOut)
 }
@@ -137,14 +138,21 @@ func (s *Server) createRouter(w http.ResponseWriter, r *http.Request, c *caller)
 		s.neutronFail(w, errf(403, "PolicyNotAuthorized", "rule:create_router:project_id is disallowed by policy"))
 		return
 	}
-	if e := validTags(derefSlice(in.Tags)); e != nil {
-		s.neutronFail(w, e)
-		return
-	}
 	st := s.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	rt, e := st.newRouter("", deref(in.Name), project, gw, derefSlice(in.Tags))
+	tags, e := st.tagsAtCreate(false, derefSlice(in.Tags))
+	if e == nil {
+		e = validTags(tags)
+	}
+	if e == nil {
+		e = st.checkQuota(project, "router")
+	}
+	if e != nil {
+		s.neutronFail(w, e)
+		return
+	}
+	rt, e := st.newRouter("", deref(in.Name), project, gw, tags)
 	if e != nil {
 		s.neutronFail(w, e)
 		return
@@ -165,7 +173,7 @@ func (s *Server) updateRouter(w http.ResponseWriter, r *http.Request, c *caller)
 	defer st.mu.Unlock()
 	rt, e := st.visibleRouter(c, r.PathValue("id"))
 	if e == nil {
-		e = checkIfMatch(r, rt.RevisionNumber)
+		e = st.checkIfMatch(r, rt.RevisionNumber)
 	}
 	gw, gwSet, ge := gatewayNetwork(in.GatewayInfo)
 	if e == nil {
@@ -356,6 +364,13 @@ func (s *Server) removeRouterInterface(w http.ResponseWriter, r *http.Request, c
 
 func (s *Server) extraRoutes(add bool) hfn {
 	return func(w http.ResponseWriter, r *http.Request, c *caller) {
+		s.st.mu.RLock()
+		atomic := s.st.hasExt("extraroute-atomic")
+		s.st.mu.RUnlock()
+		if !atomic {
+			s.neutronFail(w, errf(404, "HTTPNotFound", "The resource could not be found."))
+			return
+		}
 		var b struct {
 			Router struct {
 				Routes []Route `json:"routes"`
@@ -385,13 +400,9 @@ func (s *Server) extraRoutes(add bool) hfn {
 			}
 			rt.Routes = routes
 		} else {
-			drop := make([]Route, 0, len(b.Router.Routes))
-			for _, x := range b.Router.Routes {
-				if pfx, err := netip.ParsePrefix(x.Destination); err == nil {
-					x.Destination = pfx.Masked().String()
-				}
-				drop = append(drop, x)
-			}
+			// Removal matches the routes as given and checks nothing else: an absent
+			// or malformed route is simply not there.
+			drop := b.Router.Routes
 			rt.Routes = slices.DeleteFunc(slices.Clone(rt.Routes), func(x Route) bool { return slices.Contains(drop, x) })
 		}
 		st.touchRouter(rt)
@@ -414,7 +425,7 @@ func (s *Server) listFIPs(w http.ResponseWriter, r *http.Request, c *caller) {
 	st := s.st
 	st.mu.RLock()
 	defer st.mu.RUnlock()
-	writeList(w, "floatingips", inOrder(st, st.fips), func(f *FloatingIP) bool {
+	writeList(w, r, "floatingips", inOrder(st, st.fips), func(f *FloatingIP) bool {
 		return owns(c, f.ProjectID) && fieldMatch(q, "id", f.ID) && fieldMatch(q, "floating_ip_address", f.FloatingIPAddress) &&
 			fieldMatch(q, "port_id", f.PortID) && fieldMatch(q, "floating_network_id", f.FloatingNetworkID) &&
 			fieldMatch(q, "fixed_ip_address", f.FixedIPAddress) && fieldMatch(q, "router_id", f.RouterID) &&
@@ -467,10 +478,15 @@ func (s *Server) createFIP(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.neutronFail(w, errf(403, "PolicyNotAuthorized", "rule:create_floatingip:floating_ip_address is disallowed by policy"))
 		return
 	}
-	if e := validTags(in.Tags); e != nil {
+	tags, e := st.tagsAtCreate(false, in.Tags)
+	if e == nil {
+		e = validTags(tags)
+	}
+	if e != nil {
 		s.neutronFail(w, e)
 		return
 	}
+	in.Tags = tags
 	n, e := st.visibleNetwork(c, in.FloatingNetworkID)
 	if e != nil {
 		s.neutronFail(w, e)
@@ -478,6 +494,10 @@ func (s *Server) createFIP(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	if !n.External {
 		s.neutronFail(w, errf(400, "BadRequest", "Bad floatingip request: Network %s is not a valid external network.", n.ID))
+		return
+	}
+	if e := st.checkQuota(project, "floatingip"); e != nil {
+		s.neutronFail(w, e)
 		return
 	}
 	id := newID()
@@ -597,7 +617,7 @@ func (s *Server) updateFIP(w http.ResponseWriter, r *http.Request, c *caller) {
 	defer st.mu.Unlock()
 	f, e := st.visibleFIP(c, r.PathValue("id"))
 	if e == nil {
-		e = checkIfMatch(r, f.RevisionNumber)
+		e = st.checkIfMatch(r, f.RevisionNumber)
 	}
 	if e != nil {
 		s.neutronFail(w, e)

@@ -28,7 +28,7 @@ func ruleOut(r SecurityGroupRule) map[string]any {
 		"id": r.ID, "security_group_id": r.SecurityGroupID, "direction": r.Direction, "ethertype": r.EtherType,
 		"protocol": null(r.Protocol), "port_range_min": port(r.PortRangeMin), "port_range_max": port(r.PortRangeMax),
 		"remote_ip_prefix": null(r.RemoteIPPrefix), "remote_group_id": null(r.RemoteGroupID),
-		"remote_address_group_id": nil, "normalized_cidr": null(r.RemoteIPPrefix), "description": r.Description,
+		"remote_address_group_id": nil, "normalized_cidr": null(normalizedCIDR(r.RemoteIPPrefix)), "description": r.Description,
 		"project_id": r.ProjectID, "tenant_id": r.ProjectID, "revision_number": r.RevisionNumber,
 		"created_at": r.CreatedAt, "updated_at": r.UpdatedAt, "tags": []string{}, "belongs_to_default_sg": false,
 	}
@@ -59,7 +59,7 @@ func (s *Server) listSGs(w http.ResponseWriter, r *http.Request, c *caller) {
 	st := s.st
 	st.mu.RLock()
 	defer st.mu.RUnlock()
-	writeList(w, "security_groups", inOrder(st, st.sgs), func(g *SecurityGroup) bool {
+	writeList(w, r, "security_groups", inOrder(st, st.sgs), func(g *SecurityGroup) bool {
 		return owns(c, g.ProjectID) && fieldMatch(q, "id", g.ID) && fieldMatch(q, "name", g.Name) &&
 			fieldMatch(q, "description", g.Description) && projectMatch(q, g.ProjectID) && tagsMatch(q, g.Tags)
 	}, sgOut)
@@ -92,14 +92,21 @@ func (s *Server) createSG(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.neutronFail(w, errf(409, "SecurityGroupDefaultAlreadyExists", "Default security group already exists."))
 		return
 	}
-	if e := validTags(derefSlice(in.Tags)); e != nil {
-		s.neutronFail(w, e)
-		return
-	}
 	st := s.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	g := st.newSecurityGroup(project, deref(in.Name), deref(in.Description), derefSlice(in.Tags))
+	tags, e := st.tagsAtCreate(false, derefSlice(in.Tags))
+	if e == nil {
+		e = validTags(tags)
+	}
+	if e == nil {
+		e = st.checkQuota(project, "security_group")
+	}
+	if e != nil {
+		s.neutronFail(w, e)
+		return
+	}
+	g := st.newSecurityGroup(project, deref(in.Name), deref(in.Description), tags)
 	if in.Stateful != nil {
 		g.Stateful = *in.Stateful
 	}
@@ -117,7 +124,7 @@ func (s *Server) updateSG(w http.ResponseWriter, r *http.Request, c *caller) {
 	defer st.mu.Unlock()
 	g, e := st.visibleSG(c, r.PathValue("id"))
 	if e == nil {
-		e = checkIfMatch(r, g.RevisionNumber)
+		e = st.checkIfMatch(r, g.RevisionNumber)
 	}
 	if e != nil {
 		s.neutronFail(w, e)
@@ -190,7 +197,15 @@ func normProtocol(p string) string {
 	return p
 }
 
+func normalizedCIDR(p string) string {
+	if pfx, err := netip.ParsePrefix(p); err == nil {
+		return pfx.Masked().String()
+	}
+	return p
+}
+
 func normPrefix(p string) string {
+	p = normalizedCIDR(p)
 	if p == "0.0.0.0/0" || p == "::/0" {
 		return ""
 	}
@@ -273,7 +288,9 @@ func validateRule(in ruleBody) (SecurityGroupRule, *apiError) {
 		if (r.EtherType == "IPv4") != pfx.Addr().Is4() {
 			return r, errf(400, "SecurityGroupRuleParameterConflict", "Conflicting value ethertype %s for CIDR %s", r.EtherType, r.RemoteIPPrefix)
 		}
-		r.RemoteIPPrefix = pfx.Masked().String()
+		// Stored as given (a bare address becomes a host prefix); duplicates are judged
+		// on the masked form, which Neutron shows as normalized_cidr.
+		r.RemoteIPPrefix = pfx.String()
 	}
 	return r, nil
 }
@@ -350,6 +367,10 @@ func (s *Server) createRule(w http.ResponseWriter, r *http.Request, c *caller) {
 			return
 		}
 	}
+	if e := st.checkQuota(g.ProjectID, "security_group_rule"); e != nil {
+		s.neutronFail(w, e)
+		return
+	}
 	for _, ex := range g.Rules {
 		if sameRule(ex, rule) {
 			s.neutronFail(w, errf(409, "SecurityGroupRuleExists", "Security group rule already exists. Rule id is %s.", ex.ID))
@@ -389,7 +410,7 @@ func (s *Server) listRBAC(w http.ResponseWriter, r *http.Request, c *caller) {
 	st := s.st
 	st.mu.RLock()
 	defer st.mu.RUnlock()
-	writeList(w, "rbac_policies", inOrder(st, st.rbac), func(p *RBACPolicy) bool {
+	writeList(w, r, "rbac_policies", inOrder(st, st.rbac), func(p *RBACPolicy) bool {
 		return owns(c, p.ProjectID) && fieldMatch(q, "id", p.ID) && fieldMatch(q, "object_id", p.ObjectID) &&
 			fieldMatch(q, "object_type", p.ObjectType) && fieldMatch(q, "action", p.Action) &&
 			fieldMatch(q, "target_tenant", p.TargetProject) && fieldMatch(q, "target_project", p.TargetProject) &&
@@ -447,15 +468,20 @@ func (st *state) createRBAC(c *caller, objType, objID, action, target, project s
 	if target == "*" && !c.admin {
 		return nil, errf(403, "PolicyNotAuthorized", "rule:create_rbac_policy:target_tenant is disallowed by policy")
 	}
+	// Neutron validates the object in a callback and answers a missing network and
+	// someone else's alike: bad input.
 	n := st.networks[objID]
 	if n == nil {
-		return nil, errf(404, "NetworkNotFound", "Network %s could not be found.", objID)
+		return nil, errf(400, "InvalidInput", "Invalid input for operation: network %s could not be found.", objID)
 	}
 	if !owns(c, n.ProjectID) {
-		return nil, errf(403, "PolicyNotAuthorized", "rule:create_rbac_policy is disallowed by policy")
+		return nil, errf(400, "InvalidInput", "Invalid input for operation: Only admins can manipulate policies on networks they do not own.")
 	}
 	if project == "" {
 		project = c.projectID
+	}
+	if e := st.checkQuota(project, "rbac_policy"); e != nil {
+		return nil, e
 	}
 	for _, p := range st.rbac {
 		if p.ObjectID == objID && p.Action == action && p.TargetProject == target {

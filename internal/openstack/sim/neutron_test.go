@@ -315,11 +315,11 @@ func TestCrossTenantLeg(t *testing.T) {
 	wantErr(t, err, 404, "NetworkNotFound")
 	wantErr(t, networks.Get(ctx(), cu.network, transit.ID).Err, 404, "NetworkNotFound")
 
-	// The customer may not share the operator's network; nobody but an
-	// admin may share with everyone.
+	// The customer may not share the operator's network (Neutron's validation says
+	// so as bad input); nobody but an admin may share with everyone.
 	share := rbacpolicies.CreateOpts{Action: rbacpolicies.ActionAccessShared, ObjectType: "network", ObjectID: transit.ID, TargetTenant: custProj.ID}
 	_, err = rbacpolicies.Create(ctx(), cu.network, share).Extract()
-	wantErr(t, err, 403, "PolicyNotAuthorized")
+	wantErr(t, err, 400, "InvalidInput")
 	wild := share
 	wild.TargetTenant = "*"
 	_, err = rbacpolicies.Create(ctx(), op.network, wild).Extract()
@@ -347,10 +347,16 @@ func TestCrossTenantLeg(t *testing.T) {
 		t.Fatalf("network %+v", n)
 	}
 	must[*subnets.Subnet](t)(subnets.Get(ctx(), cu.network, sub.ID).Extract())
+	// On a network it does not own the customer may not pick the address; Neutron
+	// allocates one.
+	_, err = ports.Create(ctx(), cu.network, legOpts).Extract()
+	wantErr(t, err, 403, "PolicyNotAuthorized")
+	legOpts.FixedIPs = []ports.IP{{SubnetID: sub.ID}}
 	leg := must[*ports.Port](t)(ports.Create(ctx(), cu.network, legOpts).Extract())
-	if leg.ProjectID != custProj.ID {
-		t.Fatalf("leg project %q", leg.ProjectID)
+	if leg.ProjectID != custProj.ID || len(leg.FixedIPs) != 1 {
+		t.Fatalf("leg %+v", leg)
 	}
+	legIP := leg.FixedIPs[0].IPAddress
 	// The network owner sees ports on its network, including the customer's.
 	if got := must[*ports.Port](t)(ports.Get(ctx(), op.network, leg.ID).Extract()); got.ID != leg.ID {
 		t.Fatal("operator cannot see leg")
@@ -372,10 +378,10 @@ func TestCrossTenantLeg(t *testing.T) {
 	_, err = routers.AddInterface(ctx(), cu.network, diehl.ID, routers.AddInterfaceOpts{PortID: leg2.ID}).Extract()
 	wantErr(t, err, 400, "Router already has a port on subnet")
 	// A router interface port cannot be deleted through the port API.
-	wantErr(t, ports.Delete(ctx(), cu.network, leg.ID).ExtractErr(), 409, "L3PortInUse")
+	wantErr(t, ports.Delete(ctx(), cu.network, leg.ID).ExtractErr(), 409, "ServicePortInUse")
 
 	// The operator routes the customer's cluster via the leg.
-	routes := []routers.Route{{DestinationCIDR: "10.234.0.0/16", NextHop: "10.254.0.10"}}
+	routes := []routers.Route{{DestinationCIDR: "10.234.0.0/16", NextHop: legIP}}
 	r := must[*routers.Router](t)(extraroutes.Add(ctx(), op.network, vpn01.ID, extraroutes.Opts{Routes: &routes}).Extract())
 	if len(r.Routes) != 1 || r.Routes[0] != routes[0] {
 		t.Fatalf("routes %+v", r.Routes)

@@ -117,7 +117,7 @@ func (s *Server) listServers(w http.ResponseWriter, r *http.Request, c *caller) 
 	defer st.mu.RUnlock()
 	// Nova's name filter is a pattern, not an exact match.
 	name := q.Get("name")
-	writeList(w, "servers", inOrder(st, st.servers), func(in *Instance) bool {
+	writeList(w, r, "servers", inOrder(st, st.servers), func(in *Instance) bool {
 		return owns(c, in.ProjectID) && (name == "" || strings.Contains(in.Name, name)) && fieldMatch(q, "status", in.Status)
 	}, st.serverOut)
 }
@@ -260,7 +260,9 @@ func (s *Server) detachInterface(w http.ResponseWriter, r *http.Request, c *call
 	portID := r.PathValue("port")
 	p := st.ports[portID]
 	if p == nil || p.DeviceID != in.ID || !strings.HasPrefix(p.DeviceOwner, "compute:") {
-		s.novaFail(w, errf(404, "PortNotFound", "Port %s is not attached", portID))
+		// Nova casts the detach to the compute host, which finds nothing to do: the
+		// API accepts it all the same.
+		w.WriteHeader(http.StatusAccepted)
 		return
 	}
 	serverID := in.ID

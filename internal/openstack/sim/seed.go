@@ -28,6 +28,18 @@ type Seed struct {
 	// an admin may pick a floating IP's address at create time. Off by
 	// default so tests can claim specific addresses.
 	AdminOnlyFloatingIPAddress bool `json:"adminOnlyFloatingIPAddress,omitempty" yaml:"adminOnlyFloatingIPAddress,omitempty"`
+	// NeutronExtensions is the exact list of extension aliases Neutron presents, and
+	// so how it behaves: without "tag-creation" (and for ports without
+	// "tag-ports-during-bulk-creation") tags in a create request are refused
+	// (ports: dropped); without "extraroute-atomic" add/remove_extraroutes do not
+	// exist; without "revision-if-match" If-Match is ignored. Default:
+	// DefaultNeutronExtensions (a recent release); ZedNeutronExtensions is Zed's.
+	NeutronExtensions []string `json:"neutronExtensions,omitempty" yaml:"neutronExtensions,omitempty"`
+	// LegacyPolicy is the services' policy as Zed and older ship it
+	// (enforce_new_defaults off): any role in a project may write, a reader-only
+	// credential too. Off (the default) is the secure-RBAC defaults of newer
+	// releases, where a reader may only read.
+	LegacyPolicy bool `json:"legacyPolicy,omitempty" yaml:"legacyPolicy,omitempty"`
 
 	Projects     []SeedProject `json:"projects,omitempty" yaml:"projects,omitempty"`
 	Users        []SeedUser    `json:"users,omitempty" yaml:"users,omitempty"`
@@ -58,6 +70,10 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 type SeedProject struct {
 	Name string `json:"name" yaml:"name"`
 	ID   string `json:"id,omitempty" yaml:"id,omitempty"`
+	// Quotas override Neutron's default quotas for this project, by resource
+	// (network, subnet, port, router, floatingip, security_group,
+	// security_group_rule, rbac_policy); -1 is unlimited.
+	Quotas map[string]int `json:"quotas,omitempty" yaml:"quotas,omitempty"`
 }
 
 type SeedUser struct {

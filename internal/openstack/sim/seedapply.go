@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -23,6 +24,12 @@ func (st *state) apply(seed *Seed) error {
 		st.maxRoutes = seed.MaxRoutes
 	}
 	st.adminOnlyFIPAddr = seed.AdminOnlyFloatingIPAddress
+	st.extensions = slices.Clone(DefaultNeutronExtensions)
+	if len(seed.NeutronExtensions) > 0 {
+		st.extensions = slices.Clone(seed.NeutronExtensions)
+	}
+	st.quotas = map[string]map[string]int{}
+	st.legacyPolicy = seed.LegacyPolicy
 
 	projectByName := map[string]string{}
 	project := func(name, what string) (string, error) {
@@ -41,6 +48,15 @@ func (st *state) apply(seed *Seed) error {
 		id := firstNonEmpty(p.ID, seedID("project", p.Name))
 		st.projects[id] = &Project{ID: id, Name: p.Name, DomainID: "default"}
 		projectByName[p.Name] = id
+		for res, n := range p.Quotas {
+			if _, known := defaultQuotas[res]; !known {
+				return fmt.Errorf("project %s: quota of unknown resource %q", p.Name, res)
+			}
+			if st.quotas[id] == nil {
+				st.quotas[id] = map[string]int{}
+			}
+			st.quotas[id][res] = n
+		}
 	}
 
 	appCredNames := map[string]bool{}

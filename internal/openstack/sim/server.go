@@ -191,7 +191,7 @@ func (s *Server) authed(svc service, h hfn) http.Handler {
 			return
 		}
 		c := tok.caller()
-		if c.readOnly && isWrite(r.Method) {
+		if c.readOnly && isWrite(r.Method) && !s.st.legacyPolicy {
 			writeError(w, svc, errf(403, "PolicyNotAuthorized", "rule:%s is disallowed by policy", policyName(r)))
 			return
 		}

@@ -69,6 +69,9 @@ type state struct {
 	region           string
 	maxRoutes        int
 	adminOnlyFIPAddr bool
+	extensions       []string
+	legacyPolicy     bool
+	quotas           map[string]map[string]int // project -> resource -> limit
 
 	projects map[string]*Project
 	users    map[string]*userRec
@@ -325,15 +328,23 @@ func owns(c *caller, projectID string) bool { return c.admin || projectID == c.p
 
 // --- tags ---
 
+// validTags applies Neutron's list_of_unique_strings: no empty or over-long tag, no
+// duplicate. A comma is a legal character; only the filter syntax splits on it.
 func validTags(tags []string) *apiError {
+	seen := set{}
 	for _, t := range tags {
-		if t == "" || len(t) > 255 || strings.Contains(t, ",") {
+		if t == "" || len(t) > 255 {
 			return errf(400, "InvalidInput", "Invalid input for operation: '%s' is not a valid tag.", t)
 		}
+		if _, dup := seen[t]; dup {
+			return errf(400, "InvalidInput", "Invalid input for operation: Duplicate items in the list: '%s'.", t)
+		}
+		seen[t] = struct{}{}
 	}
 	return nil
 }
 
+// dedupTags is how Neutron stores tags: a set, shown sorted.
 func dedupTags(tags []string) []string {
 	out := make([]string, 0, len(tags))
 	seen := set{}
@@ -343,6 +354,7 @@ func dedupTags(tags []string) []string {
 			out = append(out, t)
 		}
 	}
+	slices.Sort(out)
 	return out
 }
 
@@ -542,22 +554,34 @@ func (st *state) createPort(c *caller, sp portSpec) (*Port, *apiError) {
 	return p, nil
 }
 
+// normalizePairs checks allowed-address pairs and fills in the port's MAC; Neutron
+// keeps an address or CIDR as given and answers the pairs ordered by MAC and address.
 func normalizePairs(in []AddressPair, mac string) ([]AddressPair, *apiError) {
 	out := make([]AddressPair, 0, len(in))
 	for _, ap := range in {
 		if _, err := netip.ParseAddr(ap.IPAddress); err != nil {
 			if _, err := netip.ParsePrefix(ap.IPAddress); err != nil {
-				return nil, errf(400, "InvalidInput", "Invalid input for operation: '%s' is not a valid IP address.", ap.IPAddress)
+				return nil, errf(400, "HTTPBadRequest", "'%s' is not a valid IP address", ap.IPAddress)
 			}
 		}
+		given := ap.MACAddress
 		if ap.MACAddress == "" {
 			ap.MACAddress = mac
 		}
 		if slices.Contains(out, ap) {
-			return nil, errf(400, "DuplicateAddressPairInRequest", "Request contains duplicate address pair: mac_address %s ip_address %s.", ap.MACAddress, ap.IPAddress)
+			if given == "" {
+				given = "None"
+			}
+			return nil, errf(400, "DuplicateAddressPairInRequest", "Request contains duplicate address pair: mac_address %s ip_address %s.", given, ap.IPAddress)
 		}
 		out = append(out, ap)
 	}
+	slices.SortFunc(out, func(a, b AddressPair) int {
+		if c := strings.Compare(a.MACAddress, b.MACAddress); c != 0 {
+			return c
+		}
+		return strings.Compare(a.IPAddress, b.IPAddress)
+	})
 	return out, nil
 }
 
@@ -666,16 +690,16 @@ func (st *state) validateRoutes(r *Router, routes []Route) ([]Route, *apiError) 
 	pfx, own := st.routerPrefixes(r)
 	out := make([]Route, 0, len(routes))
 	for _, rt := range routes {
-		dst, err := netip.ParsePrefix(rt.Destination)
-		if err != nil {
-			return nil, errf(400, "InvalidInput", "Invalid input for operation: '%s' is not a valid IP subnet.", rt.Destination)
+		// Neutron parses with netaddr and stores the route as given: a destination
+		// with host bits set stays so.
+		if _, err := netip.ParsePrefix(rt.Destination); err != nil {
+			return nil, errf(400, "AddrFormatError", "invalid IPNetwork %s", rt.Destination)
 		}
 		nh, err := netip.ParseAddr(rt.NextHop)
 		if err != nil {
-			return nil, errf(400, "InvalidInput", "Invalid input for operation: '%s' is not a valid IP address.", rt.NextHop)
+			return nil, errf(400, "AddrFormatError", "failed to detect a valid IP address from '%s'", rt.NextHop)
 		}
-		rt = Route{Destination: dst.Masked().String(), NextHop: nh.String()}
-		if _, mine := own[rt.NextHop]; mine {
+		if _, mine := own[nh.String()]; mine {
 			return nil, errf(400, "InvalidRoutes", "Invalid format for routes: %v, the nexthop is used by router", []Route{rt})
 		}
 		connected := false

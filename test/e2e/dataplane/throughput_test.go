@@ -2,25 +2,24 @@ package dataplane
 
 import (
 	"encoding/json"
-	"os"
 	"os/exec"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// TestThroughputHarness measures libipsec tunnel throughput with iperf3, with and
-// without the agent's NAT and guard table, in one run. It is a by-hand benchmark
-// (BNERD_DATAPLANE_BENCH=1), never a CI assertion; figures go to
-// docs/benchmarks.md.
-func TestThroughputHarness(t *testing.T) {
-	if os.Getenv("BNERD_DATAPLANE_BENCH") == "" {
-		t.Skip("by-hand benchmark: set BNERD_DATAPLANE_BENCH=1")
-	}
+// BenchmarkTunnelThroughput measures libipsec tunnel throughput with iperf3, with and
+// without the agent's NAT and guard table, in one run. A harness, run once by hand (as
+// root, packages from hack/install-deps.sh):
+//
+//	go test -run XXX -bench TunnelThroughput -benchtime 1x ./test/e2e/dataplane
+//
+// It reports Mbit/s; figures go to docs/benchmarks.md. Nothing asserts them.
+func BenchmarkTunnelThroughput(b *testing.B) {
 	if _, err := exec.LookPath("iperf3"); err != nil {
-		t.Skip("needs iperf3")
+		b.Fatal("needs iperf3 (hack/install-deps.sh)")
 	}
-	e, _, outer := newEnv(t)
+	e, _, outer := newEnv(b)
 	defer outer()
 	e.start("iperf-gw", e.ns("g"), nil, "iperf3", "-s", "-B", "100.64.7.1", "-p", "5201")
 	e.start("iperf-backend", e.ns("b"), nil, "iperf3", "-s", "-B", backendAddr, "-p", "5202")
@@ -28,7 +27,7 @@ func TestThroughputHarness(t *testing.T) {
 	run := func(dst, port string) float64 {
 		out, err := e.sh(e.ns("c"), "iperf3", "-c", dst, "-p", port, "-t", "8", "-J")
 		if err != nil {
-			t.Fatalf("iperf3: %v\n%s", err, out)
+			b.Fatalf("iperf3: %v\n%s", err, out)
 		}
 		var r struct {
 			End struct {
@@ -38,16 +37,21 @@ func TestThroughputHarness(t *testing.T) {
 			} `json:"end"`
 		}
 		if err := json.Unmarshal([]byte(out), &r); err != nil {
-			t.Fatal(err)
+			b.Fatal(err)
 		}
 		return r.End.SumReceived.BitsPerSecond / 1e6
 	}
+	b.ResetTimer()
 	withRulesLocal := run("100.64.7.1", "5201")
 	withRulesDNAT := run("100.64.7.12", "5202")
 	// Without the table: stop init-nat so it cannot repair, then delete the table.
 	e.stop("init-nat", syscall.SIGTERM)
 	e.must(e.ns("g"), "nft", "delete", "table", "ip", "bnerd-gw")
 	withoutLocal := run("100.64.7.1", "5201")
-	t.Logf("iperf3 Mbit/s: tunnel to gateway without table %.0f, with table %.0f (ratio %.3f); tunnel+DNAT+SNAT+guard to backend %.0f (ratio to bare tunnel %.3f)",
+	b.StopTimer()
+	b.ReportMetric(withoutLocal, "Mbit/s-bare")
+	b.ReportMetric(withRulesLocal, "Mbit/s-table")
+	b.ReportMetric(withRulesDNAT, "Mbit/s-exposure")
+	b.Logf("iperf3 Mbit/s: tunnel to gateway without table %.0f, with table %.0f (ratio %.3f); tunnel+DNAT+SNAT+guard to backend %.0f (ratio to bare tunnel %.3f)",
 		withoutLocal, withRulesLocal, withRulesLocal/withoutLocal, withRulesDNAT, withRulesDNAT/withoutLocal)
 }

@@ -1,0 +1,26 @@
+// Command kubectl-vpn is the kubectl plugin of bnerd-vpn-operator: on PATH it runs as
+// `kubectl vpn`. See docs/runbooks/kubectl-vpn.md.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"bnerd.net/vpn-operator/internal/vpncli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cmd := vpncli.NewCommand(vpncli.IO{Out: os.Stdout, Err: os.Stderr, Getenv: os.Getenv}, nil)
+	err := cmd.ExecuteContext(ctx)
+	if err != nil && err.Error() != "" {
+		if _, isExit := err.(*vpncli.ExitError); !isExit || err.(*vpncli.ExitError).Err != nil {
+			fmt.Fprintln(os.Stderr, "kubectl vpn:", err)
+		}
+	}
+	os.Exit(vpncli.Code(err))
+}

@@ -1,0 +1,137 @@
+// Command testreport reads `go test -json` on stdin and prints what `go test` would
+// (package results, and the output of failing tests), then lists every skipped test
+// with its reason. With -forbid-skips (what `make test` passes when the environment
+// requires every tier to run, as CI does) a skipped test fails the run.
+//
+//	go test -json ./... 2>&1 | go run ./hack/testreport -forbid-skips -list skips.txt
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// event is one line of test2json output.
+type event struct {
+	Action  string
+	Package string
+	Test    string
+	Output  string
+}
+
+// Skip is one skipped test and the reason it printed.
+type Skip struct {
+	Package, Test, Reason string
+}
+
+// Report is what a run of `go test -json` said.
+type Report struct {
+	Skips  []Skip
+	Failed []string // package/test that failed
+	// Packages counts the packages that ran tests.
+	Packages int
+}
+
+// Read copies the human-readable part of the stream to out while collecting the report:
+// package lines as `go test` prints them, a failing test's whole output, a skipped
+// test's reason. Lines that are not JSON (build errors) are copied as they are.
+func Read(in io.Reader, out io.Writer) (*Report, error) {
+	r := &Report{}
+	buf := map[string][]string{} // package/test -> output so far
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 1024*1024), 16*1024*1024)
+	for sc.Scan() {
+		line := sc.Bytes()
+		var e event
+		if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &e) != nil {
+			fmt.Fprintln(out, string(line))
+			continue
+		}
+		key := e.Package + " " + e.Test
+		switch e.Action {
+		case "output":
+			if e.Test == "" {
+				// Package-level output: the "ok"/"FAIL" summary, TestMain's messages.
+				if !strings.HasPrefix(e.Output, "=== ") && !strings.HasPrefix(e.Output, "PASS") {
+					fmt.Fprint(out, e.Output)
+				}
+				continue
+			}
+			buf[key] = append(buf[key], e.Output)
+		case "skip":
+			if e.Test == "" {
+				continue // a package without tests
+			}
+			r.Skips = append(r.Skips, Skip{Package: e.Package, Test: e.Test, Reason: reason(buf[key])})
+			delete(buf, key)
+		case "fail":
+			if e.Test == "" {
+				r.Packages++
+				continue
+			}
+			r.Failed = append(r.Failed, e.Package+" "+e.Test)
+			fmt.Fprint(out, strings.Join(buf[key], ""))
+			delete(buf, key)
+		case "pass":
+			if e.Test == "" {
+				r.Packages++
+			}
+			delete(buf, key)
+		}
+	}
+	sort.Slice(r.Skips, func(i, j int) bool {
+		if r.Skips[i].Package != r.Skips[j].Package {
+			return r.Skips[i].Package < r.Skips[j].Package
+		}
+		return r.Skips[i].Test < r.Skips[j].Test
+	})
+	return r, sc.Err()
+}
+
+// reason is the last line a skipped test printed before its "--- SKIP" line.
+func reason(lines []string) string {
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := strings.TrimSpace(lines[i])
+		if l == "" || strings.HasPrefix(l, "--- SKIP") || strings.HasPrefix(l, "=== ") {
+			continue
+		}
+		return l
+	}
+	return "(no reason printed)"
+}
+
+func main() {
+	forbid := flag.Bool("forbid-skips", false, "fail when any test was skipped")
+	list := flag.String("list", "", "also write the skipped tests to this file")
+	flag.Parse()
+	r, err := Read(os.Stdin, os.Stdout)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testreport: %v\n", err)
+		os.Exit(2)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "skipped tests: %d\n", len(r.Skips))
+	for _, s := range r.Skips {
+		fmt.Fprintf(&b, "  %s %s: %s\n", s.Package, s.Test, s.Reason)
+	}
+	fmt.Print(b.String())
+	if *list != "" {
+		if err := os.WriteFile(*list, []byte(b.String()), 0o644); err != nil {
+			fmt.Fprintf(os.Stderr, "testreport: %v\n", err)
+			os.Exit(2)
+		}
+	}
+	if *forbid && len(r.Skips) > 0 {
+		fmt.Printf("FAIL: %d tests skipped, and this run requires every test to run (BNERD_REQUIRE_ENVTEST=1 BNERD_REQUIRE_DATAPLANE=1)\n", len(r.Skips))
+		os.Exit(1)
+	}
+	if len(r.Failed) > 0 {
+		os.Exit(1)
+	}
+}

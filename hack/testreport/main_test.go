@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// A real `go test -json` run of a package with a passing, a skipped and a failing test
+// (and a skipped subtest): the report lists both skips with their reasons and the
+// failure, and prints the failing test's output.
+func TestReadRealGoTestOutput(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) {
+		t.Helper()
+		if err := writeFile(filepath.Join(dir, name), text); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("go.mod", "module example.com/sample\n\ngo 1.22\n")
+	write("sample_test.go", `package sample
+import "testing"
+func TestPass(t *testing.T) {}
+func TestSkip(t *testing.T) { t.Skip("needs a thing that is missing") }
+func TestFail(t *testing.T) { t.Log("context line"); t.Fatal("it broke") }
+func TestSub(t *testing.T) { t.Run("inner", func(t *testing.T) { t.Skipf("inner %s", "reason") }) }
+`)
+	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	cmd := exec.Command(gobin, "test", "-json", "-count=1", "./...")
+	cmd.Dir = dir
+	raw, _ := cmd.CombinedOutput() // the run fails: TestFail
+	var out bytes.Buffer
+	r, err := Read(bytes.NewReader(raw), &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Skips) != 2 {
+		t.Fatalf("skips %+v\n%s", r.Skips, raw)
+	}
+	if r.Skips[0].Test != "TestSkip" || !strings.Contains(r.Skips[0].Reason, "needs a thing that is missing") {
+		t.Errorf("skip %+v", r.Skips[0])
+	}
+	if r.Skips[1].Test != "TestSub/inner" || !strings.Contains(r.Skips[1].Reason, "inner reason") {
+		t.Errorf("skip %+v", r.Skips[1])
+	}
+	if len(r.Failed) != 1 || !strings.HasSuffix(r.Failed[0], "TestFail") {
+		t.Errorf("failed %v", r.Failed)
+	}
+	printed := out.String()
+	if !strings.Contains(printed, "it broke") || !strings.Contains(printed, "context line") || !strings.Contains(printed, "FAIL\texample.com/sample") {
+		t.Errorf("the failing test's output is not printed:\n%s", printed)
+	}
+	if strings.Contains(printed, "=== RUN   TestPass") {
+		t.Errorf("passing tests are printed:\n%s", printed)
+	}
+}
+
+// Lines that are not test2json (a build error) are passed through.
+func TestReadPassesThroughOtherLines(t *testing.T) {
+	var out bytes.Buffer
+	if _, err := Read(strings.NewReader("# example.com/x\n./x.go:1: syntax error\n"), &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "syntax error") {
+		t.Fatalf("build error lost: %q", out.String())
+	}
+}
+
+func writeFile(path, text string) error { return os.WriteFile(path, []byte(text), 0o644) }

@@ -1,0 +1,88 @@
+package status
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/agent/wgstate"
+	"bnerd.net/vpn-operator/internal/gatewayconfig"
+)
+
+// HandshakeFresh is how young a WireGuard peer's latest handshake must be for the peer to
+// count as up: WireGuard re-handshakes every two minutes while traffic flows and drops a
+// session after three, so an older handshake means no usable session.
+const HandshakeFresh = 3 * time.Minute
+
+// ComputeWireGuard derives each configured peer's state from the wireguard role's state:
+// Up while its latest handshake (with the interface's current key) is younger than
+// HandshakeFresh, Down otherwise or when the state is missing or stale. The handshake
+// time is truncated to whole seconds, as the API server keeps it.
+func ComputeWireGuard(peers []string, st wgstate.State, stErr error, now time.Time) ([]v1alpha1.TunnelState, string) {
+	out := make([]v1alpha1.TunnelState, 0, len(peers))
+	up := 0
+	for _, name := range peers {
+		ts := v1alpha1.TunnelState{Name: name, State: StateDown}
+		p, ok := st.Peer(name)
+		switch {
+		case stErr != nil:
+			ts.Message = stErr.Error()
+		case !ok:
+			ts.Message = "not configured on the interface yet"
+		case p.LatestHandshake.IsZero():
+			ts.Message = "no handshake with the gateway's current key"
+		default:
+			hs := metav1.NewTime(p.LatestHandshake.Truncate(time.Second).UTC())
+			ts.LatestHandshake = &hs
+			if age := now.Sub(p.LatestHandshake); age < HandshakeFresh {
+				ts.State = StateUp
+				up++
+			} else {
+				ts.Message = fmt.Sprintf("latest handshake %s ago", age.Round(time.Second))
+			}
+		}
+		out = append(out, ts)
+	}
+	return out, fmt.Sprintf("%d/%d", up, len(peers))
+}
+
+// WireGuardSource reads the state file for the status agent and remembers the
+// interface's public key for the writer.
+type WireGuardSource struct {
+	StateFile string
+
+	key string
+}
+
+// State is Agent.State for a WireGuard gateway.
+func (w *WireGuardSource) State(names []string, now time.Time) ([]v1alpha1.TunnelState, string) {
+	st, err := wgstate.Read(w.StateFile, now)
+	if err == nil {
+		w.key = st.PublicKey
+	}
+	return ComputeWireGuard(names, st, err, now)
+}
+
+// Writer is the WriteFunc of a WireGuard gateway's status agent: ClientWriter's, with
+// the interface's public key written beside the tunnels (so the operator can tell
+// handshakes with a rotated key).
+func (w *WireGuardSource) Writer(c client.Client, heartbeat time.Duration) WriteFunc {
+	var mu sync.Mutex
+	writers := map[gatewayconfig.GatewayRef]*Writer{}
+	return func(ctx context.Context, ref gatewayconfig.GatewayRef, tunnels []v1alpha1.TunnelState, ready string) (bool, error) {
+		mu.Lock()
+		wr := writers[ref]
+		if wr == nil {
+			wr = &Writer{Client: c, Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name, Heartbeat: heartbeat}
+			writers[ref] = wr
+		}
+		wr.InterfacePublicKey = w.key
+		mu.Unlock()
+		return wr.Write(ctx, tunnels, ready)
+	}
+}

@@ -1,0 +1,62 @@
+package diagnose
+
+import (
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/openstack"
+)
+
+func wgRun() *run {
+	o := &v1alpha1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "t", Name: "wg"}, Spec: v1alpha1.VPNGatewaySpec{
+		Protocol: v1alpha1.VPNProtocolWireGuard,
+		WireGuard: &v1alpha1.WireGuardSpec{Peers: []v1alpha1.WireGuardPeer{
+			{Name: "hq", Endpoint: &v1alpha1.WireGuardEndpoint{Address: "198.51.100.7"}},
+			{Name: "laptop"},
+		}},
+	}}
+	g := &gw{kind: "VPNGateway", obj: o, spec: &o.Spec.GatewaySpec, status: &o.Status, protocol: o.Spec.Protocol, wireguard: o.Spec.WireGuard}
+	return &run{g: g, rep: &Report{}}
+}
+
+func udp(remote string) openstack.SecurityGroupRule {
+	return openstack.SecurityGroupRule{Direction: openstack.DirectionIngress, EtherType: openstack.EtherTypeIPv4,
+		Protocol: openstack.ProtocolUDP, PortRangeMin: 51820, PortRangeMax: 51820, RemoteIPPrefix: remote}
+}
+
+func TestWireGuardChecks(t *testing.T) {
+	r := wgRun()
+	if tuns := r.g.tunnels(); len(tuns) != 2 || tuns[0].peer != "198.51.100.7:51820" || tuns[1].peer != "roaming" {
+		t.Fatalf("tunnels %+v", tuns)
+	}
+	// A missing endpoint rule fails and names the peer; both present warn (roaming peer).
+	r.checkWireGuardRules("sg", "SG", &openstack.SecurityGroup{ID: "sg1", Rules: []openstack.SecurityGroupRule{udp("0.0.0.0/0")}})
+	if c := r.rep.Checks[0]; c.Status != Fail || !strings.Contains(c.Detail, "198.51.100.7/32 (peer hq)") {
+		t.Errorf("missing rule: %+v", c)
+	}
+	r.checkWireGuardRules("sg", "SG", &openstack.SecurityGroup{ID: "sg1", Rules: []openstack.SecurityGroupRule{udp("0.0.0.0/0"), udp("198.51.100.7/32")}})
+	if c := r.rep.Checks[1]; c.Status != Warn || !strings.Contains(c.Detail, "open to every address") {
+		t.Errorf("roaming peer: %+v", c)
+	}
+	// The key: missing, not yet on the interface, rotation pending, fine.
+	for _, tc := range []struct {
+		st   v1alpha1.GatewayStatus
+		want Status
+		text string
+	}{
+		{v1alpha1.GatewayStatus{}, Fail, "not set"},
+		{v1alpha1.GatewayStatus{WireGuard: &v1alpha1.WireGuardStatus{PublicKey: "new"}, InterfacePublicKey: "old"}, Warn, "still uses old"},
+		{v1alpha1.GatewayStatus{WireGuard: &v1alpha1.WireGuardStatus{PublicKey: "new", PreviousPublicKey: "old"}, InterfacePublicKey: "new"}, Warn, "rotation pending"},
+		{v1alpha1.GatewayStatus{WireGuard: &v1alpha1.WireGuardStatus{PublicKey: "new"}, InterfacePublicKey: "new"}, Pass, "public key new"},
+	} {
+		r := wgRun()
+		*r.g.status = tc.st
+		r.checkWireGuardKey()
+		if c := r.rep.Checks[0]; c.Status != tc.want || !strings.Contains(c.Detail, tc.text) {
+			t.Errorf("status %+v: %+v", tc.st, c)
+		}
+	}
+}

@@ -1,0 +1,64 @@
+package dataplane
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Environment of the kernel mode, set by TestDataplaneKernelVM for the test binary it
+// runs inside the VM.
+const (
+	// modeEnv=kernel selects kernel XFRM, --guard=xfrm and the pod's real containers.
+	modeEnv = "BNERD_DATAPLANE_MODE"
+	// scaleEnv multiplies every wait of the test (software emulation is several times
+	// slower than the host). One factor for all of them.
+	scaleEnv = "BNERD_DATAPLANE_WAIT_SCALE"
+	// binDirEnv holds prebuilt vpn-gateway-agent and testhelper binaries (there is no Go
+	// toolchain in the VM).
+	binDirEnv = "BNERD_DATAPLANE_BIN_DIR"
+	// apiPortEnv is the virtio-serial port the API server is reached through.
+	apiPortEnv = "BNERD_DATAPLANE_API_PORT"
+	// kubeconfigEnv is the admin kubeconfig for the forwarded API server.
+	kubeconfigEnv = "BNERD_DATAPLANE_KUBECONFIG"
+	// outEnv is a directory on the host share: figures and, on failure, logs.
+	outEnv = "BNERD_DATAPLANE_OUT"
+)
+
+func kernelMode() bool { return os.Getenv(modeEnv) == "kernel" }
+
+func waitScale() float64 {
+	if v, err := strconv.ParseFloat(os.Getenv(scaleEnv), 64); err == nil && v >= 1 {
+		return v
+	}
+	return 1
+}
+
+// scaled returns d times the environment's wait factor.
+func scaled(d time.Duration) time.Duration { return time.Duration(float64(d) * waitScale()) }
+
+var figuresMu sync.Mutex
+
+// figure records a measured value: in the test log, and in <out>/figures.txt when the
+// test runs in the VM, from where the host side reports it.
+func figure(logf func(string, ...any), format string, args ...any) {
+	line := fmt.Sprintf(format, args...)
+	logf("FIGURE %s", line)
+	out := os.Getenv(outEnv)
+	if out == "" {
+		return
+	}
+	figuresMu.Lock()
+	defer figuresMu.Unlock()
+	f, err := os.OpenFile(filepath.Join(out, "figures.txt"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintln(f, line)
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

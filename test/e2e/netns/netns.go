@@ -1,0 +1,282 @@
+// Package netns is the harness of the namespace end-to-end tests (WireGuard, routed
+// mode): network namespaces named with a per-test prefix, commands and long-lived
+// processes inside them (each stopped by its PID), packet captures, and the project's
+// binaries built for the test. It needs root; Require skips (or, under
+// BNERD_REQUIRE_DATAPLANE=1, fails) with the reason when something is missing.
+package netns
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"bnerd.net/vpn-operator/internal/testenv"
+)
+
+// Env is one test's world.
+type Env struct {
+	T testing.TB
+	// Dir holds logs, captures and configs; kept when the test fails.
+	Dir    string
+	Prefix string
+	procs  map[string]*exec.Cmd
+}
+
+// BinDirEnv names a directory of prebuilt binaries (by package base name) that Build
+// returns instead of compiling: the kernel VM has no Go toolchain.
+const BinDirEnv = "BNERD_E2E_BIN_DIR"
+
+// Require skips the test unless it runs as root with every binary named.
+func Require(t testing.TB, bins ...string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testenv.SkipDataplane(t, "namespace e2e needs root (network namespaces, nftables)")
+	}
+	need := []string{"ip", "nft", "tcpdump"}
+	if os.Getenv(BinDirEnv) == "" {
+		need = append(need, "go")
+	}
+	for _, b := range append(need, bins...) {
+		if _, err := exec.LookPath(b); err != nil {
+			testenv.SkipDataplane(t, "namespace e2e needs "+b+"; run hack/install-deps.sh")
+		}
+	}
+}
+
+// New returns an Env whose namespaces are named tag + 6 random hex digits + "-" + role.
+func New(t testing.TB, tag string) *Env {
+	dir, err := os.MkdirTemp("", "bnerd-"+tag+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(dir, 0o755)
+	rnd := make([]byte, 3)
+	_, _ = rand.Read(rnd)
+	e := &Env{T: t, Dir: dir, Prefix: tag + hex.EncodeToString(rnd) + "-", procs: map[string]*exec.Cmd{}}
+	t.Cleanup(func() {
+		// SIGTERM first: daemons such as wireguard-go remove their sockets on the way out.
+		for name := range e.procs {
+			e.Stop(name, syscall.SIGTERM)
+		}
+		if t.Failed() {
+			t.Logf("logs kept in %s", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
+	return e
+}
+
+// NS is the namespace name of role.
+func (e *Env) NS(role string) string { return e.Prefix + role }
+
+// AddNS creates the namespaces of roles (loopback up, IPv6 off, forwarding on) and
+// deletes them when the test ends.
+func (e *Env) AddNS(roles ...string) {
+	for _, r := range roles {
+		e.Must("", "ip", "netns", "add", e.NS(r))
+		r := r
+		e.T.Cleanup(func() { _, _ = e.Sh("", "ip", "netns", "del", e.NS(r)) })
+		e.Must(e.NS(r), "ip", "link", "set", "lo", "up")
+		e.Must(e.NS(r), "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv4.ip_forward=1")
+	}
+}
+
+// Link joins two namespaces with a veth pair (names an and bn), both up.
+func (e *Env) Link(a, an, b, bn string) {
+	e.Must("", "ip", "link", "add", an, "netns", e.NS(a), "type", "veth", "peer", "name", bn, "netns", e.NS(b))
+	e.Must(e.NS(a), "ip", "link", "set", an, "up")
+	e.Must(e.NS(b), "ip", "link", "set", bn, "up")
+}
+
+// Addr adds an address to a device of role.
+func (e *Env) Addr(role, dev, addr string) { e.Must(e.NS(role), "ip", "addr", "add", addr, "dev", dev) }
+
+// Sh runs a command in namespace ns (empty: the test's own) and returns its output.
+func (e *Env) Sh(ns string, args ...string) (string, error) {
+	if ns != "" {
+		args = append([]string{"ip", "netns", "exec", ns}, args...)
+	}
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	return string(out), err
+}
+
+// Must is Sh that fails the test on error.
+func (e *Env) Must(ns string, args ...string) string {
+	e.T.Helper()
+	out, err := e.Sh(ns, args...)
+	if err != nil {
+		e.T.Fatalf("%s: %v: %v\n%s", ns, args, err, out)
+	}
+	return out
+}
+
+// NFT loads rules (nft -f syntax) in role's namespace.
+func (e *Env) NFT(role, rules string) {
+	e.T.Helper()
+	cmd := exec.Command("ip", "netns", "exec", e.NS(role), "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		e.T.Fatalf("nft in %s: %v\n%s", role, err, out)
+	}
+}
+
+// Start runs a long-lived process in ns (empty: the test's own namespace); its output
+// goes to <Dir>/<name>.log.
+func (e *Env) Start(name, ns string, env []string, args ...string) *exec.Cmd {
+	e.T.Helper()
+	logf, err := os.Create(filepath.Join(e.Dir, name+".log"))
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	if ns != "" {
+		args = append([]string{"ip", "netns", "exec", ns}, args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), env...)
+	if err := cmd.Start(); err != nil {
+		e.T.Fatalf("starting %s: %v", name, err)
+	}
+	e.procs[name] = cmd
+	return cmd
+}
+
+// Signal sends sig to a process this test started (SIGSTOP/SIGCONT freeze it).
+func (e *Env) Signal(name string, sig syscall.Signal) {
+	if cmd := e.procs[name]; cmd != nil {
+		_ = cmd.Process.Signal(sig)
+	}
+}
+
+// Wait waits for a process this test started to exit by itself.
+func (e *Env) Wait(name string) error {
+	cmd := e.procs[name]
+	if cmd == nil {
+		return nil
+	}
+	err := cmd.Wait()
+	delete(e.procs, name)
+	return err
+}
+
+// Stop ends a process this test started, by its PID.
+func (e *Env) Stop(name string, sig syscall.Signal) {
+	cmd := e.procs[name]
+	if cmd == nil {
+		return
+	}
+	delete(e.procs, name)
+	_ = cmd.Process.Signal(sig)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// Log returns a process's output so far.
+func (e *Env) Log(name string) string {
+	b, _ := os.ReadFile(filepath.Join(e.Dir, name+".log"))
+	return string(b)
+}
+
+// Eventually polls cond until it holds; the generous two minutes only bound a hung test.
+func (e *Env) Eventually(what string, cond func() bool) {
+	e.T.Helper()
+	for deadline := time.Now().Add(time.Duration(float64(2*time.Minute) * WaitScale())); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	e.T.Fatalf("never happened: %s", what)
+}
+
+// Curl fetches url from role with a short timeout; "" when it fails.
+func (e *Env) Curl(role, url string) string {
+	out, _ := e.Sh(e.NS(role), "curl", "-sk", "--max-time", "3", url)
+	return strings.TrimSpace(out)
+}
+
+// Capture starts tcpdump in role on dev; the returned func stops it and yields the file.
+func (e *Env) Capture(name, role, dev string, snaplen int) func() string {
+	e.T.Helper()
+	f := filepath.Join(e.Dir, name+".pcap")
+	e.Start("tcpdump-"+name, e.NS(role), nil, "tcpdump", "-ni", dev, "-s", strconv.Itoa(snaplen), "--immediate-mode", "-U", "-w", f)
+	e.Eventually("tcpdump "+name+" listening", func() bool { return strings.Contains(e.Log("tcpdump-"+name), "listening on") })
+	return func() string {
+		time.Sleep(300 * time.Millisecond)
+		e.Stop("tcpdump-"+name, syscall.SIGTERM)
+		return f
+	}
+}
+
+// ReadPcap returns the packets of file matching a tcpdump filter, one line each.
+func ReadPcap(t testing.TB, file string, filter ...string) []string {
+	t.Helper()
+	args := append([]string{"-nr", file}, filter...)
+	out, err := exec.Command("tcpdump", args...).Output()
+	if err != nil {
+		t.Fatalf("reading %s: %v", file, err)
+	}
+	var lines []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.TrimSpace(l) != "" {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// Build compiles the module's packages (import paths relative to the module root, such
+// as ./cmd/vpn-gateway-agent) into Dir and returns the binaries by package.
+func (e *Env) Build(pkgs ...string) map[string]string {
+	e.T.Helper()
+	out := map[string]string{}
+	if dir := os.Getenv(BinDirEnv); dir != "" {
+		for _, pkg := range pkgs {
+			out[pkg] = filepath.Join(dir, filepath.Base(pkg))
+		}
+		return out
+	}
+	for _, pkg := range pkgs {
+		bin := filepath.Join(e.Dir, filepath.Base(pkg))
+		cmd := exec.Command("go", "build", "-o", bin, pkg)
+		cmd.Dir = testenv.RepoRoot()
+		if b, err := cmd.CombinedOutput(); err != nil {
+			e.T.Fatalf("go build %s: %v\n%s", pkg, err, b)
+		}
+		out[pkg] = bin
+	}
+	return out
+}
+
+// First returns at most n lines.
+func First(s []string, n int) []string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// WaitScaleEnv multiplies every wait (software emulation in the VM is several times
+// slower than the host).
+const WaitScaleEnv = "BNERD_E2E_WAIT_SCALE"
+
+// WaitScale is the factor of WaitScaleEnv, at least 1.
+func WaitScale() float64 {
+	if v, err := strconv.ParseFloat(os.Getenv(WaitScaleEnv), 64); err == nil && v >= 1 {
+		return v
+	}
+	return 1
+}

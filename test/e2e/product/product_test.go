@@ -1,0 +1,773 @@
+// Package product is the end-to-end test of the whole product on this machine: a real
+// two-node cluster (hack/node), images built here, the operator installed with the Helm
+// chart against the OpenStack simulator, the packet fabric that makes the simulator's
+// networking carry traffic, a client site with its own hand-configured strongSwan, and
+// hosts in the service clusters (internal/world). It applies the examples and checks what
+// a client and the platform would: the tunnel comes up from the applied IPsecGateway and
+// carries traffic both ways, survives what a cluster does to pods and nodes, fails
+// closed, and leaves nothing behind.
+//
+// It needs root and the packages hack/install-deps.sh and hack/node/up.sh install; it
+// skips without them, and fails instead under BNERD_REQUIRE_DATAPLANE=1. Durations are
+// logged as FIGURE lines (and appended to $BNERD_PRODUCT_FIGURES when set); nothing here
+// asserts a duration.
+package product
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/rules"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/openstack"
+	"bnerd.net/vpn-operator/internal/render"
+	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/world"
+)
+
+type env struct {
+	t    *testing.T
+	ctx  context.Context
+	w    *world.World
+	site *world.Site
+	psk  string
+}
+
+func (e *env) figure(name string, d time.Duration) {
+	e.t.Logf("FIGURE %s: %.2fs", name, d.Seconds())
+	if f := os.Getenv("BNERD_PRODUCT_FIGURES"); f != "" {
+		fh, err := os.OpenFile(f, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err == nil {
+			fmt.Fprintf(fh, "%s\t%.2f\n", name, d.Seconds())
+			fh.Close()
+		}
+	}
+}
+
+// waitFor polls cond every 100ms and returns how long it took; the limit only bounds a
+// hung test.
+func (e *env) waitFor(what string, limit time.Duration, cond func() bool) time.Duration {
+	e.t.Helper()
+	t0 := time.Now()
+	for !cond() {
+		if time.Since(t0) > limit {
+			e.t.Fatalf("never happened within %s: %s", limit, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return time.Since(t0)
+}
+
+func (e *env) gateway() *v1.IPsecGateway {
+	e.t.Helper()
+	gw, err := e.w.Gateway(e.ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return gw
+}
+
+func vipOf(list []v1.AllocatedAddress, name string) string {
+	for _, a := range list {
+		if a.Name == name {
+			return a.VirtualIP
+		}
+	}
+	return ""
+}
+
+// answers: one HTTPS request from ns to url got the expected backend's answer.
+func (e *env) answers(ns, url, want string) bool {
+	body, err := world.Get(e.ctx, ns, url, 1500*time.Millisecond)
+	return err == nil && strings.HasPrefix(body, want)
+}
+
+func (e *env) portalURL() string {
+	return "https://" + vipOf(e.gateway().Status.Exposures, "portal") + ":443/"
+}
+
+func (e *env) reverseURL() string {
+	return "https://" + vipOf(e.gateway().Status.ReverseExposures, "erp") + ":" + world.SiteHostPort + "/"
+}
+
+func (e *env) portalAnswers() bool {
+	return e.answers(world.SiteHostNamespace, e.portalURL(), world.ServiceHostBody)
+}
+
+var reIKESPIs = regexp.MustCompile(`platform: #\d+, ESTABLISHED, IKEv2, ([0-9a-f]+_i\*? [0-9a-f]+_r\*?)`)
+
+// clientIKE returns the SPIs of the client's established IKE SA ("" when none): the same
+// SPIs mean the same IKE SA.
+func (e *env) clientIKE() string {
+	out, err := e.site.Swanctl("--list-sas", "--ike", "platform")
+	if err != nil {
+		return ""
+	}
+	if m := reIKESPIs.FindStringSubmatch(out); m != nil && strings.Contains(out, "INSTALLED") {
+		return m[1]
+	}
+	return ""
+}
+
+func requirements(t *testing.T) {
+	if why := world.Requirements(); why != "" {
+		testenv.SkipDataplane(t, why)
+	}
+	for _, b := range []string{"charon-systemd", "swanctl", "tcpdump", "ctr"} {
+		if _, err := exec.LookPath(b); err != nil {
+			testenv.SkipDataplane(t, "the product e2e needs "+b+" (hack/install-deps.sh, hack/node/up.sh)")
+		}
+	}
+}
+
+func TestProduct(t *testing.T) {
+	requirements(t)
+	ctrllog.SetLogger(logr.Discard())
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	w, err := world.Up(ctx, world.Options{Progress: t.Logf})
+	if err != nil {
+		t.Fatalf("bringing the world up: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := w.Down(); err != nil {
+			t.Errorf("tearing the world down: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("logs and captures kept in %s", w.Dir())
+		} else {
+			_ = os.RemoveAll(w.Dir())
+		}
+	})
+	for _, p := range w.Timings {
+		t.Logf("world phase %-70s %6.1fs", p.Phase, p.Duration.Seconds())
+	}
+	e := &env{t: t, ctx: ctx, w: w}
+	e.figure("world up (node world, images, simulator, fabric, chart)", time.Since(t0))
+	if err := w.StartServiceHosts(); err != nil {
+		t.Fatal(err)
+	}
+	if e.site, err = w.StartSite(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 24)
+	_, _ = rand.Read(b)
+	e.psk = hex.EncodeToString(b)
+	if err := w.PrepareTenant(ctx, e.psk); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("applied gateway brings the tunnel up and exposures answer", e.applyGateway)
+	t.Run("cluster link: portal in the service cluster and the reverse exposure answer", e.applyLink)
+	t.Run("security group enforced: a removed rule drops, the operator restores it", e.securityGroup)
+	t.Run("exposure added live answers without a pod restart or a new IKE SA", e.exposureAddedLive)
+	t.Run("charon killed: no plaintext on the public segment", e.charonKilled)
+	t.Run("containers start in any order and restart alone; IKE only on NIC2", e.startOrders)
+	t.Run("gateway pod deleted: traffic comes back", e.podDeleted)
+	t.Run("node lost: the gateway moves to the other node and traffic comes back", e.nodeLost)
+	t.Run("gateway and link deleted: nothing is left", e.deleted)
+}
+
+func (e *env) applyGateway(t *testing.T) {
+	e.t = t
+	start := time.Now()
+	if err := e.w.Apply(e.ctx, "examples/ipsecgateway.yaml", &v1.IPsecGateway{}, world.TenantNamespace); err != nil {
+		t.Fatal(err)
+	}
+	// The client's IT configures its side from what the platform hands over: the floating
+	// IP and the service CIDR, once allocated.
+	var gw *v1.IPsecGateway
+	e.waitFor("floating IP and service CIDR allocated", 2*time.Minute, func() bool {
+		gw = e.gateway()
+		return gw.Status.FloatingIP != "" && gw.Status.ServiceCIDR != ""
+	})
+	if err := e.site.Configure(gw.Status.FloatingIP, gw.Status.ServiceCIDR, e.psk); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("tunnelsReady 1/1", 3*time.Minute, func() bool { return e.gateway().Status.TunnelsReady == "1/1" })
+	e.figure("apply -> tunnel up (tunnelsReady 1/1)", time.Since(start))
+	gw = e.gateway()
+	dir := "https://" + vipOf(gw.Status.Exposures, "directory") + ":636/"
+	e.waitFor("directory exposure answers", 2*time.Minute, func() bool { return e.answers(world.SiteHostNamespace, dir, world.DirectoryBody) })
+	e.figure("apply -> exposure answering (client host -> directory VIP)", time.Since(start))
+
+	// The status agent can report the tunnel before the kubelet reports the pod Running.
+	var pod *corev1.Pod
+	e.waitFor("the gateway pod Running", time.Minute, func() bool {
+		pod, _ = e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
+		return pod != nil
+	})
+	if pod.Spec.NodeName != gw.Status.NodeName {
+		t.Errorf("pod on %s, gateway pinned to %s", pod.Spec.NodeName, gw.Status.NodeName)
+	}
+	net1, err := e.w.InPod(pod, render.ContainerExporter, "ip", "-o", "link", "show", render.NIC2Interface)
+	if err != nil || !strings.Contains(strings.ToLower(net1), strings.ToLower(gw.Status.PortMACAddress)) {
+		t.Errorf("net1 in the pod does not carry the port's MAC %s: %v %s", gw.Status.PortMACAddress, err, net1)
+	}
+	for _, c := range pod.Status.ContainerStatuses {
+		if !c.Ready || c.RestartCount != 0 {
+			t.Errorf("container %s ready=%v restarts=%d", c.Name, c.Ready, c.RestartCount)
+		}
+	}
+	// The gateway's IKE SA runs from the port's address, NAT'd to the floating IP.
+	out, err := e.w.KubectlRun(e.ctx, "exec", "-n", world.TenantNamespace, pod.Name, "-c", render.ContainerStrongswan, "--",
+		"swanctl", "--list-sas", "--uri", "unix://"+render.RunMountPath+"/charon.vici")
+	if err != nil || !strings.Contains(out, "@ "+gw.Status.PortFixedIP+"[4500]") {
+		t.Errorf("the gateway's IKE SA does not run from the port's address %s: %v\n%s", gw.Status.PortFixedIP, err, out)
+	}
+}
+
+func (e *env) applyLink(t *testing.T) {
+	e.t = t
+	start := time.Now()
+	link := &v1.ClusterLink{}
+	if err := e.w.Apply(e.ctx, "examples/clusterlink.yaml", link, ""); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("portal in the service cluster answers the client host", 2*time.Minute, e.portalAnswers)
+	e.figure("cluster link apply -> portal answering", time.Since(start))
+	e.waitFor("the reverse exposure answers the service cluster", time.Minute, func() bool {
+		return e.answers(world.ServiceHostNamespace, e.reverseURL(), world.SiteHostBody)
+	})
+	e.figure("cluster link apply -> reverse exposure answering", time.Since(start))
+}
+
+// securityGroup removes the operator's rule admitting the service cluster to the reverse
+// exposure, out of band: the fabric enforces the group on the port, so the request must
+// now fail; the operator puts the rule back on its next reconcile, and it answers again.
+func (e *env) securityGroup(t *testing.T) {
+	e.t = t
+	r, err := e.w.CloudReader(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := r.Read(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ruleID string
+	for _, g := range snap.SecurityGroups {
+		if !openstack.HasTags(g.Tags, openstack.TagManaged) {
+			continue
+		}
+		page, err := rules.List(r.Network(), rules.ListOpts{SecGroupID: g.ID, Direction: "ingress", Protocol: "tcp", RemoteIPPrefix: "10.251.0.0/16"}).AllPages(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := rules.ExtractRules(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rs) == 1 && rs[0].PortRangeMin == 8443 {
+			ruleID = rs[0].ID
+		}
+	}
+	if ruleID == "" {
+		t.Fatal("no operator rule admitting 10.251.0.0/16 to tcp 8443")
+	}
+	rev := e.reverseURL()
+	if !e.answers(world.ServiceHostNamespace, rev, world.SiteHostBody) {
+		t.Fatal("the reverse exposure does not answer before the rule is removed")
+	}
+	if err := rules.Delete(e.ctx, r.Network(), ruleID).ExtractErr(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	fails := 0
+	e.waitFor("the reverse exposure dropped without its rule", time.Minute, func() bool {
+		if e.answers(world.ServiceHostNamespace, rev, world.SiteHostBody) {
+			fails = 0
+		} else {
+			fails++
+		}
+		return fails >= 3
+	})
+	e.figure("security group rule removed -> dropped by the fabric", time.Since(start))
+	// Any change to the gateway starts a reconcile; the resync would too, later.
+	gw := e.gateway()
+	if gw.Annotations == nil {
+		gw.Annotations = map[string]string{}
+	}
+	gw.Annotations["e2e.bnerd.net/poke"] = time.Now().Format(time.RFC3339Nano)
+	if err := e.w.Kube.Update(e.ctx, gw); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	e.waitFor("the operator restored the rule and the reverse exposure answers", 2*time.Minute, func() bool {
+		return e.answers(world.ServiceHostNamespace, rev, world.SiteHostBody)
+	})
+	e.figure("reconcile -> security group rule restored, answering", time.Since(start))
+}
+
+func (e *env) exposureAddedLive(t *testing.T) {
+	e.t = t
+	srv, err := world.ServeHTTPS(world.ServiceHostNamespace, world.ServiceHostAddress+":9443", "svc01 wiki")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	before, err := e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
+	if err != nil || before == nil {
+		t.Fatalf("no gateway pod: %v", err)
+	}
+	ike := e.clientIKE()
+	if ike == "" {
+		t.Fatal("no established client IKE SA to compare with")
+	}
+	gw := e.gateway()
+	gw.Spec.Exposures = append(gw.Spec.Exposures, v1.Exposure{Name: "wiki", Target: v1.Target{
+		Address: world.ServiceHostAddress, Ports: []v1.PortSpec{{Port: 9443, Protocol: v1.ProtocolTCP}}}})
+	start := time.Now()
+	if err := e.w.Kube.Update(e.ctx, gw); err != nil {
+		t.Fatal(err)
+	}
+	var vip string
+	e.waitFor("the new exposure answers", time.Minute, func() bool {
+		if vip == "" {
+			vip = vipOf(e.gateway().Status.Exposures, "wiki")
+			if vip == "" {
+				return false
+			}
+		}
+		return e.answers(world.SiteHostNamespace, "https://"+vip+":9443/", "svc01 wiki")
+	})
+	e.figure("exposure added -> answering", time.Since(start))
+	after, _ := e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
+	if after == nil || after.UID != before.UID {
+		t.Errorf("the gateway pod was replaced")
+	} else {
+		for _, c := range after.Status.ContainerStatuses {
+			if c.RestartCount != 0 {
+				t.Errorf("container %s restarted (%d)", c.Name, c.RestartCount)
+			}
+		}
+	}
+	if got := e.clientIKE(); got != ike {
+		t.Errorf("the IKE SA changed: %q -> %q", ike, got)
+	}
+}
+
+// traffic keeps requests running from the service cluster to the reverse exposure (the
+// gateway DNATs them towards the client's subnet: a leak would carry that address in the
+// clear) and from the client to the portal, until stop.
+func (e *env) traffic() (stop func() (ok, failed int64)) {
+	var ok, failed atomic.Int64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	rev, portal := e.reverseURL(), e.portalURL()
+	for _, job := range []struct{ ns, url, want string }{
+		{world.ServiceHostNamespace, rev, world.SiteHostBody},
+		{world.SiteHostNamespace, portal, world.ServiceHostBody},
+	} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if e.answers(job.ns, job.url, job.want) {
+					ok.Add(1)
+				} else {
+					failed.Add(1)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}()
+	}
+	return func() (int64, int64) { close(done); wg.Wait(); return ok.Load(), failed.Load() }
+}
+
+// plaintext: packets to or from the client's subnet that are not IKE/ESP-in-UDP.
+const plaintext = "ip and net " + world.SiteLAN + " and not udp port 500 and not udp port 4500"
+
+func (e *env) publicCapture(name string) *world.Capture {
+	e.t.Helper()
+	br, ok := e.w.Fabric.Bridge(world.ExternalNetwork)
+	if !ok {
+		e.t.Fatal("no bridge for the public network")
+	}
+	c, err := e.w.StartCapture(name, e.w.Fabric.FabricNamespace(), br)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return c
+}
+
+func (e *env) charonKilled(t *testing.T) {
+	e.t = t
+	pod, err := e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
+	if err != nil || pod == nil {
+		t.Fatalf("no gateway pod: %v", err)
+	}
+	restarts := func() int32 {
+		p, _ := e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
+		if p == nil {
+			return -1
+		}
+		for _, c := range p.Status.ContainerStatuses {
+			if c.Name == render.ContainerStrongswan {
+				return c.RestartCount
+			}
+		}
+		return -1
+	}
+	backUp := func() time.Duration {
+		return e.waitFor("tunnel and traffic back", 3*time.Minute, func() bool {
+			return e.gateway().Status.TunnelsReady == "1/1" && e.portalAnswers() &&
+				e.answers(world.ServiceHostNamespace, e.reverseURL(), world.SiteHostBody)
+		})
+	}
+
+	// Negative control: the same kill with the guard's drop rules removed (init-nat frozen
+	// so it cannot repair them) must put plaintext on the public segment, or the capture
+	// below would prove nothing.
+	t.Run("negative control: without the guard the capture sees plaintext", func(t *testing.T) {
+		e.t = t
+		node, _ := e.w.Node(pod.Spec.NodeName)
+		initNAT := world.ContainerID(pod, render.ContainerInitNAT)
+		if _, err := world.Exec("", "ctr", "-a", node.Containerd, "-n", "k8s.io", "tasks", "pause", initNAT); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if _, err := world.Exec("", "ctr", "-a", node.Containerd, "-n", "k8s.io", "tasks", "resume", initNAT); err != nil {
+				t.Errorf("resuming init-nat: %v", err)
+			}
+		}()
+		rules, err := e.w.InPod(pod, render.ContainerInitNAT, "nft", "-a", "list", "table", "ip", "bnerd-gw")
+		if err != nil {
+			t.Fatal(err)
+		}
+		chain := ""
+		removed := 0
+		for _, l := range strings.Split(rules, "\n") {
+			l = strings.TrimSpace(l)
+			if strings.HasPrefix(l, "chain ") {
+				chain = strings.Fields(l)[1]
+			}
+			if i := strings.Index(l, "# handle "); i > 0 && strings.Contains(l, `oifname != "ipsec0"`) {
+				if _, err := e.w.InPod(pod, render.ContainerInitNAT, "nft", "delete", "rule", "ip", "bnerd-gw", chain, "handle", strings.TrimSpace(l[i+len("# handle "):])); err != nil {
+					t.Fatal(err)
+				}
+				removed++
+			}
+		}
+		if removed == 0 {
+			t.Fatalf("no guard rule found to remove:\n%s", rules)
+		}
+		cap := e.publicCapture("charon-kill-unguarded")
+		stop := e.traffic()
+		time.Sleep(time.Second)
+		if err := e.w.KillContainer(pod, render.ContainerStrongswan); err != nil {
+			t.Fatal(err)
+		}
+		var leaked []string
+		e.waitFor("plaintext on the public segment without the guard", time.Minute, func() bool {
+			leaked, _ = cap.Packets(plaintext)
+			return len(leaked) > 0
+		})
+		stop()
+		cap.Stop()
+		t.Logf("without the guard, %d plaintext packets reached the public segment, e.g. %s", len(leaked), leaked[0])
+	})
+	e.t = t
+	e.waitFor("charon restarted after the control", 2*time.Minute, func() bool { return restarts() >= 1 })
+	backUp()
+
+	pod, _ = e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
+	before := restarts()
+	cap := e.publicCapture("charon-kill-guarded")
+	stop := e.traffic()
+	time.Sleep(time.Second)
+	start := time.Now()
+	if err := e.w.KillContainer(pod, render.ContainerStrongswan); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("charon restarted", 2*time.Minute, func() bool { return restarts() > before })
+	backUp()
+	e.figure("charon killed -> traffic back", time.Since(start))
+	time.Sleep(time.Second)
+	ok, failed := stop()
+	cap.Stop()
+	leaked, err := cap.Packets(plaintext)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(leaked) > 0 {
+		t.Errorf("%d plaintext packets to or from the client's subnet on the public segment while charon was down, e.g. %s", len(leaked), leaked[0])
+	}
+	all, _ := cap.Packets("ip")
+	t.Logf("guarded: %d requests answered, %d not while charon was down; %d packets captured, 0 plaintext", ok, failed, len(all))
+	if failed == 0 {
+		t.Errorf("no request failed while charon was down: the kill did not interrupt anything, so the capture proves nothing")
+	}
+}
+
+// startOrders starts the real rendered pod with its containers delayed into every order
+// and restarts each container alone: IKE must never appear on the pod network, and the
+// tunnel must come up and carry traffic each time. The operator is scaled down meanwhile,
+// so the test's delays stay in the Deployment; the original spec is restored after.
+func (e *env) startOrders(t *testing.T) {
+	e.t = t
+	kubectl := func(args ...string) {
+		t.Helper()
+		if out, err := e.w.KubectlRun(e.ctx, args...); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+	}
+	kubectl("scale", "-n", world.OperatorNamespace, "deployment/"+world.ReleaseName, "--replicas=0")
+	defer func() {
+		e.t = t
+		kubectl("scale", "-n", world.OperatorNamespace, "deployment/"+world.ReleaseName, "--replicas=1")
+	}()
+	e.waitFor("operator stopped", time.Minute, func() bool {
+		var pods corev1.PodList
+		_ = e.w.Kube.List(e.ctx, &pods, client.InNamespace(world.OperatorNamespace))
+		return len(pods.Items) == 0
+	})
+	key := client.ObjectKey{Namespace: world.TenantNamespace, Name: render.DeploymentName("acme")}
+	var orig appsv1.Deployment
+	if err := e.w.Kube.Get(e.ctx, key, &orig); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		e.t = t
+		e.setTemplate(key, orig.Spec.Template)
+	}()
+	node, _ := e.w.Node(e.gateway().Status.NodeName)
+
+	// ikeOnPodNetwork captures the node's pod bridge while f runs and returns the IKE and
+	// ESP packets seen there.
+	ikeOnPodNetwork := func(name string, f func()) []string {
+		c, err := e.w.StartCapture(name, node.Namespace, "bn-cni0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f()
+		c.Stop()
+		pk, err := c.Packets("udp port 500 or udp port 4500 or ip proto 50")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pk
+	}
+	working := func() time.Duration {
+		return e.waitFor("tunnel up and traffic through it", 3*time.Minute, func() bool {
+			p, _ := e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
+			ready := p != nil
+			if p != nil {
+				for _, c := range p.Status.ContainerStatuses {
+					ready = ready && c.Ready
+				}
+			}
+			return ready && e.gateway().Status.TunnelsReady == "1/1" && e.portalAnswers()
+		})
+	}
+
+	order := []string{render.ContainerInitNAT, render.ContainerStrongswan, render.ContainerStatus}
+	for _, perm := range permutations(order) {
+		name := strings.Join(perm, " > ")
+		t.Run("start order "+name, func(t *testing.T) {
+			e.t = t
+			old, _ := e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
+			if old == nil {
+				t.Fatal("no gateway pod")
+			}
+			template := *orig.Spec.Template.DeepCopy()
+			for i, cname := range perm {
+				for j := range template.Spec.Containers {
+					c := &template.Spec.Containers[j]
+					if c.Name == cname {
+						// The image's entrypoint, started i*4 seconds late.
+						c.Command = []string{"/bin/sh", "-c", fmt.Sprintf("sleep %d; exec /usr/local/bin/vpn-gateway-agent \"$@\"", i*4), "sh"}
+					}
+				}
+			}
+			var took time.Duration
+			pk := ikeOnPodNetwork("order-"+strings.ReplaceAll(name, " > ", "-"), func() {
+				start := time.Now()
+				e.setTemplate(key, template)
+				e.waitFor("the old pod replaced", 2*time.Minute, func() bool {
+					p, _ := e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
+					return p != nil && p.UID != old.UID
+				})
+				working()
+				took = time.Since(start)
+			})
+			if len(pk) > 0 {
+				t.Errorf("%d IKE/ESP packets on the pod network, e.g. %s", len(pk), pk[0])
+			}
+			e.figure("start order "+name+" (4s apart) -> traffic", took)
+		})
+	}
+	e.t = t
+	// Each container restarted alone, in the original pod.
+	e.setTemplate(key, *orig.Spec.Template.DeepCopy())
+	e.waitFor("the original pod back", 2*time.Minute, func() bool {
+		p, _ := e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
+		return p != nil && p.Spec.Containers[0].Command == nil
+	})
+	working()
+	for _, cname := range []string{render.ContainerInitNAT, render.ContainerStrongswan, render.ContainerStatus, render.ContainerExporter} {
+		t.Run("restart "+cname+" alone", func(t *testing.T) {
+			e.t = t
+			pod, _ := e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
+			if pod == nil {
+				t.Fatal("no gateway pod")
+			}
+			count := func(p *corev1.Pod) int32 {
+				for _, c := range p.Status.ContainerStatuses {
+					if c.Name == cname {
+						return c.RestartCount
+					}
+				}
+				return -1
+			}
+			before := count(pod)
+			var took time.Duration
+			pk := ikeOnPodNetwork("restart-"+cname, func() {
+				start := time.Now()
+				if err := e.w.KillContainer(pod, cname); err != nil {
+					t.Fatal(err)
+				}
+				e.waitFor(cname+" restarted", 2*time.Minute, func() bool {
+					p, _ := e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
+					return p != nil && p.UID == pod.UID && count(p) > before
+				})
+				working()
+				took = time.Since(start)
+			})
+			if len(pk) > 0 {
+				t.Errorf("%d IKE/ESP packets on the pod network, e.g. %s", len(pk), pk[0])
+			}
+			e.figure("restart "+cname+" alone -> traffic", took)
+		})
+	}
+}
+
+// setTemplate replaces the Deployment's pod template (retrying on conflicts with the
+// Deployment controller's status writes).
+func (e *env) setTemplate(key client.ObjectKey, tmpl corev1.PodTemplateSpec) {
+	e.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var d appsv1.Deployment
+		if err := e.w.Kube.Get(e.ctx, key, &d); err != nil {
+			return err
+		}
+		d.Spec.Template = tmpl
+		return e.w.Kube.Update(e.ctx, &d)
+	})
+	if err != nil {
+		e.t.Fatalf("updating the gateway Deployment: %v", err)
+	}
+}
+
+func permutations(s []string) [][]string {
+	if len(s) <= 1 {
+		return [][]string{append([]string(nil), s...)}
+	}
+	var out [][]string
+	for i := range s {
+		rest := append(append([]string(nil), s[:i]...), s[i+1:]...)
+		for _, p := range permutations(rest) {
+			out = append(out, append([]string{s[i]}, p...))
+		}
+	}
+	return out
+}
+
+func (e *env) podDeleted(t *testing.T) {
+	e.t = t
+	e.waitFor("operator back and the gateway converged", 2*time.Minute, func() bool {
+		p, _ := e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
+		return p != nil && p.Spec.Containers[0].Command == nil && e.gateway().Status.TunnelsReady == "1/1" && e.portalAnswers()
+	})
+	pod, _ := e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
+	start := time.Now()
+	if err := e.w.Kube.Delete(e.ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("a new pod carries traffic", 3*time.Minute, func() bool {
+		p, _ := e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
+		return p != nil && p.UID != pod.UID && e.portalAnswers()
+	})
+	e.figure("gateway pod deleted -> traffic back", time.Since(start))
+}
+
+func (e *env) nodeLost(t *testing.T) {
+	e.t = t
+	from := e.gateway().Status.NodeName
+	var ops corev1.PodList
+	_ = e.w.Kube.List(e.ctx, &ops, client.InNamespace(world.OperatorNamespace))
+	for _, p := range ops.Items {
+		// An operator on the lost node is replaced first, and the new one waits for the
+		// old leader's lease: part of what the figure below measures then.
+		t.Logf("operator pod %s runs on %s; losing %s", p.Name, p.Spec.NodeName, from)
+	}
+	start := time.Now()
+	if err := e.w.LoseNode(e.ctx, from); err != nil {
+		t.Fatal(err)
+	}
+	var to string
+	e.waitFor("the gateway moved to another node", 3*time.Minute, func() bool {
+		to = e.gateway().Status.NodeName
+		return to != "" && to != from
+	})
+	e.figure("node lost -> gateway pinned to another node", time.Since(start))
+	e.waitFor("traffic through the moved gateway", 5*time.Minute, func() bool {
+		p, _ := e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
+		return p != nil && p.Spec.NodeName == to && e.portalAnswers()
+	})
+	e.figure("node lost -> traffic back", time.Since(start))
+	e.waitFor("the reverse exposure answers again", time.Minute, func() bool {
+		return e.answers(world.ServiceHostNamespace, e.reverseURL(), world.SiteHostBody)
+	})
+}
+
+func (e *env) deleted(t *testing.T) {
+	e.t = t
+	start := time.Now()
+	for _, obj := range []client.Object{&v1.ClusterLink{}, &v1.IPsecGateway{}} {
+		key := client.ObjectKey{Name: "svc01-link"}
+		if _, ok := obj.(*v1.IPsecGateway); ok {
+			key = world.GatewayKey
+		}
+		if err := e.w.Kube.Get(e.ctx, key, obj); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.w.Kube.Delete(e.ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+		e.waitFor(key.String()+" gone", 3*time.Minute, func() bool {
+			return apierrors.IsNotFound(e.w.Kube.Get(e.ctx, key, obj))
+		})
+	}
+	var left []string
+	e.waitFor("nothing left", 2*time.Minute, func() bool {
+		var err error
+		left, err = e.w.Leftovers(e.ctx, world.TenantNamespace)
+		return err == nil && len(left) == 0
+	})
+	e.figure("delete -> nothing left", time.Since(start))
+}
