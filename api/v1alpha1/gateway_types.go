@@ -305,7 +305,17 @@ type TunnelState struct {
 	// minutes.
 	// +optional
 	LatestHandshake *metav1.Time `json:"latestHandshake,omitempty"`
-	// Message explains a Down or Connecting state.
+	// Reason is the cause of a Down or Connecting state as charon saw it, or of trouble
+	// ahead on an Up tunnel (PFSMismatchAtRekey: its rekeys are refused and it goes down
+	// when the child SA expires): AuthenticationFailed, NoCommonIKEProposal,
+	// NoCommonESPProposal, TrafficSelectorsRefused, PeerNotResponding,
+	// PFSMismatchAtRekey; CharonUnreachable when the agent cannot reach charon; and
+	// ChangeRefused or Reestablishing while a changed configuration is being applied.
+	// Empty when nothing is known to be wrong.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Message explains the state in words: what failed, what differs, when the next
+	// attempt is due.
 	// +optional
 	Message string `json:"message,omitempty"`
 	// LastTransitionTime is when the status agent first saw the tunnel in its current

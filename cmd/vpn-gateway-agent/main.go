@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/agent/cause"
 	"bnerd.net/vpn-operator/internal/agent/charon"
 	"bnerd.net/vpn-operator/internal/agent/exporter"
 	"bnerd.net/vpn-operator/internal/agent/initnat"
@@ -198,13 +199,33 @@ func runLoader(ctx context.Context, args []string) error {
 	c.register(fs, true)
 	sock := fs.String("vici-socket", "/var/run/charon.vici", "charon's VICI socket")
 	interval := fs.Duration("interval", 2*time.Second, "how often charon is re-checked (restarts, lost SAs)")
+	var r retries
+	r.register(fs)
 	_ = fs.Parse(args)
 	snaps, err := c.run(ctx, true)
 	if err != nil {
 		return err
 	}
-	(&loader.Loop{Applier: &vici.Loader{Socket: *sock, Logf: log.Printf}, Interval: *interval, PortRouting: portRouting, Logf: log.Printf}).Run(ctx, snaps)
+	tn := &source.Tunnels{Logf: log.Printf}
+	tunnelSnaps, loadSnaps := make(chan source.Snapshot, 1), make(chan source.Snapshot, 1)
+	go source.Fanout(ctx, snaps, tunnelSnaps, loadSnaps)
+	go tn.Follow(ctx, tunnelSnaps)
+	causes := &cause.Tracker{PeerTunnel: tn.ByPeer}
+	go (&vici.Watcher{Dial: vici.DialEvents(*sock), Events: []string{"log"}, OnEvent: func(ev govici.Event) { causes.Observe(ev) }, Logf: log.Printf}).Run(ctx)
+	(&loader.Loop{Applier: r.loader(*sock, causes), Interval: *interval, PortRouting: portRouting, ServiceAddress: routing.HasLocalAddress, Logf: log.Printf}).Run(ctx, loadSnaps)
 	return nil
+}
+
+// retries are the loader's backoff flags.
+type retries struct{ initial, max time.Duration }
+
+func (r *retries) register(fs *flag.FlagSet) {
+	fs.DurationVar(&r.initial, "retry-initial", 5*time.Second, "wait after a tunnel's first failed attempt; doubled per further failure")
+	fs.DurationVar(&r.max, "retry-max", 5*time.Minute, "longest wait between attempts of a tunnel that does not come up (a peer that never answers is retried at charon's retransmission pace instead)")
+}
+
+func (r *retries) loader(sock string, causes *cause.Tracker) *vici.Loader {
+	return &vici.Loader{Socket: sock, Logf: log.Printf, Causes: causes, RetryInitial: r.initial, RetryMax: r.max}
 }
 
 // runCharon renders strongswan.conf for the pod's dataplane, clears kernel IPsec state a
@@ -233,6 +254,8 @@ func runStatus(ctx context.Context, args []string) error {
 	heartbeat := fs.Duration("heartbeat", operatorconfig.DefaultStatusAgentHeartbeat, "longest time between two status writes while nothing changes (the operator calls a report stale after its IPSEC_STATUS_AGENT_STALE_AFTER)")
 	loadSecrets := fs.String("load-secrets-file", "", "also load the connections into charon, with the shared keys read from this file")
 	wgState := fs.String("wireguard-state-file", "", "a WireGuard gateway: report its peers from the wireguard role's state file (no charon)")
+	var r retries
+	r.register(fs)
 	_ = fs.Parse(args)
 	snaps, err := c.run(ctx, false)
 	if err != nil {
@@ -254,23 +277,32 @@ func runStatus(ctx context.Context, args []string) error {
 		runWireGuardStatus(ctx, snaps, cl, *wgState, *interval, *heartbeat)
 		return nil
 	}
+	tn := &source.Tunnels{Logf: log.Printf}
+	causes := &cause.Tracker{PeerTunnel: tn.ByPeer}
+	var plans func(string) vici.Plan
 	tunnelSnaps := snaps
 	if *loadSecrets != "" {
 		// One watch feeds both loops.
 		tunnelSnaps = make(chan source.Snapshot, 1)
 		loadSnaps := make(chan source.Snapshot, 1)
 		go source.Fanout(ctx, snaps, tunnelSnaps, loadSnaps)
-		l := &loader.Loop{Applier: &vici.Loader{Socket: *sock, Logf: log.Printf}, Interval: 2 * time.Second, SecretsFile: *loadSecrets, PortRouting: portRouting, Logf: log.Printf}
+		ld := r.loader(*sock, causes)
+		plans = ld.Plan
+		l := &loader.Loop{Applier: ld, Interval: 2 * time.Second, SecretsFile: *loadSecrets, PortRouting: portRouting, ServiceAddress: routing.HasLocalAddress, Logf: log.Printf}
 		go l.Run(ctx, loadSnaps)
 	}
-	tn := &source.Tunnels{Logf: log.Printf}
 	go tn.Follow(ctx, tunnelSnaps)
 	kicks, kick := status.Kicker()
 	go (&vici.Watcher{
-		Dial: vici.DialEvents(*sock), Events: []string{"ike-updown", "child-updown", "ike-rekey", "child-rekey"},
-		OnConnect: kick, OnEvent: func(govici.Event) { kick() }, Logf: log.Printf,
+		Dial: vici.DialEvents(*sock), Events: []string{"ike-updown", "child-updown", "ike-rekey", "child-rekey", "log"},
+		OnConnect: kick, OnEvent: func(ev govici.Event) {
+			// Every SA event, and a log line that changes a tunnel's cause.
+			if ev.Name != "log" || causes.Observe(ev) {
+				kick()
+			}
+		}, Logf: log.Printf,
 	}).Run(ctx)
-	(&status.Agent{Tunnels: tn.Get, SAs: vici.ListSAsOn(*sock), Write: status.ClientWriter(cl, *heartbeat), Kick: kicks, Interval: *interval, Logf: log.Printf}).Run(ctx)
+	(&status.Agent{Tunnels: tn.Get, SAs: vici.ListSAsOn(*sock), Notes: status.Notes(causes, plans, nil), Write: status.ClientWriter(cl, *heartbeat), Kick: kicks, Interval: *interval, Logf: log.Printf}).Run(ctx)
 	return nil
 }
 
@@ -293,8 +325,12 @@ func runExporter(ctx context.Context, args []string) error {
 		return serveMetrics(ctx, *listen, &exporter.WireGuardCollector{Peers: tn.Names, StateFile: *wgState, NATStateFile: *stateFile})
 	}
 	var rekeys exporter.Rekeys
-	go (&vici.Watcher{Dial: vici.DialEvents(*sock), Events: []string{"ike-rekey", "child-rekey"}, OnEvent: rekeys.Observe, Logf: log.Printf}).Run(ctx)
-	col := &exporter.Collector{Tunnels: tn.Names, SAs: vici.ListSAsOn(*sock), NATStateFile: *stateFile, Rekeys: rekeys.Counts}
+	causes := &cause.Tracker{PeerTunnel: tn.ByPeer}
+	go (&vici.Watcher{Dial: vici.DialEvents(*sock), Events: []string{"ike-rekey", "child-rekey", "log"}, OnEvent: func(ev govici.Event) {
+		rekeys.Observe(ev)
+		causes.Observe(ev)
+	}, Logf: log.Printf}).Run(ctx)
+	col := &exporter.Collector{Tunnels: tn.Names, SAs: vici.ListSAsOn(*sock), NATStateFile: *stateFile, Rekeys: rekeys.Counts, Causes: causes}
 	return serveMetrics(ctx, *listen, col)
 }
 

@@ -244,11 +244,11 @@ func (f *fakeCharon) writeNAT(t *testing.T, path string) {
 	}
 }
 
-func (f *fakeCharon) sas(context.Context) (map[string][]vici.IKESA, error) {
+func (f *fakeCharon) sas(context.Context, []string) (map[string][]vici.IKESA, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.viciDown {
-		return nil, fmt.Errorf("connecting to charon: no such file")
+		return nil, fmt.Errorf("%w: connecting to charon: no such file", vici.ErrCharonNotRunning)
 	}
 	if !f.up {
 		return map[string][]vici.IKESA{}, nil

@@ -302,7 +302,7 @@ func TestSwanctlStructure(t *testing.T) {
 		t.Errorf("local id %q, want the floating IP", id)
 	}
 	child := hq.Sub("children").Sub("hq")
-	for k, v := range map[string]string{"mode": "tunnel", "local_ts": "100.64.3.0/24", "remote_ts": "192.168.10.0/24,192.168.20.0/24", "start_action": "start", "close_action": "none", "dpd_action": "clear", "rekey_time": "2700s"} {
+	for k, v := range map[string]string{"mode": "tunnel", "local_ts": "100.64.3.0/24", "remote_ts": "192.168.10.0/24,192.168.20.0/24", "start_action": "none", "close_action": "none", "dpd_action": "clear", "rekey_time": "2700s"} {
 		if got, _ := child.Get(k); got != v {
 			t.Errorf("child.%s = %q, want %q", k, got, v)
 		}

@@ -29,8 +29,13 @@ const (
 )
 
 var dpdActions = map[string]string{
-	// DPD action -> close_action: what to do when the peer closes the child SA.
-	"restart": "start",
+	// DPD action -> close_action: what charon does when the peer closes the child SA.
+	// Not "start" for restart: the agent's loader brings every tunnel that is not up
+	// back (with backoff), and charon restarting a closed SA itself would re-create it
+	// from the settings it was made with: beside a make-before-break replacement (a
+	// changed connection), a peer with a uniqueness policy of "replace" would close
+	// the old SA, charon would re-create it, the peer would close the new one, and so on.
+	"restart": "none",
 	"clear":   "none",
 	"trap":    "trap",
 }

@@ -191,7 +191,7 @@ func TestDiagnoseReadsExporterThroughPodProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg.MustRegister(&exporter.Collector{Tunnels: func() []string { return []string{"hq"} }, NATStateFile: nat,
-		SAs: func(context.Context) (map[string][]vici.IKESA, error) {
+		SAs: func(context.Context, []string) (map[string][]vici.IKESA, error) {
 			return map[string][]vici.IKESA{"hq": {{Name: "hq", State: "ESTABLISHED", EstablishedSeconds: 60,
 				Children: []vici.ChildSA{{Name: "hq", UniqueID: "1", State: "INSTALLED"}}}}}, nil
 		}})

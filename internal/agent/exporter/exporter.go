@@ -6,12 +6,14 @@ package exporter
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"bnerd.net/vpn-operator/internal/agent/cause"
 	"bnerd.net/vpn-operator/internal/agent/vici"
 )
 
@@ -40,8 +42,8 @@ func WriteNATState(path string, st NATState) error {
 	return os.Rename(tmp, path)
 }
 
-// Source lists SAs; *vici.Loader's socket via ListFunc in production.
-type Source func(ctx context.Context) (map[string][]vici.IKESA, error)
+// Source lists the named tunnels' SAs (vici.ListSAsOn in production).
+type Source func(ctx context.Context, names []string) (map[string][]vici.IKESA, error)
 
 // Collector is a prometheus.Collector over charon and the NAT state file.
 type Collector struct {
@@ -49,6 +51,11 @@ type Collector struct {
 	SAs          Source
 	NATStateFile string
 	Rekeys       func() map[string]uint64
+	// Causes supplies each tunnel's last failure as charon saw it (package cause), the
+	// reason label of bnerd_ipsec_tunnel_reason. Optional.
+	Causes interface {
+		Cause(string) (cause.Cause, bool)
+	}
 
 	mu sync.Mutex
 	// Byte and packet counters must be monotonic although each child SA starts from
@@ -60,7 +67,8 @@ type Collector struct {
 }
 
 var (
-	descUp          = prometheus.NewDesc("bnerd_ipsec_tunnel_up", "1 when the tunnel has an established IKE SA and an installed child SA.", []string{"tunnel"}, nil)
+	descUp          = prometheus.NewDesc("bnerd_ipsec_tunnel_up", "1 when the tunnel has an established IKE SA and an installed child SA (an SA being rekeyed beside its successor counts).", []string{"tunnel"}, nil)
+	descReason      = prometheus.NewDesc("bnerd_ipsec_tunnel_reason", "1 for the cause of the tunnel's last failure as charon saw it (AuthenticationFailed, NoCommonIKEProposal, NoCommonESPProposal, TrafficSelectorsRefused, PeerNotResponding, PFSMismatchAtRekey); absent while none is current.", []string{"tunnel", "reason"}, nil)
 	descIKESAs      = prometheus.NewDesc("bnerd_ipsec_ike_sas", "IKE SAs of the tunnel.", []string{"tunnel"}, nil)
 	descChildSAs    = prometheus.NewDesc("bnerd_ipsec_child_sas", "Installed child SAs of the tunnel.", []string{"tunnel"}, nil)
 	descBytes       = prometheus.NewDesc("bnerd_ipsec_bytes_total", "ESP payload bytes of the tunnel's child SAs.", []string{"tunnel", "direction"}, nil)
@@ -77,7 +85,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descIKESAs, descChildSAs, descBytes, descPackets, descEstablished, descRekeys, descScrapeErr, descNATErrors, descNATApplies, descNATDur, descNATDrift, descGuardDrops} {
+	for _, d := range []*prometheus.Desc{descUp, descReason, descIKESAs, descChildSAs, descBytes, descPackets, descEstablished, descRekeys, descScrapeErr, descNATErrors, descNATApplies, descNATDur, descNATDrift, descGuardDrops} {
 		ch <- d
 	}
 }
@@ -86,11 +94,17 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	sas, err := c.SAs(ctx)
+	names := c.Tunnels()
+	sas, err := c.SAs(ctx, names)
 	viciUp := 1.0
+	// A charon that is not running carries nothing: its tunnels are down. A charon that
+	// was reached but answered too late says nothing about them: the tunnel gauges are
+	// left out of this scrape rather than reported as 0.
+	gauges := true
 	if err != nil {
 		viciUp = 0
 		sas = nil
+		gauges = errors.Is(err, vici.ErrCharonNotRunning)
 	}
 	ch <- prometheus.MustNewConstMetric(descScrapeErr, prometheus.GaugeValue, viciUp)
 	var rekeys map[string]uint64
@@ -103,22 +117,17 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		c.totals = map[string]*[4]uint64{}
 	}
 	seen := map[string][4]uint64{}
-	for _, name := range c.Tunnels() {
-		var ike, child float64
-		est := -1.0
+	for _, name := range names {
 		tot := c.totals[name]
 		if tot == nil {
 			tot = &[4]uint64{}
 			c.totals[name] = tot
 		}
+		sum := vici.Summarize(sas[name], name)
 		for _, sa := range sas[name] {
-			ike++
 			for _, cs := range sa.Children {
 				if cs.Name != name {
 					continue
-				}
-				if cs.State == "INSTALLED" {
-					child++
 				}
 				cur := [4]uint64{cs.BytesIn, cs.BytesOut, cs.PacketsIn, cs.PacketsOut}
 				key := cs.UniqueID + "/" + cs.SPIIn
@@ -130,23 +139,27 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				}
 				seen[key] = cur
 			}
-			if sa.State == "ESTABLISHED" && (est < 0 || float64(sa.EstablishedSeconds) < est) {
-				est = float64(sa.EstablishedSeconds)
+		}
+		if gauges {
+			up := 0.0
+			if sum.Up {
+				up = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, up, name)
+			ch <- prometheus.MustNewConstMetric(descIKESAs, prometheus.GaugeValue, float64(sum.IKESAs), name)
+			ch <- prometheus.MustNewConstMetric(descChildSAs, prometheus.GaugeValue, float64(sum.ChildSAs), name)
+		}
+		if c.Causes != nil {
+			if cs, ok := c.Causes.Cause(name); ok {
+				ch <- prometheus.MustNewConstMetric(descReason, prometheus.GaugeValue, 1, name, cs.Reason)
 			}
 		}
-		up := 0.0
-		if est >= 0 && child > 0 {
-			up = 1
-		}
-		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, up, name)
-		ch <- prometheus.MustNewConstMetric(descIKESAs, prometheus.GaugeValue, ike, name)
-		ch <- prometheus.MustNewConstMetric(descChildSAs, prometheus.GaugeValue, child, name)
 		ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(tot[0]), name, "in")
 		ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(tot[1]), name, "out")
 		ch <- prometheus.MustNewConstMetric(descPackets, prometheus.CounterValue, float64(tot[2]), name, "in")
 		ch <- prometheus.MustNewConstMetric(descPackets, prometheus.CounterValue, float64(tot[3]), name, "out")
-		if est >= 0 {
-			ch <- prometheus.MustNewConstMetric(descEstablished, prometheus.GaugeValue, est, name)
+		if sum.Newest != nil {
+			ch <- prometheus.MustNewConstMetric(descEstablished, prometheus.GaugeValue, float64(sum.Newest.EstablishedSeconds), name)
 		}
 		ch <- prometheus.MustNewConstMetric(descRekeys, prometheus.CounterValue, float64(rekeys[name]), name)
 	}

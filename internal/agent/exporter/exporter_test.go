@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"bnerd.net/vpn-operator/internal/agent/cause"
 	"bnerd.net/vpn-operator/internal/agent/vici"
 )
 
@@ -49,7 +50,7 @@ func TestCountersStayMonotonicAcrossRekeys(t *testing.T) {
 	}
 	c := &Collector{
 		Tunnels:      func() []string { return []string{"t1", "t2"} },
-		SAs:          func(context.Context) (map[string][]vici.IKESA, error) { return sas, sasErr },
+		SAs:          func(context.Context, []string) (map[string][]vici.IKESA, error) { return sas, sasErr },
 		NATStateFile: state,
 	}
 	reg := prometheus.NewRegistry()
@@ -91,5 +92,72 @@ func TestCountersStayMonotonicAcrossRekeys(t *testing.T) {
 	}
 	if len(c.last) != 1 {
 		t.Errorf("%d children remembered, want only the current one", len(c.last))
+	}
+}
+
+// present reports whether reg has a sample of name with labels including want.
+func present(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) bool {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := want[lp.GetName()]; ok && v != lp.GetValue() {
+					continue metric
+				}
+			}
+			return true
+		}
+	}
+	return false
+}
+
+type causes map[string]cause.Cause
+
+func (c causes) Cause(n string) (cause.Cause, bool) { x, ok := c[n]; return x, ok }
+
+// TestTunnelUpIsNeverFalselyZero: an IKE SA rekey in flight (the old SA REKEYED beside its
+// successor) is up; a charon that answers too late leaves the tunnel gauges out of the
+// scrape instead of reporting 0; a charon that is not running reports 0; the reason of
+// a failure is a label.
+func TestTunnelUpIsNeverFalselyZero(t *testing.T) {
+	sas := map[string][]vici.IKESA{"t1": {
+		{Name: "t1", UniqueID: "1", State: "REKEYED", EstablishedSeconds: 300, Children: []vici.ChildSA{{Name: "t1", UniqueID: "1", State: "INSTALLED"}}},
+		{Name: "t1", UniqueID: "2", State: "ESTABLISHED"},
+	}}
+	var sasErr error
+	c := &Collector{
+		Tunnels: func() []string { return []string{"t1", "t2"} },
+		SAs:     func(context.Context, []string) (map[string][]vici.IKESA, error) { return sas, sasErr },
+		Causes:  causes{"t2": {Reason: cause.NoCommonESPProposal}},
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	if v := value(t, reg, "bnerd_ipsec_tunnel_up", map[string]string{"tunnel": "t1"}); v != 1 {
+		t.Errorf("t1 up %v during an IKE rekey", v)
+	}
+	if v := value(t, reg, "bnerd_ipsec_tunnel_reason", map[string]string{"tunnel": "t2", "reason": cause.NoCommonESPProposal}); v != 1 {
+		t.Errorf("reason %v", v)
+	}
+	if present(t, reg, "bnerd_ipsec_tunnel_reason", map[string]string{"tunnel": "t1"}) {
+		t.Error("a reason for a tunnel without a cause")
+	}
+	sasErr = context.DeadlineExceeded
+	if present(t, reg, "bnerd_ipsec_tunnel_up", map[string]string{"tunnel": "t1"}) {
+		t.Error("tunnel_up reported although charon's answer did not arrive in time")
+	}
+	if v := value(t, reg, "bnerd_ipsec_vici_up", nil); v != 0 {
+		t.Errorf("vici_up %v", v)
+	}
+	sasErr = vici.ErrCharonNotRunning
+	if v := value(t, reg, "bnerd_ipsec_tunnel_up", map[string]string{"tunnel": "t1"}); v != 0 {
+		t.Errorf("t1 up %v with charon not running", v)
 	}
 }

@@ -42,7 +42,7 @@ func TestServeUntilCancelled(t *testing.T) {
 		t.Fatal(err)
 	}
 	col := &Collector{Tunnels: func() []string { return []string{"t1"} },
-		SAs: func(context.Context) (map[string][]vici.IKESA, error) { return nil, nil }}
+		SAs: func(context.Context, []string) (map[string][]vici.IKESA, error) { return nil, nil }}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Serve(ctx, ln, col) }()

@@ -35,7 +35,11 @@ type Loop struct {
 	// pod's containers start in. The Applier also learns the port's address
 	// (SetLocalAddress), so an SA from any other address is ended.
 	PortRouting func(portFixedIP string) (bool, error)
-	Logf        func(format string, args ...any)
+	// ServiceAddress, when set, also gates loading on .1 of the service CIDR being a
+	// local address (routing.HasLocalAddress): the child SA's routes need it, and a child
+	// SA attempted before it exists fails.
+	ServiceAddress func(addr string) (bool, error)
+	Logf           func(format string, args ...any)
 }
 
 func (l *Loop) logf(format string, args ...any) {
@@ -127,6 +131,15 @@ func (l *Loop) portReady(cur source.Snapshot) (bool, string) {
 	}
 	if !ok {
 		return false, "waiting for the port's policy routing (init-nat) before loading connections"
+	}
+	if l.ServiceAddress != nil && cfg.GatewayAddress != "" {
+		ok, err := l.ServiceAddress(cfg.GatewayAddress)
+		if err != nil {
+			return false, "checking the service CIDR's local address: " + err.Error()
+		}
+		if !ok {
+			return false, "waiting for " + cfg.GatewayAddress + " (init-nat) before loading connections"
+		}
 	}
 	return true, ""
 }

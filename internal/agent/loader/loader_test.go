@@ -193,3 +193,46 @@ func TestLoopWaitsForThePortRouting(t *testing.T) {
 		t.Errorf("the applier was told the local address %q", got)
 	}
 }
+
+// TestLoopWaitsForTheServiceAddress: with the port's routing in place but .1 of the
+// service CIDR not yet on the loopback, nothing is loaded (a child SA attempted now would
+// fail to install its routes); once it is there, loading starts.
+func TestLoopWaitsForTheServiceAddress(t *testing.T) {
+	cfg := &gatewayconfig.Config{
+		Version: 1, Gateway: gatewayconfig.GatewayRef{Kind: "IPsecGateway", Namespace: "ns", Name: "gw"},
+		ServiceCIDR: "100.64.7.0/24", GatewayAddress: "100.64.7.1", PortFixedIP: "203.0.113.5",
+		SubnetCIDR: "203.0.113.0/24", SubnetGatewayIP: "203.0.113.1", FloatingIP: "192.0.2.100",
+		Tunnels: []gatewayconfig.Tunnel{{Name: "t0", PeerAddress: "192.0.2.2", PeerID: "192.0.2.2", RemoteSubnets: []string{"198.51.100.0/24"},
+			IKEProposals: []string{"aes128gcm16-prfsha256-x25519"}, ESPProposals: []string{"aes128gcm16-x25519"},
+			IKERekeySeconds: 3600, ESPRekeySeconds: 600, DPDDelaySeconds: 5, DPDAction: "restart"}},
+	}
+	js, err := gatewayconfig.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &addressedApplier{}
+	var present atomic.Bool
+	var asked atomic.Value
+	var lg logs
+	l := &Loop{Applier: f, Interval: 5 * time.Millisecond, Logf: lg.logf,
+		PortRouting: func(string) (bool, error) { return true, nil },
+		ServiceAddress: func(a string) (bool, error) {
+			asked.Store(a)
+			return present.Load(), nil
+		}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	snaps := make(chan source.Snapshot, 1)
+	go l.Run(ctx, snaps)
+	snaps <- source.Snapshot{Config: js, Swanctl: "conns", Secrets: "keys"}
+	waitFor(t, "the service address consulted", func() bool { return asked.Load() == "100.64.7.1" })
+	time.Sleep(30 * time.Millisecond)
+	if f.n() != 0 {
+		t.Fatal("connections loaded before the service CIDR's .1 was local")
+	}
+	if !strings.Contains(lg.all(), "waiting for 100.64.7.1") {
+		t.Errorf("the wait is not logged:\n%s", lg.all())
+	}
+	present.Store(true)
+	waitFor(t, "loaded once the address is there", func() bool { return f.n() > 0 })
+}

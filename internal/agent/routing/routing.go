@@ -225,3 +225,27 @@ func InPlace(portFixedIP string, table int) (bool, error) {
 	}
 	return false, nil
 }
+
+// HasLocalAddress reports whether addr is assigned to the loopback device (init-nat puts
+// .1 of the service CIDR there: the local end of every child SA, whose routes charon
+// cannot install before it exists). Read-only, like InPlace.
+func HasLocalAddress(addr string) (bool, error) {
+	want, err := netip.ParseAddr(addr)
+	if err != nil {
+		return false, fmt.Errorf("address: %w", err)
+	}
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return false, fmt.Errorf("loopback: %w", err)
+	}
+	addrs, err := netlink.AddrList(lo, netlink.FAMILY_V4)
+	if err != nil {
+		return false, fmt.Errorf("listing addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if got, ok := netip.AddrFromSlice(a.IP.To4()); ok && got == want {
+			return true, nil
+		}
+	}
+	return false, nil
+}

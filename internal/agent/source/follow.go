@@ -16,6 +16,7 @@ type Tunnels struct {
 	mu    sync.Mutex
 	names []string
 	ref   gatewayconfig.GatewayRef
+	peers map[string]string
 }
 
 // Follow consumes snaps until ctx ends. An invalid config keeps the previous names.
@@ -35,6 +36,10 @@ func (t *Tunnels) Follow(ctx context.Context, snaps <-chan Snapshot) {
 			t.mu.Lock()
 			t.names = gatewayconfig.ConnectionNames(cfg)
 			t.ref = cfg.Gateway
+			t.peers = map[string]string{}
+			for _, tn := range cfg.Tunnels {
+				t.peers[tn.PeerAddress] = tn.Name
+			}
 			t.mu.Unlock()
 		}
 	}
@@ -45,6 +50,13 @@ func (t *Tunnels) Get() ([]string, gatewayconfig.GatewayRef) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return append([]string(nil), t.names...), t.ref
+}
+
+// ByPeer returns the tunnel whose peer has address addr ("" when none has).
+func (t *Tunnels) ByPeer(addr string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.peers[addr]
 }
 
 // Names returns a copy of the names.

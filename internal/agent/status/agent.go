@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -40,8 +41,11 @@ func ClientWriter(c client.Client, heartbeat time.Duration) WriteFunc {
 type Agent struct {
 	// Tunnels returns the configured tunnels and the gateway they belong to.
 	Tunnels func() ([]string, gatewayconfig.GatewayRef)
-	// SAs lists charon's SAs (a fresh VICI session each time: charon may have restarted).
-	SAs func(ctx context.Context) (map[string][]vici.IKESA, error)
+	// SAs lists the named tunnels' SAs (a fresh VICI session each time: charon may have
+	// restarted).
+	SAs func(ctx context.Context, names []string) (map[string][]vici.IKESA, error)
+	// Notes adds what is known beyond the listing (causes, the loader's plan). Optional.
+	Notes func(tunnel string) Note
 	// State, when set, computes the tunnels instead of SAs (a WireGuard gateway's
 	// peers, from the wireguard role's state file).
 	State func(names []string, now time.Time) ([]v1alpha1.TunnelState, string)
@@ -53,7 +57,16 @@ type Agent struct {
 	Timeout time.Duration
 	Now     func() time.Time
 	Logf    func(format string, args ...any)
+
+	// failures counts consecutive listings that failed although charon's socket answered.
+	failures int
 }
+
+// listingGrace is how many consecutive failed listings of a charon that is running (it
+// accepted the connection) are not reported: a charon busy past the call timeout says
+// nothing about the tunnels, and reporting them down would be false. A charon that is
+// not running is reported at once.
+const listingGrace = 2
 
 func (a *Agent) logf(format string, args ...any) {
 	if a.Logf != nil {
@@ -80,12 +93,24 @@ func (a *Agent) Round(ctx context.Context) (tunnels []v1alpha1.TunnelState, read
 	if a.State != nil {
 		tunnels, ready = a.State(names, now())
 	} else {
-		cur, err := a.SAs(ctx)
+		cur, err := a.SAs(ctx, names)
+		notes := a.Notes
 		if err != nil {
+			if !errors.Is(err, vici.ErrCharonNotRunning) && a.failures < listingGrace {
+				a.failures++
+				a.logf("status: listing the SAs failed (%v); keeping the last report", err)
+				return nil, "", false
+			}
 			// charon unreachable: every tunnel is down, which is worth reporting.
 			cur = nil
+			msg := err.Error()
+			notes = func(string) Note {
+				return Note{Reason: ReasonCharonUnreachable, Message: "charon does not answer over VICI: " + msg}
+			}
+		} else {
+			a.failures = 0
 		}
-		tunnels, ready = Compute(names, cur, now())
+		tunnels, ready = Compute(names, cur, notes, now())
 	}
 	wrote, err := a.Write(ctx, ref, tunnels, ready)
 	if err != nil {

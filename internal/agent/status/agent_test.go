@@ -2,7 +2,7 @@ package status
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -19,9 +19,9 @@ type written struct {
 	deadline bool
 }
 
-// TestAgentRound: nothing is written before the config names tunnels; an unreachable
-// charon reports every tunnel Down (that is news worth writing); SAs become Up; every
-// VICI listing and API write carries a deadline.
+// TestAgentRound: nothing is written before the config names tunnels; a charon that is
+// not running reports every tunnel Down (that is news worth writing); SAs become Up;
+// every VICI listing and API write carries a deadline.
 func TestAgentRound(t *testing.T) {
 	var names []string
 	ref := gatewayconfig.GatewayRef{Kind: "IPsecGateway", Namespace: "ns", Name: "gw"}
@@ -31,7 +31,7 @@ func TestAgentRound(t *testing.T) {
 	var listDeadline bool
 	a := &Agent{
 		Tunnels: func() ([]string, gatewayconfig.GatewayRef) { return names, ref },
-		SAs: func(ctx context.Context) (map[string][]vici.IKESA, error) {
+		SAs: func(ctx context.Context, _ []string) (map[string][]vici.IKESA, error) {
 			_, listDeadline = ctx.Deadline()
 			return sas, saErr
 		},
@@ -48,9 +48,9 @@ func TestAgentRound(t *testing.T) {
 		t.Fatal("wrote before any tunnel was configured")
 	}
 	names = []string{"hq"}
-	saErr = errors.New("charon unreachable")
+	saErr = fmt.Errorf("%w: dial unix: no such file", vici.ErrCharonNotRunning)
 	a.Round(ctx)
-	if len(writes) != 1 || writes[0].ready != "0/1" || writes[0].tunnels[0].State != StateDown || writes[0].ref != ref {
+	if len(writes) != 1 || writes[0].ready != "0/1" || writes[0].tunnels[0].State != StateDown || writes[0].tunnels[0].Reason != ReasonCharonUnreachable || writes[0].ref != ref {
 		t.Fatalf("writes %+v", writes)
 	}
 	saErr = nil
@@ -71,7 +71,7 @@ func TestAgentRunsOnKicks(t *testing.T) {
 	rounds := 0
 	a := &Agent{
 		Tunnels: func() ([]string, gatewayconfig.GatewayRef) { return []string{"hq"}, gatewayconfig.GatewayRef{} },
-		SAs:     func(context.Context) (map[string][]vici.IKESA, error) { return nil, nil },
+		SAs:     func(context.Context, []string) (map[string][]vici.IKESA, error) { return nil, nil },
 		Write: func(context.Context, gatewayconfig.GatewayRef, []v1alpha1.TunnelState, string) (bool, error) {
 			mu.Lock()
 			rounds++
@@ -98,5 +98,49 @@ func TestAgentRunsOnKicks(t *testing.T) {
 			t.Fatal("a kick did not trigger a round")
 		case <-time.After(time.Millisecond):
 		}
+	}
+}
+
+// TestAgentKeepsTheReportThroughASlowListing: a listing that fails although charon is
+// running (busy past the call timeout) does not turn an Up tunnel Down; only a failure
+// that persists past the grace does.
+func TestAgentKeepsTheReportThroughASlowListing(t *testing.T) {
+	ref := gatewayconfig.GatewayRef{Kind: "IPsecGateway", Namespace: "ns", Name: "gw"}
+	up := map[string][]vici.IKESA{"hq": {{Name: "hq", State: "ESTABLISHED", Children: []vici.ChildSA{{Name: "hq", State: "INSTALLED"}}}}}
+	var saErr error
+	var last []v1alpha1.TunnelState
+	a := &Agent{
+		Tunnels: func() ([]string, gatewayconfig.GatewayRef) { return []string{"hq"}, ref },
+		SAs: func(context.Context, []string) (map[string][]vici.IKESA, error) {
+			if saErr != nil {
+				return nil, saErr
+			}
+			return up, nil
+		},
+		Write: func(_ context.Context, _ gatewayconfig.GatewayRef, ts []v1alpha1.TunnelState, _ string) (bool, error) {
+			last = ts
+			return true, nil
+		},
+	}
+	ctx := context.Background()
+	a.Round(ctx)
+	if last[0].State != StateUp {
+		t.Fatalf("%+v", last)
+	}
+	saErr = context.DeadlineExceeded
+	for i := 0; i < listingGrace; i++ {
+		a.Round(ctx)
+		if last[0].State != StateUp {
+			t.Fatalf("round %d of a slow listing reported %+v", i+1, last)
+		}
+	}
+	saErr = nil
+	a.Round(ctx)
+	saErr = context.DeadlineExceeded
+	for i := 0; i <= listingGrace; i++ {
+		a.Round(ctx)
+	}
+	if last[0].State != StateDown || last[0].Reason != ReasonCharonUnreachable {
+		t.Errorf("a listing failing past the grace: %+v", last)
 	}
 }

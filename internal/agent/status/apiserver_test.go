@@ -78,7 +78,7 @@ func TestWriterOnRealAPIServer(t *testing.T) {
 			now := time.Now()
 			sas := map[string][]vici.IKESA{"hq": {{Name: "hq", State: "ESTABLISHED", EstablishedSeconds: 42,
 				Children: []vici.ChildSA{{Name: "hq", State: "INSTALLED"}}}}}
-			tunnels, ready := Compute([]string{"hq"}, sas, now)
+			tunnels, ready := Compute([]string{"hq"}, sas, nil, now)
 			wrote, err := w.Write(ctx, tunnels, ready)
 			if err != nil || !wrote {
 				t.Fatalf("first write: wrote=%v err=%v", wrote, err)
@@ -95,13 +95,13 @@ func TestWriterOnRealAPIServer(t *testing.T) {
 			}
 
 			// A second poll a second later with the same SAs is not a change.
-			tunnels, ready = Compute([]string{"hq"}, sas, now.Add(time.Second))
+			tunnels, ready = Compute([]string{"hq"}, sas, nil, now.Add(time.Second))
 			if wrote, err := w.Write(ctx, tunnels, ready); err != nil || wrote {
 				t.Fatalf("unchanged state written again: wrote=%v err=%v", wrote, err)
 			}
 
 			// The tunnel drops: the change is written.
-			tunnels, ready = Compute([]string{"hq"}, nil, now)
+			tunnels, ready = Compute([]string{"hq"}, nil, nil, now)
 			if wrote, err := w.Write(ctx, tunnels, ready); err != nil || !wrote {
 				t.Fatalf("tunnel down not written: wrote=%v err=%v", wrote, err)
 			}
@@ -158,7 +158,7 @@ func TestGatewayPodRBAC(t *testing.T) {
 	// RBAC is evaluated by the authorizer as soon as the binding exists, but poll briefly
 	// in case the API server's RBAC cache lags the create.
 	w := &Writer{Client: pod, Kind: "IPsecGateway", Namespace: own.Namespace, Name: own.Name}
-	tunnels, ready := Compute([]string{"hq"}, nil, time.Now())
+	tunnels, ready := Compute([]string{"hq"}, nil, nil, time.Now())
 	var werr error
 	for i := 0; i < 50; i++ {
 		if _, werr = w.Write(ctx, tunnels, ready); werr == nil {

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/agent/cause"
 	"bnerd.net/vpn-operator/internal/agent/vici"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
@@ -26,37 +27,62 @@ const (
 	StateDown       = "Down"
 )
 
-// Compute derives each configured tunnel's state from the SAs charon reports. now is
-// injected so EstablishedAt is reproducible; it is truncated to whole seconds, the
-// precision the API server keeps.
-func Compute(tunnels []string, sas map[string][]vici.IKESA, now time.Time) ([]v1alpha1.TunnelState, string) {
+// ReasonCharonUnreachable: the status agent cannot reach charon over VICI.
+const ReasonCharonUnreachable = "CharonUnreachable"
+
+// Note is what the agent knows about a tunnel beyond charon's listing: the cause of its
+// last failure (package cause) and what the loader plans (next attempt, a change being
+// applied). Either part may be empty.
+type Note struct {
+	Reason, Message string
+	// Retry is the loader's plan in words ("next attempt at ..."), appended to the
+	// message of a tunnel that is not up.
+	Retry string
+	// Change, when set, is a configuration change in flight; it is reported even on an
+	// Up tunnel (ChangeRefused: still on the previous settings) and wins over Reason.
+	ChangeReason, ChangeMessage string
+	// Warn: Reason applies to an Up tunnel too (trouble ahead, such as refused rekeys).
+	Warn bool
+}
+
+// Compute derives each configured tunnel's state from the SAs charon reports and the
+// notes. now is injected so EstablishedAt is reproducible; it is truncated to whole
+// seconds, the precision the API server keeps. A tunnel is Up while an IKE SA that
+// carries holds a child SA of its name that carries, so a rekey in flight (old SAs
+// REKEYING/REKEYED beside their successors) never reads as an outage (vici.Summarize).
+func Compute(tunnels []string, sas map[string][]vici.IKESA, notes func(string) Note, now time.Time) ([]v1alpha1.TunnelState, string) {
 	out := make([]v1alpha1.TunnelState, 0, len(tunnels))
 	up := 0
 	for _, name := range tunnels {
-		st := v1alpha1.TunnelState{Name: name, State: StateDown, Message: "no IKE SA"}
-		var newest *vici.IKESA
-		for i := range sas[name] {
-			sa := &sas[name][i]
-			st.IKESAs++
-			for _, c := range sa.Children {
-				if c.Name == name && c.State == "INSTALLED" {
-					st.ChildSAs++
-				}
-			}
-			if sa.State == "ESTABLISHED" && (newest == nil || sa.EstablishedSeconds < newest.EstablishedSeconds) {
-				newest = sa
-			}
-		}
+		sum := vici.Summarize(sas[name], name)
+		st := v1alpha1.TunnelState{Name: name, State: StateDown, Message: "no IKE SA", IKESAs: int32(sum.IKESAs), ChildSAs: int32(sum.ChildSAs)}
 		switch {
-		case newest != nil && st.ChildSAs > 0:
+		case sum.Up:
 			st.State, st.Message = StateUp, ""
-			t := metav1.NewTime(now.Add(-time.Duration(newest.EstablishedSeconds) * time.Second).Truncate(time.Second).UTC())
+			t := metav1.NewTime(now.Add(-time.Duration(sum.Newest.EstablishedSeconds) * time.Second).Truncate(time.Second).UTC())
 			st.EstablishedAt = &t
 			up++
-		case newest != nil:
+		case sum.Established:
 			st.State, st.Message = StateConnecting, "IKE SA established, no child SA installed"
-		case st.IKESAs > 0:
+		case sum.IKESAs > 0:
 			st.State, st.Message = StateConnecting, "IKE SA negotiating"
+		}
+		var n Note
+		if notes != nil {
+			n = notes(name)
+		}
+		switch {
+		case n.ChangeReason != "":
+			st.Reason, st.Message = n.ChangeReason, n.ChangeMessage
+		case st.State == StateUp && n.Warn:
+			st.Reason, st.Message = n.Reason, n.Message
+		case st.State != StateUp:
+			if n.Reason != "" {
+				st.Reason, st.Message = n.Reason, n.Message
+			}
+			if n.Retry != "" {
+				st.Message += "; " + n.Retry
+			}
 		}
 		out = append(out, st)
 	}
@@ -71,7 +97,7 @@ func Equal(a, b []v1alpha1.TunnelState) bool {
 	}
 	for i := range a {
 		x, y := a[i], b[i]
-		if x.Name != y.Name || x.State != y.State || x.IKESAs != y.IKESAs || x.ChildSAs != y.ChildSAs || x.Message != y.Message {
+		if x.Name != y.Name || x.State != y.State || x.IKESAs != y.IKESAs || x.ChildSAs != y.ChildSAs || x.Reason != y.Reason || x.Message != y.Message {
 			return false
 		}
 		if (x.LatestHandshake == nil) != (y.LatestHandshake == nil) || x.LatestHandshake != nil && !x.LatestHandshake.Equal(y.LatestHandshake) {
@@ -198,3 +224,31 @@ func carryTransitions(prev, next []v1alpha1.TunnelState, now time.Time) []v1alph
 
 // AgentFields are the status fields the status agent owns.
 var AgentFields = []string{"tunnels", "tunnelsReady", "tunnelsObservedTime", "interfacePublicKey"}
+
+// Notes composes what the cause tracker and the loader know into Compute's notes. Either
+// may be nil (the status agent without its loader has only the causes).
+func Notes(causes interface {
+	Cause(string) (cause.Cause, bool)
+}, plans func(string) vici.Plan, now func() time.Time) func(string) Note {
+	if now == nil {
+		now = time.Now
+	}
+	return func(name string) Note {
+		var n Note
+		if causes != nil {
+			if c, ok := causes.Cause(name); ok {
+				n.Reason, n.Message = c.Reason, c.Message
+				// Refused rekeys leave the tunnel up until the child SA expires.
+				n.Warn = c.Reason == cause.PFSMismatchAtRekey
+			}
+		}
+		if plans != nil {
+			p := plans(name)
+			if p.Attempts > 0 && p.Next.After(now()) {
+				n.Retry = fmt.Sprintf("next attempt at %s (%d so far)", p.Next.UTC().Format(time.RFC3339), p.Attempts)
+			}
+			n.ChangeReason, n.ChangeMessage = p.ChangeReason, p.ChangeMessage
+		}
+		return n
+	}
+}

@@ -19,22 +19,58 @@ var now = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 func TestCompute(t *testing.T) {
 	sas := map[string][]vici.IKESA{
-		"up":   {{Name: "up", State: "ESTABLISHED", EstablishedSeconds: 65, Children: []vici.ChildSA{{Name: "up", State: "INSTALLED"}, {Name: "up", State: "REKEYED"}}}},
+		"up":   {{Name: "up", State: "ESTABLISHED", EstablishedSeconds: 65, Children: []vici.ChildSA{{Name: "up", State: "INSTALLED"}, {Name: "up", State: "DELETED"}}}},
 		"half": {{Name: "half", State: "ESTABLISHED", EstablishedSeconds: 3}},
 		"neg":  {{Name: "neg", State: "CONNECTING"}},
+		// An IKE rekey in flight: the old SA, REKEYED, still holds the child SA beside
+		// its successor.
+		"rekey": {{Name: "rekey", State: "REKEYED", EstablishedSeconds: 3600, Children: []vici.ChildSA{{Name: "rekey", State: "INSTALLED"}}},
+			{Name: "rekey", State: "ESTABLISHED", EstablishedSeconds: 0}},
 	}
-	got, ready := Compute([]string{"up", "half", "neg", "down"}, sas, now)
-	if ready != "1/4" {
+	notes := func(name string) Note {
+		switch name {
+		case "half":
+			return Note{Reason: "TrafficSelectorsRefused", Message: "the peer refused our traffic selectors", Retry: "next attempt at 03:05:00Z"}
+		case "up":
+			return Note{Reason: "AuthenticationFailed", Message: "stale"} // not a warning: an Up tunnel ignores it
+		case "rekey":
+			return Note{Reason: "PFSMismatchAtRekey", Message: "rekeys refused", Warn: true}
+		}
+		return Note{}
+	}
+	got, ready := Compute([]string{"up", "half", "neg", "down", "rekey"}, sas, notes, now)
+	if ready != "2/5" {
 		t.Errorf("ready %s", ready)
 	}
-	want := []string{StateUp, StateConnecting, StateConnecting, StateDown}
+	want := []string{StateUp, StateConnecting, StateConnecting, StateDown, StateUp}
 	for i, s := range got {
 		if s.State != want[i] {
 			t.Errorf("%s: %s, want %s", s.Name, s.State, want[i])
 		}
 	}
-	if got[0].ChildSAs != 1 || got[0].IKESAs != 1 || !got[0].EstablishedAt.Time.Equal(now.Add(-65*time.Second)) {
+	if got[0].ChildSAs != 1 || got[0].IKESAs != 1 || !got[0].EstablishedAt.Time.Equal(now.Add(-65*time.Second)) || got[0].Reason != "" || got[0].Message != "" {
 		t.Errorf("up tunnel: %+v", got[0])
+	}
+	if got[1].Reason != "TrafficSelectorsRefused" || got[1].Message != "the peer refused our traffic selectors; next attempt at 03:05:00Z" {
+		t.Errorf("half-open tunnel: %+v", got[1])
+	}
+	if got[2].Reason != "" || got[2].Message != "IKE SA negotiating" {
+		t.Errorf("negotiating tunnel: %+v", got[2])
+	}
+	if r := got[4]; r.Reason != "PFSMismatchAtRekey" || r.IKESAs != 2 || r.ChildSAs != 1 || !r.EstablishedAt.Time.Equal(now) {
+		t.Errorf("tunnel in an IKE rekey: %+v", r)
+	}
+}
+
+// TestComputeReportsAChangeInFlight: a refused change is reported on the Up tunnel it
+// leaves on its previous settings.
+func TestComputeReportsAChangeInFlight(t *testing.T) {
+	sas := map[string][]vici.IKESA{"t1": {{Name: "t1", State: "ESTABLISHED", Children: []vici.ChildSA{{Name: "t1", State: "INSTALLED"}}}}}
+	got, _ := Compute([]string{"t1"}, sas, func(string) Note {
+		return Note{ChangeReason: "ChangeRefused", ChangeMessage: "the peer refused the changed settings"}
+	}, now)
+	if got[0].State != StateUp || got[0].Reason != "ChangeRefused" || got[0].Message != "the peer refused the changed settings" {
+		t.Errorf("%+v", got[0])
 	}
 }
 
@@ -64,13 +100,13 @@ func TestWriterWritesOnlyOnChange(t *testing.T) {
 	w := &Writer{Client: c, Kind: "IPsecGateway", Namespace: "ns", Name: "gw"}
 	ctx := context.Background()
 	sas := map[string][]vici.IKESA{"t1": {{Name: "t1", State: "ESTABLISHED", EstablishedSeconds: 10, Children: []vici.ChildSA{{Name: "t1", State: "INSTALLED"}}}}}
-	tun, ready := Compute([]string{"t1"}, sas, now)
+	tun, ready := Compute([]string{"t1"}, sas, nil, now)
 	if wrote, err := w.Write(ctx, tun, ready); err != nil || !wrote {
 		t.Fatalf("first write: %v %v", wrote, err)
 	}
 	// a second later charon reports one second more age: same establishment, no write
 	sas["t1"][0].EstablishedSeconds = 11
-	tun, ready = Compute([]string{"t1"}, sas, now.Add(time.Second))
+	tun, ready = Compute([]string{"t1"}, sas, nil, now.Add(time.Second))
 	if wrote, err := w.Write(ctx, tun, ready); err != nil || wrote {
 		t.Fatalf("unchanged state written: %v %v", wrote, err)
 	}
@@ -83,7 +119,7 @@ func TestWriterWritesOnlyOnChange(t *testing.T) {
 		t.Errorf("status after patch: %+v", got.Status)
 	}
 	// the tunnel goes down: written
-	tun, ready = Compute([]string{"t1"}, nil, now)
+	tun, ready = Compute([]string{"t1"}, nil, nil, now)
 	if wrote, err := w.Write(ctx, tun, ready); err != nil || !wrote {
 		t.Fatalf("down not written: %v %v", wrote, err)
 	}
@@ -124,7 +160,7 @@ func TestWriterHeartbeat(t *testing.T) {
 	w := writer()
 	up := func(age int64) []v1alpha1.TunnelState {
 		ts, _ := Compute([]string{"hq"}, map[string][]vici.IKESA{"hq": {{Name: "hq", State: "ESTABLISHED", EstablishedSeconds: age,
-			Children: []vici.ChildSA{{Name: "hq", State: "INSTALLED"}}}}}, clock)
+			Children: []vici.ChildSA{{Name: "hq", State: "INSTALLED"}}}}}, nil, clock)
 		return ts
 	}
 	if wrote, err := w.Write(ctx, up(10), "1/1"); err != nil || !wrote {
@@ -163,7 +199,7 @@ func TestWriterHeartbeat(t *testing.T) {
 
 	// The tunnel goes down: a new transition time.
 	clock = now.Add(80 * time.Second)
-	down, ready := Compute([]string{"hq"}, nil, clock)
+	down, ready := Compute([]string{"hq"}, nil, nil, clock)
 	if wrote, _ := w.Write(ctx, down, ready); !wrote {
 		t.Fatal("down not written")
 	}

@@ -8,12 +8,15 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	govici "github.com/strongswan/govici/vici"
 
+	"bnerd.net/vpn-operator/internal/agent/cause"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
 )
 
@@ -101,9 +104,26 @@ func flatten(s *gatewayconfig.Section, prefix string) []string {
 }
 
 // Loader keeps charon's connections and shared keys equal to the rendered files. It
-// loads keys before connections (a connection with start_action=start initiates at
-// once), reloads only connections whose content changed, unloads removed ones, and
-// initiates connections that have no IKE SA, so unchanged tunnels keep their SAs.
+// loads keys before connections, reloads only connections whose content changed, unloads
+// removed ones, and initiates tunnels that are not up, so unchanged tunnels keep their
+// SAs. The rendered connections have start_action = none and close_action = none: the
+// loader decides when a tunnel is (re)initiated, which lets it
+//
+//   - retry a tunnel that does not come up with exponential backoff (RetryInitial,
+//     doubling up to RetryMax) instead of every round, except when the peer did not
+//     answer at all: charon's own retransmissions already pace that attempt, and a
+//     client that fixes its side is picked up by the next one;
+//   - recover half-open tunnels (an IKE SA without the tunnel's child SA): first a new
+//     child SA inside the IKE SA, then, if that is refused too, a new IKE SA, whose child
+//     is negotiated in IKE_AUTH without a key exchange (a peer that refuses PFS at
+//     rekey comes back up this way);
+//   - apply a changed connection make-before-break: charon keeps running SAs on the
+//     settings they were made with (a rekey reuses them), so the loader initiates the
+//     changed connection beside the running SA and deletes the old SA only once the new
+//     one carries the tunnel. If the peer refuses the new settings the old SA keeps
+//     running (ChangeRefused); if it refuses a second SA beside the first (a uniqueness
+//     policy of "keep"), the old SA is torn down first (Reestablishing), and the status
+//     says so.
 type Loader struct {
 	Socket string
 	// LocalAddress, when set, is the only address an IKE SA may run from (the gateway
@@ -112,17 +132,70 @@ type Loader struct {
 	LocalAddress string
 	// Logf receives one line per action; it never receives secret values.
 	Logf func(format string, args ...any)
+	// Causes tells why a tunnel's last attempt failed (charon's log, package cause).
+	// Optional: without it every failure backs off.
+	Causes interface {
+		Cause(tunnel string) (cause.Cause, bool)
+		UpAt(tunnel string) time.Time
+	}
+	// RetryInitial is the wait after a first failed attempt, doubled per further failure
+	// up to RetryMax (defaults 5s and 5m).
+	RetryInitial, RetryMax time.Duration
+	// MigrateTimeout bounds charon's attempt to bring up a changed connection beside the
+	// running SA (default 20s).
+	MigrateTimeout time.Duration
+	Now            func() time.Time
 
 	mu      sync.Mutex
 	loaded  map[string]string
 	secrets string
-	// childless counts consecutive rounds a tunnel's IKE SA had no child SA of its name.
-	childless map[string]int
+	plans   map[string]*plan
+
+	pmu       sync.Mutex
+	published map[string]Plan
 }
+
+// plan is the loader's memory of one tunnel between rounds.
+type plan struct {
+	// attempts counts consecutive attempts that did not bring the tunnel up; next is the
+	// earliest time for the next one; last is when the last one was made.
+	attempts   int
+	next, last time.Time
+	// childless counts consecutive rounds with an IKE SA but no child SA of the tunnel.
+	childless int
+	// change is set while a changed connection waits to be applied beside running SAs.
+	change *change
+	// reestablishing explains a teardown made to apply a change, until the tunnel is up.
+	reestablishing string
+}
+
+type change struct {
+	refused string // why the last attempt to apply it failed
+}
+
+// Plan is what the loader intends for a tunnel, for the status agent.
+type Plan struct {
+	// Attempts failed in a row; Next is when the next attempt is due.
+	Attempts int
+	Next     time.Time
+	// ChangeReason/ChangeMessage report a configuration change in flight:
+	// ChangeRefused (the old SA keeps running) or Reestablishing (torn down to apply it).
+	ChangeReason, ChangeMessage string
+}
+
+// Change reasons in a Plan.
+const (
+	ReasonChangeRefused  = "ChangeRefused"
+	ReasonReestablishing = "Reestablishing"
+)
 
 // Result reports what one Apply did.
 type Result struct {
 	Loaded, Unloaded, Initiated []string
+	// Migrated are changed tunnels now running on their new settings (make-before-break);
+	// Restarted are tunnels whose IKE SA was ended to start over (half-open, or a change
+	// that could not be applied beside it).
+	Migrated, Restarted []string
 	// Terminated are connections whose IKE SA ran from the wrong address.
 	Terminated    []string
 	SecretsLoaded bool
@@ -139,6 +212,69 @@ func (l *Loader) logf(format string, args ...any) {
 	if l.Logf != nil {
 		l.Logf(format, args...)
 	}
+}
+
+func (l *Loader) now() time.Time {
+	if l.Now != nil {
+		return l.Now()
+	}
+	return time.Now()
+}
+
+func (l *Loader) backoff(attempts int) time.Duration {
+	d, max := l.RetryInitial, l.RetryMax
+	if d <= 0 {
+		d = 5 * time.Second
+	}
+	if max <= 0 {
+		max = 5 * time.Minute
+	}
+	for i := 1; i < attempts && d < max; i++ {
+		d *= 2
+	}
+	if d > max {
+		d = max
+	}
+	return d
+}
+
+// Plan returns the loader's intentions for tunnel. It never waits for a running Apply
+// (which may wait up to MigrateTimeout for a change to come up): it reads what the last
+// step published.
+func (l *Loader) Plan(tunnel string) Plan {
+	l.pmu.Lock()
+	defer l.pmu.Unlock()
+	return l.published[tunnel]
+}
+
+// publish makes p readable by Plan.
+func (l *Loader) publish(name string, p *plan) {
+	out := Plan{Attempts: p.attempts, Next: p.next}
+	switch {
+	case p.reestablishing != "":
+		out.ChangeReason, out.ChangeMessage = ReasonReestablishing, p.reestablishing
+	case p.change != nil && p.change.refused != "":
+		out.ChangeReason = ReasonChangeRefused
+		out.ChangeMessage = "the peer refused the changed settings (" + p.change.refused + "); the tunnel still runs on the previous settings; next attempt at " + p.next.UTC().Format(time.RFC3339)
+	}
+	l.pmu.Lock()
+	defer l.pmu.Unlock()
+	if l.published == nil {
+		l.published = map[string]Plan{}
+	}
+	l.published[name] = out
+}
+
+func (l *Loader) plan(name string) *plan {
+	if l.plans == nil {
+		l.plans = map[string]*plan{}
+	}
+	p := l.plans[name]
+	if p == nil {
+		p = &plan{}
+		l.plans[name] = p
+	}
+	return p
 }
 
 // Session opens a VICI session on the loader's socket.
@@ -190,17 +326,41 @@ func (l *Loader) Apply(ctx context.Context, swanctl, secrets string) (Result, er
 		l.logf("loaded %d shared keys", len(keys))
 	}
 
+	names := make([]string, 0, len(conns))
+	for _, c := range conns {
+		names = append(names, c.Name)
+	}
+	var before map[string][]IKESA
 	want := map[string]bool{}
 	for _, c := range conns {
 		want[c.Name] = true
 		if present[c.Name] && l.loaded[c.Name] == c.Hash {
 			continue
 		}
+		// A connection this loader loaded before with other content changed. (After a
+		// loader restart the content charon holds is unknown; reloading it is an update
+		// charon applies without touching SAs, as for an unchanged one.)
+		changed := present[c.Name] && l.loaded[c.Name] != ""
+		if changed && before == nil {
+			if before, err = ListSAs(ctx, s, names...); err != nil {
+				return res, err
+			}
+		}
 		if err := call(ctx, s, "load-conn", c.Message); err != nil {
 			return res, fmt.Errorf("load-conn %s: %w", c.Name, err)
 		}
 		l.loaded[c.Name] = c.Hash
 		res.Loaded = append(res.Loaded, c.Name)
+		// New settings deserve an attempt at once.
+		p := l.plan(c.Name)
+		p.attempts, p.next, p.change = 0, time.Time{}, nil
+		if changed {
+			if sum := Summarize(before[c.Name], c.Name); sum.Up || sum.Established {
+				p.change = &change{}
+				l.logf("loaded connection %s (changed; applying it beside the running SA)", c.Name)
+				continue
+			}
+		}
 		l.logf("loaded connection %s", c.Name)
 	}
 	for name := range present {
@@ -212,12 +372,22 @@ func (l *Loader) Apply(ctx context.Context, swanctl, secrets string) (Result, er
 		if err := call(ctx, s, "unload-conn", m); err != nil {
 			return res, fmt.Errorf("unload-conn %s: %w", name, err)
 		}
+		// With start_action = none, unloading leaves the connection's SAs up.
+		if sas, err := ListSAs(ctx, s, name); err == nil {
+			for _, sa := range sas[name] {
+				l.terminateIKE(ctx, s, name, sa.UniqueID)
+			}
+		}
 		delete(l.loaded, name)
+		delete(l.plans, name)
+		l.pmu.Lock()
+		delete(l.published, name)
+		l.pmu.Unlock()
 		res.Unloaded = append(res.Unloaded, name)
 		l.logf("unloaded connection %s", name)
 	}
 
-	sas, err := ListSAs(ctx, s)
+	sas, err := ListSAs(ctx, s, names...)
 	if err != nil {
 		return res, err
 	}
@@ -244,67 +414,229 @@ func (l *Loader) Apply(ctx context.Context, swanctl, secrets string) (Result, er
 			sas[name] = kept
 		}
 	}
+	now := l.now()
 	for _, c := range conns {
-		switch tunnelState(sas[c.Name], c.Name) {
-		case saUp, saBusy:
-			delete(l.childless, c.Name)
-			continue
-		case saChildless:
-			// A child SA deleted on its own (by the peer, by hand, by an expiry without
-			// rekey) leaves the IKE SA up and the tunnel dead: nothing re-creates it, since
-			// start_action only fires on load. It is initiated again inside the existing
-			// IKE SA once it was missing for two rounds in a row, so a rekey in flight
-			// never gets a duplicate.
-			if l.childless == nil {
-				l.childless = map[string]int{}
-			}
-			l.childless[c.Name]++
-			if l.childless[c.Name] < 2 {
-				continue
-			}
-		}
-		delete(l.childless, c.Name)
-		m := govici.NewMessage()
-		_ = m.Set("child", c.Name)
-		_ = m.Set("ike", c.Name)
-		_ = m.Set("timeout", "-1")
-		if err := call(ctx, s, "initiate", m); err != nil {
-			// The peer may be unreachable; the next round retries.
-			l.logf("initiate %s: %v", c.Name, err)
-			continue
-		}
-		res.Initiated = append(res.Initiated, c.Name)
-		l.logf("initiated %s", c.Name)
+		l.converge(ctx, s, c.Name, sas[c.Name], now, &res)
+		l.publish(c.Name, l.plan(c.Name))
 	}
 	sort.Strings(res.Unloaded)
 	return res, nil
 }
 
-type saState int
-
-const (
-	saNone      saState = iota // no IKE SA: initiate
-	saUp                       // an established IKE SA carries the tunnel's child SA
-	saBusy                     // an IKE SA is connecting, rekeying or being deleted: wait
-	saChildless                // established IKE SA(s), none with the tunnel's child SA
-)
-
-func tunnelState(sas []IKESA, child string) saState {
-	if len(sas) == 0 {
-		return saNone
+// converge takes one step towards the tunnel being up on its current settings.
+func (l *Loader) converge(ctx context.Context, s *govici.Session, name string, sas []IKESA, now time.Time, res *Result) {
+	p := l.plan(name)
+	sum := Summarize(sas, name)
+	// Up since the last attempt (perhaps only between two rounds, brought up by the
+	// peer): whatever fails next starts the schedule over.
+	if l.Causes != nil && p.attempts > 0 && !l.Causes.UpAt(name).Before(p.last) {
+		p.attempts, p.next = 0, time.Time{}
 	}
-	for _, sa := range sas {
-		if sa.State != "ESTABLISHED" {
-			return saBusy
+	if p.change != nil {
+		if !sum.Up && !sum.Established && !sum.Negotiating {
+			p.change = nil // nothing left running on the old settings
+		} else {
+			if !sum.Negotiating && !now.Before(p.next) {
+				l.migrate(ctx, s, name, sas, now, p, res)
+			}
+			return
 		}
+	}
+	switch {
+	case sum.Up:
+		p.attempts, p.childless, p.next, p.reestablishing = 0, 0, time.Time{}, ""
+		return
+	case sum.Negotiating:
+		return
+	case sum.Established:
+		// Half-open: an IKE SA without the tunnel's child SA (deleted by the peer or by
+		// hand, expired without rekey, or refused). Two rounds in a row, so a rekey in
+		// flight never gets a duplicate.
+		p.childless++
+		if p.childless < 2 || now.Before(p.next) {
+			return
+		}
+		p.childless = 0
+		p.attempts++
+		p.last, p.next = now, now.Add(l.backoff(p.attempts))
+		if p.attempts == 1 {
+			if l.initiate(ctx, s, name) {
+				res.Initiated = append(res.Initiated, name)
+			}
+			return
+		}
+		// The child was refused inside this IKE SA: start over with a new IKE SA.
+		for _, sa := range sas {
+			l.terminateIKE(ctx, s, name, sa.UniqueID)
+		}
+		res.Restarted = append(res.Restarted, name)
+		if l.initiate(ctx, s, name) {
+			res.Initiated = append(res.Initiated, name)
+		}
+		return
+	}
+	// No IKE SA.
+	p.childless = 0
+	if now.Before(p.next) && !l.unanswered(name, p) {
+		return
+	}
+	p.attempts++
+	p.last, p.next = now, now.Add(l.backoff(p.attempts))
+	if l.initiate(ctx, s, name) {
+		res.Initiated = append(res.Initiated, name)
+	}
+}
+
+// unanswered: the last attempt failed because the peer never answered; charon spent its
+// retransmissions on it already, so the next one need not wait.
+func (l *Loader) unanswered(name string, p *plan) bool {
+	if l.Causes == nil {
+		return false
+	}
+	c, ok := l.Causes.Cause(name)
+	return ok && c.Reason == cause.PeerNotResponding && !c.At.Before(p.last)
+}
+
+func (l *Loader) initiate(ctx context.Context, s *govici.Session, name string) bool {
+	m := govici.NewMessage()
+	_ = m.Set("child", name)
+	_ = m.Set("ike", name)
+	_ = m.Set("timeout", "-1")
+	if err := call(ctx, s, "initiate", m); err != nil {
+		// The peer may be unreachable; the next attempt retries.
+		l.logf("initiate %s: %v", name, err)
+		return false
+	}
+	l.logf("initiated %s", name)
+	return true
+}
+
+func (l *Loader) terminateIKE(ctx context.Context, s *govici.Session, name, id string) {
+	m := govici.NewMessage()
+	_ = m.Set("ike-id", id)
+	_ = m.Set("timeout", "-1")
+	if err := call(ctx, s, "terminate", m); err != nil {
+		l.logf("terminate %s IKE SA #%s: %v", name, id, err)
+	}
+}
+
+// migrate applies a changed connection beside the SAs that run on its old settings:
+// initiate (charon picks the existing IKE SA when only the child's settings changed,
+// and a new IKE SA otherwise), wait for the new child SA, then delete what ran before.
+func (l *Loader) migrate(ctx context.Context, s *govici.Session, name string, sas []IKESA, now time.Time, p *plan, res *Result) {
+	oldIKE, oldChild := map[string]bool{}, map[string]bool{}
+	for _, sa := range sas {
+		oldIKE[sa.UniqueID] = true
 		for _, c := range sa.Children {
-			if c.Name == child {
-				return saUp
+			if c.Name == name {
+				oldChild[c.UniqueID] = true
 			}
 		}
 	}
-	return saChildless
+	p.attempts++
+	p.last, p.next = now, now.Add(l.backoff(p.attempts))
+	newIKE, newChild, why, err := l.initiateBlocking(ctx, s, name)
+	if err == nil && newChild != "" {
+		if oldIKE[newIKE] {
+			// Only the child's settings changed: a second child SA in the same IKE SA.
+			for _, sa := range sas {
+				for _, c := range sa.Children {
+					if c.Name == name && c.UniqueID != newChild {
+						m := govici.NewMessage()
+						_ = m.Set("child-id", c.UniqueID)
+						_ = m.Set("timeout", "-1")
+						if err := call(ctx, s, "terminate", m); err != nil {
+							l.logf("terminate %s child SA #%s: %v", name, c.UniqueID, err)
+						}
+					}
+				}
+			}
+		} else {
+			for id := range oldIKE {
+				l.terminateIKE(ctx, s, name, id)
+			}
+		}
+		p.change, p.attempts, p.next = nil, 0, time.Time{}
+		res.Migrated = append(res.Migrated, name)
+		l.logf("%s runs on its changed settings (IKE SA #%s, child SA #%s); the previous SA was deleted after the new one was up", name, newIKE, newChild)
+		return
+	}
+	if why.Reason == "" && err != nil {
+		why.Message = err.Error()
+	}
+	switch why.Reason {
+	case cause.NoCommonIKEProposal, cause.NoCommonESPProposal, cause.TrafficSelectorsRefused, cause.PFSMismatchAtRekey:
+		// The peer refuses the new settings themselves: tearing the old SA down would
+		// only end a working tunnel.
+		p.change.refused = why.Message
+		l.logf("%s: the peer refused the changed settings (%s); keeping the running SA, next attempt in %s", name, why.Message, p.next.Sub(now).Round(time.Second))
+		return
+	}
+	// The peer refused (or ignored) a second SA beside the running one: the change can
+	// only be applied by tearing the old SA down first.
+	msg := why.Message
+	if msg == "" {
+		msg = "no reason given"
+	}
+	p.reestablishing = "the changed settings could not be applied beside the running SA (" + msg + "); the tunnel was torn down to apply them"
+	l.logf("%s: %s", name, p.reestablishing)
+	p.change = nil
+	// Everything of the tunnel goes, also a new attempt charon may still be working on
+	// after the initiate's timeout.
+	if cur, err := ListSAs(ctx, s, name); err == nil {
+		for _, sa := range cur[name] {
+			oldIKE[sa.UniqueID] = true
+		}
+	}
+	for id := range oldIKE {
+		l.terminateIKE(ctx, s, name, id)
+	}
+	res.Restarted = append(res.Restarted, name)
+	p.attempts, p.next = 1, now.Add(l.backoff(1))
+	if l.initiate(ctx, s, name) {
+		res.Initiated = append(res.Initiated, name)
+	}
 }
+
+// initiateBlocking initiates the tunnel and waits for charon's verdict, reading the
+// control-log it streams meanwhile: the new SAs' unique IDs, or why it failed.
+func (l *Loader) initiateBlocking(ctx context.Context, s *govici.Session, name string) (ikeID, childID string, why cause.Cause, err error) {
+	timeout := l.MigrateTimeout
+	if timeout <= 0 {
+		timeout = 20 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout+5*time.Second)
+	defer cancel()
+	m := govici.NewMessage()
+	_ = m.Set("child", name)
+	_ = m.Set("ike", name)
+	_ = m.Set("timeout", fmt.Sprint(timeout.Milliseconds()))
+	tr := &cause.Tracker{}
+	for msg, cerr := range s.CallStreaming(ctx, "initiate", "control-log", m) {
+		if cerr != nil {
+			err = cerr
+			break
+		}
+		if msg.Get("success") != nil {
+			if e := msg.Err(); e != nil {
+				err = e
+			}
+			continue
+		}
+		line := cause.Line{Name: str(msg, "ikesa-name"), ID: str(msg, "ikesa-uniqueid"), Msg: str(msg, "msg")}
+		tr.ObserveLine(line)
+		if m := reChildEstablished.FindStringSubmatch(line.Msg); m != nil && m[1] == name {
+			ikeID, childID = line.ID, m[2]
+		}
+	}
+	why, _ = tr.Cause(name)
+	if err == nil && childID == "" {
+		err = fmt.Errorf("initiate %s: no child SA established", name)
+	}
+	return ikeID, childID, why, err
+}
+
+var reChildEstablished = regexp.MustCompile(`^CHILD_SA (\S+)\{(\d+)\} established with SPIs`)
 
 func hashOf(s string) string {
 	h := sha256.Sum256([]byte(s))

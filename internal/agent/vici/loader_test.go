@@ -84,23 +84,36 @@ func TestConnectionsFromRenderer(t *testing.T) {
 	}
 }
 
-func TestTunnelState(t *testing.T) {
+// TestSummarize: a rekey in flight, of the child SA or of the IKE SA, never reads as
+// down; a tunnel whose SAs are being set up or deleted is negotiating; an IKE SA without
+// the tunnel's child SA is half-open.
+func TestSummarize(t *testing.T) {
 	child := func(name, state string) ChildSA { return ChildSA{Name: name, State: state} }
+	type want struct{ up, established, negotiating bool }
 	for _, tc := range []struct {
 		name string
 		sas  []IKESA
-		want saState
+		want want
 	}{
-		{"no IKE SA", nil, saNone},
-		{"up", []IKESA{{State: "ESTABLISHED", Children: []ChildSA{child("t1", "INSTALLED")}}}, saUp},
-		{"child rekeying", []IKESA{{State: "ESTABLISHED", Children: []ChildSA{child("t1", "REKEYING")}}}, saUp},
-		{"connecting", []IKESA{{State: "CONNECTING"}}, saBusy},
-		{"IKE rekey in flight", []IKESA{{State: "REKEYING", Children: []ChildSA{child("t1", "INSTALLED")}}, {State: "ESTABLISHED"}}, saBusy},
-		{"child deleted", []IKESA{{State: "ESTABLISHED"}}, saChildless},
-		{"only another child", []IKESA{{State: "ESTABLISHED", Children: []ChildSA{child("t2", "INSTALLED")}}}, saChildless},
+		{"no IKE SA", nil, want{}},
+		{"up", []IKESA{{State: "ESTABLISHED", Children: []ChildSA{child("t1", "INSTALLED")}}}, want{up: true, established: true}},
+		{"child rekeying, successor installing", []IKESA{{State: "ESTABLISHED", Children: []ChildSA{child("t1", "REKEYING"), child("t1", "INSTALLING")}}}, want{up: true, established: true, negotiating: true}},
+		{"child rekeyed, successor installed", []IKESA{{State: "ESTABLISHED", Children: []ChildSA{child("t1", "REKEYED"), child("t1", "INSTALLED")}}}, want{up: true, established: true}},
+		{"IKE SA rekeying", []IKESA{{State: "REKEYING", Children: []ChildSA{child("t1", "INSTALLED")}}}, want{up: true}},
+		{"IKE SA rekeyed next to its successor", []IKESA{{State: "REKEYED", Children: []ChildSA{child("t1", "INSTALLED")}}, {State: "ESTABLISHED", EstablishedSeconds: 1}}, want{up: true, established: true}},
+		{"IKE SA rekeyed, no successor", []IKESA{{State: "REKEYED", Children: []ChildSA{child("t1", "INSTALLED")}}}, want{}},
+		{"connecting", []IKESA{{State: "CONNECTING"}}, want{negotiating: true}},
+		{"IKE SA being deleted", []IKESA{{State: "DELETING", Children: []ChildSA{child("t1", "INSTALLED")}}}, want{negotiating: true}},
+		{"child deleted", []IKESA{{State: "ESTABLISHED"}}, want{established: true}},
+		{"child being created", []IKESA{{State: "ESTABLISHED", Children: []ChildSA{child("t1", "CREATED")}}}, want{established: true, negotiating: true}},
+		{"only another child", []IKESA{{State: "ESTABLISHED", Children: []ChildSA{child("t2", "INSTALLED")}}}, want{established: true}},
 	} {
-		if got := tunnelState(tc.sas, "t1"); got != tc.want {
-			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		s := Summarize(tc.sas, "t1")
+		if got := (want{s.Up, s.Established, s.Negotiating}); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+		if s.Up && s.Newest == nil {
+			t.Errorf("%s: up without a newest IKE SA", tc.name)
 		}
 	}
 }

@@ -3,7 +3,9 @@ package vici
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"syscall"
 	"time"
 
 	govici "github.com/strongswan/govici/vici"
@@ -21,16 +23,23 @@ func Dial(socket string) (*govici.Session, error) {
 	return govici.NewSession(govici.WithSocketPath(socket), govici.WithDialContext(d.DialContext))
 }
 
-// ListSAsOn returns a function that lists the SAs over a fresh session on socket, for
-// the status agent and the exporter, which must see a restarted charon at once.
-func ListSAsOn(socket string) func(context.Context) (map[string][]IKESA, error) {
-	return func(ctx context.Context) (map[string][]IKESA, error) {
+// ListSAsOn returns a function that lists the named connections' SAs over a fresh
+// session on socket, for the status agent and the exporter, which must see a restarted
+// charon at once. A socket nobody listens on yields ErrCharonNotRunning.
+func ListSAsOn(socket string) func(ctx context.Context, names []string) (map[string][]IKESA, error) {
+	return func(ctx context.Context, names []string) (map[string][]IKESA, error) {
 		s, err := Dial(socket)
 		if err != nil {
+			if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+				return nil, fmt.Errorf("%w: %v", ErrCharonNotRunning, err)
+			}
 			return nil, err
 		}
 		defer s.Close()
-		return ListSAs(ctx, s)
+		if len(names) == 0 {
+			return map[string][]IKESA{}, nil
+		}
+		return ListSAs(ctx, s, names...)
 	}
 }
 
@@ -95,7 +104,7 @@ func (w *Watcher) once(ctx context.Context) error {
 	if err := w.subscribe(s); err != nil {
 		return err
 	}
-	ch := make(chan govici.Event, 64)
+	ch := make(chan govici.Event, 1024) // govici drops events that find the channel full
 	s.NotifyEvents(ch)
 	if w.OnConnect != nil {
 		w.OnConnect()

@@ -125,11 +125,13 @@ func TestWatcherReconnects(t *testing.T) {
 	}
 }
 
-// TestListSAsOnUnreachableSocket: a missing socket is an error, not a hang.
+// TestListSAsOnUnreachableSocket: a missing socket is an error, not a hang, and says that
+// charon is not running (the status agent reports that at once; other failures are
+// given a grace period).
 func TestListSAsOnUnreachableSocket(t *testing.T) {
-	_, err := ListSAsOn(t.TempDir() + "/charon.vici")(context.Background())
-	if err == nil {
-		t.Fatal("no error for a missing socket")
+	_, err := ListSAsOn(t.TempDir()+"/charon.vici")(context.Background(), []string{"t1"})
+	if !errors.Is(err, ErrCharonNotRunning) {
+		t.Fatalf("missing socket: %v, want ErrCharonNotRunning", err)
 	}
 }
 
@@ -155,7 +157,7 @@ func TestCallsAgainstAHungCharonEnd(t *testing.T) {
 			defer c.Close() // held open, never answered
 		}
 	}()
-	if _, err := ListSAsOn(sock)(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := ListSAsOn(sock)(context.Background(), []string{"t1"}); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrCharonNotRunning) {
 		t.Errorf("list-sas: %v", err)
 	}
 	l := &Loader{Socket: sock}

@@ -347,7 +347,12 @@ func tunnelsFromReport(g *gateway, report []v1alpha1.TunnelState) (int, []string
 			if s.LastTransitionTime != nil {
 				d += " since " + s.LastTransitionTime.UTC().Format(time.RFC3339)
 			}
-			if s.Message != "" {
+			switch {
+			case s.Reason != "" && s.Message != "":
+				d += " (" + s.Reason + ": " + s.Message + ")"
+			case s.Reason != "":
+				d += " (" + s.Reason + ")"
+			case s.Message != "":
 				d += " (" + s.Message + ")"
 			}
 			down = append(down, d)

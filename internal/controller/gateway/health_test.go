@@ -119,7 +119,14 @@ func (h *harness) report(w *status.Writer, states map[string]string) {
 			sas[name] = []vici.IKESA{{Name: name, State: "CONNECTING"}}
 		}
 	}
-	tunnels, ready := status.Compute(names, sas, time.Now())
+	// A Down tunnel carries the cause charon saw, as the status agent reports it.
+	notes := func(name string) status.Note {
+		if states[name] == status.StateDown {
+			return status.Note{Reason: "AuthenticationFailed", Message: "the peer rejected our authentication"}
+		}
+		return status.Note{}
+	}
+	tunnels, ready := status.Compute(names, sas, notes, time.Now())
 	if _, err := w.Write(h.ctx, tunnels, ready); err != nil {
 		h.t.Fatal(err)
 	}
@@ -301,8 +308,8 @@ func TestTunnelsFromTheStatusAgent(t *testing.T) {
 	h.report(agent, map[string]string{"hq": status.StateUp, "branch": status.StateDown})
 	gw = h.waitHealth("tun", v1alpha1.ConditionTunnelsUp, v1alpha1.ReasonTunnelsDown)
 	msg := condOf(gw.Status.Conditions, v1alpha1.ConditionTunnelsUp)
-	if !strings.Contains(msg, "1/2 tunnels up; not up: branch Down since ") || !strings.Contains(msg, "(no IKE SA)") || gw.Status.TunnelSummary != "1/2" {
-		t.Fatalf("TunnelsDown must name the tunnel and since when: %s, summary %s", msg, gw.Status.TunnelSummary)
+	if !strings.Contains(msg, "1/2 tunnels up; not up: branch Down since ") || !strings.Contains(msg, "(AuthenticationFailed: the peer rejected our authentication)") || gw.Status.TunnelSummary != "1/2" {
+		t.Fatalf("TunnelsDown must name the tunnel, since when and why: %s, summary %s", msg, gw.Status.TunnelSummary)
 	}
 	expectReady(t, gw, metav1.ConditionFalse, v1alpha1.ReasonTunnelsDown, "the OpenStack and Kubernetes objects are converged, but TunnelsUp is False: 1/2 tunnels up")
 

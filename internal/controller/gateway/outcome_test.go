@@ -307,7 +307,7 @@ func TestStatusWritersNeverCollide(t *testing.T) {
 			if i%2 == 0 {
 				sas = map[string][]vici.IKESA{"hq": {{Name: "hq", State: "CONNECTING"}}}
 			}
-			tunnels, ready := status.Compute([]string{"hq"}, sas, now)
+			tunnels, ready := status.Compute([]string{"hq"}, sas, nil, now)
 			tunnels[0].Message = fmt.Sprintf("write %d", i)
 			if _, err := agent.Write(h.ctx, tunnels, ready); err != nil {
 				agentErrs.Add(1)

@@ -71,6 +71,8 @@ type env struct {
 	// kernel: kernel XFRM, --guard=xfrm, the pod's containers with the API source.
 	kernel bool
 	api    *podAPI
+	// statusArgs start the host mode's status agent with its loader (TestTunnelLifecycle).
+	statusArgs []string
 }
 
 func (e *env) ns(role string) string { return e.prefix + role }

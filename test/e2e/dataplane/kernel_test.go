@@ -83,6 +83,13 @@ func connectPodAPI(t testing.TB, e *env) *podAPI {
 	if err := cl.Create(ctx, obj); err != nil {
 		t.Fatal(err)
 	}
+	// The next test in the same VM run (one API server) creates them again.
+	t.Cleanup(func() {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: a.gw.Namespace, Name: render.ConfigMapName(a.gw.Name)}}
+		for _, o := range []client.Object{obj, render.ServiceAccount(a.gw), render.Role(a.gw, v1alpha1.GroupVersion.Group), render.RoleBinding(a.gw), cm, render.Secret(a.gw, "")} {
+			_ = cl.Delete(context.Background(), o)
+		}
+	})
 	obj.Status = *e.obj.Status.DeepCopy()
 	if err := cl.Status().Update(ctx, obj); err != nil {
 		t.Fatal(err)

@@ -21,9 +21,10 @@ import (
 	"bnerd.net/vpn-operator/internal/testenv"
 )
 
-// vmTests are the tests the VM runs: the dataplane suite in kernel mode, and what only a
-// stock kernel can show (kernel WireGuard).
-const vmTests = "^(TestDataplane|TestWireGuardKernel)$"
+// vmTests are the tests the VM runs: the dataplane suite in kernel mode, the tunnel's
+// life cycle where it touches kernel SAs (rekeys, make-before-break changes), and what
+// only a stock kernel can show (kernel WireGuard).
+const vmTests = "^(TestDataplane|TestTunnelLifecycle|TestWireGuardKernel)$"
 
 // TestDataplaneKernelVM proves the production dataplane: it boots a VM with Debian's stock
 // kernel (hack/vm; software emulation where the machine has no usable KVM) and runs
@@ -194,7 +195,7 @@ func TestDataplaneKernelVM(t *testing.T) {
 	if runErr != nil {
 		t.Fatalf("the VM run failed (%v); output:\n%s", runErr, tail(text, 200))
 	}
-	for _, want := range []string{"--- PASS: TestDataplane ", "--- PASS: TestWireGuardKernel "} {
+	for _, want := range []string{"--- PASS: TestDataplane ", "--- PASS: TestTunnelLifecycle ", "--- PASS: TestWireGuardKernel "} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the VM output lacks %q:\n%s", want, tail(text, 100))
 		}
