@@ -88,7 +88,11 @@ func Estate(o EstateOptions) *sim.Seed {
 	}
 	seed := &sim.Seed{
 		MaxRoutes: -1,
-		Projects:  []sim.SeedProject{{Name: "admin"}, {Name: OperatorProject}},
+		// Neutron's default quotas (10 security groups, 50 floating IPs, 10 RBAC policies
+		// per project) would cap the gateways and cross-tenant links; a platform raises
+		// them for the operator's project.
+		Projects: []sim.SeedProject{{Name: "admin"}, {Name: OperatorProject, Quotas: map[string]int{
+			"port": -1, "security_group": -1, "security_group_rule": -1, "floatingip": -1, "rbac_policy": -1}}},
 		Users: []sim.SeedUser{{Name: OperatorProject, Project: OperatorProject, Roles: []string{"member"},
 			AppCredentials: []sim.SeedAppCredential{{Name: OperatorCred, Roles: []string{"member"}}}}},
 		Networks: []sim.SeedNetwork{

@@ -96,7 +96,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			Owns(&appsv1.Deployment{}).
 			Owns(&networkingv1.NetworkPolicy{}).
 			Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.mapNode(kind)), builder.WithPredicates(nodeChanged)).
-			Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(mapPod(kind)), builder.WithPredicates(podMoved)).
+			Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.mapStrandedPod(kind)), builder.WithPredicates(podMoved)).
 			Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.mapSecret(kind))).
 			WatchesRawSource(source.Channel(r.wake[kind], &handler.EnqueueRequestForObject{})).
 			WithOptions(controller.Options{
@@ -180,6 +180,29 @@ func (r *Reconciler) mapNode(kind string) handler.MapFunc {
 			}
 		}
 		return out
+	}
+}
+
+// mapStrandedPod wakes the phases' reconcile of the gateway a pod belongs to only when the
+// pod is bound to a node other than the gateway's (one releaseStrandedPods may have to
+// release). A pod on the gateway's own node is the health controller's alone: waking the
+// phases for it too would observe the pod twice at once, for nothing.
+func (r *Reconciler) mapStrandedPod(kind string) handler.MapFunc {
+	toGateway := mapPod(kind)
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		reqs := toGateway(ctx, o)
+		if len(reqs) == 0 {
+			return nil
+		}
+		obj := newObject(kind)
+		if err := r.Client.Get(ctx, reqs[0].NamespacedName, obj); err != nil {
+			return nil // gone: nothing to release for it
+		}
+		g, err := viewOf(obj)
+		if err != nil || podNode(o) == g.status.NodeName {
+			return nil
+		}
+		return reqs
 	}
 }
 
