@@ -40,6 +40,18 @@ func TestConnectRetriesTransientFaultsOnly(t *testing.T) {
 		t.Fatalf("faulted requests %d, want the 2 injected", got)
 	}
 
+	// The extension list read right after (found by the soak once the start read it).
+	s.ResetCounters()
+	s.Inject(sim.Fault{Method: "GET", PathPattern: "/network/v2.0/extensions", Status: 503, Count: 1})
+	s.Inject(sim.Fault{Method: "GET", PathPattern: "/network/v2.0/extensions", Status: 429, RetryAfter: time.Second, Count: 1})
+	features, err := discoverFeatures(ctx, clients.Networking, logr.Discard())
+	if err != nil || !features.TagCreation {
+		t.Fatalf("a 503 and a 429 of the extension list at start: %v (features %+v)", err, features)
+	}
+	if got := s.Counters().Faulted; got != 2 {
+		t.Fatalf("faulted requests %d, want the 2 injected", got)
+	}
+
 	s.ResetCounters()
 	bad := cred
 	bad.AppCredentialSecret = "wrong"

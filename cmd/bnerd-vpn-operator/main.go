@@ -169,9 +169,9 @@ func run() error {
 	// Neutron's extensions decide which path the seam takes (tags with or after the
 	// create, atomic or revision-checked routes); without a required one the operator
 	// cannot work, and says which.
-	features, err := openstack.DiscoverFeatures(authCtx, osClients.Networking)
+	features, err := discoverFeatures(authCtx, osClients.Networking, log)
 	if err != nil {
-		return fmt.Errorf("checking Neutron's extensions: %w", err)
+		return err
 	}
 	log.Info("Neutron extensions", "tagsAtCreate", features.TagCreation, "portTagsAtCreate", features.PortTagCreation,
 		"extrarouteAtomic", features.ExtraRouteAtomic)
@@ -234,24 +234,60 @@ func run() error {
 }
 
 // connectOpenStack authenticates and reads the operator's token. A passing fault of the
-// cloud (a 5xx, a 429, a timeout) is retried with backoff until ctx ends: an operator
-// that exits on one 503 at start would sit in CrashLoopBackOff for longer than the fault
-// lasted. A refusal (a wrong credential, a missing endpoint) ends the start at once.
+// cloud (a 5xx, a 429, a timeout) is waited out (waitOutFaults): an operator that exits
+// on one 503 at start would sit in CrashLoopBackOff for longer than the fault lasted. A
+// refusal (a wrong credential, a missing endpoint) ends the start at once.
 func connectOpenStack(ctx context.Context, cred openstack.Credential, opts openstack.ClientOptions, log logr.Logger) (*openstack.Clients, *openstack.TokenInfo, error) {
+	var (
+		clients *openstack.Clients
+		token   *openstack.TokenInfo
+	)
+	err := waitOutFaults(ctx, log, func() error {
+		c, err := openstack.NewClients(ctx, cred, opts)
+		if err != nil {
+			return fmt.Errorf("authenticating to OpenStack: %w", err)
+		}
+		t, err := c.Identity.TokenInfo(ctx)
+		if err != nil {
+			return fmt.Errorf("reading the operator's OpenStack token: %w", err)
+		}
+		clients, token = c, t
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return clients, token, nil
+}
+
+// discoverFeatures reads Neutron's extensions, waiting out a passing fault as
+// connectOpenStack does (found by the chaos soak: one 503 of the extension list ended
+// the start). A missing required extension ends the start at once, naming it.
+func discoverFeatures(ctx context.Context, net openstack.Networking, log logr.Logger) (openstack.Features, error) {
+	var features openstack.Features
+	err := waitOutFaults(ctx, log, func() error {
+		f, err := openstack.DiscoverFeatures(ctx, net)
+		if err != nil {
+			return fmt.Errorf("checking Neutron's extensions: %w", err)
+		}
+		features = f
+		return nil
+	})
+	return features, err
+}
+
+// waitOutFaults runs try until it succeeds, fails with something other than a passing
+// fault of the cloud (openstack.IsTransient), or ctx ends; between attempts it waits
+// with backoff (0.5 s doubling to 10 s, never shorter than a Retry-After).
+func waitOutFaults(ctx context.Context, log logr.Logger, try func() error) error {
 	delay := 500 * time.Millisecond
 	for {
-		clients, err := openstack.NewClients(ctx, cred, opts)
+		err := try()
 		if err == nil {
-			var token *openstack.TokenInfo
-			if token, err = clients.Identity.TokenInfo(ctx); err == nil {
-				return clients, token, nil
-			}
-			err = fmt.Errorf("reading the operator's OpenStack token: %w", err)
-		} else {
-			err = fmt.Errorf("authenticating to OpenStack: %w", err)
+			return nil
 		}
 		if !openstack.IsTransient(err) || ctx.Err() != nil {
-			return nil, nil, err
+			return err
 		}
 		if d := openstack.RetryAfter(err); d > delay {
 			delay = d
@@ -259,7 +295,7 @@ func connectOpenStack(ctx context.Context, cred openstack.Credential, opts opens
 		log.Info("OpenStack is not answering yet; trying again", "after", delay.String(), "error", err.Error())
 		select {
 		case <-ctx.Done():
-			return nil, nil, err
+			return err
 		case <-time.After(delay):
 		}
 		if delay *= 2; delay > 10*time.Second {
