@@ -232,6 +232,9 @@ func TestSlowCloudScale(t *testing.T) {
 	time.Sleep(30 * time.Second)
 	sc := s.Counters()
 	fmt.Printf("steady (30 s idle): OpenStack requests %d, writes %d; API objects changed %d\n", sc.Total(), sc.Writes, quiet.changed(t, ctx, c, ns))
+	if sc.Total() > 0 {
+		fmt.Printf("steady: requests by route: %s\n", topRoutes(sc.ByRoute, 14))
+	}
 	if sc.Writes != 0 {
 		t.Errorf("steady state made %d OpenStack writes: %v", sc.Writes, sc.ByRoute)
 	}
