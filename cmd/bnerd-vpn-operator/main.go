@@ -9,9 +9,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -44,6 +48,7 @@ func main() {
 type flags struct {
 	metricsAddr, probeAddr string
 	leaderElect            bool
+	profiling              bool
 	showVersion            bool
 	zap                    zap.Options
 }
@@ -58,9 +63,10 @@ func parseFlags(args []string, getenv func(string) string) (flags, operatorconfi
 	// replicas reconciling at once could hand out the same /24 or transit IP.
 	leaderElect := fs.Bool("leader-elect", true, "elect a leader so only one replica reconciles (turn off only for a single replica that must start without a Lease)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	profiling := fs.Bool("profiling", false, "also serve Go's pprof profiles under /debug/pprof/ on the metrics address")
 	f.zap.BindFlags(fs)
 	cfg, err := operatorconfig.Load(fs, args, getenv)
-	f.metricsAddr, f.probeAddr, f.leaderElect, f.showVersion = *metricsAddr, *probeAddr, *leaderElect, *showVersion
+	f.metricsAddr, f.probeAddr, f.leaderElect, f.showVersion, f.profiling = *metricsAddr, *probeAddr, *leaderElect, *showVersion, *profiling
 	return f, cfg, err
 }
 
@@ -71,9 +77,31 @@ const LeaderElectionID = "bnerd-vpn-operator.ipsec.bnerd.net"
 // reconcile asks to come back after cfg.ResyncInterval; the informers keep
 // controller-runtime's default resync (10 h), which the reconcilers do not rely on.
 func managerOptions(f flags, cfg operatorconfig.Config, scheme *runtime.Scheme) ctrl.Options {
+	metrics := metricsserver.Options{BindAddress: f.metricsAddr}
+	if f.profiling {
+		metrics.ExtraHandlers = map[string]http.Handler{
+			"/debug/pprof/":        http.HandlerFunc(pprof.Index),
+			"/debug/pprof/cmdline": http.HandlerFunc(pprof.Cmdline),
+			"/debug/pprof/profile": http.HandlerFunc(pprof.Profile),
+			"/debug/pprof/symbol":  http.HandlerFunc(pprof.Symbol),
+			"/debug/pprof/trace":   http.HandlerFunc(pprof.Trace),
+		}
+	}
 	return ctrl.Options{
-		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: f.metricsAddr},
+		Scheme:  scheme,
+		Metrics: metrics,
+		// The gateway reconciler (to release a pod stranded on a lost node) and the
+		// health controllers (PodReady) read gateway pods: cache those, not every pod
+		// of the cluster.
+		Cache: cache.Options{
+			ByObject: map[client.Object]cache.ByObject{
+				&corev1.Pod{}: {Label: gateway.GatewayPodSelector()},
+			},
+			// Nothing reads managedFields from the cache (status is written by
+			// server-side apply, which the API server merges); dropping them keeps a
+			// large estate's cache a good deal smaller.
+			DefaultTransform: cache.TransformStripManagedFields(),
+		},
 		HealthProbeBindAddress:  f.probeAddr,
 		LeaderElection:          f.leaderElect,
 		LeaderElectionID:        LeaderElectionID,
@@ -81,11 +109,6 @@ func managerOptions(f flags, cfg operatorconfig.Config, scheme *runtime.Scheme) 
 		// The process exits right after the manager stops, so handing the Lease over at
 		// once is safe and saves the next replica a lease duration.
 		LeaderElectionReleaseOnCancel: true,
-		// The gateway health controllers watch gateway pods: cache those, not every pod
-		// of the cluster.
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: gateway.GatewayPodSelector()},
-		}},
 		// A read of a Secret through the manager's client goes to the API server, never
 		// into a cluster-wide informer: the operator keeps no Secret in memory. (It reads
 		// a tunnel's key only to check it, a ClusterLink's credential to use it, and
@@ -123,6 +146,14 @@ func run() error {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&f.zap)))
 	log := ctrl.Log.WithName("setup")
 	log.Info("starting", "version", version.Version)
+	// Keep the Go heap under the container's memory limit (90 % of it): with a large
+	// estate the heap otherwise grows to about twice what is live between collections
+	// and meets the OOM killer first. A GOMEMLIMIT in the environment wins.
+	if limit, err := memlimit.SetGoMemLimitWithOpts(memlimit.WithRatio(0.9), memlimit.WithProvider(memlimit.FromCgroup)); err != nil {
+		log.Info("the container's memory limit is unknown; the Go heap is not limited", "error", err.Error())
+	} else if limit > 0 {
+		log.Info("Go memory limit set to 90 % of the container's", "bytes", limit)
+	}
 
 	cred, err := loadCredential()
 	if err != nil {
@@ -133,21 +164,19 @@ func run() error {
 	defer cancel()
 	// The credential is never logged; its redacted String() is safe, but there is no
 	// need for even that.
-	osClients, err := openstack.NewClients(authCtx, cred, openstack.ClientOptions{UserAgent: "bnerd-vpn-operator/" + version.Version})
+	osOpts := openstack.ClientOptions{UserAgent: "bnerd-vpn-operator/" + version.Version,
+		Timeout: cfg.OpenStackTimeout, QPS: cfg.OpenStackQPS, Burst: cfg.OpenStackBurst}
+	osClients, token, err := connectOpenStack(authCtx, cred, osOpts, log)
 	if err != nil {
-		return fmt.Errorf("authenticating to OpenStack: %w", err)
-	}
-	token, err := osClients.Identity.TokenInfo(authCtx)
-	if err != nil {
-		return fmt.Errorf("reading the operator's OpenStack token: %w", err)
+		return err
 	}
 	log.Info("authenticated to OpenStack", "project", token.ProjectID, "region", token.Region)
 	// Neutron's extensions decide which path the seam takes (tags with or after the
 	// create, atomic or revision-checked routes); without a required one the operator
 	// cannot work, and says which.
-	features, err := openstack.DiscoverFeatures(authCtx, osClients.Networking)
+	features, err := discoverFeatures(authCtx, osClients.Networking, log)
 	if err != nil {
-		return fmt.Errorf("checking Neutron's extensions: %w", err)
+		return err
 	}
 	log.Info("Neutron extensions", "tagsAtCreate", features.TagCreation, "portTagsAtCreate", features.PortTagCreation,
 		"extrarouteAtomic", features.ExtraRouteAtomic)
@@ -160,7 +189,7 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
-	if err := setupControllers(mgr, cfg, osClients, cred, token.ProjectID); err != nil {
+	if err := setupControllers(mgr, cfg, osClients, osOpts, cred, token.ProjectID); err != nil {
 		return err
 	}
 
@@ -176,7 +205,7 @@ func run() error {
 
 // setupControllers adds the health checks, both reconcilers and the preflight to mgr:
 // everything the binary runs but the metrics registration (a process-wide registry).
-func setupControllers(mgr ctrl.Manager, cfg operatorconfig.Config, osClients *openstack.Clients, cred openstack.Credential, projectID string) error {
+func setupControllers(mgr ctrl.Manager, cfg operatorconfig.Config, osClients *openstack.Clients, osOpts openstack.ClientOptions, cred openstack.Credential, projectID string) error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
@@ -203,7 +232,8 @@ func setupControllers(mgr ctrl.Manager, cfg operatorconfig.Config, osClients *op
 		Region:            cred.Region,
 		Interface:         cred.Interface,
 		CustomerClients: func(ctx context.Context, c openstack.Credential) (*openstack.Clients, error) {
-			return openstack.NewClients(ctx, c, openstack.ClientOptions{UserAgent: "bnerd-vpn-operator/" + version.Version})
+			// Each customer credential is its own project: its own budget at the cloud.
+			return openstack.NewClients(ctx, c, osOpts)
 		},
 		Config:   cfg,
 		Recorder: mgr.GetEventRecorder("bnerd-vpn-operator"),
@@ -214,6 +244,77 @@ func setupControllers(mgr ctrl.Manager, cfg operatorconfig.Config, osClients *op
 
 	// The preflight warns and never blocks: the operator cannot fix the cluster setting.
 	return mgr.Add(preflightRunnable{mgr: mgr, networking: osClients.Networking, transit: cfg.GatewayNetwork})
+}
+
+// connectOpenStack authenticates and reads the operator's token. A passing fault of the
+// cloud (a 5xx, a 429, a timeout) is waited out (waitOutFaults): an operator that exits
+// on one 503 at start would sit in CrashLoopBackOff for longer than the fault lasted. A
+// refusal (a wrong credential, a missing endpoint) ends the start at once.
+func connectOpenStack(ctx context.Context, cred openstack.Credential, opts openstack.ClientOptions, log logr.Logger) (*openstack.Clients, *openstack.TokenInfo, error) {
+	var (
+		clients *openstack.Clients
+		token   *openstack.TokenInfo
+	)
+	err := waitOutFaults(ctx, log, func() error {
+		c, err := openstack.NewClients(ctx, cred, opts)
+		if err != nil {
+			return fmt.Errorf("authenticating to OpenStack: %w", err)
+		}
+		t, err := c.Identity.TokenInfo(ctx)
+		if err != nil {
+			return fmt.Errorf("reading the operator's OpenStack token: %w", err)
+		}
+		clients, token = c, t
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return clients, token, nil
+}
+
+// discoverFeatures reads Neutron's extensions, waiting out a passing fault as
+// connectOpenStack does (found by the chaos soak: one 503 of the extension list ended
+// the start). A missing required extension ends the start at once, naming it.
+func discoverFeatures(ctx context.Context, net openstack.Networking, log logr.Logger) (openstack.Features, error) {
+	var features openstack.Features
+	err := waitOutFaults(ctx, log, func() error {
+		f, err := openstack.DiscoverFeatures(ctx, net)
+		if err != nil {
+			return fmt.Errorf("checking Neutron's extensions: %w", err)
+		}
+		features = f
+		return nil
+	})
+	return features, err
+}
+
+// waitOutFaults runs try until it succeeds, fails with something other than a passing
+// fault of the cloud (openstack.IsTransient), or ctx ends; between attempts it waits
+// with backoff (0.5 s doubling to 10 s, never shorter than a Retry-After).
+func waitOutFaults(ctx context.Context, log logr.Logger, try func() error) error {
+	delay := 500 * time.Millisecond
+	for {
+		err := try()
+		if err == nil {
+			return nil
+		}
+		if !openstack.IsTransient(err) || ctx.Err() != nil {
+			return err
+		}
+		if d := openstack.RetryAfter(err); d > delay {
+			delay = d
+		}
+		log.Info("OpenStack is not answering yet; trying again", "after", delay.String(), "error", err.Error())
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		if delay *= 2; delay > 10*time.Second {
+			delay = 10 * time.Second
+		}
+	}
 }
 
 type preflightRunnable struct {

@@ -117,7 +117,7 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := setupControllers(mgr, cfg, clients, cred, token.ProjectID); err != nil {
+	if err := setupControllers(mgr, cfg, clients, openstack.ClientOptions{}, cred, token.ProjectID); err != nil {
 		t.Fatal(err)
 	}
 	mctx, mcancel := context.WithCancel(ctx)

@@ -49,6 +49,11 @@ func run(seedPath, listen, credential, cloudsYAML, readyFile, envDir string, hos
 	if err != nil {
 		return err
 	}
+	// Listen for the stop signals before anything announces the simulator: whoever read
+	// the environment (or the ready file) may send one at once, and a signal that comes
+	// before Notify kills the process instead of stopping it.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	s, err := sim.StartAt(seed, listen)
 	if err != nil {
 		return err
@@ -83,8 +88,6 @@ func run(seedPath, listen, credential, cloudsYAML, readyFile, envDir string, hos
 	fmt.Print(env)
 	log.Printf("serving %s (credential %s); stop with SIGINT or SIGTERM", s.URL(), credential)
 
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	<-sig
 	log.Print("stopping")
 	return nil

@@ -24,6 +24,10 @@ type ClientOptions struct {
 	Transport http.RoundTripper
 	// UserAgent is prepended to gophercloud's.
 	UserAgent string
+	// QPS and Burst pace the client set's requests with a token bucket (QPS <= 0: no
+	// pacing), to stay under a cloud's API rate limit instead of running into its 429s.
+	QPS   float64
+	Burst int
 }
 
 const defaultTimeout = 30 * time.Second
@@ -51,6 +55,7 @@ func NewClients(ctx context.Context, cred Credential, opts ClientOptions) (*Clie
 		}
 		transport = t
 	}
+	transport = withRateLimit(transport, opts.QPS, opts.Burst)
 	provider.HTTPClient = http.Client{Transport: transport, Timeout: timeout}
 	provider.UserAgent.Prepend("bnerd-vpn-operator")
 	if opts.UserAgent != "" {

@@ -59,6 +59,17 @@ type Config struct {
 	ResyncInterval time.Duration
 	// MaxConcurrentReconciles per controller.
 	MaxConcurrentReconciles int
+	// NodeNotReadyGrace is how long a gateway stays on its node after the node stopped
+	// being Ready before it is moved to another one: a node that flaps back within it
+	// keeps its gateways. A deleted node is left at once.
+	NodeNotReadyGrace time.Duration
+	// OpenStackQPS and OpenStackBurst pace the operator's OpenStack requests (QPS 0: not
+	// paced), to stay under the cloud's API rate limit.
+	OpenStackQPS   float64
+	OpenStackBurst int
+	// OpenStackTimeout bounds each OpenStack request: a hung request holds a worker no
+	// longer than this.
+	OpenStackTimeout time.Duration
 	// StatusAgentStaleAfter is how old a gateway status agent's heartbeat
 	// (status.tunnelsObservedTime) may be before its report is stale: TunnelsUp turns
 	// Unknown/StatusAgentSilent and Ready with it. The agent writes one at least every
@@ -74,6 +85,8 @@ const (
 	DefaultGatewayNetwork                  = "vpn-transit"
 	DefaultGatewayImage                    = "ghcr.io/bnerd/bnerd-vpn-gateway:v0.1.0"
 	DefaultAgentImage                      = "ghcr.io/bnerd/bnerd-vpn-gateway:v0.1.0"
+	DefaultNodeNotReadyGrace               = 5 * time.Second
+	DefaultOpenStackTimeout                = 30 * time.Second
 	DefaultWireGuardImage                  = "ghcr.io/bnerd/bnerd-vpn-gateway-wireguard:v0.1.0"
 	DefaultGatewayDataplane                = "kernel"
 )
@@ -100,6 +113,8 @@ func Default() Config {
 		ClusterLinkCredentialsNamespace: DefaultClusterLinkCredentialsNamespace,
 		ResyncInterval:                  DefaultResyncInterval,
 		MaxConcurrentReconciles:         4,
+		NodeNotReadyGrace:               DefaultNodeNotReadyGrace,
+		OpenStackTimeout:                DefaultOpenStackTimeout,
 		StatusAgentStaleAfter:           DefaultStatusAgentStaleAfter,
 	}
 }
@@ -110,7 +125,7 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 		getenv = os.Getenv
 	}
 	c := Default()
-	var pool, internal, targets, roles, resync, netpol, conc, stale string
+	var pool, internal, targets, roles, resync, netpol, conc, stale, grace, osQPS, osBurst, osTimeout string
 	env := func(name, def string) string {
 		if v := getenv(name); v != "" {
 			return v
@@ -134,6 +149,10 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	fs.StringVar(&c.ClusterLinkCredentialsNamespace, "clusterlink-credentials-namespace", env("IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE", c.ClusterLinkCredentialsNamespace), "namespace of ClusterLink customer credentials (IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE)")
 	fs.StringVar(&resync, "resync-interval", env("IPSEC_RESYNC_INTERVAL", c.ResyncInterval.String()), "periodic resync (IPSEC_RESYNC_INTERVAL)")
 	fs.StringVar(&conc, "max-concurrent-reconciles", env("IPSEC_MAX_CONCURRENT_RECONCILES", strconv.Itoa(c.MaxConcurrentReconciles)), "workers per controller (IPSEC_MAX_CONCURRENT_RECONCILES)")
+	fs.StringVar(&grace, "node-not-ready-grace", env("IPSEC_NODE_NOT_READY_GRACE", c.NodeNotReadyGrace.String()), "how long a gateway stays on a node that stopped being Ready before it moves (IPSEC_NODE_NOT_READY_GRACE)")
+	fs.StringVar(&osQPS, "openstack-qps", env("IPSEC_OPENSTACK_QPS", "0"), "OpenStack requests per second, 0 for unpaced (IPSEC_OPENSTACK_QPS)")
+	fs.StringVar(&osBurst, "openstack-burst", env("IPSEC_OPENSTACK_BURST", "0"), "OpenStack request burst above the QPS (IPSEC_OPENSTACK_BURST)")
+	fs.StringVar(&osTimeout, "openstack-timeout", env("IPSEC_OPENSTACK_TIMEOUT", c.OpenStackTimeout.String()), "bound of each OpenStack request (IPSEC_OPENSTACK_TIMEOUT)")
 	fs.StringVar(&stale, "status-agent-stale-after", env("IPSEC_STATUS_AGENT_STALE_AFTER", c.StatusAgentStaleAfter.String()), "age of a status agent's heartbeat after which its tunnel report is stale (IPSEC_STATUS_AGENT_STALE_AFTER)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -168,6 +187,18 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	}
 	if c.MaxConcurrentReconciles, err = strconv.Atoi(conc); err != nil || c.MaxConcurrentReconciles < 1 {
 		return c, fmt.Errorf("max concurrent reconciles %q: must be a positive integer", conc)
+	}
+	if c.NodeNotReadyGrace, err = time.ParseDuration(grace); err != nil || c.NodeNotReadyGrace < 0 {
+		return c, fmt.Errorf("node not-ready grace %q: must be a duration of zero or more", grace)
+	}
+	if c.OpenStackQPS, err = strconv.ParseFloat(osQPS, 64); err != nil || c.OpenStackQPS < 0 {
+		return c, fmt.Errorf("OpenStack QPS %q: must be a number of zero or more", osQPS)
+	}
+	if c.OpenStackBurst, err = strconv.Atoi(osBurst); err != nil || c.OpenStackBurst < 0 {
+		return c, fmt.Errorf("OpenStack burst %q: must be an integer of zero or more", osBurst)
+	}
+	if c.OpenStackTimeout, err = time.ParseDuration(osTimeout); err != nil || c.OpenStackTimeout <= 0 {
+		return c, fmt.Errorf("OpenStack timeout %q: must be a positive duration", osTimeout)
 	}
 	return c, nil
 }

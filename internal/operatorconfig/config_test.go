@@ -22,7 +22,8 @@ func TestLoadDefaultsEnvAndFlags(t *testing.T) {
 	}
 	if c.Namespace != "bnerd-vpn" || c.Router != "r1" || c.ClusterLinkCredentialsNamespace != "creds" ||
 		c.ResyncInterval != 30*time.Second || len(c.InternalSourceCIDRs) != 2 ||
-		c.ServiceCIDRPool.String() != "100.64.0.0/16" || !c.GatewayNetworkPolicy || c.StatusAgentStaleAfter != 5*time.Minute || c.GatewayDataplane != "libipsec" {
+		c.ServiceCIDRPool.String() != "100.64.0.0/16" || !c.GatewayNetworkPolicy || c.StatusAgentStaleAfter != 5*time.Minute || c.GatewayDataplane != "libipsec" ||
+		c.NodeNotReadyGrace != DefaultNodeNotReadyGrace || c.OpenStackTimeout != DefaultOpenStackTimeout || c.OpenStackQPS != 0 {
 		t.Fatalf("unexpected config %+v", c)
 	}
 }
@@ -34,6 +35,10 @@ func TestLoadRefusesBadValues(t *testing.T) {
 		"IPSEC_GATEWAY_NETWORKPOLICY_ENABLED=perhaps": "network policy",
 		"IPSEC_RESYNC_INTERVAL=-1s":                   "positive duration",
 		"IPSEC_MAX_CONCURRENT_RECONCILES=0":           "positive integer",
+		"IPSEC_NODE_NOT_READY_GRACE=-1s":              "zero or more",
+		"IPSEC_OPENSTACK_QPS=fast":                    "number of zero or more",
+		"IPSEC_OPENSTACK_BURST=-3":                    "integer of zero or more",
+		"IPSEC_OPENSTACK_TIMEOUT=0s":                  "positive duration",
 		"IPSEC_STATUS_AGENT_STALE_AFTER=30s":          "longer than the agent's heartbeat",
 		"IPSEC_GATEWAY_DATAPLANE=wireguard":           "kernel or libipsec",
 	} {

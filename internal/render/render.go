@@ -89,8 +89,17 @@ func SelectorLabels(g Gateway) map[string]string {
 	return map[string]string{
 		LabelName:     AppName,
 		LabelInstance: g.Name,
-		LabelKind:     strings.ToLower(g.Kind),
+		LabelKind:     KindLabel(g.Kind),
 	}
+}
+
+// KindLabel is the value of LabelKind for a gateway kind.
+func KindLabel(kind string) string { return strings.ToLower(kind) }
+
+// PodSelector selects the pods of every gateway (the operator's cache of pods is
+// limited to them).
+func PodSelector() map[string]string {
+	return map[string]string{LabelName: AppName, LabelManagedBy: ManagedBy}
 }
 
 // Labels are put on every object of the gateway.

@@ -51,6 +51,9 @@ type Writer struct {
 	// Unguarded drops the resourceVersion precondition: the writer's fields depend on
 	// nothing it read (the status agent reports what charon says).
 	Unguarded bool
+	// Fresh, when set, remembers the versions each successful write replaced, so Behind
+	// can tell a cached read that does not show the write yet.
+	Fresh *Freshness
 }
 
 // Apply writes obj's status (less the excluded fields) and updates obj's
@@ -80,7 +83,11 @@ func (w Writer) Apply(ctx context.Context, obj, base client.Object) error {
 	if w.Unguarded {
 		return apply("")
 	}
-	err = apply(obj.GetResourceVersion())
+	read := obj.GetResourceVersion()
+	err = apply(read)
+	if err == nil && w.Fresh != nil {
+		w.Fresh.wrote(obj.GetUID(), read, obj.GetResourceVersion())
+	}
 	if err == nil || !apierrors.IsConflict(err) {
 		return err
 	}
@@ -105,7 +112,14 @@ func (w Writer) Apply(ctx context.Context, obj, base client.Object) error {
 	if !same {
 		return fmt.Errorf("status fields of %s changed since they were read: %w", obj.GetName(), err)
 	}
-	return apply("")
+	if err := apply(""); err != nil {
+		return err
+	}
+	if w.Fresh != nil {
+		w.Fresh.wrote(obj.GetUID(), read, obj.GetResourceVersion())
+		w.Fresh.wrote(obj.GetUID(), fresh.GetResourceVersion(), obj.GetResourceVersion())
+	}
+	return nil
 }
 
 // owned is obj's status as a JSON-shaped map without the excluded fields.

@@ -100,6 +100,10 @@ func TestDeploymentEnvDefaults(t *testing.T) {
 		"IPSEC_STATUS_AGENT_STALE_AFTER":          "3m",
 		"IPSEC_EXPOSURE_TARGET_CIDRS":             "",
 		"IPSEC_CLUSTERLINK_SAFE_ROLES":            "",
+		"IPSEC_NODE_NOT_READY_GRACE":              "5s",
+		"IPSEC_OPENSTACK_QPS":                     "0",
+		"IPSEC_OPENSTACK_BURST":                   "0",
+		"IPSEC_OPENSTACK_TIMEOUT":                 "30s",
 	}
 	for name, v := range want {
 		if v == "" && name != "IPSEC_INTERNAL_SOURCE_CIDRS" && name != "IPSEC_EXPOSURE_TARGET_CIDRS" && name != "IPSEC_CLUSTERLINK_SAFE_ROLES" {
@@ -564,6 +568,10 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		{"bad resync interval", with(requiredValues(), "resyncInterval", "5 minutes"), []string{"resyncInterval"}},
 		{"numeric image tag", with(requiredValues(), "images.gateway.tag", 0.3), []string{"images/gateway/tag"}},
 		{"bad credentials namespace", with(requiredValues(), "clusterLink.credentialsNamespace", "Creds_NS"), []string{"credentialsNamespace"}},
+		{"negative node grace", with(requiredValues(), "nodeNotReadyGrace", "-5s"), []string{"nodeNotReadyGrace"}},
+		{"negative OpenStack QPS", with(requiredValues(), "openstack.qps", -1), []string{"openstack/qps"}},
+		{"OpenStack timeout without a unit", with(requiredValues(), "openstack.timeout", "30"), []string{"openstack/timeout"}},
+		{"unknown OpenStack key", with(requiredValues(), "openstack.rateLimit", 10), []string{"openstack", "rateLimit"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,8 +7,12 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/controller/outcome"
@@ -35,7 +39,9 @@ func (r *Reconciler) finalize(ctx context.Context, lc *linkCtx) error {
 		if r.secrets != nil {
 			r.secrets.Set(secretOwner(link.Name), nil)
 		}
+		r.fresh.Forget(link.UID)
 		lc.log.Info("ClusterLink unwound; finalizer released")
+		r.wakeWaiting(ctx, link.UID)
 		return nil
 	}
 	lc.set.False(v1.ConditionReady, v1.ReasonDeleting, "deletion is waiting: see the other conditions")
@@ -44,6 +50,31 @@ func (r *Reconciler) finalize(ctx context.Context, lc *linkCtx) error {
 	}
 	r.emit(lc)
 	return err
+}
+
+// wakeBuffer bounds the wake-up queue; a wake-up that does not fit is dropped (the
+// resync still comes).
+const wakeBuffer = 256
+
+// wakeWaiting reconciles again every other link that is not Ready: one may wait for the
+// router this link's leg held (Neutron allows one leg per router on the transit subnet)
+// or for its pinned transit IP, and would otherwise wait for the resync.
+func (r *Reconciler) wakeWaiting(ctx context.Context, gone types.UID) {
+	var list v1.ClusterLinkList
+	if err := r.d.Client.List(ctx, &list); err != nil {
+		log.FromContext(ctx).Info("listing ClusterLinks to wake after a deletion failed", "error", err.Error())
+		return
+	}
+	for i := range list.Items {
+		l := &list.Items[i]
+		if l.UID == gone || meta.IsStatusConditionTrue(l.Status.Conditions, v1.ConditionReady) {
+			continue
+		}
+		select {
+		case r.wake <- event.GenericEvent{Object: l}:
+		default:
+		}
+	}
 }
 
 // unwind removes what the link built, in reverse order. done=false with a nil error
@@ -62,8 +93,10 @@ func (r *Reconciler) unwind(ctx context.Context, lc *linkCtx) (bool, error) {
 		lc.set.False(v1.ConditionRouteInstalled, v1.ReasonDeleting, "the gateway route was removed: the link is being deleted")
 	}
 
-	if st.LegPortID == "" && st.TransitIP == "" && len(st.ReverseRoutes) == 0 {
-		// Nothing was ever built (for example an unattested or invalid link).
+	if st.LegPortID == "" && st.TransitIP == "" && len(st.ReverseRoutes) == 0 && !(lc.cross && st.CustomerProjectID != "") {
+		// Nothing was ever built (for example an unattested or invalid link). A
+		// cross-tenant link with its project on record may have created a leg whose
+		// address it never recorded: that one is looked for by tag below.
 		return true, nil
 	}
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/controller/outcome"
@@ -115,11 +116,15 @@ func (r *Reconciler) ensureShared(ctx context.Context, lc *linkCtx) (bool, error
 	return true, nil
 }
 
-// listedClaims reads every ClusterLink's transit IP (status and pin) from the API
-// server, keyed by UID, plus the UIDs' names for messages.
+// listedClaims reads every ClusterLink's transit IP (status and pin), keyed by UID,
+// plus the UIDs' names for messages. It reads the cache, without copying (the links
+// carry a reverse route per gateway in their status: a thousand gateways made each
+// uncached list megabytes): the cache was synced before the first reconcile, so it
+// holds every allocation a predecessor persisted, and this process's allocations that
+// the cache may not show yet are in the in-memory claims the allocation also checks.
 func (r *Reconciler) listedClaims(ctx context.Context) (map[string][]netip.Addr, map[string]string, error) {
 	var list v1.ClusterLinkList
-	if err := r.reader.List(ctx, &list); err != nil {
+	if err := r.d.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, nil, err
 	}
 	claims := map[string][]netip.Addr{}
@@ -350,6 +355,15 @@ func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx) (bool, error) {
 		}
 	}
 	if port == nil {
+		if lc.cross && link.Status.TransitIP == "" {
+			// A cross-tenant leg without a pin takes Neutron's address, so nothing of it
+			// is on record before it exists. The customer project goes on record
+			// first: a deletion that finds it looks for a leg by tag even if the
+			// create's answer (or the status write after it) was lost.
+			if err := r.persist(ctx, lc); err != nil {
+				return false, err
+			}
+		}
 		opts := openstack.CreatePortOpts{
 			NetworkID:   tn.network.ID,
 			SubnetID:    tn.subnet.ID,

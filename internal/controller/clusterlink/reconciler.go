@@ -24,8 +24,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/conditions"
@@ -45,8 +47,8 @@ const CredentialRequeue = 15 * time.Second
 type Deps struct {
 	// Client reads and writes Kubernetes objects (the manager's cached client).
 	Client client.Client
-	// APIReader reads without the cache; the transit-IP claim list uses it so that a
-	// just-persisted allocation is never missed. Nil means Client.
+	// APIReader reads without the cache: credential Secrets (a rotated one is seen at
+	// once) and objects whose status write lost a race. Nil means Client.
 	APIReader client.Reader
 	// Operator is the operator's own OpenStack client set.
 	Operator *openstack.Clients
@@ -69,6 +71,11 @@ type Deps struct {
 	Clock conditions.Clock
 	// Recorder emits Kubernetes Events; nil disables them.
 	Recorder events.EventRecorder
+	// SkipNameValidation lets several managers in one process (tests) register the
+	// controller.
+	SkipNameValidation bool
+	// FanOutDelay overrides the default FanOutDelay (tests).
+	FanOutDelay time.Duration
 }
 
 // Reconciler reconciles ClusterLinks.
@@ -82,14 +89,24 @@ type Reconciler struct {
 	refusals map[types.UID]refusal // per link: a refused Secret version
 	verified map[types.UID]string  // per link: Secret version whose token passed the checks
 
-	netMu   sync.Mutex
-	transit *transitNet // resolved once; the transit network does not move
+	netMu      sync.Mutex
+	transit    *transitNet // resolved once; the transit network does not move
+	opRouterID string      // the gateway cluster's router, resolved once
 
 	backoff *outcome.Backoff
 
 	// secrets follows each cross-tenant link's credential Secret, metadata only (nil
 	// without a manager).
 	secrets *namedwatch.Watcher
+
+	// wake carries links to reconcile now for something that happened to another one
+	// (a router or a transit IP it waits for was released).
+	wake chan event.GenericEvent
+
+	fanOutDelay time.Duration
+
+	// fresh remembers this process's status writes (see statuswrite.Freshness).
+	fresh *statuswrite.Freshness
 }
 
 // New builds a Reconciler.
@@ -101,6 +118,12 @@ func New(deps Deps) *Reconciler {
 		refusals: map[types.UID]refusal{},
 		verified: map[types.UID]string{},
 		backoff:  outcome.NewBackoff(0, 0),
+		wake:     make(chan event.GenericEvent, wakeBuffer),
+		fresh:    statuswrite.NewFreshness(),
+	}
+	r.fanOutDelay = deps.FanOutDelay
+	if r.fanOutDelay <= 0 {
+		r.fanOutDelay = FanOutDelay
 	}
 	if r.reader == nil {
 		r.reader = deps.Client
@@ -155,7 +178,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A link created, deleted or re-specified can lift or cause another's overlap.
 		Watches(&v1.ClusterLink{}, r.fanOut(), linkSpecOrLifecycle()).
 		WatchesRawSource(r.secrets.Source(handler.EnqueueRequestsFromMapFunc(credentialLink))).
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers, RateLimiter: r.backoff}).
+		WatchesRawSource(source.Channel(r.wake, &handler.EnqueueRequestForObject{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers, RateLimiter: r.backoff, SkipNameValidation: &r.d.SkipNameValidation}).
 		Complete(r)
 }
 
@@ -226,6 +250,12 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) error {
 	if err := r.d.Client.Get(ctx, req.NamespacedName, link); err != nil {
 		return client.IgnoreNotFound(err)
 	}
+	if r.statusWriter().Behind(link) {
+		// The cache does not show this process's last status write yet: deciding from
+		// it would end in a failed write (and, for a link still allocating, a second
+		// estate-wide claim listing).
+		return outcome.Wait(cacheCatchUp, "the cache does not show the last status write yet")
+	}
 	lc := &linkCtx{
 		link:  link,
 		orig:  link.Status.DeepCopy(),
@@ -292,13 +322,19 @@ func (r *Reconciler) writeStatus(ctx context.Context, lc *linkCtx) error {
 	if equality.Semantic.DeepEqual(*lc.orig, lc.link.Status) {
 		return nil
 	}
-	w := statuswrite.Writer{Client: r.d.Client, Reader: r.reader, Manager: statuswrite.ManagerOperator}
-	if err := w.Apply(ctx, lc.link, lc.base); err != nil {
+	if err := r.statusWriter().Apply(ctx, lc.link, lc.base); err != nil {
 		return fmt.Errorf("writing status: %w", err)
 	}
 	lc.orig = lc.link.Status.DeepCopy()
 	lc.base = lc.link.DeepCopy()
 	return nil
+}
+
+// cacheCatchUp is how soon a reconcile that found the cache behind tries again.
+const cacheCatchUp = 50 * time.Millisecond
+
+func (r *Reconciler) statusWriter() statuswrite.Writer {
+	return statuswrite.Writer{Client: r.d.Client, Reader: r.reader, Manager: statuswrite.ManagerOperator, Fresh: r.fresh}
 }
 
 // persist writes the status now: an allocation must be on record before anything

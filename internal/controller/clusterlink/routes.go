@@ -22,10 +22,27 @@ func (r *Reconciler) operatorRouter(ctx context.Context) (*openstack.Router, err
 	if r.d.Config.Router == "" {
 		return nil, fmt.Errorf("no gateway cluster router is configured (IPSEC_ROUTER_ID)")
 	}
+	// The configured name is resolved once per process, then the router is read by ID
+	// (one object, not a filtered list); a router that vanished is resolved again.
+	r.netMu.Lock()
+	id := r.opRouterID
+	r.netMu.Unlock()
+	if id != "" {
+		rt, err := r.d.Operator.Networking.GetRouter(ctx, id)
+		if err == nil || !openstack.IsNotFound(err) {
+			if err != nil {
+				return nil, fmt.Errorf("reading the gateway cluster's router %s: %w", id, err)
+			}
+			return rt, nil
+		}
+	}
 	rt, err := r.d.Operator.Networking.ResolveRouter(ctx, r.d.Config.Router)
 	if err != nil {
 		return nil, fmt.Errorf("resolving the gateway cluster's router %q: %w", r.d.Config.Router, err)
 	}
+	r.netMu.Lock()
+	r.opRouterID = rt.ID
+	r.netMu.Unlock()
 	return rt, nil
 }
 
@@ -193,6 +210,9 @@ func (r *Reconciler) desiredReverse(ctx context.Context, link *v1.ClusterLink) (
 		nsLabels[n.Name] = n.Labels
 	}
 	var out []v1.ReverseRoute
+	// Every link reads every gateway on every reconcile: the cache's own objects are
+	// read, not copied (nothing here writes to them). With a thousand gateways the
+	// copies were most of the operator's CPU and garbage.
 	consider := func(kind string, obj client.Object, spec *v1.GatewaySpec, st *v1.GatewayStatus) error {
 		rt, ok := reverseTarget(spec, st, !obj.GetDeletionTimestamp().IsZero())
 		if !ok {
@@ -206,7 +226,7 @@ func (r *Reconciler) desiredReverse(ctx context.Context, link *v1.ClusterLink) (
 		return nil
 	}
 	var ipsec v1.IPsecGatewayList
-	if err := r.d.Client.List(ctx, &ipsec); err != nil {
+	if err := r.d.Client.List(ctx, &ipsec, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	for i := range ipsec.Items {
@@ -216,7 +236,7 @@ func (r *Reconciler) desiredReverse(ctx context.Context, link *v1.ClusterLink) (
 		}
 	}
 	var vpn v1.VPNGatewayList
-	if err := r.d.Client.List(ctx, &vpn); err != nil {
+	if err := r.d.Client.List(ctx, &vpn, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	for i := range vpn.Items {
@@ -298,9 +318,18 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 			lc.eventf(corev1.EventTypeNormal, "ReverseRoutesRemoved", "removed reverse %s from router %s", describeRoutes(remove), lc.router.Name)
 		}
 	}
+	addUnanswered := false
 	if failure == nil && len(add) > 0 {
+		// Persist before programming: the routes about to be added are recorded first,
+		// so a crash or a lost status write after the router write cannot leave a route
+		// this link no longer knows it owns (one that would outlive its gateway, and
+		// block the leg's detach on deletion).
+		if err := r.recordReverse(ctx, lc, desired, add); err != nil {
+			return false, err
+		}
 		upd, err := net.AddRouterRoutes(ctx, lc.router.ID, add)
 		if err != nil {
+			addUnanswered = openstack.StatusCode(err) == 0
 			failure = fmt.Errorf("adding reverse %s: %w", describeRoutes(add), err)
 		} else {
 			lc.router = upd
@@ -313,6 +342,14 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 	now := map[openstack.Route]bool{}
 	for _, x := range lc.router.Routes {
 		now[x] = true
+	}
+	if addUnanswered {
+		// Without an answer (a timeout, a broken connection) the routes may have been
+		// added: they stay on record until a read of the router shows them absent. A
+		// refusal is an answer: nothing was added.
+		for _, x := range add {
+			now[x] = true
+		}
 	}
 	var recorded []v1.ReverseRoute
 	for _, d := range desired {
@@ -341,6 +378,32 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 	}
 	lc.set.True(v1.ConditionReverseRoutesInstalled, v1.ReasonReverseRoutesInstalled, msg)
 	return true, nil
+}
+
+// recordReverse adds the desired entries for routes (not yet on the router) to
+// status.reverseRoutes and writes the status.
+func (r *Reconciler) recordReverse(ctx context.Context, lc *linkCtx, desired []v1.ReverseRoute, routes []openstack.Route) error {
+	st := &lc.link.Status
+	have := map[v1.ReverseRoute]bool{}
+	for _, x := range st.ReverseRoutes {
+		have[x] = true
+	}
+	adding := map[openstack.Route]bool{}
+	for _, x := range routes {
+		adding[x] = true
+	}
+	changed := false
+	for _, d := range desired {
+		if adding[routeOf(d)] && !have[d] {
+			st.ReverseRoutes = append(st.ReverseRoutes, d)
+			have[d] = true
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	return r.persist(ctx, lc)
 }
 
 // removeReverseRoutes removes the routes status.reverseRoutes records, if present.

@@ -74,7 +74,7 @@ func TestSameTenantConvergedIsFree(t *testing.T) {
 	// every project?), the leg port by ID, the service cluster's router and the gateway
 	// cluster's router by name. The transit network is resolved once per process.
 	want := map[string]int{"GET /network/v2.0/networks/{id}": 3, "GET /network/v2.0/rbac-policies": 3,
-		"GET /network/v2.0/ports/{id}": 3, "GET /network/v2.0/routers": 6}
+		"GET /network/v2.0/ports/{id}": 3, "GET /network/v2.0/routers": 3, "GET /network/v2.0/routers/{id}": 3}
 	if c.Reads != 15 || !maps.Equal(c.ByRoute, want) {
 		t.Fatalf("3 converged reconciles made %d OpenStack reads %v, want %v", c.Reads, c.ByRoute, want)
 	}

@@ -4,21 +4,50 @@ import (
 	"context"
 	"maps"
 	"strings"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 )
 
+// FanOutDelay is how long a gateway change waits before it reaches the ClusterLinks:
+// every change within it (1,000 gateways appearing, an estate reconciled after a
+// restart) is one reconcile of each link, not one per gateway; a reverse route reaches
+// the service clusters' routers that much later.
+const FanOutDelay = 5 * time.Second
+
+// fanOut maps a gateway change onto every ClusterLink, after FanOutDelay. A link already
+// waiting keeps its earlier turn.
 func (r *Reconciler) fanOut() handler.EventHandler {
-	return handler.EnqueueRequestsFromMapFunc(r.linkRequests)
+	later := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		for _, req := range r.linkRequests(ctx, nil) {
+			q.AddAfter(req, r.fanOutDelay)
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, _ event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			later(ctx, q)
+		},
+		UpdateFunc: func(ctx context.Context, _ event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			later(ctx, q)
+		},
+		DeleteFunc: func(ctx context.Context, _ event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			later(ctx, q)
+		},
+		GenericFunc: func(ctx context.Context, _ event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			later(ctx, q)
+		},
+	}
 }
 
 // reverseKey is the part of a gateway that reverse routing depends on; "" when the

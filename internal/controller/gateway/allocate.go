@@ -8,8 +8,12 @@ import (
 	"sort"
 
 	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/conditions"
 	"bnerd.net/vpn-operator/internal/ipam"
 )
 
@@ -199,12 +203,44 @@ func fromAssignments(in []ipam.VIPAssignment) []v1alpha1.AllocatedAddress {
 	return out
 }
 
-// releaseAllocation frees the gateway's /24 once its finalizer has cleaned up.
-func (r *Reconciler) releaseAllocation(g *gateway) {
+// releaseAllocation frees the gateway's /24 once its finalizer has cleaned up, and wakes
+// the gateways waiting for a /24 (a pinned one this gateway held, or any when the pool
+// was full): they would otherwise wait for the resync.
+func (r *Reconciler) releaseAllocation(ctx context.Context, g *gateway) {
 	r.poolMu.Lock()
 	pool := r.pool
 	r.poolMu.Unlock()
-	if pool != nil {
-		pool.Release(string(g.obj.GetUID()))
+	if pool == nil {
+		return
+	}
+	if _, held := pool.Lookup(string(g.obj.GetUID())); !held {
+		return
+	}
+	pool.Release(string(g.obj.GetUID()))
+	r.wakeAllocationWaiters(ctx, g.obj.GetUID())
+}
+
+// wakeBuffer bounds the wake-up queue per kind; a wake-up that does not fit is dropped
+// (the resync still comes).
+const wakeBuffer = 1024
+
+// wakeAllocationWaiters reconciles again every gateway whose allocation failed.
+func (r *Reconciler) wakeAllocationWaiters(ctx context.Context, except types.UID) {
+	for _, kind := range []string{KindIPsecGateway, KindVPNGateway} {
+		gws, err := r.listGateways(ctx, kind)
+		if err != nil {
+			logr.FromContextOrDiscard(ctx).Info("listing gateways to wake after a release failed", "error", err.Error())
+			continue
+		}
+		for _, w := range gws {
+			c := conditions.Get(w.status.Conditions, v1alpha1.ConditionAllocated)
+			if w.obj.GetUID() == except || c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonAllocationFailed {
+				continue
+			}
+			select {
+			case r.wake[kind] <- event.GenericEvent{Object: w.obj}:
+			default:
+			}
+		}
 	}
 }

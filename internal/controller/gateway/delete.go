@@ -28,11 +28,12 @@ func (r *Reconciler) finalize(ctx context.Context, g *gateway) error {
 		}
 		return err
 	}
-	r.releaseAllocation(g)
+	r.releaseAllocation(ctx, g)
 	r.novaDone(g.obj.GetUID())
 	if r.secrets != nil {
 		r.secrets.Set(g.String(), nil)
 	}
+	r.fresh.Forget(g.obj.GetUID())
 	base := g.obj.DeepCopyObject().(client.Object)
 	controllerutil.RemoveFinalizer(g.obj, v1alpha1.FinalizerGateway)
 	if err := r.Client.Patch(ctx, g.obj, client.MergeFrom(base)); err != nil {

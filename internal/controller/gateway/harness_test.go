@@ -195,6 +195,15 @@ func newHarness(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.cleanup)
+	t.Cleanup(func() {
+		// A failed test shows what the reconcilers said last.
+		if t.Failed() {
+			h.logs.mu.Lock()
+			lines := h.logs.lines[max(0, len(h.logs.lines)-40):]
+			h.logs.mu.Unlock()
+			t.Logf("last reconciler log lines:\n%s", strings.Join(lines, "\n"))
+		}
+	})
 	return h
 }
 

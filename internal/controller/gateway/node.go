@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -60,21 +61,78 @@ func eligible(n *corev1.Node) bool {
 	return nodeReady(n) && !n.Spec.Unschedulable && !controlPlane(n) && n.DeletionTimestamp.IsZero()
 }
 
+// Placement is the node choice for a gateway.
+type Placement struct {
+	// Node is the chosen node ("" when none is eligible).
+	Node string
+	// Grace is set while the gateway stays on its current node although that node is
+	// not Ready: the time left before it moves, and since when the node is not Ready.
+	Grace      time.Duration
+	NotReadyAt time.Time
+}
+
 // SelectNode keeps current while that node exists and is Ready (a gateway must not
-// bounce between nodes), else picks the first eligible node by name.
-func SelectNode(nodes []corev1.Node, current string) (string, bool) {
+// bounce between nodes), and also while it has stopped being Ready for less than grace
+// (a node that flaps back keeps its gateways); else it picks the first eligible node by
+// name. A deleted node (or one being deleted) is left at once. notReadySince is when
+// the node stopped being Ready (its Ready condition's last transition).
+func SelectNode(nodes []corev1.Node, current string, grace time.Duration, now time.Time, notReadySince func(*corev1.Node) time.Time) Placement {
 	for i := range nodes {
-		if nodes[i].Name == current && current != "" && nodeReady(&nodes[i]) && nodes[i].DeletionTimestamp.IsZero() {
-			return current, true
+		n := &nodes[i]
+		if n.Name != current || current == "" || !n.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if nodeReady(n) {
+			return Placement{Node: current}
+		}
+		since := notReadySince(n)
+		if left := grace - now.Sub(since); left > 0 {
+			return Placement{Node: current, Grace: left, NotReadyAt: since}
 		}
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
 	for i := range nodes {
 		if eligible(&nodes[i]) {
-			return nodes[i].Name, true
+			return Placement{Node: nodes[i].Name}
 		}
 	}
-	return "", false
+	return Placement{}
+}
+
+// notReadySince is when the node's Ready condition last changed; a node that reports
+// no transition time is counted from when this process first saw it not Ready.
+func (r *Reconciler) notReadySince(now time.Time) func(*corev1.Node) time.Time {
+	return func(n *corev1.Node) time.Time {
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && !c.LastTransitionTime.IsZero() && !c.LastTransitionTime.Time.After(now) {
+				return c.LastTransitionTime.Time
+			}
+		}
+		r.novaMu.Lock()
+		defer r.novaMu.Unlock()
+		if r.notReadySeen == nil {
+			r.notReadySeen = map[string]time.Time{}
+		}
+		if t, ok := r.notReadySeen[n.Name]; ok {
+			return t
+		}
+		r.notReadySeen[n.Name] = now
+		return now
+	}
+}
+
+// forgetReadyNodes drops the first-seen time of nodes that are Ready again.
+func (r *Reconciler) forgetReadyNodes(nodes []corev1.Node) {
+	r.novaMu.Lock()
+	defer r.novaMu.Unlock()
+	if len(r.notReadySeen) == 0 {
+		return
+	}
+	for i := range nodes {
+		if nodeReady(&nodes[i]) {
+			delete(r.notReadySeen, nodes[i].Name)
+		}
+	}
 }
 
 // ensureNodeSelected persists the node choice before anything is attached to it.
@@ -84,12 +142,15 @@ func (r *Reconciler) ensureNodeSelected(ctx context.Context, g *gateway) (bool, 
 		r.condFailed(g, v1alpha1.ConditionNodeSelected, v1alpha1.ReasonNoEligibleNode, fmt.Errorf("listing nodes: %w", err))
 		return false, err
 	}
-	name, ok := SelectNode(nodes.Items, g.status.NodeName)
-	if !ok {
+	now := time.Now()
+	p := SelectNode(nodes.Items, g.status.NodeName, r.Config.NodeNotReadyGrace, now, r.notReadySince(now))
+	r.forgetReadyNodes(nodes.Items)
+	if p.Node == "" {
 		r.condFalse(g, v1alpha1.ConditionNodeSelected, v1alpha1.ReasonNoEligibleNode,
 			"no Ready, schedulable, non-control-plane node; waiting for one")
 		return false, nil
 	}
+	name := p.Node
 	if prev := g.status.NodeName; prev != name {
 		logr.FromContextOrDiscard(ctx).Info("gateway node selected", "node", name, "previous", prev)
 		if prev != "" && r.Recorder != nil {
@@ -97,6 +158,15 @@ func (r *Reconciler) ensureNodeSelected(ctx context.Context, g *gateway) (bool, 
 		}
 	}
 	g.status.NodeName = name
+	if p.Grace > 0 {
+		// Look again when the grace period ends (a node turning Ready again wakes the
+		// gateway through the node watch before that).
+		g.recheck = p.Grace
+		r.condTrue(g, v1alpha1.ConditionNodeSelected, v1alpha1.ReasonNodeSelected, fmt.Sprintf(
+			"gateway is pinned to node %s, which is not Ready since %s; it moves to another node if %s is not Ready again by %s",
+			name, p.NotReadyAt.UTC().Format(time.RFC3339), name, p.NotReadyAt.Add(r.Config.NodeNotReadyGrace).UTC().Format(time.RFC3339)))
+		return true, nil
+	}
 	r.condTrue(g, v1alpha1.ConditionNodeSelected, v1alpha1.ReasonNodeSelected, "gateway is pinned to node "+name)
 	return true, nil
 }

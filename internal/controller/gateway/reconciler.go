@@ -22,6 +22,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
@@ -86,6 +87,9 @@ type Reconciler struct {
 	// for and when, so a poll does not ask again while Nova works.
 	novaMu sync.Mutex
 	nova   map[types.UID]novaOp
+	// notReadySeen: when this process first saw a node without a Ready transition time
+	// not Ready (guarded by novaMu).
+	notReadySeen map[string]time.Time
 
 	backoff       map[string]*outcome.Backoff // per kind
 	healthBackoff map[string]*outcome.Backoff // per kind, the health controllers'
@@ -98,15 +102,24 @@ type Reconciler struct {
 	// releases) this process has removed or found absent.
 	legacyMu   sync.Mutex
 	legacyDone map[types.UID]bool
+
+	// wake, per kind, carries gateways to reconcile now for something that happened to
+	// another one (a /24 they wait for was released).
+	wake map[string]chan event.GenericEvent
+
+	// fresh remembers this process's status writes, so a reconcile from a cache that
+	// does not show the last one yet waits a moment instead of working from it.
+	fresh *statuswrite.Freshness
 }
 
 // New returns a reconciler; register it with SetupWithManager.
 func New(deps Deps) *Reconciler {
 	r := &Reconciler{Deps: deps, nova: map[types.UID]novaOp{}, backoff: map[string]*outcome.Backoff{}, healthBackoff: map[string]*outcome.Backoff{},
-		legacyDone: map[types.UID]bool{}}
+		legacyDone: map[types.UID]bool{}, wake: map[string]chan event.GenericEvent{}, fresh: statuswrite.NewFreshness()}
 	for _, kind := range []string{KindIPsecGateway, KindVPNGateway} {
 		r.backoff[kind] = outcome.NewBackoff(0, 0)
 		r.healthBackoff[kind] = outcome.NewBackoff(0, 0)
+		r.wake[kind] = make(chan event.GenericEvent, wakeBuffer)
 	}
 	if r.PortWait.Interval <= 0 {
 		r.PortWait.Interval = 2 * time.Second
@@ -165,20 +178,26 @@ func (r *Reconciler) Result(ctx context.Context, kind string, req reconcile.Requ
 type phase struct {
 	cond string
 	run  func(ctx context.Context, g *gateway) (done bool, err error)
+	// record: the phase's result is written to status before the next phase runs,
+	// because the next phases program OpenStack with it (persist before programming).
+	// The other phases' results are written once, at the end of the reconcile: what
+	// they made is found again by its tags after a crash.
+	record bool
 }
 
 func (r *Reconciler) phases() []phase {
 	return []phase{
-		{v1alpha1.ConditionValidated, r.ensureValidated},
-		{v1alpha1.ConditionWireGuardKeyReady, r.ensureWireGuardKey},
-		{v1alpha1.ConditionAllocated, r.ensureAllocated},
-		{v1alpha1.ConditionPortReady, r.ensurePort},
-		{v1alpha1.ConditionSecurityGroupReady, r.ensureSecurityGroup},
-		{v1alpha1.ConditionFloatingIPReady, r.ensureFloatingIP},
-		{v1alpha1.ConditionRoutingReady, r.ensureRouting},
-		{v1alpha1.ConditionNodeSelected, r.ensureNodeSelected},
-		{v1alpha1.ConditionPortAttached, r.ensurePortAttached},
-		{v1alpha1.ConditionWorkloadReady, r.ensureWorkload},
+		{cond: v1alpha1.ConditionValidated, run: r.ensureValidated},
+		// The key lives in its Secret, found again by name: nothing to record first.
+		{cond: v1alpha1.ConditionWireGuardKeyReady, run: r.ensureWireGuardKey},
+		{cond: v1alpha1.ConditionAllocated, run: r.ensureAllocated, record: true},
+		{cond: v1alpha1.ConditionPortReady, run: r.ensurePort},
+		{cond: v1alpha1.ConditionSecurityGroupReady, run: r.ensureSecurityGroup},
+		{cond: v1alpha1.ConditionFloatingIPReady, run: r.ensureFloatingIP},
+		{cond: v1alpha1.ConditionRoutingReady, run: r.ensureRouting},
+		{cond: v1alpha1.ConditionNodeSelected, run: r.ensureNodeSelected, record: true},
+		{cond: v1alpha1.ConditionPortAttached, run: r.ensurePortAttached},
+		{cond: v1alpha1.ConditionWorkloadReady, run: r.ensureWorkload},
 	}
 }
 
@@ -194,6 +213,9 @@ func (r *Reconciler) reconcile(ctx context.Context, kind string, key types.Names
 	g, err := viewOf(obj)
 	if err != nil {
 		return err
+	}
+	if r.statusWriter().Behind(obj) {
+		return outcome.Wait(cacheCatchUp, "the cache does not show the last status write yet")
 	}
 	if !obj.GetDeletionTimestamp().IsZero() {
 		return r.finalize(ctx, g)
@@ -217,9 +239,11 @@ func (r *Reconciler) reconcile(ctx context.Context, kind string, key types.Names
 		if !done {
 			break
 		}
-		// The next phase may act on this one's result: record it first.
-		if perr := r.persist(ctx, g); perr != nil {
-			return perr
+		// The next phases act on this one's result: record it first.
+		if p.record {
+			if perr := r.persist(ctx, g); perr != nil {
+				return perr
+			}
 		}
 	}
 	// The pod and the tunnels are read whatever the phases did: a pod from before may
@@ -230,6 +254,9 @@ func (r *Reconciler) reconcile(ctx context.Context, kind string, key types.Names
 	r.summarize(g)
 	if err := r.persist(ctx, g); err != nil {
 		return errors.Join(runErr, err)
+	}
+	if runErr == nil && g.recheck > 0 {
+		return outcome.Wait(g.recheck, "node %s is not Ready; looking again when its grace period ends", g.status.NodeName)
 	}
 	return runErr
 }
@@ -303,7 +330,7 @@ func (r *Reconciler) persist(ctx context.Context, g *gateway) error {
 	if equality.Semantic.DeepEqual(base, cur) {
 		return nil
 	}
-	w := statuswrite.Writer{Client: r.Client, Reader: r.APIReader, Manager: statuswrite.ManagerOperator, Exclude: AgentStatusFields}
+	w := r.statusWriter()
 	err := w.Apply(ctx, g.obj, g.base)
 	if apierrors.IsConflict(err) {
 		rebased, rerr := r.rebase(ctx, g)
@@ -319,6 +346,13 @@ func (r *Reconciler) persist(ctx context.Context, g *gateway) error {
 	}
 	g.base = g.obj.DeepCopyObject().(client.Object)
 	return nil
+}
+
+// cacheCatchUp is how soon a reconcile that found the cache behind tries again.
+const cacheCatchUp = 50 * time.Millisecond
+
+func (r *Reconciler) statusWriter() statuswrite.Writer {
+	return statuswrite.Writer{Client: r.Client, Reader: r.APIReader, Manager: statuswrite.ManagerOperator, Exclude: AgentStatusFields, Fresh: r.fresh}
 }
 
 // rebase makes the fresh object the base of g's status write when the only change since

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/conditions"
@@ -58,7 +59,7 @@ const indexPSKSecret = "ipsec.bnerd.net/psk-secret"
 // +kubebuilder:rbac:groups="",resources=configmaps;serviceaccounts,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=nodes;namespaces,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=list
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update
@@ -124,6 +125,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			Watches(&v1alpha1.ClusterLink{}, handler.EnqueueRequestsFromMapFunc(r.mapAll(kind)), builder.WithPredicates(linkServingChanged)).
 			Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.mapNamespace(kind)), builder.WithPredicates(labelsChanged)).
 			WatchesRawSource(r.secrets.Source(handler.EnqueueRequestsFromMapFunc(r.mapSecret(kind)))).
+			Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.mapStrandedPod(kind)), builder.WithPredicates(podMoved)).
+			WatchesRawSource(source.Channel(r.wake[kind], &handler.EnqueueRequestForObject{})).
 			WithOptions(controller.Options{
 				MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles,
 				SkipNameValidation:      &r.SkipNameValidation,
@@ -205,6 +208,29 @@ func (r *Reconciler) mapNode(kind string) handler.MapFunc {
 			}
 		}
 		return out
+	}
+}
+
+// mapStrandedPod wakes the phases' reconcile of the gateway a pod belongs to only when the
+// pod is bound to a node other than the gateway's (one releaseStrandedPods may have to
+// release). A pod on the gateway's own node is the health controller's alone: waking the
+// phases for it too would observe the pod twice at once, for nothing.
+func (r *Reconciler) mapStrandedPod(kind string) handler.MapFunc {
+	toGateway := mapPod(kind)
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		reqs := toGateway(ctx, o)
+		if len(reqs) == 0 {
+			return nil
+		}
+		obj := newObject(kind)
+		if err := r.Client.Get(ctx, reqs[0].NamespacedName, obj); err != nil {
+			return nil // gone: nothing to release for it
+		}
+		g, err := viewOf(obj)
+		if err != nil || podNode(o) == g.status.NodeName {
+			return nil
+		}
+		return reqs
 	}
 }
 
@@ -309,6 +335,22 @@ var specOrLifecycleChanged = predicate.Funcs{
 			o.GetDeletionTimestamp().IsZero() != n.GetDeletionTimestamp().IsZero() ||
 			controllerutil.ContainsFinalizer(o, v1alpha1.FinalizerGateway) && !controllerutil.ContainsFinalizer(n, v1alpha1.FinalizerGateway)
 	},
+}
+
+// podMoved passes the pod events that can strand a gateway pod on a lost node: a pod
+// bound to a node (created, or bound later). Status churn of a running pod does not.
+var podMoved = predicate.Funcs{
+	CreateFunc:  func(e event.CreateEvent) bool { return podNode(e.Object) != "" },
+	UpdateFunc:  func(e event.UpdateEvent) bool { return podNode(e.ObjectOld) != podNode(e.ObjectNew) },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+func podNode(o client.Object) string {
+	if p, ok := o.(*corev1.Pod); ok {
+		return p.Spec.NodeName
+	}
+	return ""
 }
 
 // nodeChanged passes node events that can change a gateway's placement: not the

@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"sort"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -54,6 +55,10 @@ type gateway struct {
 	port *openstack.Port
 	// links are the active ClusterLinks as read in this reconcile's validation.
 	links []link
+
+	// recheck, when set, brings the gateway back after that long although it
+	// converged (its node's grace period ends then).
+	recheck time.Duration
 }
 
 func viewOf(obj client.Object) (*gateway, error) {

@@ -47,6 +47,8 @@ type Server struct {
 	attachDelay time.Duration
 	detachDelay time.Duration
 	pendingNova sync.WaitGroup
+
+	chaos chaos // rate limiter, Nova misbehaviour (chaos.go)
 }
 
 // Start seeds a simulator and serves it on 127.0.0.1 at a free port until
@@ -125,7 +127,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, pattern := s.mux.Handler(r)
 	route := routeName(r.Method, pattern, r.URL.Path)
 	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
-	faulted := s.applyFaults(rec, r, pattern)
+	faulted := s.applyChaos(rec, r, pattern) || s.applyFaults(rec, r, pattern)
 	if !faulted {
 		s.mux.ServeHTTP(rec, r)
 	}
