@@ -75,6 +75,11 @@ func RenderSwanctlFor(cfg *Config, tunnels []string) (string, error) {
 		w.kv("remote_addrs", t.PeerAddress)
 		// NAT-T is forced: behind the floating IP's 1:1 NAT only UDP 500/4500 is opened.
 		w.kv("encap", "yes")
+		// No MOBIKE: the security group admits IKE only from the peer's one address, so
+		// a move to another of the peer's addresses could never work, and charon would
+		// otherwise send IKE to the addresses a peer announces, its internal ones
+		// included, through whatever path reaches them (seen in the kernel-mode e2e).
+		w.kv("mobike", "no")
 		w.kv("proposals", strings.Join(t.IKEProposals, ","))
 		w.kv("rekey_time", fmt.Sprintf("%ds", t.IKERekeySeconds))
 		w.kv("dpd_delay", fmt.Sprintf("%ds", t.DPDDelaySeconds))
