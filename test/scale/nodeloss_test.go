@@ -64,7 +64,7 @@ func TestNodeLossTiming(t *testing.T) {
 		must(t, harness.CreateWorkers(ctx, c, 2))
 		// Only worker-0 is eligible while the gateways are placed.
 		setUnschedulable(t, ctx, c, harness.WorkerNode(1), true)
-		must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "psk"}, Data: map[string][]byte{"psk": []byte("k")}}))
+		must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "psk"}, Data: map[string][]byte{"psk": []byte("scale-test-pre-shared-key-0123456789")}}))
 
 		dir := t.TempDir()
 		bin, err := harness.BuildOperator(dir)

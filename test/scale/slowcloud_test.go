@@ -123,7 +123,7 @@ func TestSlowCloudScale(t *testing.T) {
 		must(t, harness.EnsureNamespace(ctx, c, n))
 	}
 	must(t, harness.CreateWorkers(ctx, c, 3))
-	must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "psk"}, Data: map[string][]byte{"psk": []byte("scale-test-key")}}))
+	must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "psk"}, Data: map[string][]byte{"psk": []byte("scale-test-pre-shared-key-0123456789")}}))
 	baseline := s.Snapshot()
 
 	dir := t.TempDir()

@@ -81,7 +81,7 @@ func (w *world) namespace(ns string) {
 	w.t.Helper()
 	ctx := context.Background()
 	must(w.t, w.env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
-	must(w.t, w.env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "psk"}, Data: map[string][]byte{"psk": []byte("scale-test-key")}}))
+	must(w.t, w.env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "psk"}, Data: map[string][]byte{"psk": []byte("scale-test-pre-shared-key-0123456789")}}))
 }
 
 // startOperator runs a manager with a fresh gateway reconciler (a restarted operator);

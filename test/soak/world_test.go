@@ -106,7 +106,7 @@ func newWorld(t *testing.T, ctx context.Context, cfg settings) *world {
 		}
 	}
 	for _, ns := range tenantNamespaces {
-		psk := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "psk"}, Data: map[string][]byte{"psk": []byte("soak-psk-" + ns)}}
+		psk := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "psk"}, Data: map[string][]byte{"psk": []byte("soak-pre-shared-key-of-the-namespace-" + ns)}}
 		if err := w.c.Create(ctx, psk); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}

@@ -168,6 +168,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.Add(r.secrets); err != nil {
 		return err
 	}
+	opts := controller.Options{MaxConcurrentReconciles: workers, RateLimiter: r.backoff}
+	if r.d.SkipNameValidation {
+		// Set only when asked: a non-nil value would override the manager's own setting.
+		opts.SkipNameValidation = &r.d.SkipNameValidation
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("clusterlink").
 		For(&v1.ClusterLink{}, linkChanged()).
@@ -179,7 +184,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&v1.ClusterLink{}, r.fanOut(), linkSpecOrLifecycle()).
 		WatchesRawSource(r.secrets.Source(handler.EnqueueRequestsFromMapFunc(credentialLink))).
 		WatchesRawSource(source.Channel(r.wake, &handler.EnqueueRequestForObject{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers, RateLimiter: r.backoff, SkipNameValidation: &r.d.SkipNameValidation}).
+		WithOptions(opts).
 		Complete(r)
 }
 

@@ -17,7 +17,7 @@ import (
 func TestPinnedCIDRReleasedByADeletionIsTakenAtOnce(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.start()
 	pinned := spec(false)
 	pinned.Exposures[0].VirtualIP = "100.64.77.10"

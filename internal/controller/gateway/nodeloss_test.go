@@ -80,7 +80,7 @@ func TestFlappingNodeDoesNotBounceTheGateway(t *testing.T) {
 	h := newHarness(t)
 	h.cfg.NodeNotReadyGrace = 4 * time.Second
 	h.node("node-b", "openstack:///"+serverB, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.start()
 	h.create("flap", spec(false))
 	gw := h.waitConverged("flap")
@@ -131,7 +131,7 @@ func TestDeletedNodeIsLeftAtOnce(t *testing.T) {
 	h := newHarness(t)
 	h.cfg.NodeNotReadyGrace = time.Hour
 	h.node("node-b", "openstack:///"+serverB, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.start()
 	h.create("gone", spec(false))
 	h.waitConverged("gone")
@@ -154,7 +154,7 @@ func TestStrandedPodReleasedWhenTheNodeIsLost(t *testing.T) {
 	h := newHarness(t)
 	h.cfg.NodeNotReadyGrace = time.Second
 	h.node("node-b", "openstack:///"+serverB, true, nil)
-	h.psk("hq-psk", "k")
+	h.psk("hq-psk", testPSK)
 	h.start()
 	gw := h.create("lost", spec(false))
 	h.waitConverged("lost")
