@@ -13,6 +13,7 @@ import (
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/controller/gateway"
+	"bnerd.net/vpn-operator/internal/linkselect"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/openstack/sim"
 )
@@ -113,10 +114,55 @@ func NotConverged(ctx context.Context, c client.Reader) ([]string, error) {
 	if err := c.List(ctx, &links); err != nil {
 		return nil, err
 	}
+	var nsList corev1.NamespaceList
+	if err := c.List(ctx, &nsList); err != nil {
+		return nil, err
+	}
+	nsLabels := map[string]map[string]string{}
+	for _, n := range nsList.Items {
+		nsLabels[n.Name] = n.Labels
+	}
 	for i := range links.Items {
 		l := &links.Items[i]
 		if ok, why := converged(l, l.Status.Conditions, l.Status.ObservedGeneration); !ok {
 			out = append(out, "ClusterLink "+l.Name+": "+why)
+			continue
+		}
+		// Ready is the link's word as of its last reconcile; a gateway that gained or
+		// moved its reverse route since then reaches the link through a fan-out a few
+		// seconds later. Converged means the recorded routes are the ones the link
+		// serves now.
+		want, err := reverseRoutesServed(l, gws, nsLabels)
+		if err != nil {
+			return nil, err
+		}
+		have := make([]string, 0, len(l.Status.ReverseRoutes))
+		for _, x := range l.Status.ReverseRoutes {
+			have = append(have, x.ServiceCIDR+" via "+x.NextHop)
+		}
+		sort.Strings(have)
+		if strings.Join(have, ",") != strings.Join(want, ",") {
+			out = append(out, fmt.Sprintf("ClusterLink %s: reverse routes %v, serving %v", l.Name, have, want))
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// reverseRoutesServed lists "<service CIDR> via <port address>" of every gateway with
+// reverse exposures (and both addresses in its status) that the link serves, sorted.
+func reverseRoutesServed(l *v1.ClusterLink, gws []Gateway, nsLabels map[string]map[string]string) ([]string, error) {
+	var out []string
+	for _, g := range gws {
+		if len(g.Spec.ReverseExposures) == 0 || g.Status.ServiceCIDR == "" || g.Status.PortFixedIP == "" || !g.Object.GetDeletionTimestamp().IsZero() {
+			continue
+		}
+		ok, err := linkselect.Selects(l, nsLabels[g.Object.GetNamespace()], g.Object.GetLabels())
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, g.Status.ServiceCIDR+" via "+g.Status.PortFixedIP)
 		}
 	}
 	sort.Strings(out)
@@ -171,10 +217,31 @@ func AuditInput(ctx context.Context, c client.Reader, s *sim.Server, baseline *s
 	if err := c.List(ctx, &links); err != nil {
 		return in, err
 	}
-	for _, l := range links.Items {
+	var nsList corev1.NamespaceList
+	if err := c.List(ctx, &nsList); err != nil {
+		return in, err
+	}
+	nsLabels := map[string]map[string]string{}
+	for _, n := range nsList.Items {
+		nsLabels[n.Name] = n.Labels
+	}
+	for i := range links.Items {
+		l := &links.Items[i]
+		// Which gateways' reverse routes belong on the link's router: the tenancy rules
+		// (gatewaySelector, or the default of the link's kind).
+		serves := []string{}
+		for _, g := range gws {
+			ok, err := linkselect.Selects(l, nsLabels[g.Object.GetNamespace()], g.Object.GetLabels())
+			if err != nil {
+				return in, err
+			}
+			if ok {
+				serves = append(serves, string(g.Object.GetUID()))
+			}
+		}
 		in.Links = append(in.Links, sim.AuditLink{
 			Owner: string(l.UID), Name: l.Name, TransitIP: l.Status.TransitIP, LegPortID: l.Status.LegPortID,
-			RouterID: l.Status.RouterID, ServiceClusterCIDR: l.Spec.ServiceClusterCIDR,
+			RouterID: l.Status.RouterID, ServiceClusterCIDR: l.Spec.ServiceClusterCIDR, Serves: serves,
 		})
 	}
 	return in, nil

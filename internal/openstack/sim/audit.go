@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -74,6 +75,15 @@ type AuditLink struct {
 	LegPortID          string
 	RouterID           string // the service cluster's router
 	ServiceClusterCIDR string
+	// Serves lists the owners of the gateways the link serves (its gatewaySelector, or
+	// the default for its kind): only their reverse routes belong on its router. Nil:
+	// every gateway.
+	Serves []string
+}
+
+// serves reports whether the link routes to the gateway with that owner.
+func (l *AuditLink) serves(owner string) bool {
+	return l.Serves == nil || slices.Contains(l.Serves, owner)
 }
 
 // AuditInput is everything an audit compares the state with.
@@ -324,11 +334,23 @@ func (s *Server) Audit(in AuditInput) AuditReport {
 		}
 	}
 	reverseRoute := map[Route]string{} // /24 via port address -> gateway name
+	reverseOwner := map[Route]string{}
 	for _, owner := range sortedKeys(gws) {
 		g := gws[owner]
 		if g.Reverse && portIP[owner] != "" {
 			reverseRoute[Route{Destination: g.ServiceCIDR, NextHop: portIP[owner]}] = g.Name
+			reverseOwner[Route{Destination: g.ServiceCIDR, NextHop: portIP[owner]}] = owner
 		}
+	}
+	// servedOn: a reverse route belongs on a link's router only when a link there serves
+	// its gateway (a route to another tenant's gateway is a leak, not an explanation).
+	servedOn := func(rid string, x Route) bool {
+		for _, l := range linkRouters[rid] {
+			if reverseRoute[x] != "" && l.serves(reverseOwner[x]) {
+				return true
+			}
+		}
+		return false
 	}
 	forwardRoute := map[Route]string{}
 	for _, owner := range sortedKeys(links) {
@@ -352,7 +374,7 @@ func (s *Server) Audit(in AuditInput) AuditReport {
 			switch {
 			case rid == in.GatewayRouterID && reverseRoute[x] != "":
 			case rid == in.GatewayRouterID && forwardRoute[x] != "":
-			case len(linkRouters[rid]) > 0 && reverseRoute[x] != "":
+			case servedOn(rid, x):
 			default:
 				rep.LeakedRoutes = append(rep.LeakedRoutes, what+" is explained by no live gateway or ClusterLink")
 			}
@@ -378,7 +400,7 @@ func (s *Server) Audit(in AuditInput) AuditReport {
 		}
 		for _, l := range linkRouters[rid] {
 			for _, x := range sortedRoutes(reverseRoute) {
-				if !have[x] {
+				if !have[x] && l.serves(reverseOwner[x]) {
 					rep.Missing = append(rep.Missing, fmt.Sprintf("ClusterLink %s: reverse route %s via %s (gateway %s) on router %s", l.Name, x.Destination, x.NextHop, reverseRoute[x], r.Name))
 				}
 			}

@@ -197,6 +197,21 @@ func TestAuditFindsEveryKindOfLeak(t *testing.T) {
 	if rep := s.Audit(in); len(rep.Problems()) != 0 || rep.Checked.Ports != 2 || rep.Checked.Routes != 3 {
 		t.Fatalf("a clean estate: %s (checked %+v)", rep, rep.Checked)
 	}
+	// Tenancy: a link that does not serve the gateway must not route to it; the same
+	// route is then a leak, and a link that serves nobody misses nothing.
+	in.Links[0].Serves = []string{}
+	if rep := s.Audit(in); !strings.Contains(rep.String(), "leaked route: 100.64.0.0/24 via "+ip+" on router shoot--services--svc01") || strings.Contains(rep.String(), "missing") {
+		t.Errorf("a reverse route to a gateway the link does not serve:\n%s", rep)
+	}
+	ok(t, s.RemoveRoute(svc01.ID, "100.64.0.0/24", ip))
+	if rep := s.Audit(in); len(rep.Problems()) != 0 {
+		t.Errorf("a link serving nobody, without the route: %s", rep)
+	}
+	in.Links[0].Serves = []string{"gw1"}
+	if rep := s.Audit(in); !strings.Contains(rep.String(), "missing: ClusterLink link1: reverse route 100.64.0.0/24") {
+		t.Errorf("a served gateway's reverse route missing:\n%s", rep)
+	}
+	ok(t, s.AddRoute(svc01.ID, "100.64.0.0/24", ip))
 
 	// Now one of each.
 	mustPort(t, s, Port{NetworkID: transit.ID, Name: "orphan", Tags: []string{"uid=gone"}}) // deleted owner's port
