@@ -490,13 +490,23 @@ func (h healthReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl
 // a change of the status agent's report, and a heartbeat while TunnelsUp is not known
 // (a silent agent is back). A heartbeat on a current report does not pass: the stale
 // check requeued at the report's deadline sees it. Spec changes are the phases'
-// reconcile's, which observes too.
+// reconcile's, which observes too; a change of PodReady or TunnelsUp it wrote passes.
 var healthChanged = predicate.Funcs{
 	CreateFunc: func(event.CreateEvent) bool { return true },
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := statusOf(e.ObjectOld), statusOf(e.ObjectNew)
 		if o.TunnelsReady != n.TunnelsReady || !equality.Semantic.DeepEqual(o.Tunnels, n.Tunnels) {
 			return true
+		}
+		// An observation written by the phases' reconcile, which observes too: it may
+		// have been computed from a report older than the one it was written over (its
+		// status write retries on top of a status-agent write), so look again. Looking
+		// again writes nothing when it was current.
+		for _, t := range []string{v1alpha1.ConditionTunnelsUp, v1alpha1.ConditionPodReady} {
+			oc, nc := conditions.Get(o.Conditions, t), conditions.Get(n.Conditions, t)
+			if (oc == nil) != (nc == nil) || oc != nil && (oc.Status != nc.Status || oc.Reason != nc.Reason || oc.Message != nc.Message) {
+				return true
+			}
 		}
 		if equality.Semantic.DeepEqual(o.TunnelsObservedTime, n.TunnelsObservedTime) {
 			return false
