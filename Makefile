@@ -89,7 +89,10 @@ test: deps controlplane node-deps vm-image fmt-check vet
 	if [[ $$(id -u) == 0 ]]; then \
 	  export BNERD_OPENSTACK_STATE=$$(bash hack/openstack.sh --print-state); \
 	  trap 'bash hack/openstack.sh down "$$BNERD_OPENSTACK_STATE"' EXIT; \
-	  bash hack/openstack.sh up "$$BNERD_OPENSTACK_STATE" >/dev/null || exit 1; \
+	  bash hack/openstack.sh up "$$BNERD_OPENSTACK_STATE" >/dev/null || { \
+	    echo "real OpenStack did not come up; stopping it and trying once more" >&2; \
+	    bash hack/openstack.sh down "$$BNERD_OPENSTACK_STATE"; \
+	    bash hack/openstack.sh up "$$BNERD_OPENSTACK_STATE" >/dev/null; } || exit 1; \
 	  export BNERD_OPENSTACK=sim,real BNERD_REQUIRE_OPENSTACK=1; \
 	fi; \
 	KUBEBUILDER_ASSETS=$$(bash hack/controlplane.sh --print-dir) \

@@ -610,7 +610,11 @@ cmd_up() {
 	wait_http glance-api "http://$HOST:9292/" "200 300" 300
 	wait_http nova-api "http://$HOST:8774/" 200 300
 	log "all services answer after $(since "$t")s"
-	"${SEED[@]}" estate >>"$STATE/log/seed.log" 2>&1 || die "seeding the estate failed; see $STATE/log/seed.log"
+	if ! "${SEED[@]}" estate >>"$STATE/log/seed.log" 2>&1; then
+		# The state directory may be removed right after (make test's down): say why here.
+		tail -n 30 "$STATE/log/seed.log" >&2
+		die "seeding the estate failed; see $STATE/log/seed.log"
+	fi
 	log "estate seeded; up in $(since "$t0")s total. State: $STATE"
 	echo "# vpn-operator (application credential); other clouds: $STATE/clouds.yaml, bash hack/openstack.sh env $STATE <cloud>"
 	cat "$STATE/vpn-operator.env"
