@@ -131,23 +131,8 @@ func (c *Cloud) Credential(name string) (openstack.Credential, error) {
 // ID returns the ID of a seeded object: kind is projects, networks, subnets, ports,
 // routers, servers or users; key is "<project>/<name>" (projects and users: the name).
 func (c *Cloud) ID(kind, key string) (string, error) {
-	var m map[string]string
-	switch kind {
-	case "projects":
-		m = c.estate.Projects
-	case "networks":
-		m = c.estate.Networks
-	case "subnets":
-		m = c.estate.Subnets
-	case "ports":
-		m = c.estate.Ports
-	case "routers":
-		m = c.estate.Routers
-	case "servers":
-		m = c.estate.Servers
-	case "users":
-		m = c.estate.Users
-	default:
+	m, ok := c.seeded(kind)
+	if !ok {
 		return "", fmt.Errorf("unknown kind %q", kind)
 	}
 	id, ok := m[key]
@@ -157,23 +142,18 @@ func (c *Cloud) ID(kind, key string) (string, error) {
 	return id, nil
 }
 
+// seeded is the seeded estate's IDs of one kind by key; false for an unknown kind.
+func (c *Cloud) seeded(kind string) (map[string]string, bool) {
+	m, ok := map[string]map[string]string{
+		"projects": c.estate.Projects, "networks": c.estate.Networks, "subnets": c.estate.Subnets,
+		"ports": c.estate.Ports, "routers": c.estate.Routers, "servers": c.estate.Servers, "users": c.estate.Users,
+	}[kind]
+	return m, ok
+}
+
 // IDs returns every seeded object of kind whose key starts with prefix.
 func (c *Cloud) IDs(kind, prefix string) map[string]string {
-	var m map[string]string
-	switch kind {
-	case "projects":
-		m = c.estate.Projects
-	case "networks":
-		m = c.estate.Networks
-	case "subnets":
-		m = c.estate.Subnets
-	case "ports":
-		m = c.estate.Ports
-	case "routers":
-		m = c.estate.Routers
-	case "servers":
-		m = c.estate.Servers
-	}
+	m, _ := c.seeded(kind)
 	out := map[string]string{}
 	for k, v := range m {
 		if strings.HasPrefix(k, prefix) {
