@@ -7,14 +7,23 @@
 #                  client site; SANDBOX_ARGS=--stay keeps it up, --objects-only runs the
 #                  lighter sandbox that needs no root, --openstack=real the objects-only
 #                  story against the real OpenStack of hack/openstack.sh (root).
-#   make images    builds the operator, gateway and pause images without Docker (root).
+#   make images    builds the operator, gateway, gateway-wireguard, status-agent and pause
+#                  images without Docker (root); REGISTRY=... pushes them.
+#   make release   VERSION=0.2.0 REGISTRY=registry.example.com/team: the images for amd64
+#                  and arm64 with SBOMs, the chart and the kubectl-vpn archives, pushed.
 #   make generate  regenerates deepcopy code and CRDs with the pinned controller-gen.
 
 SHELL := /usr/bin/env bash
 GO    ?= go
 export GOFLAGS ?= -mod=mod
 
-.PHONY: all test deps controlplane node-deps images node-up node-down vm-image generate fmt-check vet unit build sandbox fuzz
+.PHONY: all test deps controlplane node-deps images node-up node-down vm-image generate chart-docs fmt-check vet unit build sandbox fuzz release openstack-prepare
+
+# helm-docs writes the chart's README from values.yaml (make chart-docs); the chart's
+# tests run the same version and fail when the README is stale.
+HELM_DOCS_VERSION := v1.14.2
+HELM_DOCS = GOFLAGS= GOWORK=off $(GO) run github.com/norwoodj/helm-docs/cmd/helm-docs@$(HELM_DOCS_VERSION) \
+  --chart-search-root charts/bnerd-vpn-operator --sort-values-order file --skip-version-footer
 
 # A test whose prerequisite is missing fails instead of skipping when these are 1. CI
 # sets both (.ci/run); run as root, `make test` defaults both to 1, so it can never pass
@@ -40,15 +49,17 @@ controlplane:
 	@bash hack/controlplane.sh >/dev/null
 
 ## node-deps: everything the product world needs, built and cached (root only): Debian
-## packages, the control plane with kubelet and kube-scheduler, Multus, the images, the chart installer.
+## packages, the control plane with kubelet and kube-scheduler, Multus, the release's images
+## for amd64 and arm64 with their SBOMs, the chart tools, GoReleaser.
 node-deps:
 	@if [[ $$(id -u) == 0 ]]; then BNERD_NODE_STATE=$${BNERD_NODE_STATE:-$${TMPDIR:-/tmp}/bnerd-node} bash hack/node/up.sh --build-only; \
 	else echo "node-deps: not root; the product e2e and the product sandbox will skip"; fi
 
-## images: the operator, gateway and pause images as OCI archives (cached by content);
-## IMPORT=/path/containerd.sock also imports them into that containerd.
+## images: every image (operator, gateway, gateway-wireguard, status-agent and the local
+## world's pause) for PLATFORMS (default: this machine's), cached by content (root: the
+## Debian roots); REGISTRY=registry.example.com/team also pushes them (content tags).
 images:
-	$(GO) run ./hack/images $(if $(IMPORT),--import $(IMPORT)) operator gateway pause
+	$(GO) run ./hack/images $(if $(PLATFORMS),--platforms $(PLATFORMS)) $(if $(REGISTRY),--push $(REGISTRY)) operator gateway gateway-wireguard status-agent pause
 
 ## node-up / node-down: the local node world alone (control plane and two nodes).
 node-up:
@@ -56,17 +67,33 @@ node-up:
 node-down:
 	bash hack/node/down.sh
 
-## vm-image: the cached VM image the kernel dataplane test boots (root only: debootstrap).
+## openstack-prepare: start building, in the background, what the 2025.1 OpenStack needs
+## (its Debian 13 root file system and database schemas, cached; about 10 minutes the first
+## time, nothing once cached), so it overlaps the rest of the set-up; `hack/openstack.sh up`
+## waits for it (root only). The log is $TMPDIR/bnerd-openstack-prepare.log.
+openstack-prepare:
+	@if [[ $$(id -u) == 0 ]]; then \
+	  (setsid bash hack/openstack.sh --release 2025.1 prepare </dev/null >$${TMPDIR:-/tmp}/bnerd-openstack-prepare.log 2>&1 &); \
+	else echo "openstack-prepare: not root; the real OpenStack tiers will skip"; fi
+
+## vm-image: the cached VM image the kernel dataplane test boots, and the libreswan
+## clients image it attaches (root only: debootstrap).
 vm-image:
-	@if [[ $$(id -u) == 0 ]]; then bash hack/vm/image.sh >/dev/null; else echo "vm-image: not root; the kernel dataplane VM test will skip" >&2; fi
+	@if [[ $$(id -u) == 0 ]]; then bash hack/vm/image.sh >/dev/null && bash hack/vm/libreswan.sh >/dev/null; else echo "vm-image: not root; the kernel dataplane VM test will skip" >&2; fi
 
 generate:
 	$(GO) tool controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(GO) tool controller-gen crd:crdVersions=v1 paths=./api/... output:crd:dir=config/crd
 	$(GO) run ./hack/crddesc config/crd
 	$(GO) tool controller-gen rbac:roleName=bnerd-vpn-operator paths=./internal/controller/... output:rbac:dir=config/rbac
-	cp config/crd/*.yaml charts/bnerd-vpn-operator/crds/
+	rm -f charts/bnerd-vpn-operator/files/crds/*.yaml
+	cp config/crd/*.yaml charts/bnerd-vpn-operator/files/crds/
 	cp config/rbac/role.yaml charts/bnerd-vpn-operator/files/role.yaml
+	$(MAKE) --no-print-directory chart-docs
+
+## chart-docs: the chart's README (values table) from values.yaml, with the pinned helm-docs.
+chart-docs:
+	$(HELM_DOCS)
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -81,26 +108,36 @@ vet:
 build:
 	$(GO) build ./...
 
-test: deps controlplane node-deps vm-image fmt-check vet
-	@# As root a real OpenStack (hack/openstack.sh) joins the run: up once before the
-	@# tests, down at the end, also when they fail; the conformance suite then runs on
-	@# the simulator and on it, and test/openstack runs the controllers on it.
+# openstack-up RELEASE STATE: bring a real OpenStack up; when it does not come up, stop
+# it and try once more.
+define openstack-up
+{ bash hack/openstack.sh --release $(1) up "$(2)" >/dev/null || { \
+  echo "real OpenStack $(1) did not come up; stopping it and trying once more" >&2; \
+  bash hack/openstack.sh --release $(1) down "$(2)"; \
+  bash hack/openstack.sh --release $(1) up "$(2)" >/dev/null; }; }
+endef
+
+test: openstack-prepare deps controlplane node-deps vm-image fmt-check vet
+	@# As root two real OpenStacks (hack/openstack.sh) join the run, Zed and 2025.1, side
+	@# by side on their own loopback addresses: up at once before the tests, down at the
+	@# end, also when they fail; the conformance suite then runs on the simulator and on
+	@# both, and test/openstack runs the controllers on both.
 	set -o pipefail; \
 	if [[ $$(id -u) == 0 ]]; then \
 	  export BNERD_OPENSTACK_STATE=$$(bash hack/openstack.sh --print-state); \
-	  trap 'bash hack/openstack.sh down "$$BNERD_OPENSTACK_STATE"' EXIT; \
-	  bash hack/openstack.sh up "$$BNERD_OPENSTACK_STATE" >/dev/null || { \
-	    echo "real OpenStack did not come up; stopping it and trying once more" >&2; \
-	    bash hack/openstack.sh down "$$BNERD_OPENSTACK_STATE"; \
-	    bash hack/openstack.sh up "$$BNERD_OPENSTACK_STATE" >/dev/null; } || exit 1; \
-	  export BNERD_OPENSTACK=sim,real BNERD_REQUIRE_OPENSTACK=1; \
+	  export BNERD_OPENSTACK_STATE_2025_1=$$(bash hack/openstack.sh --release 2025.1 --print-state); \
+	  trap 'bash hack/openstack.sh down "$$BNERD_OPENSTACK_STATE"; bash hack/openstack.sh --release 2025.1 down "$$BNERD_OPENSTACK_STATE_2025_1"' EXIT; \
+	  $(call openstack-up,zed,$$BNERD_OPENSTACK_STATE) & zed=$$!; \
+	  $(call openstack-up,2025.1,$$BNERD_OPENSTACK_STATE_2025_1) & new=$$!; \
+	  wait $$zed && wait $$new || exit 1; \
+	  export BNERD_OPENSTACK=sim,real,real-2025.1 BNERD_REQUIRE_OPENSTACK=1; \
 	fi; \
 	KUBEBUILDER_ASSETS=$$(bash hack/controlplane.sh --print-dir) \
 	  $(GO) test -json -count=1 -timeout 45m ./... 2>&1 | $(TESTREPORT)
 	@# The Helm chart's tests live in their own module (the Helm SDK's dependencies stay
 	@# out of the operator's).
 	set -o pipefail; cd test/chart && KUBEBUILDER_ASSETS=$$(bash ../../hack/controlplane.sh --print-dir) \
-	  $(GO) test -json -count=1 -timeout 10m ./... 2>&1 | (cd ../.. && $(TESTREPORT))
+	  $(GO) test -json -count=1 -timeout 20m ./... 2>&1 | (cd ../.. && $(TESTREPORT))
 	$(MAKE) --no-print-directory fuzz
 
 ## fuzz: each fuzz target for FUZZTIME (default 20s).
@@ -119,3 +156,9 @@ sandbox: controlplane
 ## unit: the quick loop while developing (no control plane required: those tests skip).
 unit:
 	BNERD_REQUIRE_ENVTEST=0 BNERD_REQUIRE_DATAPLANE=0 $(GO) test -short ./...
+
+## release: the release, pushed to any OCI registry: VERSION=0.2.0 REGISTRY=registry.example.com/team
+## (images for linux/amd64 and linux/arm64 with SBOMs, the chart, the kubectl-vpn archives
+## and krew manifest in dist/; hack/release.sh). PLATFORMS and RELEASE_PARTS narrow it.
+release:
+	VERSION=$(VERSION) REGISTRY=$(REGISTRY) bash hack/release.sh

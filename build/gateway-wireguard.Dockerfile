@@ -3,15 +3,18 @@
 # wireguard-go inside the agent where the kernel has none) and configures it through
 # wgctrl, plus wg(8) for inspection.
 # Build from the repository root:
-#   docker build -f build/gateway-wireguard.Dockerfile -t bnerd-vpn-gateway-wireguard .
-FROM golang:1.26-bookworm AS build
+#   docker build -f build/gateway-wireguard.Dockerfile --build-arg VERSION=v0.2.0 -t bnerd-vpn-gateway-wireguard .
+FROM --platform=$BUILDPLATFORM golang:1.26-bookworm AS build
+ARG TARGETOS
+ARG TARGETARCH
+ARG VERSION=v0.1.0
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY api/ api/
 COPY cmd/vpn-gateway-agent/ cmd/vpn-gateway-agent/
 COPY internal/ internal/
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/vpn-gateway-agent ./cmd/vpn-gateway-agent
+RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -buildvcs=false -ldflags="-s -w -X bnerd.net/vpn-operator/internal/version.Version=$VERSION" -o /out/vpn-gateway-agent ./cmd/vpn-gateway-agent
 
 FROM debian:bookworm-slim
 COPY build/gateway-wireguard.packages /tmp/gateway-wireguard.packages

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the dataplane tests use (strongSwan with kernel-libipsec,
-# nftables, iproute2, tcpdump, iperf3, ...). Idempotent: packages already installed are
-# not touched, and apt is only consulted when something is missing.
+# nftables, iproute2, tcpdump, iperf3, ...; shellcheck for the workflow lint). Idempotent:
+# packages already installed are not touched, and apt is only consulted when something is
+# missing.
 set -euo pipefail
 
 pkgs=(strongswan-swanctl strongswan-charon charon-systemd libcharon-extra-plugins
       libstrongswan-extra-plugins libstrongswan-standard-plugins nftables iptables iproute2 tcpdump iperf3 curl openssl
-      iputils-ping wireguard-tools wireguard-go)
+      iputils-ping wireguard-tools wireguard-go shellcheck)
 
 if [[ $(id -u) != 0 ]]; then
   echo "install-deps: not root; the dataplane tests will skip (they need root and: ${pkgs[*]})" >&2

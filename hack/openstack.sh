@@ -1,36 +1,50 @@
 #!/usr/bin/env bash
-# A real OpenStack control plane on 127.0.0.1 for the tests and the sandbox: Keystone,
-# Neutron (ML2/Open vSwitch driver, L3 router plugin, no agents) and Nova with the fake
-# virt driver, plus the Placement, Glance and RabbitMQ that Nova needs, all from the
-# distribution's packages (Debian 12: the Zed release), all on sqlite.
+# A real OpenStack control plane on a loopback address for the tests and the sandbox:
+# Keystone, Neutron (ML2/Open vSwitch driver, L3 router plugin, no agents) and Nova with
+# the fake virt driver, plus the Placement, Glance and RabbitMQ that Nova needs, all from
+# the distribution's packages, all on sqlite. Two releases, which run side by side:
 #
-#   bash hack/openstack.sh up   [STATE]          start (idempotent), seed the estate, print OS_*
-#   bash hack/openstack.sh down [STATE]          stop exactly what `up` started; remove STATE
-#   bash hack/openstack.sh env  [STATE] [CLOUD]  print `export OS_*` lines for CLOUD
-#   bash hack/openstack.sh status [STATE]        which services run
-#   bash hack/openstack.sh --print-state         the default STATE
+#   zed     Debian 12's packages on this host, on 127.0.0.1, with Zed's shipped (legacy)
+#           policy defaults. The default.
+#   2025.1  Debian 13's packages (OpenStack 2025.1) in a Debian 13 root file system
+#           (hack/openstack-rootfs.sh, built once and cached), on 127.0.0.2, with the
+#           policy defaults as 2025.1 ships them: secure RBAC (enforce_new_defaults) and
+#           scope enforcement (enforce_scope) on in every service.
 #
-# STATE defaults to $BNERD_OPENSTACK_STATE or $TMPDIR/bnerd-vpn-operator-openstack. It
-# holds the configuration, the sqlite databases, logs, pid files and what the seeding
-# wrote: clouds.yaml (one entry per application credential), one <cloud>.env per entry
-# and estate.json (the IDs of the seeded objects by project, kind and name).
+#   bash hack/openstack.sh [--release R] up   [STATE]          start (idempotent), seed the estate, print OS_*
+#   bash hack/openstack.sh [--release R] down [STATE]          stop exactly what `up` started; remove STATE
+#   bash hack/openstack.sh [--release R] env  [STATE] [CLOUD]  print `export OS_*` lines for CLOUD
+#   bash hack/openstack.sh [--release R] status [STATE]        which services run
+#   bash hack/openstack.sh [--release R] prepare               install or build, and cache, what `up` needs; start nothing
+#   bash hack/openstack.sh [--release R] --print-state         the default STATE
+#
+# The release is --release, else $BNERD_OPENSTACK_RELEASE, else zed. STATE defaults to
+# $BNERD_OPENSTACK_STATE or $TMPDIR/bnerd-vpn-operator-openstack for Zed, and to
+# $BNERD_OPENSTACK_STATE_2025_1 or $TMPDIR/bnerd-vpn-operator-openstack-2025.1 for 2025.1.
+# It holds the configuration, the sqlite databases, logs, pid files and what the seeding
+# wrote: clouds.yaml (one entry per application credential), one <cloud>.env per entry,
+# estate.json (the IDs of the seeded objects by project, kind and name) and release.
 #
 # The estate is examples/sim-estate.yaml (the simulator's example estate, same names)
 # plus the conformance suite's estate (internal/openstack/testdata/conformance-estate.yaml,
-# projects prefixed cf-), applied by hack/openstackseed.
+# projects prefixed cf-), applied by hack/openstackseed, the same for both releases.
 #
 # Cached by version under ~/.cache/bnerd-vpn-operator/openstack/<key>/: the pristine
 # database schemas (Keystone after bootstrap, Neutron, Nova, Placement, Glance), so a
-# warm `up` copies files instead of running migrations. The key covers the package
-# versions and this script's schema revision.
+# warm `up` copies files instead of running migrations. The key covers the release, the
+# package versions and this script's schema revision. 2025.1's root file system is
+# cached beside them (see hack/openstack-rootfs.sh).
 #
-# Requires root (packages, the fixed ports). Knobs: BNERD_OPENSTACK_NO_INSTALL=1 never
-# calls apt-get (a missing package is then an error).
+# Requires root (packages, chroot, the fixed ports). Knobs: BNERD_OPENSTACK_NO_INSTALL=1
+# never calls apt-get or debootstrap (a missing package or root file system is then an
+# error).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
-HOST=127.0.0.1
+# shellcheck source=hack/openstack-rootfs.sh
+. "$HERE/openstack-rootfs.sh"
+RELEASE=${BNERD_OPENSTACK_RELEASE:-zed}
 PY=/usr/bin/python3 # the distribution's python: the OpenStack libraries live there
 COMPUTE_HOST=bn-compute-1
 SERVICE_PW=service-secret-for-tests-only
@@ -42,8 +56,33 @@ uwsgi-core uwsgi-plugin-python3 sqlite3 rabbitmq-server curl procps util-linux"
 SERVICES="keystone rabbitmq placement glance-api neutron-server nova-api nova-conductor nova-scheduler nova-compute"
 export OS_CLIENT_CONFIG_FILE=/dev/null
 
-default_state() { echo "${BNERD_OPENSTACK_STATE:-${TMPDIR:-/tmp}/bnerd-vpn-operator-openstack}"; }
-log() { printf '[openstack %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+# set_release: what differs between the releases. ROOT (2025.1's root file system) is
+# set by need_root, which builds it when missing.
+set_release() {
+	case "$RELEASE" in
+	zed)
+		HOST=127.0.0.1 SUITE="" EPMD_PORT=4369 RABBIT_NODE=bn-rabbit RABBIT_DIST_PORT=25672
+		;;
+	2025.1)
+		# The Zed services hold 127.0.0.1's ports and epmd's default port; these use
+		# another loopback address and ports of their own.
+		HOST=127.0.0.2 SUITE=trixie EPMD_PORT=4370 RABBIT_NODE=bn-rabbit-2025 RABBIT_DIST_PORT=25673
+		;;
+	*)
+		echo "hack/openstack.sh: unknown release $RELEASE (zed or 2025.1)" >&2
+		exit 2
+		;;
+	esac
+	ROOT=""
+}
+
+default_state() {
+	case "$RELEASE" in
+	zed) echo "${BNERD_OPENSTACK_STATE:-${TMPDIR:-/tmp}/bnerd-vpn-operator-openstack}" ;;
+	2025.1) echo "${BNERD_OPENSTACK_STATE_2025_1:-${TMPDIR:-/tmp}/bnerd-vpn-operator-openstack-2025.1}" ;;
+	esac
+}
+log() { printf '[openstack %s %s] %s\n' "$RELEASE" "$(date +%H:%M:%S)" "$*" >&2; }
 die() {
 	log "ERROR: $*"
 	exit 1
@@ -55,8 +94,10 @@ abspath() { case "$1" in /*) echo "$1" ;; *) echo "$(pwd)/$1" ;; esac }
 # ------------------------------------------------------------------ packages
 
 install_packages() {
-	local missing="" p
-	for p in $PKGS; do
+	local missing="" p pkgs=$PKGS
+	# 2025.1 needs only the tools this script itself runs on the host.
+	[ -n "$SUITE" ] && pkgs="sqlite3 curl procps util-linux"
+	for p in $pkgs; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
 	done
 	[ -z "$missing" ] && return 0
@@ -65,29 +106,80 @@ install_packages() {
 	log "installing:$missing"
 	local t created=0
 	t=$(now)
-	# Keep the maintainer scripts from starting services (rabbitmq-server would).
-	if [ ! -e /usr/sbin/policy-rc.d ]; then
+	# Keep the maintainer scripts from starting services (rabbitmq-server would). The
+	# 2025.1 host tools start none, and must not remove the file under Zed's install.
+	if [ -z "$SUITE" ] && [ ! -e /usr/sbin/policy-rc.d ]; then
 		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
 		chmod +x /usr/sbin/policy-rc.d
 		created=1
 	fi
 	# shellcheck disable=SC2086
-	if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null; then
-		DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	if ! DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=1200 install -y -qq --no-install-recommends $missing >/dev/null; then
+		DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=1200 update -qq
 		# shellcheck disable=SC2086
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+		DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=1200 install -y -qq --no-install-recommends $missing >/dev/null
 	fi
 	[ "$created" = 1 ] && rm -f /usr/sbin/policy-rc.d
 	log "packages installed in $(since "$t")s"
+}
+
+# install: what `up` needs on this host and, for 2025.1, the root file system.
+install() {
+	install_packages
+	if [ -n "$SUITE" ]; then need_root; fi
+}
+
+# need_root: 2025.1's root file system, built (and cached) when missing.
+need_root() {
+	[ -n "$ROOT" ] && return 0
+	local dir
+	if [ "${BNERD_OPENSTACK_NO_INSTALL:-0}" = 1 ]; then
+		dir=$(rootfs_dir "$SUITE")
+		[ -f "$dir/manifest" ] || die "no $SUITE root file system in $dir (BNERD_OPENSTACK_NO_INSTALL=1)"
+	else
+		dir=$(ensure_rootfs "$SUITE") || die "building the $SUITE root file system failed"
+	fi
+	ROOT=$dir/root
 }
 
 version_key() {
 	# shellcheck disable=SC2086
 	{
 		echo "schema-rev=$SCHEMA_REV"
-		dpkg-query -W -f='${Package}=${Version}\n' python3-keystone python3-neutron python3-nova python3-placement python3-glance python3-neutron-lib 2>/dev/null || true
+		if [ -n "$SUITE" ]; then
+			# data-rev 2: Neutron's security group rule templates inserted.
+			echo "release=$RELEASE data-rev=2"
+			grep '=' "$ROOT/../manifest" | grep -v '^built=\|^size=\|^suite='
+		else
+			dpkg-query -W -f='${Package}=${Version}\n' python3-keystone python3-neutron python3-nova python3-placement python3-glance python3-neutron-lib 2>/dev/null || true
+		fi
 	} | sha256sum | cut -c1-16
 }
+
+# osrun DIR CMD...: run CMD with DIR as its working directory: for Zed on this host;
+# for 2025.1 in its root file system, in a private mount namespace where DIR is bound to
+# /srv/state (what the configuration files name) and /dev, /proc and /sys are the
+# host's. The process keeps its PID through every exec, so a pid file written for it
+# names the service itself.
+osrun() {
+	local dir=$1
+	shift
+	if [ -z "$SUITE" ]; then
+		cd "$dir" && exec ${OSRUN_PREFIX:-} "$@"
+	fi
+	exec ${OSRUN_PREFIX:-} unshare -m --propagation private -- bash -c '
+		set -e
+		r=$1 d=$2
+		shift 2
+		mount --rbind /dev "$r/dev"
+		mount --rbind /proc "$r/proc"
+		mount --rbind /sys "$r/sys"
+		mount --bind "$d" "$r/srv/state"
+		exec unshare --root="$r" --wd=/srv/state -- /usr/bin/env PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C.UTF-8 "$@"' _ "$ROOT" "$dir" "$@"
+}
+
+# seen DIR: the path under which the services see DIR (what configuration files name).
+seen() { if [ -n "$SUITE" ]; then echo /srv/state; else echo "$1"; fi; }
 
 # ------------------------------------------------------------------ configuration
 
@@ -108,11 +200,37 @@ authtoken() {
 	ksauth "$1"
 }
 
-# write_configs DIR DATA: every service's configuration, databases under DATA.
+# keystone_cache_backend: an in-process cache. Keystone 27 keeps a role it created in
+# the plain memory cache by reference and its API then adds "links" to that very dict, so
+# an application credential naming the role is refused ("'links' was unexpected");
+# memory_pickle stores copies.
+keystone_cache_backend() { if [ -n "$SUITE" ]; then echo dogpile.cache.memory_pickle; else echo dogpile.cache.memory; fi; }
+
+# legacy_policy WHY: Zed's [oslo_policy] as Zed ships it (the old defaults, no scope
+# checks), spelled out; nothing for 2025.1, which runs oslo.policy's shipped defaults
+# (enforce_new_defaults and enforce_scope on).
+legacy_policy() {
+	[ -n "$SUITE" ] && return 0
+	printf '[oslo_policy]\n# %s\nenforce_new_defaults = false\nenforce_scope = false\n' "$1"
+}
+
+# service_user NAME: Nova's [service_user] as the 2025.1 install guide sets it (a service
+# token sent with the user's, which Neutron checks for the service role). Zed's guide
+# did not ask for it; nothing for Zed.
+service_user() {
+	[ -z "$SUITE" ] && return 0
+	printf '[service_user]\nsend_service_user_token = true\n'
+	ksauth "$1"
+}
+
+# write_configs OUT: every service's configuration into OUT/etc, naming the files under
+# OUT as the services see them (seen): databases in data/, logs in log/.
 write_configs() {
-	local E=$1 D=$2 S=$3
-	mkdir -p "$E"/{keystone,neutron/plugins/ml2,nova,placement,glance}
-	cat >"$E/keystone/keystone.conf" <<EOF
+	local W=$1/etc S E D
+	S=$(seen "$1")
+	E=$S/etc D=$S/data
+	mkdir -p "$W"/{keystone,neutron/plugins/ml2,nova,placement,glance}
+	cat >"$W/keystone/keystone.conf" <<EOF
 [DEFAULT]
 log_file = $S/log/keystone.log
 [database]
@@ -131,9 +249,9 @@ key_repository = $S/keystone/fernet-keys
 key_repository = $S/keystone/credential-keys
 [cache]
 enabled = true
-backend = dogpile.cache.memory
+backend = $(keystone_cache_backend)
 EOF
-	cat >"$E/neutron/api-paste.ini" <<'EOF'
+	cat >"$W/neutron/api-paste.ini" <<'EOF'
 [composite:neutron]
 use = egg:Paste#urlmap
 /: neutronversions_composite
@@ -161,7 +279,7 @@ paste.app_factory = neutron.pecan_wsgi.app:versions_factory
 [app:neutronapiapp_v2_0]
 paste.app_factory = neutron.api.v2.router:APIRouter.factory
 EOF
-	cat >"$E/neutron/neutron.conf" <<EOF
+	cat >"$W/neutron/neutron.conf" <<EOF
 [DEFAULT]
 bind_host = $HOST
 bind_port = 9696
@@ -179,8 +297,9 @@ state_path = $S/neutron
 log_file = $S/log/neutron-server.log
 notify_nova_on_port_status_changes = true
 notify_nova_on_port_data_changes = true
-# The fake Open vSwitch agent row inserted at start must never count as dead.
-agent_down_time = 86400000
+# The fake Open vSwitch agent row inserted at start must never count as dead (23 days;
+# 2025.1 refuses more than 2^31 ms).
+agent_down_time = 2000000
 [database]
 connection = sqlite:///$D/neutron.db
 [keystone_authtoken]
@@ -193,16 +312,13 @@ token_cache_time = 5
 $(ksauth nova)
 [oslo_concurrency]
 lock_path = $S/neutron/lock
-[oslo_policy]
-# Zed's defaults. enforce_scope makes project-scoped admins (and Nova's service user)
-# non-admin there: 404s for other projects and a 500 on interface attach.
-enforce_new_defaults = false
-enforce_scope = false
+$(legacy_policy "Zed's defaults. enforce_scope makes project-scoped admins (and Nova's service user)
+# non-admin there: 404s for other projects and a 500 on interface attach.")
 EOF
 	# Only the port_security extension driver, as on most clouds: without
 	# tag_ports_during_bulk_creation, Neutron accepts "tags" in a port create and drops
 	# them, which is the older behaviour the operator must cope with.
-	cat >"$E/neutron/plugins/ml2/ml2_conf.ini" <<EOF
+	cat >"$W/neutron/plugins/ml2/ml2_conf.ini" <<EOF
 [ml2]
 type_drivers = flat,vlan,vxlan
 tenant_network_types = vxlan
@@ -215,7 +331,7 @@ vni_ranges = 1:10000
 [securitygroup]
 firewall_driver = noop
 EOF
-	cat >"$E/placement/placement.conf" <<EOF
+	cat >"$W/placement/placement.conf" <<EOF
 [DEFAULT]
 log_file = $S/log/placement.log
 [api]
@@ -225,7 +341,7 @@ connection = sqlite:///$D/placement.db
 [keystone_authtoken]
 $(authtoken placement)
 EOF
-	cat >"$E/glance/glance-api-paste.ini" <<'EOF'
+	cat >"$W/glance/glance-api-paste.ini" <<'EOF'
 [pipeline:glance-api-keystone]
 pipeline = http_proxy_to_wsgi versionnegotiation authtoken context rootapp
 [composite:rootapp]
@@ -246,7 +362,7 @@ delay_auth_decision = true
 [filter:http_proxy_to_wsgi]
 paste.filter_factory = oslo_middleware:HTTPProxyToWSGI.factory
 EOF
-	cat >"$E/glance/glance-api.conf" <<EOF
+	cat >"$W/glance/glance-api.conf" <<EOF
 [DEFAULT]
 bind_host = $HOST
 bind_port = 9292
@@ -271,7 +387,7 @@ $(authtoken glance)
 [oslo_concurrency]
 lock_path = $S/glance/lock
 EOF
-	cat >"$E/nova/api-paste.ini" <<'EOF'
+	cat >"$W/nova/api-paste.ini" <<'EOF'
 [composite:osapi_compute]
 use = call:nova.api.openstack.urlmap:urlmap_factory
 /: oscomputeversions
@@ -305,7 +421,7 @@ paste.filter_factory = nova.api.auth:NovaKeystoneContext.factory
 [filter:authtoken]
 paste.filter_factory = keystonemiddleware.auth_token:filter_factory
 EOF
-	cat >"$E/nova/nova.conf" <<EOF
+	cat >"$W/nova/nova.conf" <<EOF
 [DEFAULT]
 host = $COMPUTE_HOST
 my_ip = $HOST
@@ -347,16 +463,18 @@ $(ksauth neutron)
 region_name = RegionOne
 [cinder]
 os_region_name = RegionOne
+$(service_user nova)
 EOF
 	# nova-compute must not see the database settings ("No DB access allowed").
-	awk '/^\[/{skip=($0=="[database]"||$0=="[api_database]")} !skip' "$E/nova/nova.conf" >"$E/nova/nova-compute.conf"
+	awk '/^\[/{skip=($0=="[database]"||$0=="[api_database]")} !skip' "$W/nova/nova.conf" >"$W/nova/nova-compute.conf"
 }
 
-# pyentry MODULE NAME ARGS...: run a console entry point with the distribution's python.
+# pyentry MODULE NAME ARGS...: run a console entry point with the distribution's python
+# (for 2025.1 in its root file system, with BIND as /srv/state).
 pyentry() {
 	local mod=$1 name=$2
 	shift 2
-	$PY -c "import sys; from $mod import main; sys.argv[0]='$name'; sys.exit(main())" "$@"
+	(osrun "$BIND" $PY -c "import sys; from $mod import main; sys.argv[0]='$name'; sys.exit(main())" "$@")
 }
 wal() { sqlite3 "$1" 'PRAGMA journal_mode=WAL;' >/dev/null; }
 # unwal DB: fold the write-ahead log back so the file alone is the database.
@@ -367,12 +485,13 @@ unwal() { sqlite3 "$1" 'PRAGMA wal_checkpoint(TRUNCATE); PRAGMA journal_mode=DEL
 # build_schemas DIR: pristine databases into DIR (Keystone bootstrapped with the admin
 # user, everything else migrated and empty).
 build_schemas() {
-	local B=$1 t
+	local B=$1 t SB
+	BIND=$B SB=$(seen "$B")
 	mkdir -p "$B"/{etc,data,log,keystone/fernet-keys,keystone/credential-keys,neutron/lock}
-	write_configs "$B/etc" "$B/data" "$B"
+	write_configs "$B"
 	write_keys "$B"
-	local KC=(--config-file "$B/etc/keystone/keystone.conf")
-	local NC=(--config-file "$B/etc/neutron/neutron.conf" --config-file "$B/etc/neutron/plugins/ml2/ml2_conf.ini")
+	local KC=(--config-file "$SB/etc/keystone/keystone.conf")
+	local NC=(--config-file "$SB/etc/neutron/neutron.conf" --config-file "$SB/etc/neutron/plugins/ml2/ml2_conf.ini")
 	t=$(now)
 	(
 		pyentry keystone.cmd.manage keystone-manage "${KC[@]}" db_sync
@@ -387,24 +506,40 @@ build_schemas() {
 	(
 		# Neutron's migrations ALTER constraints, which sqlite cannot: build the schema
 		# from the models (as Neutron's own unit tests do) and stamp it as migrated.
-		$PY - "$B/data/neutron.db" <<'PYEOF'
-import sys, sqlalchemy as sa
+		# The data a migration inserts comes with it: from 2023.2 on, the security group
+		# rule templates (egress for every new group, the default group's own rules).
+		(osrun "$B" $PY - "$SB/data/neutron.db") <<'PYEOF'
+import glob, importlib.util, os, sys, sqlalchemy as sa
+import neutron.db.migration
 from neutron.db.migration.models import head
-head.get_metadata().create_all(sa.create_engine("sqlite:///" + sys.argv[1]))
+md = head.get_metadata()
+engine = sa.create_engine("sqlite:///" + sys.argv[1])
+md.create_all(engine)
+versions = os.path.join(os.path.dirname(neutron.db.migration.__file__), "alembic_migrations", "versions")
+for path in glob.glob(os.path.join(versions, "*", "expand", "c33da356b165_*.py")):
+    spec = importlib.util.spec_from_file_location("sg_default_rules", path)
+    mig = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mig)
+    attrs, rules = md.tables["standardattributes"], md.tables[mig.table_name]
+    with engine.begin() as c:
+        for rule in mig.default_template_rules:
+            rule = dict(rule)
+            res = c.execute(attrs.insert().values(description=rule.pop("description"), resource_type=mig.table_name))
+            c.execute(rules.insert().values(standard_attr_id=res.inserted_primary_key[0], **rule))
 PYEOF
 		pyentry neutron.db.migration.cli neutron-db-manage "${NC[@]}" stamp heads
 	) >"$B/log/neutron.log" 2>&1 &
 	local npid=$!
 	(
-		OS_PLACEMENT_CONFIG_DIR=$B/etc/placement pyentry placement.cmd.manage placement-manage \
-			--config-file "$B/etc/placement/placement.conf" db sync
-		pyentry glance.cmd.manage glance-manage --config-file "$B/etc/glance/glance-api.conf" db_sync
+		OS_PLACEMENT_CONFIG_DIR=$SB/etc/placement pyentry placement.cmd.manage placement-manage \
+			--config-file "$SB/etc/placement/placement.conf" db sync
+		pyentry glance.cmd.manage glance-manage --config-file "$SB/etc/glance/glance-api.conf" db_sync
 	) >"$B/log/placement-glance.log" 2>&1 &
 	local ppid=$!
 	(
-		local NM=(--config-file "$B/etc/nova/nova.conf")
+		local NM=(--config-file "$SB/etc/nova/nova.conf")
 		pyentry nova.cmd.manage nova-manage "${NM[@]}" api_db sync
-		pyentry nova.cmd.manage nova-manage "${NM[@]}" cell_v2 map_cell0 --database_connection "sqlite:///$B/data/nova_cell0.db"
+		pyentry nova.cmd.manage nova-manage "${NM[@]}" cell_v2 map_cell0 --database_connection "sqlite:///$SB/data/nova_cell0.db"
 		pyentry nova.cmd.manage nova-manage "${NM[@]}" cell_v2 create_cell --name cell1
 		pyentry nova.cmd.manage nova-manage "${NM[@]}" db sync
 	) >"$B/log/nova.log" 2>&1 &
@@ -453,10 +588,20 @@ alive() {
 	kill -0 "$p" 2>/dev/null && ours "$p"
 }
 # ours PID: the process is a session leader this script started for this STATE (its
-# working directory; the environment is no proof, setproctitle overwrites it).
+# working directory; the environment is no proof, setproctitle overwrites it). A 2025.1
+# service works in /srv/state of the root file system `up` recorded, and its mount
+# namespace binds this STATE there.
 ours() {
-	[ "$(ps -o sid= -p "$1" 2>/dev/null | tr -d ' ')" = "$1" ] &&
+	[ "$(ps -o sid= -p "$1" 2>/dev/null | tr -d ' ')" = "$1" ] || return 1
+	if [ -z "$SUITE" ]; then
 		[ "$(readlink "/proc/$1/cwd" 2>/dev/null)" = "$STATE" ]
+		return
+	fi
+	local root src
+	root=$(cat "$STATE/run/root" 2>/dev/null) || return 1
+	[ "$(readlink "/proc/$1/root" 2>/dev/null)" = "$root" ] || return 1
+	src=$(awk '$5 == "/srv/state" { print $4 }' "/proc/$1/mountinfo" 2>/dev/null)
+	[ -n "$src" ] && case "$STATE" in *"$src") return 0 ;; *) return 1 ;; esac
 }
 port_busy() { (echo >"/dev/tcp/$HOST/$1") 2>/dev/null; }
 # daemon NAME CMD...: background in its own session, pid file, tagged environment.
@@ -464,7 +609,7 @@ daemon() {
 	local name=$1
 	shift
 	# The daemon must not inherit the lock descriptors (8, 9): it would hold the locks.
-	(cd "$STATE" && exec setsid "$@" </dev/null >"$STATE/log/$name.out" 2>&1 8>&- 9>&-) &
+	(OSRUN_PREFIX=setsid osrun "$STATE" "$@" </dev/null >"$STATE/log/$name.out" 2>&1 8>&- 9>&-) &
 	echo $! >"$STATE/run/$name.pid"
 }
 wait_http() { # NAME URL OKCODES TIMEOUT
@@ -480,7 +625,7 @@ wait_http() { # NAME URL OKCODES TIMEOUT
 uwsgi_app() { # NAME PORT WSGI-FILE ENV
 	daemon "$1" /usr/bin/uwsgi --plugin python3 --http11-socket "$HOST:$2" --wsgi-file "$3" --master \
 		--processes 1 --threads 4 --lazy-apps --die-on-term --buffer-size 65535 --env "$4" \
-		--logto "$STATE/log/$1-uwsgi.log"
+		--logto "$SS/log/$1-uwsgi.log"
 }
 pyd() { # NAME MODULE ARGS...: a python service
 	local name=$1 mod=$2
@@ -528,12 +673,18 @@ cmd_up() {
 		cat "$STATE/vpn-operator.env"
 		return 0
 	fi
-	install_packages
+	if [ -f "$STATE/release" ] && [ "$(cat "$STATE/release")" != "$RELEASE" ]; then
+		die "$STATE holds OpenStack $(cat "$STATE/release"), not $RELEASE"
+	fi
+	install
 	ensure_schemas
+	SS=$(seen "$STATE") BIND=$STATE
 	mkdir -p "$STATE"/{etc,data,log,run,bin,keystone/fernet-keys,keystone/credential-keys,neutron/lock,nova/lock,nova/instances,glance/images,glance/lock,rabbitmq/mnesia,rabbitmq/log,rabbitmq/home}
 	exec 9>"$STATE/run/.lock"
 	flock 9
-	write_configs "$STATE/etc" "$STATE/data" "$STATE"
+	echo "$RELEASE" >"$STATE/release"
+	[ -n "$SUITE" ] && echo "$ROOT" >"$STATE/run/root"
+	write_configs "$STATE"
 	local db fresh=0
 	for db in keystone neutron nova_api nova nova_cell0 placement glance; do
 		if [ ! -f "$STATE/data/$db.db" ]; then
@@ -545,8 +696,8 @@ cmd_up() {
 	if [ $fresh = 1 ]; then
 		# The cell mappings name the cells' databases by path.
 		sqlite3 "$STATE/data/nova_api.db" \
-			"update cell_mappings set database_connection='sqlite:///$STATE/data/nova_cell0.db' where name='cell0';
-			 update cell_mappings set database_connection='sqlite:///$STATE/data/nova.db' where name='cell1';"
+			"update cell_mappings set database_connection='sqlite:///$SS/data/nova_cell0.db' where name='cell0';
+			 update cell_mappings set database_connection='sqlite:///$SS/data/nova.db' where name='cell1';"
 		# A fake, forever-alive Open vSwitch agent on the compute host lets the stock ML2
 		# openvswitch driver bind ports (vif_type ovs), so Nova can boot and hot-attach.
 		# Nothing is plugged: ports and floating IPs stay DOWN.
@@ -559,26 +710,29 @@ cmd_up() {
 	# Start everything that does not wait for something else, at once.
 	t=$(now)
 	check_port keystone 5000
-	alive keystone || uwsgi_app keystone 5000 /usr/bin/keystone-wsgi-public "OS_KEYSTONE_CONFIG_DIR=$STATE/etc/keystone"
+	alive keystone || uwsgi_app keystone 5000 /usr/bin/keystone-wsgi-public "OS_KEYSTONE_CONFIG_DIR=$SS/etc/keystone"
 	check_port rabbitmq 5672
 	if ! alive rabbitmq; then
-		port_busy 4369 && ! alive epmd && die "$HOST:4369 (epmd) is in use by something this script did not start"
-		alive epmd || daemon epmd /usr/bin/epmd -address $HOST -port 4369
+		# Erlang's port mapper on 127.0.0.1 (where the node registers), on a port per
+		# release.
+		(echo >"/dev/tcp/127.0.0.1/$EPMD_PORT") 2>/dev/null && ! alive epmd &&
+			die "127.0.0.1:$EPMD_PORT (epmd) is in use by something this script did not start"
+		alive epmd || daemon epmd /usr/bin/epmd -address 127.0.0.1 -port "$EPMD_PORT"
 		echo '[].' >"$STATE/rabbitmq/enabled_plugins"
-		HOME=$STATE/rabbitmq/home RABBITMQ_NODENAME=bn-rabbit@localhost RABBITMQ_NODE_IP_ADDRESS=$HOST \
-			RABBITMQ_NODE_PORT=5672 RABBITMQ_DIST_PORT=25672 RABBITMQ_MNESIA_BASE=$STATE/rabbitmq/mnesia \
-			RABBITMQ_LOG_BASE=$STATE/rabbitmq/log RABBITMQ_ENABLED_PLUGINS_FILE=$STATE/rabbitmq/enabled_plugins \
-			RABBITMQ_PLUGINS_EXPAND_DIR=$STATE/rabbitmq/plugins-expand RABBITMQ_CONFIG_FILE=$STATE/rabbitmq/rabbitmq \
-			ERL_EPMD_ADDRESS=$HOST RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}" \
+		HOME=$SS/rabbitmq/home RABBITMQ_NODENAME=$RABBIT_NODE@localhost RABBITMQ_NODE_IP_ADDRESS=$HOST \
+			RABBITMQ_NODE_PORT=5672 RABBITMQ_DIST_PORT=$RABBIT_DIST_PORT RABBITMQ_MNESIA_BASE=$SS/rabbitmq/mnesia \
+			RABBITMQ_LOG_BASE=$SS/rabbitmq/log RABBITMQ_ENABLED_PLUGINS_FILE=$SS/rabbitmq/enabled_plugins \
+			RABBITMQ_PLUGINS_EXPAND_DIR=$SS/rabbitmq/plugins-expand RABBITMQ_CONFIG_FILE=$SS/rabbitmq/rabbitmq \
+			ERL_EPMD_ADDRESS=127.0.0.1 ERL_EPMD_PORT=$EPMD_PORT RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}" \
 			daemon rabbitmq /usr/lib/rabbitmq/bin/rabbitmq-server
 	fi
 	check_port neutron-server 9696
 	alive neutron-server || pyd neutron-server neutron.cmd.eventlet.server \
-		--config-file "$STATE/etc/neutron/neutron.conf" --config-file "$STATE/etc/neutron/plugins/ml2/ml2_conf.ini"
+		--config-file "$SS/etc/neutron/neutron.conf" --config-file "$SS/etc/neutron/plugins/ml2/ml2_conf.ini"
 	check_port placement 8778
-	alive placement || uwsgi_app placement 8778 /usr/bin/placement-api "OS_PLACEMENT_CONFIG_DIR=$STATE/etc/placement"
+	alive placement || uwsgi_app placement 8778 /usr/bin/placement-api "OS_PLACEMENT_CONFIG_DIR=$SS/etc/placement"
 	check_port glance-api 9292
-	alive glance-api || pyd glance-api glance.cmd.api --config-file "$STATE/etc/glance/glance-api.conf"
+	alive glance-api || pyd glance-api glance.cmd.api --config-file "$SS/etc/glance/glance-api.conf"
 
 	# The seeding program, built while the services start.
 	(cd "$REPO" && GOFLAGS=-mod=mod nice go build -o "$STATE/bin/openstackseed" ./hack/openstackseed) >"$STATE/log/seed-build.log" 2>&1 &
@@ -587,7 +741,12 @@ cmd_up() {
 	wait_http keystone "http://$HOST:5000/v3" 200 300
 	log "keystone up after $(since "$t")s"
 	wait $buildpid || die "building hack/openstackseed failed: $(tail -20 "$STATE/log/seed-build.log")"
-	SEED=("$STATE/bin/openstackseed" --state "$STATE" --admin-password "$ADMIN_PW" --service-password "$SERVICE_PW"
+	# 2025.1's Nova (SQLAlchemy 2) on sqlite: nova-api writing one server's mappings while
+	# the conductor updates another's loses a write ("database is locked") and leaves
+	# that server in BUILD for good; its servers are booted one after the other.
+	local serial=()
+	[ -n "$SUITE" ] && serial=(--serial-boots)
+	SEED=("$STATE/bin/openstackseed" --state "$STATE" --host "$HOST" "${serial[@]}" --admin-password "$ADMIN_PW" --service-password "$SERVICE_PW"
 		--seed "$REPO/examples/sim-estate.yaml" --seed "$REPO/internal/openstack/testdata/conformance-estate.yaml")
 	"${SEED[@]}" identity >>"$STATE/log/seed.log" 2>&1 || die "seeding identities failed; see $STATE/log/seed.log"
 	log "identities seeded after $(since "$t")s"
@@ -602,7 +761,7 @@ cmd_up() {
 	for svc in api conductor scheduler compute; do
 		local conf=nova.conf
 		[ $svc = compute ] && conf=nova-compute.conf
-		alive nova-$svc || pyd nova-$svc nova.cmd.$svc --config-file "$STATE/etc/nova/$conf" --log-file "$STATE/log/nova-$svc.log"
+		alive nova-$svc || pyd nova-$svc nova.cmd.$svc --config-file "$SS/etc/nova/$conf" --log-file "$SS/log/nova-$svc.log"
 	done
 
 	wait_http neutron-server "http://$HOST:9696/" 200 300
@@ -679,6 +838,21 @@ cmd_env() {
 	cat "$STATE/$cloud.env"
 }
 
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--release)
+		[ $# -ge 2 ] || die "--release needs a value (zed or 2025.1)"
+		RELEASE=$2
+		shift 2
+		;;
+	--release=*)
+		RELEASE=${1#--release=}
+		shift
+		;;
+	*) break ;;
+	esac
+done
+set_release
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
@@ -686,9 +860,16 @@ case "$cmd" in
 	default_state
 	exit 0
 	;;
+prepare)
+	[ "$(id -u)" = 0 ] || die "run as root (packages, chroot)"
+	install
+	ensure_schemas
+	log "prepared: packages and database schemas cached"
+	exit 0
+	;;
 up | down | env | status) ;;
 *)
-	sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	sed -n '14,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 	;;
 esac

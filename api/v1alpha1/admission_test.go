@@ -96,6 +96,16 @@ func TestGatewayAdmission(t *testing.T) {
 		{"peer subnet is link-local", func(s *v1.GatewaySpec) { s.Tunnels[0].Peer.Subnets = []string{"169.254.0.0/16"} }, "a peer subnet must not overlap a special-purpose range"},
 		{"peer subnet covers link-local", func(s *v1.GatewaySpec) { s.Tunnels[0].Peer.Subnets = []string{"128.0.0.0/1"} }, "a peer subnet must not overlap a special-purpose range"},
 		{"peer subnet inside loopback", func(s *v1.GatewaySpec) { s.Tunnels[0].Peer.Subnets = []string{"127.9.0.0/16"} }, "a peer subnet must not overlap a special-purpose range"},
+		// A peer address in a special-purpose range would have the pod route it out of its
+		// port and the security group admit it (security review L6); private and
+		// documentation addresses are ordinary peers.
+		{"peer is the metadata service", func(s *v1.GatewaySpec) { s.Tunnels[0].Peer.Address = "169.254.169.254" }, "peer.address must not be a special-purpose address"},
+		{"peer is loopback", func(s *v1.GatewaySpec) { s.Tunnels[0].Peer.Address = "127.0.0.1" }, "peer.address must not be a special-purpose address"},
+		{"peer is unspecified", func(s *v1.GatewaySpec) { s.Tunnels[0].Peer.Address = "0.0.0.0" }, "peer.address must not be a special-purpose address"},
+		{"peer is multicast", func(s *v1.GatewaySpec) { s.Tunnels[0].Peer.Address = "239.1.2.3" }, "peer.address must not be a special-purpose address"},
+		{"peer is broadcast", func(s *v1.GatewaySpec) { s.Tunnels[0].Peer.Address = "255.255.255.255" }, "peer.address must not be a special-purpose address"},
+		{"peer in private space", func(s *v1.GatewaySpec) { s.Tunnels[0].Peer.Address = "10.1.2.3" }, ""},
+		{"peer in the operator's pool space (judged by the operator)", func(s *v1.GatewaySpec) { s.Tunnels[0].Peer.Address = "100.64.1.1" }, ""},
 		// The crypto floor at admission: the tokens, and a DH group in IKE.
 		{"IKE 3DES", func(s *v1.GatewaySpec) { s.Tunnels[0].IKE.Proposals = []string{"3des-sha256-modp2048"} }, "an IKE proposal uses an algorithm below the crypto floor"},
 		{"IKE SHA-1", func(s *v1.GatewaySpec) { s.Tunnels[0].IKE.Proposals = []string{"aes256-sha1-modp2048"} }, "an IKE proposal uses an algorithm below the crypto floor"},
@@ -249,6 +259,27 @@ func TestClusterLinkAdmission(t *testing.T) {
 				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{v1.LabelCustomerProject: "c0ffee00c0ffee00c0ffee00c0ffee00"}},
 				Selector:          &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"prod"}}}},
 			}
+			return l
+		}, ""},
+		// M3: a cross-tenant link's selector must name a namespace label.
+		{"cross-tenant empty gateway selector", func(n string) *v1.ClusterLink {
+			l := crossTenant(n)
+			l.Spec.GatewaySelector = &v1.GatewaySelector{}
+			return l
+		}, "a cross-tenant link's gatewaySelector must select namespaces by label"},
+		{"cross-tenant gateway-label-only selector", func(n string) *v1.ClusterLink {
+			l := crossTenant(n)
+			l.Spec.GatewaySelector = &v1.GatewaySelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"link": "acme"}}}
+			return l
+		}, "a cross-tenant link's gatewaySelector must select namespaces by label"},
+		{"cross-tenant empty namespace selector", func(n string) *v1.ClusterLink {
+			l := crossTenant(n)
+			l.Spec.GatewaySelector = &v1.GatewaySelector{NamespaceSelector: &metav1.LabelSelector{}}
+			return l
+		}, "a cross-tenant link's gatewaySelector must select namespaces by label"},
+		{"same-tenant empty gateway selector", func(n string) *v1.ClusterLink {
+			l := sameTenant(n)
+			l.Spec.GatewaySelector = &v1.GatewaySelector{}
 			return l
 		}, ""},
 	}

@@ -9,6 +9,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.credentialsSecretRef) || has(self.customerProjectID)",message="customerProjectID is required when credentialsSecretRef is set: a cross-tenant link must name the customer project it expects"
 // +kubebuilder:validation:XValidation:rule="has(self.credentialsSecretRef) || !has(self.customerProjectID)",message="customerProjectID is only allowed on a cross-tenant link (one with credentialsSecretRef)"
 // +kubebuilder:validation:XValidation:rule="has(oldSelf.credentialsSecretRef) == has(self.credentialsSecretRef)",message="credentialsSecretRef cannot be added to or removed from an existing ClusterLink: switching between same-tenant and cross-tenant means deleting and recreating the link"
+// +kubebuilder:validation:XValidation:rule="!has(self.credentialsSecretRef) || !has(self.gatewaySelector) || (has(self.gatewaySelector.namespaceSelector) && ((has(self.gatewaySelector.namespaceSelector.matchLabels) && size(self.gatewaySelector.namespaceSelector.matchLabels) > 0) || (has(self.gatewaySelector.namespaceSelector.matchExpressions) && size(self.gatewaySelector.namespaceSelector.matchExpressions) > 0)))",message="a cross-tenant link's gatewaySelector must select namespaces by label: an empty selector, or one on gateway labels only (which tenants set), would let any tenant opt in; omit gatewaySelector to serve the namespaces labelled ipsec.bnerd.net/customer-project=<customerProjectID>"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.customerProjectID) || (has(self.customerProjectID) && self.customerProjectID == oldSelf.customerProjectID)",message="customerProjectID is immutable once set: it can be neither changed nor removed"
 type ClusterLinkSpec struct {
 	// ServiceClusterRouter is the service cluster's Neutron router, by name or ID,
@@ -32,6 +33,8 @@ type ClusterLinkSpec struct {
 	// serviceClusterCIDR, and only they may expose targets inside it. Absent: a
 	// same-tenant link serves every gateway of the estate; a cross-tenant link serves
 	// the gateways in namespaces labelled ipsec.bnerd.net/customer-project=<customerProjectID>.
+	// On a cross-tenant link that label is always required as well, and the selector
+	// must name a namespace label (gateway labels are the tenants' to set).
 	// +optional
 	GatewaySelector *GatewaySelector `json:"gatewaySelector,omitempty"`
 

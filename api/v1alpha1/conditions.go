@@ -78,10 +78,16 @@ const (
 	// configured, so the security group does not admit fabric-side initiators yet.
 	ReasonInternalSourcesMissing = "InternalSourceCIDRsMissing"
 	ReasonNodeSelected           = "NodeSelected"
-	ReasonNoEligibleNode         = "NoEligibleNode"
-	ReasonProviderIDUnparseable  = "ProviderIDUnparseable"
-	ReasonPortAttached           = "Attached"
-	ReasonPortAttachFailed       = "EnsurePortAttachedFailed"
+	// ReasonStatusForged (an Event, on the gateway and on a ClusterLink): a status field
+	// the operator acts on (serviceCIDR, portFixedIP, nodeName) differs from the
+	// operator's own record of it (the allocator, the gateway's tagged Neutron port, the
+	// placement rules). Someone other than the operator wrote it (the gateway pod's token
+	// may write status); the value is never acted on, and the operator writes back its own.
+	ReasonStatusForged          = "StatusForged"
+	ReasonNoEligibleNode        = "NoEligibleNode"
+	ReasonProviderIDUnparseable = "ProviderIDUnparseable"
+	ReasonPortAttached          = "Attached"
+	ReasonPortAttachFailed      = "EnsurePortAttachedFailed"
 	// ReasonAttaching and ReasonDetaching: PortAttached is Unknown while Nova finishes an
 	// attach or detach the operator asked for; the gateway is polled meanwhile.
 	ReasonAttaching        = "Attaching"
@@ -98,6 +104,10 @@ const (
 	// ReasonTargetOnGatewayNetwork: an exposure or reverse exposure targets an address on
 	// the gateway network's own subnet (other gateways' ports, ClusterLink legs).
 	ReasonTargetOnGatewayNetwork = "TargetOnGatewayNetwork"
+	// ReasonPeerAddressNotAllowed: a tunnel's peer.address or a WireGuard peer's
+	// endpoint lies in a range the operator uses itself (the service-CIDR pool, the
+	// gateway network, the internal source networks).
+	ReasonPeerAddressNotAllowed = "PeerAddressNotAllowed"
 )
 
 // PodReady reasons: the gateway pod as the kubelet reports it.
@@ -150,24 +160,27 @@ const (
 	ReasonAuthFailed                    = "AuthFailed"
 	ReasonCredentialsAreOperatorProject = "CredentialsAreOperatorProject"
 	ReasonCredentialsPrivileged         = "CredentialsPrivileged"
-	ReasonCredentialsProjectMismatch    = "CredentialsProjectMismatch"
-	ReasonCredentialsProjectChanged     = "CredentialsProjectChanged"
-	ReasonCredentialsUnavailable        = "CredentialsUnavailable"
-	ReasonShared                        = "Shared"
-	ReasonEnsureNetworkSharedFailed     = "EnsureNetworkSharedFailed"
-	ReasonNetworkVisibilityCheckFailed  = "NetworkVisibilityCheckFailed"
-	ReasonTransitNetworkNotShared       = "TransitNetworkNotShared"
-	ReasonTransitIPAllocated            = "TransitIPAllocated"
-	ReasonTransitIPAllocationFailed     = "TransitIPAllocationFailed"
-	ReasonAttached                      = "Attached"
-	ReasonRouterResolveFailed           = "RouterResolveFailed"
-	ReasonEnsureLegPortFailed           = "EnsureLegPortFailed"
-	ReasonEnsureRouterHasPortFailed     = "EnsureRouterHasPortFailed"
-	ReasonTransitIPMismatch             = "TransitIPMismatch"
-	ReasonRouteInstalled                = "RouteInstalled"
-	ReasonEnsureRouteFailed             = "EnsureRouteFailed"
-	ReasonReverseRoutesInstalled        = "ReverseRoutesInstalled"
-	ReasonEnsureReverseRoutesFailed     = "EnsureReverseRoutesFailed"
+	// ReasonCredentialsRoleMissing: the credential lacks a role the link needs (member,
+	// or reader on a cloud with the secure-RBAC policy defaults); the message names it.
+	ReasonCredentialsRoleMissing       = "CredentialsRoleMissing"
+	ReasonCredentialsProjectMismatch   = "CredentialsProjectMismatch"
+	ReasonCredentialsProjectChanged    = "CredentialsProjectChanged"
+	ReasonCredentialsUnavailable       = "CredentialsUnavailable"
+	ReasonShared                       = "Shared"
+	ReasonEnsureNetworkSharedFailed    = "EnsureNetworkSharedFailed"
+	ReasonNetworkVisibilityCheckFailed = "NetworkVisibilityCheckFailed"
+	ReasonTransitNetworkNotShared      = "TransitNetworkNotShared"
+	ReasonTransitIPAllocated           = "TransitIPAllocated"
+	ReasonTransitIPAllocationFailed    = "TransitIPAllocationFailed"
+	ReasonAttached                     = "Attached"
+	ReasonRouterResolveFailed          = "RouterResolveFailed"
+	ReasonEnsureLegPortFailed          = "EnsureLegPortFailed"
+	ReasonEnsureRouterHasPortFailed    = "EnsureRouterHasPortFailed"
+	ReasonTransitIPMismatch            = "TransitIPMismatch"
+	ReasonRouteInstalled               = "RouteInstalled"
+	ReasonEnsureRouteFailed            = "EnsureRouteFailed"
+	ReasonReverseRoutesInstalled       = "ReverseRoutesInstalled"
+	ReasonEnsureReverseRoutesFailed    = "EnsureReverseRoutesFailed"
 	// ReasonServiceClusterCIDROverlap: serviceClusterCIDR overlaps the service-CIDR pool,
 	// the transit subnet or an older link's serviceClusterCIDR.
 	ReasonServiceClusterCIDROverlap = "ServiceClusterCIDROverlap"
@@ -235,8 +248,50 @@ const (
 
 // Routed-mode reason.
 const (
-	// ReasonRoutedSubnetConflict: a routed tunnel's subnet overlaps the gateway network,
-	// the service CIDR pool, a linked service cluster or another gateway's routed subnet,
-	// so routing it to this gateway would capture someone else's traffic.
+	// ReasonRoutedSubnetConflict: a routed tunnel's subnet overlaps something routing it
+	// to this gateway would capture: the gateway network, the service CIDR pool, the
+	// internal sources, a linked service cluster, another gateway's routed subnet, the
+	// router's attached subnets or a route on it this gateway did not install, the
+	// external network, an exposure-target range, or a gateway's peer address or
+	// WireGuard endpoint. What the gateway had routed is withdrawn.
 	ReasonRoutedSubnetConflict = "RoutedSubnetConflict"
+)
+
+// Tenant policy: the gateway's side. A refusal names the tenant's own policy (or says
+// that the strict defaults apply), never another tenant's objects.
+const (
+	// ReasonTenantPolicyConflict (Validated): more than one VPNTenantPolicy selects the
+	// gateway's namespace; nothing goes further until an admin makes them disjoint.
+	ReasonTenantPolicyConflict = "TenantPolicyConflict"
+	// ReasonTenantLimitExceeded (Validated): creating or changing the gateway would
+	// pass one of its tenant's limits.
+	ReasonTenantLimitExceeded = "TenantLimitExceeded"
+	// ReasonExposureTargetNotAllowed (Validated): an exposure's target lies outside the
+	// tenant's exposure targets and outside every linked cluster that serves the
+	// gateway, or in a subnet routed to another gateway.
+	ReasonExposureTargetNotAllowed = "ExposureTargetNotAllowed"
+	// ReasonFloatingIPNotAllowed (Validated): the pinned floating IP is not one the
+	// tenant's policy lists.
+	ReasonFloatingIPNotAllowed = "FloatingIPNotAllowed"
+	// ReasonFloatingIPReserved (FloatingIPReady): the pinned floating IP carries the
+	// tag of another gateway (it pinned the address first, or the address is another
+	// gateway's own).
+	ReasonFloatingIPReserved = "FloatingIPReservedForAnother"
+	// ReasonRoutedModeNotAllowed (RoutingReady): a routed tunnel's subnet lies outside
+	// the tenant's routed-subnet ranges (none: routed mode is off for the tenant). What
+	// the gateway had routed is withdrawn.
+	ReasonRoutedModeNotAllowed = "RoutedSubnetNotAllowed"
+)
+
+// VPNTenantPolicy condition types and reasons.
+const (
+	// ConditionExclusive: no namespace the policy selects is selected by another.
+	ConditionExclusive = "Exclusive"
+	// ConditionWithinLimits: the gateways of the selected namespaces fit the limits.
+	ConditionWithinLimits = "WithinLimits"
+
+	ReasonNoOverlap     = "NoOverlap"
+	ReasonPolicyOverlap = "PolicyOverlap"
+	ReasonWithinLimits  = "WithinLimits"
+	ReasonLimitExceeded = "LimitExceeded"
 )

@@ -119,9 +119,12 @@ type Tunnel struct {
 // Peer is the client's side of a tunnel.
 type Peer struct {
 	// Address is the peer's public IPv4 address. The gateway's security group admits
-	// UDP 500 and 4500 from this address only.
+	// UDP 500 and 4500 from this address only. Special-purpose addresses are refused;
+	// the operator refuses its own ranges (the service-CIDR pool, the gateway network,
+	// the internal source networks) with Validated=False/PeerAddressNotAllowed.
 	// +kubebuilder:validation:MaxLength=15
 	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="peer.address must be an IPv4 address such as 198.51.100.7"
+	// +kubebuilder:validation:XValidation:rule="!isIP(self) || ip(self).family() != 4 || !['0.0.0.0/8', '127.0.0.0/8', '169.254.0.0/16', '224.0.0.0/4', '240.0.0.0/4'].exists(r, cidr(r).containsIP(ip(self)))",message="peer.address must not be a special-purpose address (0.0.0.0/8, loopback 127.0.0.0/8, link-local 169.254.0.0/16 with the cloud metadata service 169.254.169.254, multicast 224.0.0.0/4, reserved 240.0.0.0/4 with the broadcast address)"
 	Address string `json:"address"`
 
 	// ID is the peer's IKE identity (an IP address, an FQDN or user@FQDN). Defaults to

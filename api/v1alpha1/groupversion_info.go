@@ -1,5 +1,5 @@
-// Package v1alpha1 holds the ipsec.bnerd.net/v1alpha1 API: IPsecGateway, VPNGateway and
-// ClusterLink.
+// Package v1alpha1 holds the ipsec.bnerd.net/v1alpha1 API: IPsecGateway, VPNGateway,
+// ClusterLink and VPNTenantPolicy.
 //
 // +kubebuilder:object:generate=true
 // +groupName=ipsec.bnerd.net

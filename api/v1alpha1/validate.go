@@ -108,7 +108,9 @@ func (s *GatewaySpec) validateWith(p *field.Path, wireguard bool, wg *WireGuardS
 		default:
 			errs = append(errs, field.NotSupported(ip.Child("mode"), t.Mode, []string{string(TunnelModeSNAT), string(TunnelModeRouted)}))
 		}
-		if _, err := parseIPv4(t.Peer.Address); err != nil {
+		if a, err := parseIPv4(t.Peer.Address); err != nil {
+			errs = append(errs, field.Invalid(ip.Child("peer", "address"), t.Peer.Address, err.Error()))
+		} else if err := (addrpolicy.Policy{}).PeerAddress(a); err != nil {
 			errs = append(errs, field.Invalid(ip.Child("peer", "address"), t.Peer.Address, err.Error()))
 		}
 		if t.Peer.ID != "" && (!ikeIdentity.MatchString(t.Peer.ID) || len(t.Peer.ID) > 253) {
@@ -264,6 +266,36 @@ func (s *GatewaySpec) ValidateAddresses(pol addrpolicy.Policy) field.ErrorList {
 	return errs
 }
 
+// ValidatePeerAddresses checks the tunnels' peer addresses and the WireGuard peers'
+// endpoints against the ranges the operator uses itself (the pool, the gateway network
+// once known, the internal source networks). Validate already refuses the
+// special-purpose ranges; these need the operator's configuration, so the gateway
+// reconciler reports them (PeerAddressNotAllowed) instead of admission.
+func (s *GatewaySpec) ValidatePeerAddresses(pol addrpolicy.Policy, wg *WireGuardSpec) field.ErrorList {
+	var errs field.ErrorList
+	p := field.NewPath("spec")
+	for i, t := range s.Tunnels {
+		if a, err := netip.ParseAddr(t.Peer.Address); err == nil {
+			if err := pol.PeerAddress(a); err != nil {
+				errs = append(errs, field.Invalid(p.Child("tunnels").Index(i).Child("peer", "address"), t.Peer.Address, err.Error()))
+			}
+		}
+	}
+	if wg != nil {
+		for i, peer := range wg.Peers {
+			if peer.Endpoint == nil {
+				continue
+			}
+			if a, err := netip.ParseAddr(peer.Endpoint.Address); err == nil {
+				if err := pol.PeerAddress(a); err != nil {
+					errs = append(errs, field.Invalid(p.Child("wireguard", "peers").Index(i).Child("endpoint", "address"), peer.Endpoint.Address, err.Error()))
+				}
+			}
+		}
+	}
+	return errs
+}
+
 // PlaintextExposures lists exposures that would carry a protocol not encrypted end to
 // end (or every port) without the exposure's allowPlaintext opt-in.
 func (s *GatewaySpec) PlaintextExposures() field.ErrorList {
@@ -328,6 +360,13 @@ func (s *ClusterLinkSpec) Validate() field.ErrorList {
 				"must not be .0, .1 (the gateway cluster's router leg), .2 (the DHCP port) or .255 of the transit subnet"))
 		}
 	}
+	if s.CredentialsSecretRef != nil && s.GatewaySelector != nil && emptySelector(s.GatewaySelector.NamespaceSelector) {
+		// The customer-project label is ANDed in anyway (internal/linkselect); a selector
+		// that names no namespace label still says "every gateway", and gateway labels
+		// are the tenants' to set.
+		errs = append(errs, field.Required(p.Child("gatewaySelector", "namespaceSelector"),
+			"a cross-tenant link's gatewaySelector must select namespaces by label (an empty selector, or one on gateway labels only, would let any tenant opt its gateways in); omit gatewaySelector to serve the namespaces labelled "+LabelCustomerProject+"=<customerProjectID>"))
+	}
 	if s.CredentialsSecretRef != nil {
 		if s.CustomerProjectID == "" {
 			errs = append(errs, field.Required(p.Child("customerProjectID"), "a cross-tenant link (credentialsSecretRef set) must name the customer project it expects"))
@@ -337,6 +376,53 @@ func (s *ClusterLinkSpec) Validate() field.ErrorList {
 		}
 	} else if s.CustomerProjectID != "" {
 		errs = append(errs, field.Forbidden(p.Child("customerProjectID"), "only a cross-tenant link (credentialsSecretRef set) may carry customerProjectID"))
+	}
+	return errs
+}
+
+// emptySelector: nil, or a selector with neither labels nor expressions (it selects
+// everything).
+func emptySelector(sel *metav1.LabelSelector) bool {
+	return sel == nil || len(sel.MatchLabels) == 0 && len(sel.MatchExpressions) == 0
+}
+
+// Validate checks a VPNTenantPolicy spec for what the schema cannot judge (and repeats
+// its rules for objects that predate them).
+func (s *VPNTenantPolicySpec) Validate() field.ErrorList {
+	var errs field.ErrorList
+	p := field.NewPath("spec")
+	if emptySelector(&s.NamespaceSelector) {
+		errs = append(errs, field.Required(p.Child("namespaceSelector"), "name at least one label or expression"))
+	} else if _, err := metav1.LabelSelectorAsSelector(&s.NamespaceSelector); err != nil {
+		errs = append(errs, field.Invalid(p.Child("namespaceSelector"), s.NamespaceSelector.String(), err.Error()))
+	}
+	for i, c := range s.RoutedSubnets {
+		pfx, err := parseIPv4Prefix(c)
+		switch {
+		case err != nil:
+			errs = append(errs, field.Invalid(p.Child("routedSubnets").Index(i), c, err.Error()))
+		case pfx.Bits() < 8:
+			errs = append(errs, field.Invalid(p.Child("routedSubnets").Index(i), c, "must be /8 or narrower"))
+		}
+	}
+	for i, c := range s.ExposureTargets {
+		if _, err := parseIPv4Prefix(c); err != nil {
+			errs = append(errs, field.Invalid(p.Child("exposureTargets").Index(i), c, err.Error()))
+		}
+	}
+	for i, a := range s.FloatingIPs {
+		if _, err := parseIPv4(a); err != nil {
+			errs = append(errs, field.Invalid(p.Child("floatingIPs").Index(i), a, err.Error()))
+		}
+	}
+	for _, l := range []struct {
+		name string
+		v    *int32
+	}{{"gateways", s.Limits.Gateways}, {"tunnels", s.Limits.Tunnels}, {"routedSubnets", s.Limits.RoutedSubnets},
+		{"exposures", s.Limits.Exposures}, {"reverseExposurePorts", s.Limits.ReverseExposurePorts}} {
+		if l.v != nil && *l.v < 0 {
+			errs = append(errs, field.Invalid(p.Child("limits", l.name), *l.v, "must be 0 or more"))
+		}
 	}
 	return errs
 }

@@ -50,6 +50,8 @@ func TestGatewayValidate(t *testing.T) {
 		{"bad tunnel name", func(s *GatewaySpec) { s.Tunnels[0].Name = "Bad_Name" }, "DNS label"},
 		{"bad peer address", func(s *GatewaySpec) { s.Tunnels[0].Peer.Address = "2001:db8::1" }, "IPv4 address"},
 		{"injecting peer id", func(s *GatewaySpec) { s.Tunnels[0].Peer.ID = "x }\nsecrets {" }, "FQDN"},
+		{"peer is the metadata service", func(s *GatewaySpec) { s.Tunnels[0].Peer.Address = "169.254.169.254" }, "spec.tunnels[0].peer.address: Invalid value: \"169.254.169.254\": is a special-purpose address"},
+		{"peer is loopback", func(s *GatewaySpec) { s.Tunnels[0].Peer.Address = "127.0.0.1" }, "loopback"},
 		{"no subnets", func(s *GatewaySpec) { s.Tunnels[0].Peer.Subnets = nil }, "at least one of the client's networks"},
 		{"subnet host bits", func(s *GatewaySpec) { s.Tunnels[0].Peer.Subnets = []string{"192.168.10.1/24"} }, "did you mean 192.168.10.0/24"},
 		{"overlapping subnets in one tunnel", func(s *GatewaySpec) {
@@ -230,6 +232,9 @@ func TestClusterLinkValidate(t *testing.T) {
 			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "acme"}}}}, ""},
 		{"bad selector", ClusterLinkSpec{ServiceClusterRouter: "r", ServiceClusterCIDR: "10.251.0.0/16", GatewaySelector: &GatewaySelector{
 			Selector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "x", Operator: "Sometimes"}}}}}, "spec.gatewaySelector.selector"},
+		{"cross-tenant gateway labels only", ClusterLinkSpec{ServiceClusterRouter: "r", ServiceClusterCIDR: "10.251.0.0/16",
+			CredentialsSecretRef: &SecretRef{Name: "clusterlink-x", Namespace: "bnerd-vpn-clusterlinks"}, CustomerProjectID: "c0ffee",
+			GatewaySelector: &GatewaySelector{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"link": "acme"}}}}, "spec.gatewaySelector.namespaceSelector"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -294,5 +299,35 @@ func TestGatewayValidateAddresses(t *testing.T) {
 				t.Fatalf("error %v does not contain %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// The operator's own ranges are judged by ValidatePeerAddresses (security review L6).
+func TestValidatePeerAddresses(t *testing.T) {
+	pol := addrpolicy.Policy{
+		ServiceCIDRPool: netip.MustParsePrefix("100.64.0.0/16"),
+		GatewaySubnet:   netip.MustParsePrefix("10.254.0.0/24"),
+		InternalSources: []netip.Prefix{netip.MustParsePrefix("10.250.0.0/16")},
+	}
+	s := goodGateway()
+	if errs := s.ValidatePeerAddresses(pol, nil); len(errs) != 0 {
+		t.Fatalf("a public peer refused: %v", errs.ToAggregate())
+	}
+	for addr, want := range map[string]string{
+		"100.64.7.7": "service-CIDR pool", "10.254.0.9": "gateway network", "10.250.1.1": "internal source network",
+	} {
+		s.Tunnels[0].Peer.Address = addr
+		if errs := s.ValidatePeerAddresses(pol, nil); errs.ToAggregate() == nil || !strings.Contains(errs.ToAggregate().Error(), "spec.tunnels[0].peer.address") || !strings.Contains(errs.ToAggregate().Error(), want) {
+			t.Errorf("peer %s: %v", addr, errs.ToAggregate())
+		}
+	}
+	wg := &WireGuardSpec{Peers: []WireGuardPeer{{Name: "a"}, {Name: "b", Endpoint: &WireGuardEndpoint{Address: "10.250.9.9"}}}}
+	errs := (&GatewaySpec{}).ValidatePeerAddresses(pol, wg)
+	if errs.ToAggregate() == nil || !strings.Contains(errs.ToAggregate().Error(), "spec.wireguard.peers[1].endpoint.address") {
+		t.Errorf("WireGuard endpoint: %v", errs.ToAggregate())
+	}
+	wg.Peers[1].Endpoint.Address = "192.168.3.3"
+	if errs := (&GatewaySpec{}).ValidatePeerAddresses(pol, wg); len(errs) != 0 {
+		t.Errorf("a private endpoint refused: %v", errs.ToAggregate())
 	}
 }

@@ -62,6 +62,9 @@ func validateWireGuard(p *field.Path, wg *WireGuardSpec, tunnels map[string][]st
 			if err != nil {
 				errs = append(errs, field.Invalid(ep.Child("address"), peer.Endpoint.Address, err.Error()))
 			} else {
+				if err := (addrpolicy.Policy{}).PeerAddress(a); err != nil {
+					errs = append(errs, field.Invalid(ep.Child("address"), peer.Endpoint.Address, err.Error()))
+				}
 				endpoint = a
 				key := fmt.Sprintf("%s:%d", a, endpointPort(peer.Endpoint))
 				if other, dup := endpoints[key]; dup {

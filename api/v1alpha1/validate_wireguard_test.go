@@ -63,6 +63,7 @@ func TestWireGuardValidate(t *testing.T) {
 		{"allowed IPs default route", func(s *VPNGatewaySpec) { s.WireGuard.Peers[0].AllowedIPs = []string{"0.0.0.0/0"} }, "would send everything"},
 		{"endpoint inside allowed IPs", func(s *VPNGatewaySpec) { s.WireGuard.Peers[0].Endpoint.Address = "192.168.10.1" }, "contains the peer's own endpoint"},
 		{"endpoint not IPv4", func(s *VPNGatewaySpec) { s.WireGuard.Peers[0].Endpoint.Address = "2001:db8::1" }, "must be an IPv4 address"},
+		{"endpoint is the metadata service", func(s *VPNGatewaySpec) { s.WireGuard.Peers[0].Endpoint.Address = "169.254.169.254" }, "is a special-purpose address"},
 		{"bad keepalive", func(s *VPNGatewaySpec) { s.WireGuard.Peers[0].PersistentKeepalive = 70000 }, "persistentKeepalive"},
 		{"bad listen port", func(s *VPNGatewaySpec) { s.WireGuard.ListenPort = 70000 }, "listenPort"},
 		{"reverse exposure behind a peer", func(s *VPNGatewaySpec) { s.ReverseExposures[0].Target.Address = "192.168.10.9" }, ""},

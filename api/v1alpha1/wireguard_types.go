@@ -73,9 +73,11 @@ type WireGuardPeer struct {
 
 // WireGuardEndpoint is a peer's public UDP endpoint.
 type WireGuardEndpoint struct {
-	// Address is the peer's public IPv4 address.
+	// Address is the peer's public IPv4 address. Special-purpose addresses are refused;
+	// the operator refuses its own ranges as for an IPsec tunnel's peer.address.
 	// +kubebuilder:validation:MaxLength=15
 	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="endpoint.address must be an IPv4 address such as 198.51.100.7"
+	// +kubebuilder:validation:XValidation:rule="!isIP(self) || ip(self).family() != 4 || !['0.0.0.0/8', '127.0.0.0/8', '169.254.0.0/16', '224.0.0.0/4', '240.0.0.0/4'].exists(r, cidr(r).containsIP(ip(self)))",message="endpoint.address must not be a special-purpose address (0.0.0.0/8, loopback 127.0.0.0/8, link-local 169.254.0.0/16 with the cloud metadata service 169.254.169.254, multicast 224.0.0.0/4, reserved 240.0.0.0/4 with the broadcast address)"
 	Address string `json:"address"`
 	// Port is the peer's UDP port.
 	// +kubebuilder:default=51820

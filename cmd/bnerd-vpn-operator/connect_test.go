@@ -45,7 +45,7 @@ func TestConnectRetriesTransientFaultsOnly(t *testing.T) {
 	s.Inject(sim.Fault{Method: "GET", PathPattern: "/network/v2.0/extensions", Status: 503, Count: 1})
 	s.Inject(sim.Fault{Method: "GET", PathPattern: "/network/v2.0/extensions", Status: 429, RetryAfter: time.Second, Count: 1})
 	features, err := discoverFeatures(ctx, clients.Networking, logr.Discard())
-	if err != nil || !features.TagCreation {
+	if err != nil || !features.PortTagCreation {
 		t.Fatalf("a 503 and a 429 of the extension list at start: %v (features %+v)", err, features)
 	}
 	if got := s.Counters().Faulted; got != 2 {

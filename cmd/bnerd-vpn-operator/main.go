@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"net/http"
@@ -30,10 +31,12 @@ import (
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/controller/clusterlink"
 	"bnerd.net/vpn-operator/internal/controller/gateway"
+	"bnerd.net/vpn-operator/internal/controller/tenantpolicy"
 	"bnerd.net/vpn-operator/internal/gatewaymetrics"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
 	"bnerd.net/vpn-operator/internal/preflight"
+	"bnerd.net/vpn-operator/internal/quota"
 	"bnerd.net/vpn-operator/internal/version"
 )
 
@@ -155,7 +158,7 @@ func run() error {
 		log.Info("Go memory limit set to 90 % of the container's", "bytes", limit)
 	}
 
-	cred, err := loadCredential()
+	cred, tlsConfig, err := loadCredential()
 	if err != nil {
 		return err
 	}
@@ -165,12 +168,15 @@ func run() error {
 	// The credential is never logged; its redacted String() is safe, but there is no
 	// need for even that.
 	osOpts := openstack.ClientOptions{UserAgent: "bnerd-vpn-operator/" + version.Version,
-		Timeout: cfg.OpenStackTimeout, QPS: cfg.OpenStackQPS, Burst: cfg.OpenStackBurst}
+		Timeout: cfg.OpenStackTimeout, QPS: cfg.OpenStackQPS, Burst: cfg.OpenStackBurst, TLSConfig: tlsConfig}
 	osClients, token, err := connectOpenStack(authCtx, cred, osOpts, log)
 	if err != nil {
 		return err
 	}
 	log.Info("authenticated to OpenStack", "project", token.ProjectID, "region", token.Region)
+	if err := checkOperatorRoles(authCtx, osClients, token, log); err != nil {
+		return err
+	}
 	// Neutron's extensions decide which path the seam takes (tags with or after the
 	// create, atomic or revision-checked routes); without a required one the operator
 	// cannot work, and says which.
@@ -178,7 +184,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	log.Info("Neutron extensions", "tagsAtCreate", features.TagCreation, "portTagsAtCreate", features.PortTagCreation,
+	log.Info("Neutron extensions", "portTagsAtCreate", features.PortTagCreation,
 		"extrarouteAtomic", features.ExtraRouteAtomic)
 
 	scheme, err := newScheme()
@@ -197,6 +203,17 @@ func run() error {
 	// join them against it), read from the manager's cache at scrape time.
 	if err := crmetrics.Registry.Register(&gatewaymetrics.Collector{Reader: mgr.GetClient(), Log: ctrl.Log.WithName("gateway-metrics")}); err != nil {
 		return fmt.Errorf("registering the gateway metrics: %w", err)
+	}
+
+	// The Neutron quotas every tenant's gateways share: read now and at every resync,
+	// a warning when they admit fewer gateways than the tenant policies allow.
+	quotas := &quota.Watcher{Networking: osClients.Networking, ProjectID: token.ProjectID, Reader: mgr.GetAPIReader(),
+		Interval: cfg.ResyncInterval, Log: ctrl.Log.WithName("quota")}
+	if err := mgr.Add(quotas); err != nil {
+		return err
+	}
+	if err := crmetrics.Registry.Register(quotas); err != nil {
+		return fmt.Errorf("registering the quota metrics: %w", err)
 	}
 
 	log.Info("starting the manager")
@@ -240,6 +257,10 @@ func setupControllers(mgr ctrl.Manager, cfg operatorconfig.Config, osClients *op
 	})
 	if err := cl.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the ClusterLink controller: %w", err)
+	}
+
+	if err := (&tenantpolicy.Reconciler{Client: mgr.GetClient(), Log: ctrl.Log.WithName("tenantpolicy")}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the VPNTenantPolicy controller: %w", err)
 	}
 
 	// The preflight warns and never blocks: the operator cannot fix the cluster setting.
@@ -331,18 +352,9 @@ func (p preflightRunnable) Start(ctx context.Context) error {
 }
 
 // loadCredential reads the operator's OpenStack credential: a clouds.yaml when OS_CLOUD
-// is set (from OS_CLIENT_CONFIG_FILE, default ./clouds.yaml), else the OS_* variables.
-func loadCredential() (openstack.Credential, error) {
-	if cloud := os.Getenv("OS_CLOUD"); cloud != "" {
-		path := os.Getenv("OS_CLIENT_CONFIG_FILE")
-		if path == "" {
-			path = "clouds.yaml"
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return openstack.Credential{}, fmt.Errorf("reading clouds.yaml: %w", err)
-		}
-		return openstack.CredentialFromCloudsYAML(data, cloud)
-	}
-	return openstack.CredentialFromEnv(os.Getenv)
+// is set (from OS_CLIENT_CONFIG_FILE, default ./clouds.yaml), else the OS_* variables;
+// with the TLS settings of a private CA (OS_CACERT, or the entry's cacert), which every
+// client the operator builds uses, the ClusterLinks' customer clients included.
+func loadCredential() (openstack.Credential, *tls.Config, error) {
+	return openstack.LoadCloud(os.Getenv, os.ReadFile, "clouds.yaml")
 }

@@ -39,6 +39,10 @@ var reviewedClusterRole = []string{
 	`ipsec.bnerd.net clusterlinks,ipsecgateways,vpngateways get,list,patch,update,watch`,
 	`ipsec.bnerd.net clusterlinks/finalizers,ipsecgateways/finalizers,vpngateways/finalizers update`,
 	`ipsec.bnerd.net clusterlinks/status,ipsecgateways/status,vpngateways/status get,patch,update`,
+	// VPNTenantPolicies: read (the gateways' limits and ranges), their status written
+	// (usage, overlap); the policies themselves are the platform admins' to write.
+	`ipsec.bnerd.net vpntenantpolicies get,list,watch`,
+	`ipsec.bnerd.net vpntenantpolicies/status get,patch,update`,
 	`k8s.cni.cncf.io network-attachment-definitions create,get,list,update,watch`,
 	// A NetworkPolicy is deleted when the operator's switch turns it off.
 	`networking.k8s.io networkpolicies create,delete,get,list,update,watch`,

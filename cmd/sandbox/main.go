@@ -1,7 +1,7 @@
 // Command sandbox runs the product locally. By default (root) it runs the whole product
-// (product.go, internal/world): a control plane and two real nodes, images built here,
-// the OpenStack simulator, the packet fabric, the operator installed with the Helm
-// chart, a client site with its own strongSwan; it applies the example gateway and
+// (product.go, internal/world): a control plane and two real nodes, the release pushed
+// into a registry the nodes pull from, the OpenStack simulator, the packet fabric, the
+// operator installed from the released chart, a client site with its own strongSwan; it applies the example gateway and
 // ClusterLink, shows each phase converging, the tunnel up and traffic through it both
 // ways, then deletes everything and shows nothing is left.
 //
@@ -157,7 +157,7 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath strin
 		"IPSEC_GATEWAY_NETWORK="+gatewayNetwork,
 		"IPSEC_EXTERNAL_NETWORK="+externalNetwork,
 		"IPSEC_ROUTER_ID="+operatorRouter,
-		"IPSEC_INTERNAL_SOURCE_CIDRS=10.254.0.0/24",
+		"IPSEC_INTERNAL_SOURCE_CIDRS=10.251.0.0/16",
 		"IPSEC_RESYNC_INTERVAL=1m",
 	)
 	op.Stdout, op.Stderr = logFile, logFile
@@ -183,7 +183,7 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath strin
 	}
 	// No kubelet runs here: the gateway converges (every phase True), but its pod never
 	// runs, so Ready stays False with PodReady's reason, as it would in a real cluster.
-	if err := waitReady(ctx, c, gw, func() []metav1.Condition { return gw.Status.Conditions }, gateway.ConditionTypes, timeout); err != nil {
+	if err := waitReady(ctx, c, gw, func() []metav1.Condition { return gw.Status.Conditions }, gateway.ConditionTypes, timeout, objectsOnlyNotReady); err != nil {
 		fmt.Printf("\noperator log (%s):\n", logPath)
 		tail(logPath, 40)
 		return err
@@ -201,7 +201,7 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath strin
 		if err := apply(ctx, c, linkPath, link, ""); err != nil {
 			return err
 		}
-		if err := waitReady(ctx, c, link, func() []metav1.Condition { return link.Status.Conditions }, []string{v1.ConditionReady}, timeout); err != nil {
+		if err := waitReady(ctx, c, link, func() []metav1.Condition { return link.Status.Conditions }, []string{v1.ConditionReady}, timeout, nil); err != nil {
 			fmt.Printf("\noperator log (%s):\n", logPath)
 			tail(logPath, 40)
 			return err
@@ -256,10 +256,17 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath strin
 }
 
 func seedCluster(ctx context.Context, c client.Client, os1 cloud) error {
-	for _, ns := range []string{operatorNamespace, tenantNamespace} {
-		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
+	for _, ns := range []*corev1.Namespace{
+		{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}},
+		// Tenant acme's namespace: examples/vpntenantpolicy.yaml governs it.
+		{ObjectMeta: metav1.ObjectMeta{Name: tenantNamespace, Labels: map[string]string{v1.LabelTenant: "acme"}}},
+	} {
+		if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
+	}
+	if err := apply(ctx, c, "examples/vpntenantpolicy.yaml", &v1.VPNTenantPolicy{}, ""); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
 	}
 	for _, n := range nodes {
 		node := &corev1.Node{
@@ -305,9 +312,16 @@ func apply(ctx context.Context, c client.Client, path string, obj client.Object,
 	return c.Create(ctx, obj)
 }
 
+// objectsOnlyNotReady says why a converged gateway of the objects-only sandbox is not
+// Ready: its nodes are API objects that no kubelet serves.
+func objectsOnlyNotReady(*metav1.Condition) string {
+	return "the objects-only sandbox's nodes are API objects without a kubelet, so no gateway pod runs"
+}
+
 // waitReady re-reads obj and prints every change of its conditions until every condition
-// of want is True for its current generation.
-func waitReady(ctx context.Context, c client.Client, obj client.Object, conds func() []metav1.Condition, want []string, timeout time.Duration) error {
+// of want is True for its current generation. Once converged, a Ready that is not True is
+// printed with what notReady says it waits for (nil: nothing is said).
+func waitReady(ctx context.Context, c client.Client, obj client.Object, conds func() []metav1.Condition, want []string, timeout time.Duration, notReady func(*metav1.Condition) string) error {
 	key := client.ObjectKeyFromObject(obj)
 	kind := fmt.Sprintf("%T", obj)[len("*v1alpha1."):]
 	name := key.String()
@@ -338,10 +352,8 @@ func waitReady(ctx context.Context, c client.Client, obj client.Object, conds fu
 		}
 		if done {
 			step("%s %s is %s after %.1fs", kind, name, what, time.Since(start).Seconds())
-			if what == "converged" {
-				if r := conditions.Get(conds(), v1.ConditionReady); r != nil {
-					step("%s %s: Ready=%s/%s (no kubelet runs in the sandbox, so no gateway pod does either)", kind, name, r.Status, r.Reason)
-				}
+			if r := conditions.Get(conds(), v1.ConditionReady); what == "converged" && r != nil && r.Status != metav1.ConditionTrue && notReady != nil {
+				step("%s %s: Ready=%s/%s (%s)", kind, name, r.Status, r.Reason, notReady(r))
 			}
 			return nil
 		}

@@ -22,6 +22,16 @@ import (
 	"bnerd.net/vpn-operator/internal/world"
 )
 
+// productNotReady says why a gateway whose pod is ready (PodReady is among the
+// conditions waited for) is not Ready yet: its tunnel needs the client's side, which the
+// sandbox's client site configures only now.
+func productNotReady(r *metav1.Condition) string {
+	if r.Reason == v1.ReasonTunnelsDown || r.Reason == v1.ReasonTunnelsNotReported {
+		return "the gateway pod runs on its node; the tunnel waits for the client site, which configures its side next"
+	}
+	return "the gateway pod runs on its node; Ready waits for: " + r.Message
+}
+
 // runProduct is the full sandbox: the whole product on this machine (internal/world) with
 // the examples applied, a client's tunnel carrying traffic both ways, and everything
 // deleted and checked gone at the end. It needs root.
@@ -32,7 +42,7 @@ func runProduct(stay bool, timeout time.Duration, gatewayPath, linkPath string) 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 
-	step("starting the product world: control plane and two real nodes, images, OpenStack simulator, packet fabric, the operator installed with the Helm chart")
+	step("starting the product world: control plane and two real nodes, the release pushed to the world's registry, OpenStack simulator, packet fabric, the operator installed from the released chart (helm install oci://...)")
 	w, err := world.Up(ctx, world.Options{Progress: func(format string, args ...any) { fmt.Printf("    "+format+"\n", args...) }})
 	if err != nil {
 		return err
@@ -58,6 +68,8 @@ func runProduct(stay bool, timeout time.Duration, gatewayPath, linkPath string) 
 	for _, p := range w.Timings {
 		fmt.Printf("    %-75s %6.1fs\n", p.Phase, p.Duration.Seconds())
 	}
+	step("release %s in the world's registry %s: the operator installed with helm install %s --version %s; the nodes pull %s, %s, %s",
+		w.Release.Version, w.Registry, w.Release.Chart, w.Release.Version, w.Images["operator"], w.Images["gateway"], w.Images["status-agent"])
 
 	step("service cluster hosts: the portal %s:443 in svc01, the directory %s:636 in vpn01 (HTTPS)", world.ServiceHostAddress, world.DirectoryAddress)
 	if err := w.StartServiceHosts(); err != nil {
@@ -82,7 +94,7 @@ func runProduct(stay bool, timeout time.Duration, gatewayPath, linkPath string) 
 	// Ready also needs the tunnel, which needs the client's side: wait for the objects and
 	// the pod, then let the client configure, then wait for Ready.
 	converged := append(append([]string{}, gateway.ConditionTypes...), v1.ConditionPodReady)
-	if err := waitReady(ctx, w.Kube, gw, func() []metav1.Condition { return gw.Status.Conditions }, converged, timeout); err != nil {
+	if err := waitReady(ctx, w.Kube, gw, func() []metav1.Condition { return gw.Status.Conditions }, converged, timeout, productNotReady); err != nil {
 		return fail(err)
 	}
 	step("the client configures its side by hand: remote %s (also its IKE identity), remote_ts %s, the pre-shared key", gw.Status.FloatingIP, gw.Status.ServiceCIDR)
@@ -99,7 +111,7 @@ func runProduct(stay bool, timeout time.Duration, gatewayPath, linkPath string) 
 		return fail(err)
 	}
 	step("tunnel up: tunnelsReady %s, %.1fs after the apply", gw.Status.TunnelsReady, time.Since(applied).Seconds())
-	if err := waitReady(ctx, w.Kube, gw, func() []metav1.Condition { return gw.Status.Conditions }, []string{v1.ConditionReady}, timeout); err != nil {
+	if err := waitReady(ctx, w.Kube, gw, func() []metav1.Condition { return gw.Status.Conditions }, []string{v1.ConditionReady}, timeout, nil); err != nil {
 		return fail(err)
 	}
 	// The status agent can report the tunnel before the kubelet reports the pod Running.
@@ -126,7 +138,7 @@ func runProduct(stay bool, timeout time.Duration, gatewayPath, linkPath string) 
 		if err := w.Apply(ctx, linkPath, link, ""); err != nil {
 			return err
 		}
-		if err := waitReady(ctx, w.Kube, link, func() []metav1.Condition { return link.Status.Conditions }, []string{v1.ConditionReady}, timeout); err != nil {
+		if err := waitReady(ctx, w.Kube, link, func() []metav1.Condition { return link.Status.Conditions }, []string{v1.ConditionReady}, timeout, nil); err != nil {
 			return fail(err)
 		}
 	}

@@ -4,47 +4,95 @@ import (
 	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"syscall"
 	"time"
 )
 
-// baseRecipe is part of the Debian root's cache key: bump it when the way the root is
+// baseRecipe is part of every Debian root's cache key: bump it when the way a root is
 // made changes.
-const baseRecipe = "debootstrap minbase + suite-updates/security upgrade + docs removed, v1"
+const baseRecipe = "minbase: debootstrap minbase + suite-updates/security upgrade; packages: apt-get install --no-install-recommends on it; docs removed, v2"
 
 type debianBase struct {
-	layer    layerFile
-	caBundle string
+	layer layerFile
+	// caBundle is the root's /etc/ssl/certs/ca-certificates.crt (when it has one),
+	// dpkgStatus its /var/lib/dpkg/status, both copied out of the root.
+	caBundle, dpkgStatus string
 }
 
-// debianBase returns the Debian root for pkgs as a layer, making it with debootstrap the
-// first time (about five minutes) from the Debian mirror apt already uses.
-func (b *builder) debianBase(pkgs []string) (debianBase, error) {
+// debianArch is Debian's name for a Go architecture, qemuArch qemu's (the name of its
+// user-mode emulator and of the binfmt_misc entry Debian's qemu-user-static ships).
+func debianArch(goarch string) string {
+	switch goarch {
+	case "arm":
+		return "armhf"
+	case "ppc64le":
+		return "ppc64el"
+	}
+	return goarch
+}
+
+func qemuArch(goarch string) string {
+	switch goarch {
+	case "amd64":
+		return "x86_64"
+	case "arm64":
+		return "aarch64"
+	}
+	return goarch
+}
+
+// debianBase returns a Debian root for goarch as a layer, made the way the Dockerfiles
+// make theirs, the first time (minutes) and cached by its recipe:
+//
+//   - with no packages, the minbase root (what debian:bookworm-slim is): debootstrap
+//     --variant=minbase from the Debian mirror apt already uses, with the suite's updates
+//     and security updates applied;
+//   - with packages, that root with `apt-get install --no-install-recommends` of exactly
+//     them, as each Dockerfile's final stage runs it.
+//
+// A root for another architecture than this machine's is made without running any of its
+// code as root here: debootstrap's first stage only downloads and unpacks; the second
+// stage (the maintainer scripts), the upgrade and apt-get run under qemu-user-static
+// inside a user namespace with its own binfmt_misc (see emulated). The cache keeps the
+// root as it was made: delete ~/.cache/bnerd-vpn-operator/images/base to pick up newer
+// Debian updates (the release workflow starts from an empty cache).
+func (b *builder) debianBase(pkgs []string, goarch string) (debianBase, error) {
 	sorted := append([]string(nil), pkgs...)
 	sort.Strings(sorted)
-	sum := sha256.Sum256([]byte(baseRecipe + "\n" + debianSuite + "\n" + strings.Join(sorted, "\n")))
-	dir := filepath.Join(b.cache, "base", debianSuite+"-"+hex.EncodeToString(sum[:])[:12])
-	meta := filepath.Join(dir, "layer.json")
-	var out debianBase
-	if data, err := os.ReadFile(meta); err == nil && json.Unmarshal(data, &out.layer) == nil {
-		out.layer.Path = filepath.Join(dir, "layer.tar")
-		out.caBundle = filepath.Join(dir, "ca-certificates.crt")
-		if _, err := os.Stat(out.layer.Path); err == nil {
+	arch := debianArch(goarch)
+	var minbase debianBase
+	key := baseRecipe + "\n" + debianSuite + "\n" + arch
+	if len(sorted) > 0 {
+		var err error
+		if minbase, err = b.debianBase(nil, goarch); err != nil {
+			return debianBase{}, err
+		}
+		key += "\n" + minbase.layer.DiffID + "\n" + strings.Join(sorted, "\n")
+	}
+	sum := sha256.Sum256([]byte(key))
+	dir := filepath.Join(b.cache, "base", debianSuite+"-"+arch+"-"+hex.EncodeToString(sum[:])[:12])
+	out := debianBase{caBundle: filepath.Join(dir, "ca-certificates.crt"), dpkgStatus: filepath.Join(dir, "dpkg-status")}
+	if l, ok := loadLayerMeta(b.cache, filepath.Join(dir, "layer.json")); ok {
+		if _, err := os.Stat(out.dpkgStatus); err == nil {
+			out.layer = l
 			return out, nil
 		}
 	}
 	if os.Geteuid() != 0 {
-		return out, fmt.Errorf("making the Debian root with debootstrap needs root")
+		return out, fmt.Errorf("making the Debian root needs root (debootstrap, chroot)")
 	}
-	if _, err := exec.LookPath("debootstrap"); err != nil {
-		return out, fmt.Errorf("debootstrap is not installed (apt-get install debootstrap)")
+	native := goarch == runtime.GOARCH
+	if !native {
+		if _, err := os.Stat(binfmtEntry(goarch)); err != nil {
+			return out, fmt.Errorf("making a %s root on %s needs Debian's qemu-user-static (%s): %w", arch, runtime.GOARCH, binfmtEntry(goarch), err)
+		}
 	}
 	mirror, security := aptMirrors()
 	if mirror == "" {
@@ -55,27 +103,72 @@ func (b *builder) debianBase(pkgs []string) (debianBase, error) {
 	if err := os.MkdirAll(rootfs, 0o755); err != nil {
 		return out, err
 	}
-	if err := os.MkdirAll(filepath.Join(b.cache, "debootstrap-cache"), 0o755); err != nil {
-		return out, err
+	defer os.RemoveAll(rootfs)
+	how := "natively"
+	if !native {
+		how = "under qemu-user-static"
+	}
+	// run runs script in the root: chroot here, or emulated for another architecture,
+	// with this machine's resolver for apt (the image gets an empty resolv.conf: the
+	// runtime provides one).
+	run := func(script string) error {
+		if err := copyFile("/etc/resolv.conf", filepath.Join(rootfs, "etc/resolv.conf")); err != nil {
+			return err
+		}
+		if native {
+			return chrootRun(rootfs, script)
+		}
+		return emulated(goarch, rootfs, "mount -t proc proc \"$ROOTFS/proc\"\n"+
+			"for d in "+strings.Join(devices, " ")+"; do [ -e \"$ROOTFS/dev/$d\" ] || : >\"$ROOTFS/dev/$d\"; mount --bind \"/dev/$d\" \"$ROOTFS/dev/$d\"; done\n"+
+			"chroot \"$ROOTFS\" /bin/sh -c '"+script+"'")
 	}
 	start := time.Now()
-	logf("debootstrap %s (minbase + %s) from %s: a few minutes the first time", debianSuite, strings.Join(sorted, ","), mirror)
-	if err := runLogged("debootstrap", "--variant=minbase", "--include="+strings.Join(sorted, ","),
-		"--cache-dir="+filepath.Join(b.cache, "debootstrap-cache"), debianSuite, rootfs, mirror); err != nil {
+	if len(sorted) == 0 {
+		if _, err := exec.LookPath("debootstrap"); err != nil {
+			return out, fmt.Errorf("debootstrap is not installed (apt-get install debootstrap)")
+		}
+		debs := filepath.Join(b.cache, "debootstrap-cache")
+		if err := os.MkdirAll(debs, 0o755); err != nil {
+			return out, err
+		}
+		logf("debootstrap %s/%s minbase from %s, %s: minutes the first time", debianSuite, arch, mirror, how)
+		args := []string{"--variant=minbase", "--arch=" + arch, "--cache-dir=" + debs}
+		if !native {
+			args = append(args, "--foreign")
+		}
+		if err := runLogged("debootstrap", append(args, debianSuite, rootfs, mirror)...); err != nil {
+			return out, err
+		}
+		if !native {
+			// The second stage runs the maintainer scripts.
+			if err := emulated(goarch, rootfs, "container=lxc chroot \"$ROOTFS\" /debootstrap/debootstrap --second-stage"); err != nil {
+				return out, fmt.Errorf("debootstrap's second stage for %s: %w", arch, err)
+			}
+		}
+		// debian:bookworm-slim carries the point-release and security updates; so does this.
+		sources := fmt.Sprintf("deb %s %s main\ndeb %s %s-updates main\n", mirror, debianSuite, mirror, debianSuite)
+		if security != "" {
+			sources += fmt.Sprintf("deb %s %s-security main\n", security, debianSuite)
+		}
+		if err := os.WriteFile(filepath.Join(rootfs, "etc/apt/sources.list"), []byte(sources), 0o644); err != nil {
+			return out, err
+		}
+		if err := run("set -e; apt-get -qq update; apt-get -qq -y upgrade; apt-get -qq clean"); err != nil {
+			return out, fmt.Errorf("upgrading the %s root: %w", arch, err)
+		}
+	} else {
+		logf("Debian %s/%s: apt-get install %s on the minbase root, %s", debianSuite, arch, strings.Join(sorted, " "), how)
+		if err := runLogged("tar", "-xzpf", minbase.layer.Path, "-C", rootfs, "--numeric-owner"); err != nil {
+			return out, err
+		}
+		if err := run("set -e; apt-get -qq update; apt-get install -qq -y --no-install-recommends " + strings.Join(sorted, " ") + "; apt-get -qq clean"); err != nil {
+			return out, fmt.Errorf("installing %s in the %s root: %w", strings.Join(sorted, " "), arch, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(rootfs, "etc/resolv.conf"), nil, 0o644); err != nil {
 		return out, err
 	}
-	// debian:bookworm-slim carries the point-release and security updates; so does this.
-	sources := fmt.Sprintf("deb %s %s main\ndeb %s %s-updates main\n", mirror, debianSuite, mirror, debianSuite)
-	if security != "" {
-		sources += fmt.Sprintf("deb %s %s-security main\n", security, debianSuite)
-	}
-	if err := os.WriteFile(filepath.Join(rootfs, "etc/apt/sources.list"), []byte(sources), 0o644); err != nil {
-		return out, err
-	}
-	if err := chrootUpgrade(rootfs); err != nil {
-		return out, err
-	}
-	for _, g := range []string{"var/cache/apt/archives/*.deb", "var/cache/apt/*.bin", "var/lib/apt/lists/*", "usr/share/doc/*", "usr/share/man/*", "usr/share/info/*", "var/log/*.log", "dev/*"} {
+	for _, g := range []string{"var/cache/apt/archives/*.deb", "var/cache/apt/*.bin", "var/lib/apt/lists/*", "usr/share/doc/*", "usr/share/man/*", "usr/share/info/*", "var/log/*.log", "dev/*", "debootstrap"} {
 		matches, _ := filepath.Glob(filepath.Join(rootfs, g))
 		for _, m := range matches {
 			if g == "var/lib/apt/lists/*" && filepath.Base(m) == "partial" {
@@ -86,59 +179,113 @@ func (b *builder) debianBase(pkgs []string) (debianBase, error) {
 			}
 		}
 	}
-	ca, err := os.ReadFile(filepath.Join(rootfs, "etc/ssl/certs/ca-certificates.crt"))
+	status, err := os.ReadFile(filepath.Join(rootfs, "var/lib/dpkg/status"))
 	if err != nil {
-		return out, fmt.Errorf("the Debian root has no CA bundle: %w", err)
+		return out, fmt.Errorf("the Debian root has no dpkg database: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "ca-certificates.crt"), ca, 0o644); err != nil {
+	if err := os.WriteFile(out.dpkgStatus, status, 0o644); err != nil {
 		return out, err
 	}
-	l, err := treeLayer(rootfs, filepath.Join(dir, "layer.tar"))
+	if ca, err := os.ReadFile(filepath.Join(rootfs, "etc/ssl/certs/ca-certificates.crt")); err == nil {
+		if err := os.WriteFile(out.caBundle, ca, 0o644); err != nil {
+			return out, err
+		}
+	}
+	l, err := b.treeLayer(rootfs)
 	if err != nil {
 		return out, err
 	}
-	data, _ := json.Marshal(l)
-	if err := os.WriteFile(meta, data, 0o644); err != nil {
+	if err := saveLayerMeta(filepath.Join(dir, "layer.json"), l); err != nil {
 		return out, err
 	}
-	if err := os.RemoveAll(rootfs); err != nil {
-		return out, err
-	}
-	logf("Debian root made in %s (%d MB layer)", time.Since(start).Round(time.Second), l.Size>>20)
-	return debianBase{layer: l, caBundle: filepath.Join(dir, "ca-certificates.crt")}, nil
+	logf("Debian root %s/%s (%s) made %s in %s (%d MB compressed layer)", debianSuite, arch, strings.Join(append([]string{"minbase"}, sorted...), " "), how, time.Since(start).Round(time.Second), l.Size>>20)
+	out.layer = l
+	return out, nil
 }
 
-// chrootUpgrade applies the suite's updates inside rootfs, with /proc mounted for the
+// devices are the device nodes apt and the maintainer scripts use: bound from this
+// machine's /dev into a root while it is being made (a layer holds no device node, so a
+// root made from the minbase layer has none), removed with /dev/* afterwards.
+var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
+
+// chrootRun runs script inside rootfs, with /proc and the devices mounted for the
 // maintainer scripts and unmounted again whatever happens.
-func chrootUpgrade(rootfs string) error {
+func chrootRun(rootfs, script string) error {
 	proc := filepath.Join(rootfs, "proc")
 	if err := syscall.Mount("proc", proc, "proc", 0, ""); err != nil {
 		return fmt.Errorf("mounting /proc in the new root: %w", err)
 	}
 	defer func() { _ = syscall.Unmount(proc, syscall.MNT_DETACH) }()
-	for _, args := range [][]string{
-		{"apt-get", "-qq", "update"},
-		{"apt-get", "-qq", "-y", "upgrade"},
-		{"apt-get", "-qq", "clean"},
-	} {
-		cmd := exec.Command("chroot", append([]string{rootfs}, args...)...)
-		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND=noninteractive", "LC_ALL=C"}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("chroot %s: %w\n%s", strings.Join(args, " "), err, out)
+	for _, d := range devices {
+		target := filepath.Join(rootfs, "dev", d)
+		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			return err
 		}
+		if _, err := os.Lstat(target); err != nil {
+			if err := os.WriteFile(target, nil, 0o644); err != nil {
+				return err
+			}
+		}
+		if err := syscall.Mount("/dev/"+d, target, "", syscall.MS_BIND, ""); err != nil {
+			return fmt.Errorf("binding /dev/%s into the new root: %w", d, err)
+		}
+		defer func() { _ = syscall.Unmount(target, syscall.MNT_DETACH) }()
+	}
+	cmd := exec.Command("chroot", rootfs, "/bin/sh", "-c", script)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND=noninteractive", "LC_ALL=C"}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("chroot %s: %w\n%s", script, err, tail(out))
 	}
 	return nil
+}
+
+// binfmtEntry is the binfmt_misc registration Debian's qemu-user-static ships for goarch.
+func binfmtEntry(goarch string) string {
+	return "/usr/lib/binfmt.d/qemu-" + qemuArch(goarch) + ".conf"
+}
+
+// emulated runs script (with $ROOTFS set) as root of a new user namespace that maps this
+// machine's UIDs and GIDs 0-65535 to themselves, with its own mount and PID namespaces
+// and its own binfmt_misc instance (the kernel gives each user namespace one since 6.7),
+// in which qemu-user-static runs goarch's binaries. Nothing is registered for the rest of
+// the machine, and every process the scripts leave behind dies with the namespace's
+// first process.
+func emulated(goarch, rootfs, script string) error {
+	full := `set -e
+mount --make-rprivate /
+mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+cat "$BINFMT" > /proc/sys/fs/binfmt_misc/register
+` + script
+	cmd := exec.Command("/bin/sh", "-c", full)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND=noninteractive", "LC_ALL=C",
+		"ROOTFS=" + rootfs, "BINFMT=" + binfmtEntry(goarch)}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:                 syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 65536}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 65536}},
+		GidMappingsEnableSetgroups: true,
+		Pdeathsig:                  syscall.SIGKILL,
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%w\n%s", err, tail(out))
+	}
+	return nil
+}
+
+func tail(out []byte) string {
+	s := string(out)
+	if len(s) > 4000 {
+		s = s[len(s)-4000:]
+	}
+	return s
 }
 
 func runLogged(name string, args ...string) error {
 	cmd := exec.Command(name, args...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		tail := string(out)
-		if len(tail) > 4000 {
-			tail = tail[len(tail)-4000:]
-		}
-		return fmt.Errorf("%s: %w\n%s", name, err, tail)
+		return fmt.Errorf("%s: %w\n%s", name, err, tail(out))
 	}
 	return nil
 }
@@ -200,7 +347,7 @@ func fieldValues(path, prefix string) []string {
 
 // distrolessLayer is what the operator needs of distroless static's :nonroot: the CA
 // bundle, passwd and group naming root and nonroot (65532), a sticky /tmp and nonroot's
-// home.
+// home. Nothing in it depends on the architecture.
 func (b *builder) distrolessLayer(caBundle string) (layerFile, error) {
 	entries := []entry{
 		{Name: "/etc", Dir: true, Mode: 0o755},
@@ -214,5 +361,15 @@ func (b *builder) distrolessLayer(caBundle string) (layerFile, error) {
 		{Name: "/home/nonroot", Dir: true, Mode: 0o700, UID: 65532, GID: 65532},
 		{Name: "/tmp", Dir: true, Mode: 0o1777},
 	}
-	return b.entriesLayer("distroless-base", entries)
+	return b.entriesLayer(entries)
+}
+
+// copyFile copies src's content to dst (replacing a link there).
+func copyFile(src, dst string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	_ = os.Remove(dst)
+	return os.WriteFile(dst, data, 0o644)
 }

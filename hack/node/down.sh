@@ -64,14 +64,18 @@ for n in "${NODES[@]}"; do
 done
 stop kube-apiserver
 stop etcd
+stop registry
 
 # 3. Mounts under $STATE (volumes, rootfs, shm), deepest first.
 awk -v s="$STATE/" 'index($2, s) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do
   umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
 done
 # A world starts from an empty cluster: the data of etcd, the kubelets, IPAM and Multus
-# goes; the PKI and the containerds' image stores stay (warm starts skip the imports).
-for d in "$STATE/etcd" "$STATE"/node-*/kubelet "$STATE"/node-*/run/ipam "$STATE"/node-*/run/multus "$STATE"/node-*/pod-logs "$STATE"/node-*/containerd/state; do
+# goes; the PKI and the containerds' image stores stay (warm starts pull only the layers
+# they lack).
+# The registry's storage and what was released into it go too: each world pushes its
+# release into an empty registry.
+for d in "$STATE/etcd" "$STATE/registry-storage" "$STATE/release" "$STATE"/node-*/kubelet "$STATE"/node-*/run/ipam "$STATE"/node-*/run/multus "$STATE"/node-*/pod-logs "$STATE"/node-*/containerd/state; do
   [[ -e $d ]] && rm -rf "$d"
 done
 # Sandbox network namespaces made by our containerds: cni-* that appeared after up.sh
@@ -108,7 +112,7 @@ done
 nft delete table ip bn-node 2>/dev/null && log "deleted nftables table ip bn-node"
 
 : >"$STATE/pids"
-rm -f "$STATE/env" "$STATE/nodes"
+rm -f "$STATE/env" "$STATE/nodes" "$STATE/registry"
 if [[ ${BNERD_NODE_WIPE:-0} == 1 ]]; then
   rm -rf "$STATE" && log "removed $STATE"
 fi

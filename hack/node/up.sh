@@ -11,8 +11,15 @@
 # as on two machines. The nodes' providerIDs name the Nova servers of
 # examples/sim-estate.yaml (vpn01-worker-a and -b).
 #
-# Every binary is built here (hack/controlplane.sh, Multus from the Go module proxy,
+# Every binary is built here (hack/controlplane.sh, Multus from the Go module proxy, the
 # images by hack/images) and cached by version under ~/.cache/bnerd-vpn-operator.
+#
+# The images reach the nodes the way they reach a provider's cluster: a real OCI registry
+# (Debian's docker-registry, the CNCF distribution server) runs on the control plane's
+# address with TLS from the world's CA; the release is pushed to it (hack/release.sh:
+# every image for RELEASE_PLATFORMS with its SBOMs, and the chart), and each node's
+# containerd pulls from it through its registry hosts configuration. Nothing is imported.
+#
 # Idempotent: a second run finds everything running and returns. Everything it starts is
 # recorded in $STATE/pids; hack/node/down.sh stops exactly those.
 #
@@ -20,14 +27,19 @@
 # outside it is dropped, and pods get a resolver-less resolv.conf, so nothing leaves the
 # machine):
 #   10.77.0.1            control plane (root namespace), 10.77.0.4k+1/30 per node link
+#   10.77.0.1:5000       the registry (https, the world's CA)
 #   10.77.0.4k+2         node k's address (k = 0 for a, 1 for b)
 #   10.77.8.0/24         Services (kubernetes = 10.77.8.1, DNAT in each node namespace)
 #   10.77.16+k.0/24      node k's pods
 #
 # Env: BNERD_NODE_STATE (default ${TMPDIR:-/tmp}/bnerd-node), BNERD_CACHE,
-# BNERD_NODE_IMAGES=1 to also build and import the operator and gateway images.
-# --build-only installs and builds everything (packages, control plane, Multus, images,
-# the chart installer) and starts nothing: `make test` runs it before the tests.
+# BNERD_NODE_IMAGES=1 to also release the operator's images and chart into the registry
+# (version: hack/release.sh --dev-version), BNERD_RELEASE_PLATFORMS (default
+# linux/amd64,linux/arm64). $STATE/release/ then lists what was pushed (images.txt,
+# chart.txt); $STATE/registry names the registry.
+# --build-only installs and builds everything (packages, buildah for the Dockerfile test,
+# control plane, Multus, the images with their SBOMs, the chart tools, GoReleaser) and
+# starts nothing: `make test` runs it before the tests.
 set -euo pipefail
 BUILD_ONLY=0
 [[ ${1:-} == --build-only ]] && BUILD_ONLY=1
@@ -59,14 +71,20 @@ touch "$STATE/pids"
 
 # ---------------------------------------------------------------- packages
 need=()
-for p in containerd runc containernetworking-plugins nftables iproute2 openssl util-linux debootstrap; do
+for p in containerd runc containernetworking-plugins nftables iproute2 openssl util-linux debootstrap docker-registry qemu-user-static curl buildah; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
 done
 if ((${#need[@]})); then
   log "apt-get install ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >&2
+  # docker-registry's package would start its own registry on :5000: this world starts
+  # its own, so no service may start during the install.
+  printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d.bnerd && chmod +x /usr/sbin/policy-rc.d.bnerd
+  [[ -e /usr/sbin/policy-rc.d ]] || cp /usr/sbin/policy-rc.d.bnerd /usr/sbin/policy-rc.d
   apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}" >&2
+  cmp -s /usr/sbin/policy-rc.d /usr/sbin/policy-rc.d.bnerd && rm -f /usr/sbin/policy-rc.d
+  rm -f /usr/sbin/policy-rc.d.bnerd
 fi
 CNI_SYS=/usr/lib/cni
 for p in bridge host-local loopback host-device static; do
@@ -91,14 +109,24 @@ if [[ ! -x $MULTUS_BIN ]]; then
   mv "$MULTUS_BIN.tmp" "$MULTUS_BIN"
 fi
 
-IMAGES=(pause)
-[[ ${BNERD_NODE_IMAGES:-0} == 1 || $BUILD_ONLY == 1 ]] && IMAGES+=(operator gateway)
-log "images: ${IMAGES[*]} (hack/images; cached by content)"
-(cd "$ROOT" && go run ./hack/images "${IMAGES[@]}") >"$STATE/images" || die "building images failed"
-PAUSE_REF=$(awk '$1=="pause"{print $2}' "$STATE/images")
+RELEASE_PLATFORMS=${BNERD_RELEASE_PLATFORMS:-linux/amd64,linux/arm64}
+RELEASE=0
+[[ ${BNERD_NODE_IMAGES:-0} == 1 || $BUILD_ONLY == 1 ]] && RELEASE=1
+REGISTRY_ADDR=$CP_IP:5000
+REGISTRY=$REGISTRY_ADDR/bnerd
+if ((RELEASE)); then
+  VERSION=$(bash "$ROOT/hack/release.sh" --dev-version)
+  log "release $VERSION: images for $RELEASE_PLATFORMS with their SBOMs (hack/images; cached by content)"
+  SYFT=$(bash "$ROOT/hack/tool.sh" syft)
+  (cd "$ROOT" && go run ./hack/images --platforms "$RELEASE_PLATFORMS" --version "$VERSION" --sbom --syft "$SYFT") >/dev/null ||
+    die "building the release images failed"
+fi
+(cd "$ROOT" && go run ./hack/images pause) >/dev/null || die "building the pause image failed"
 if ((BUILD_ONLY)); then
-  # The chart installer of the product world (the Helm SDK, from the chart tests' module).
-  (cd "$ROOT/test/chart" && GOFLAGS=-mod=readonly go build -o /dev/null ./cmd/chart-install)
+  # The chart's push and install (the Helm SDK, from the chart tests' module), and the
+  # release's plugin packaging (TestRelease runs the whole `make release`).
+  (cd "$ROOT/test/chart" && GOFLAGS=-mod=readonly go build -o /dev/null ./cmd/chart-install ./cmd/chart-push)
+  bash "$ROOT/hack/tool.sh" goreleaser >/dev/null
   log "builds ready (--build-only: nothing started)"
   exit 0
 fi
@@ -236,6 +264,19 @@ EOF
   chmod 600 "$1"
 }
 pki
+# The registry's serving certificate (also for a state made before there was a registry).
+if [[ ! -f $STATE/pki/registry.crt ]]; then
+  (
+    d=$STATE/pki
+    cd "$d"
+    openssl genrsa -out registry.key 2048 2>/dev/null
+    openssl req -new -key registry.key -subj /CN=bnerd-registry -out registry.csr 2>/dev/null
+    printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:%s\n' "$CP_IP" >registry.ext
+    openssl x509 -req -in registry.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 30 -extfile registry.ext -out registry.crt 2>/dev/null
+    chmod 600 registry.key
+    rm -f registry.csr registry.ext
+  )
+fi
 for u in admin controller-manager scheduler; do kubeconfig "$STATE/etc/$u.kubeconfig" "$u"; done
 for n in "${NODES[@]}"; do kubeconfig "$STATE/etc/kubelet-$n.kubeconfig" "kubelet-$n"; done
 ADMIN_KC=$STATE/etc/admin.kubeconfig
@@ -275,6 +316,42 @@ K apply --server-side -f "$ROOT/config/thirdparty/k8s.cni.cncf.io_network-attach
 # Pods get no resolver: nothing they look up can leave the machine.
 printf '# bnerd node world: no resolver, so no lookup leaves this machine\noptions ndots:0\n' >"$STATE/etc/resolv.conf"
 
+# ---------------------------------------------------------------- registry
+# Debian's docker-registry (distribution 2.8) on the control plane's address, TLS with the
+# world's CA; its storage goes with the world (hack/node/down.sh), so each world's release
+# is pushed into an empty registry.
+mkdir -p "$STATE/registry-storage"
+cat >"$STATE/etc/registry.yml" <<EOF
+version: 0.1
+log:
+  level: warn
+  accesslog: {disabled: true}
+storage:
+  filesystem: {rootdirectory: $STATE/registry-storage}
+  delete: {enabled: true}
+http:
+  addr: $REGISTRY_ADDR
+  tls:
+    certificate: $STATE/pki/registry.crt
+    key: $STATE/pki/registry.key
+EOF
+start registry - /usr/bin/docker-registry serve "$STATE/etc/registry.yml"
+wait_for 30 "the registry on $REGISTRY_ADDR" curl -fsS --cacert "$STATE/pki/ca.crt" "https://$REGISTRY_ADDR/v2/"
+echo "$REGISTRY $STATE/pki/ca.crt" >"$STATE/registry"
+# The release, pushed as a provider pushes it: the Go tools trust the world's CA through
+# SSL_CERT_FILE.
+mkdir -p "$STATE/release"
+(cd "$ROOT" && SSL_CERT_FILE=$STATE/pki/ca.crt go run ./hack/images --push "$REGISTRY" pause) >"$STATE/release/pause.txt" ||
+  die "pushing the pause image failed"
+PAUSE_REF=$(awk '$1=="pause"{print $2}' "$STATE/release/pause.txt")
+if ((RELEASE)); then
+  log "pushing release $VERSION to $REGISTRY (hack/release.sh: images for $RELEASE_PLATFORMS with SBOMs, the chart)"
+  SSL_CERT_FILE=$STATE/pki/ca.crt VERSION=$VERSION REGISTRY=$REGISTRY PLATFORMS=$RELEASE_PLATFORMS \
+    RELEASE_PARTS=images,chart DIST=$STATE/release bash "$ROOT/hack/release.sh" >"$STATE/logs/release.log" 2>&1 ||
+    { tail -20 "$STATE/logs/release.log" >&2; die "the release failed (log: $STATE/logs/release.log)"; }
+  log "release $VERSION pushed: $(awk '{print $1}' "$STATE/release/images.txt" | tr '\n' ' ')and $(awk '{print $2" --version "$3}' "$STATE/release/chart.txt")"
+fi
+
 # ---------------------------------------------------------------- nodes
 cgroup_root() { # create /bn-node-<n> in every v1 hierarchy (kubelet's cgroupRoot must exist)
   local h
@@ -310,6 +387,16 @@ for n in "${NODES[@]}"; do
  "confDir":"$d/cni/delegates","cniDir":"$d/run/multus","binDir":"$d/cni/bin",
  "logFile":"$STATE/logs/multus-$n.log","logLevel":"error"}
 EOF
+  # The registry as containerd's hosts configuration names it: pulls go to it over TLS,
+  # trusting the world's CA.
+  mkdir -p "$d/certs.d/$REGISTRY_ADDR"
+  cat >"$d/certs.d/$REGISTRY_ADDR/hosts.toml" <<EOF
+server = "https://$REGISTRY_ADDR"
+
+[host."https://$REGISTRY_ADDR"]
+  capabilities = ["pull", "resolve"]
+  ca = "$STATE/pki/ca.crt"
+EOF
   cat >"$d/containerd.toml" <<EOF
 version = 2
 root = "$d/containerd/root"
@@ -337,12 +424,12 @@ state = "$d/containerd/state"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$d/cni/bin"
     conf_dir = "$d/cni/net.d"
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$d/certs.d"
 EOF
   [[ -f $d/netns.before ]] || { ls /var/run/netns 2>/dev/null || true; } >"$d/netns.before"
   start "containerd-$n" "$ns" containerd --config "$d/containerd.toml"
   wait_for 30 "containerd on node $n" ctr -a "$d/run/containerd.sock" version
-  (cd "$ROOT" && go run ./hack/images --import "$d/run/containerd.sock" "${IMAGES[@]}") >/dev/null ||
-    die "importing images into node $n failed"
 
   cgroup_root "bn-node-$n"
   cat >"$d/kubelet.yaml" <<EOF

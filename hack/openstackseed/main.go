@@ -41,16 +41,18 @@ import (
 	"bnerd.net/vpn-operator/internal/openstack/sim"
 )
 
-const (
-	authURL = "http://127.0.0.1:5000/v3"
-	region  = "RegionOne"
-	host    = "127.0.0.1"
-)
+const region = "RegionOne"
+
+// host is the loopback address the cloud's services listen on (--host), authURL its
+// Keystone.
+var host, authURL string
 
 func main() {
 	state := flag.String("state", "", "state directory (written: clouds.yaml, *.env, estate.json, seed-secrets.json)")
 	adminPW := flag.String("admin-password", "", "password of Keystone's bootstrap admin")
 	servicePW := flag.String("service-password", "", "password of the service users (neutron, nova, placement, glance)")
+	flag.StringVar(&host, "host", "127.0.0.1", "loopback address the services listen on")
+	serialBoots := flag.Bool("serial-boots", false, "boot the seeded servers one after the other (each ACTIVE before the next is asked for)")
 	var seeds multiFlag
 	flag.Var(&seeds, "seed", "seed file (repeatable)")
 	flag.Parse()
@@ -58,10 +60,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: openstackseed --state DIR --admin-password PW --service-password PW --seed FILE... identity|estate")
 		os.Exit(2)
 	}
+	authURL = "http://" + host + ":5000/v3"
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	s, err := newSeeder(ctx, *state, *adminPW, *servicePW, seeds)
 	if err == nil {
+		s.serialBoots = *serialBoots
 		switch flag.Arg(0) {
 		case "identity":
 			err = s.identity(ctx)
@@ -107,6 +111,8 @@ type seeder struct {
 	admin     *gophercloud.ProviderClient
 	keystone  *gophercloud.ServiceClient
 	log       func(format string, args ...any)
+	// serialBoots: one server at a time (see --serial-boots).
+	serialBoots bool
 }
 
 func newSeeder(ctx context.Context, dir, adminPW, servicePW string, files []string) (*seeder, error) {
@@ -877,7 +883,27 @@ const (
 
 // servers boots the seeded servers (no network: the nodes' interfaces are the tests'
 // business) on the fake hypervisor and waits for them to be ACTIVE.
+// errBootFailed: Nova put a server into ERROR. On the all-in-one test clouds that is
+// nearly always sqlite's "database is locked" under load in the conductor or compute
+// service, not a property of the server, so the boot is tried again.
+var errBootFailed = errors.New("failed to boot")
+
+// servers boots the estate's servers, trying a boot that ended in ERROR up to twice
+// more (a later pass deletes the ERROR server and boots it afresh).
 func (s *seeder) servers(ctx context.Context, servers []sim.SeedServer, projects map[string]*project, adminCompute *gophercloud.ServiceClient, ids stateMap) error {
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		if err = s.bootServers(ctx, servers, projects, adminCompute, ids); err == nil || !errors.Is(err, errBootFailed) {
+			return err
+		}
+		if attempt < 3 {
+			s.log("%v; booting again (attempt %d of 3)", err, attempt+1)
+		}
+	}
+	return err
+}
+
+func (s *seeder) bootServers(ctx context.Context, servers []sim.SeedServer, projects map[string]*project, adminCompute *gophercloud.ServiceClient, ids stateMap) error {
 	image, err := gcos.NewImageV2(s.admin, gophercloud.EndpointOpts{Region: region})
 	if err != nil {
 		return err
@@ -972,29 +998,41 @@ func (s *seeder) servers(ctx context.Context, servers []sim.SeedServer, projects
 			}
 			id = str(out.Server, "id")
 			s.log("booting server %s (%s)", k, id)
+			if s.serialBoots {
+				if err := waitActive(ctx, adminCompute, k, id, deadline); err != nil {
+					return err
+				}
+			}
 		}
 		ids[k] = id
 		boot = append(boot, pending{k, id})
 	}
 	for _, b := range boot {
-		for {
-			var out struct{ Server obj }
-			if err := call(ctx, adminCompute, "GET", "servers/"+b.id, nil, &out, 200); err != nil {
-				return err
-			}
-			st := str(out.Server, "status")
-			if st == "ACTIVE" {
-				break
-			}
-			if st == "ERROR" {
-				fault, _ := json.Marshal(out.Server["fault"])
-				return fmt.Errorf("server %s failed to boot: %s", b.key, fault)
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("server %s still %s after 5 minutes", b.key, st)
-			}
-			time.Sleep(500 * time.Millisecond)
+		if err := waitActive(ctx, adminCompute, b.key, b.id, deadline); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// waitActive waits until a booting server is ACTIVE, failing on ERROR or at deadline.
+func waitActive(ctx context.Context, adminCompute *gophercloud.ServiceClient, key, id string, deadline time.Time) error {
+	for {
+		var out struct{ Server obj }
+		if err := call(ctx, adminCompute, "GET", "servers/"+id, nil, &out, 200); err != nil {
+			return err
+		}
+		st := str(out.Server, "status")
+		if st == "ACTIVE" {
+			return nil
+		}
+		if st == "ERROR" {
+			fault, _ := json.Marshal(out.Server["fault"])
+			return fmt.Errorf("server %s %w: %s", key, errBootFailed, fault)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("server %s still %s after 5 minutes", key, st)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }

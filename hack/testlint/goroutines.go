@@ -122,7 +122,7 @@ func inPackage(fset *token.FileSet, files []*ast.File) []Finding {
 				if !ok {
 					return true
 				}
-				ast.Inspect(g.Call, func(n ast.Node) bool {
+				inspectOutsideSubtests(g.Call, func(n ast.Node) bool {
 					if call, ok := n.(*ast.CallExpr); ok {
 						if id, ok := call.Fun.(*ast.Ident); ok {
 							if idx, ok := params[id.Name]; ok {
@@ -170,7 +170,7 @@ func inPackage(fset *token.FileSet, files []*ast.File) []Finding {
 		}
 	}
 	scan := func(body ast.Node, out *[]Finding) {
-		ast.Inspect(body, func(n ast.Node) bool {
+		inspectOutsideSubtests(body, func(n ast.Node) bool {
 			call, ok := n.(*ast.CallExpr)
 			if !ok {
 				return true
@@ -207,6 +207,42 @@ func inPackage(fset *token.FileSet, files []*ast.File) []Finding {
 		})
 	}
 	return out
+}
+
+// inspectOutsideSubtests is ast.Inspect that does not enter the body of a subtest,
+// x.Run(name, func(t *testing.T) {...}): testing runs that body on a goroutine of its
+// own with its own t, where FailNow is what it should be, even when the Run call itself
+// is made from a goroutine (Run may be called from several at once).
+func inspectOutsideSubtests(node ast.Node, f func(ast.Node) bool) {
+	ast.Inspect(node, func(n ast.Node) bool {
+		if call, ok := n.(*ast.CallExpr); ok && isSubtestRun(call) {
+			if !f(n) {
+				return false
+			}
+			inspectOutsideSubtests(call.Fun, f)
+			inspectOutsideSubtests(call.Args[0], f)
+			return false
+		}
+		return f(n)
+	})
+}
+
+// isSubtestRun: x.Run("name", func(t *testing.T) {...}) (or *testing.B).
+func isSubtestRun(call *ast.CallExpr) bool {
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok || sel.Sel.Name != "Run" || len(call.Args) != 2 {
+		return false
+	}
+	lit, ok := call.Args[1].(*ast.FuncLit)
+	if !ok || len(lit.Type.Params.List) != 1 {
+		return false
+	}
+	star, ok := lit.Type.Params.List[0].Type.(*ast.StarExpr)
+	if !ok {
+		return false
+	}
+	typ, ok := star.X.(*ast.SelectorExpr)
+	return ok && exprString(typ.X) == "testing" && (typ.Sel.Name == "T" || typ.Sel.Name == "B")
 }
 
 func stops(body ast.Node, helpers map[string]bool) bool {

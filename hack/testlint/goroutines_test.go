@@ -36,6 +36,12 @@ func TestX(t *testing.T) {
 	inNetns(t, func() { t.Fatal("c") })
 	inNetns(t, func() { t.Error("fine") })
 	benchNetns(t, func() { t.Fatalf("d") })
+	go func() { t.Run("sub", func(t *testing.T) { t.Fatal("fine: the subtest's own goroutine") }) }()
+	bothSites(t, func(t *testing.T) { must(t, nil) })
+	go func() { t.Run("sub", func(t *testing.T) {}); t.FailNow() }()
+}
+func bothSites(t *testing.T, f func(t *testing.T)) {
+	go func() { t.Run("site", func(t *testing.T) { f(t) }) }()
 }
 func benchNetns(t *testing.T, f func()) { inNetns(t, f) }
 func inNetns(t *testing.T, f func()) {
@@ -49,7 +55,7 @@ func inNetns(t *testing.T, f func()) {
 		t.Fatal(err)
 	}
 	got := inFile(fset, f)
-	want := []string{"t.Fatal", "must", "h.t.Fatalf", "t.Fatal", "t.Fatalf"}
+	want := []string{"t.Fatal", "must", "h.t.Fatalf", "t.Fatal", "t.Fatalf", "t.FailNow"}
 	if len(got) != len(want) {
 		t.Fatalf("found %v, want %v", got, want)
 	}

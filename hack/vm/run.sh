@@ -16,6 +16,9 @@
 #   --port NAME=SOCKET  connect the host's listening unix SOCKET to a virtio-serial port
 #                       that appears in the guest as /dev/virtio-ports/NAME (repeatable)
 #   --timeout SECONDS   stop the VM after this long (default BNERD_VM_TIMEOUT or 1800)
+#   --disk FILE         attach the raw image FILE as a further virtio disk, /dev/vdb for the
+#                       first (repeatable), with snapshot=on: the guest may write, FILE
+#                       never changes (hack/vm/libreswan.sh builds one)
 #
 # Environment: BNERD_VM_MEM (MiB, default 1024), BNERD_VM_CPUS (default: host CPUs, at most
 # 4), BNERD_VM_ACCEL (kvm|tcg; default kvm only with hardware-assisted /dev/kvm),
@@ -27,14 +30,15 @@
 # script's process group on exit, and the run directory is removed.
 set -euo pipefail
 
-usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-envs=() ports=()
+usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+envs=() ports=() disks=()
 TIMEOUT=${BNERD_VM_TIMEOUT:-1800}
 while (($#)); do
 	case $1 in
 	--env) envs+=("$2"); shift 2 ;;
 	--port) ports+=("$2"); shift 2 ;;
 	--timeout) TIMEOUT=$2; shift 2 ;;
+	--disk) disks+=("$2"); shift 2 ;;
 	--) shift; break ;;
 	-*) usage ;;
 	*) break ;;
@@ -134,6 +138,12 @@ if ((${#ports[@]})); then
 	done
 fi
 
+diskargs=()
+for d in "${disks[@]}"; do
+	[[ -f $d ]] || { echo "hack/vm/run.sh: --disk $d: no such file" >&2; exit 2; }
+	diskargs+=(-drive "file=$d,if=virtio,format=raw,snapshot=on,cache=unsafe")
+done
+
 qpid="" tpid=""
 finish() {
 	for p in $tpid $qpid; do kill "$p" 2>/dev/null || true; done
@@ -153,6 +163,7 @@ TMPDIR=$CTL timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 \
 	-kernel "$KERNEL" -initrd "$IMAGE/initrd.img" \
 	-append "console=ttyS0 quiet loglevel=3 panic=-1 mitigations=off random.trust_cpu=on ${BNERD_VM_APPEND:-}" \
 	-drive "file=$IMAGE/rootfs.img,if=virtio,format=raw,snapshot=on,cache=unsafe" \
+	"${diskargs[@]}" \
 	-device virtio-rng-pci \
 	-virtfs "local,path=$CTL,mount_tag=ctl,security_model=none,id=ctl" \
 	-virtfs "local,path=$SHARE,mount_tag=share,security_model=none,id=share" \

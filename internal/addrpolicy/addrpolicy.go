@@ -56,6 +56,9 @@ type Policy struct {
 	GatewaySubnet netip.Prefix
 	// ExposureTargets, when not empty, is the only space exposure targets may lie in.
 	ExposureTargets []netip.Prefix
+	// InternalSources are the operator's internal source networks (the gateway
+	// cluster's fabric: nodes, pods): no peer lives there.
+	InternalSources []netip.Prefix
 }
 
 // ExposureTarget returns an error saying why a may not be an exposure's target.
@@ -101,4 +104,75 @@ func (p Policy) ClientSubnet(s netip.Prefix) error {
 		return fmt.Errorf("overlaps the service-CIDR pool %s: traffic to other gateways' virtual IPs would be taken for the client's", p.ServiceCIDRPool)
 	}
 	return nil
+}
+
+// PeerAddress returns an error saying why a may not be a tunnel's peer address or a
+// WireGuard peer's endpoint. The pod routes the peer's /32 out of its dedicated port and
+// the security group admits IKE from it, so a peer inside a range the operator uses
+// would pull the pod's own traffic (to the API server, the metadata service, another
+// gateway's virtual IPs or port) out of that port and open the group to it. Private
+// ranges stay allowed: a platform's clients may sit in RFC 1918 space. Documentation
+// (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24) and benchmark (198.18.0.0/15) ranges
+// stay allowed too: they reach nothing the gateway depends on, and test worlds use them.
+func (p Policy) PeerAddress(a netip.Addr) error {
+	if why := SpecialAddress(a); why != "" {
+		return fmt.Errorf("is a special-purpose address: %s", why)
+	}
+	if p.ServiceCIDRPool.IsValid() && p.ServiceCIDRPool.Contains(a) {
+		return fmt.Errorf("lies in the service-CIDR pool %s, where gateways' virtual IPs live", p.ServiceCIDRPool)
+	}
+	if p.GatewaySubnet.IsValid() && p.GatewaySubnet.Contains(a) {
+		return fmt.Errorf("lies in the gateway network's subnet %s (gateway ports, ClusterLink legs, routers)", p.GatewaySubnet)
+	}
+	for _, x := range p.InternalSources {
+		if x.Contains(a) {
+			return fmt.Errorf("lies in the operator's internal source network %s (the gateway cluster's own fabric)", x)
+		}
+	}
+	return nil
+}
+
+// Without returns the prefixes with every address of cut taken out: a prefix inside
+// cut goes, a prefix holding cut is split into the prefixes around it, the others
+// stay. The operator's internal sources go through it with the gateway network: that
+// network holds every gateway's port, and a gateway never trusts another's.
+func Without(prefixes []netip.Prefix, cut netip.Prefix) []netip.Prefix {
+	if !cut.IsValid() {
+		return prefixes
+	}
+	cut = cut.Masked()
+	var out []netip.Prefix
+	for _, p := range prefixes {
+		p = p.Masked()
+		switch {
+		case !p.Overlaps(cut):
+			out = append(out, p)
+		case p.Bits() >= cut.Bits():
+			// Inside cut: nothing of it is left.
+		default:
+			// p holds cut: halve p until one half is cut; each other half stays.
+			for q := p; q.Bits() < cut.Bits(); {
+				lo, hi := halves(q)
+				if lo.Contains(cut.Addr()) {
+					out = append(out, hi)
+					q = lo
+				} else {
+					out = append(out, lo)
+					q = hi
+				}
+			}
+		}
+	}
+	return out
+}
+
+// halves splits p into its two halves.
+func halves(p netip.Prefix) (netip.Prefix, netip.Prefix) {
+	bits := p.Bits() + 1
+	lo := netip.PrefixFrom(p.Addr(), bits).Masked()
+	a := lo.Addr().As4()
+	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+	v |= 1 << (32 - bits)
+	hi := netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), bits)
+	return lo, hi
 }

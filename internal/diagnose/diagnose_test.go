@@ -104,6 +104,10 @@ func newWorld(t *testing.T) *world {
 		}
 	}
 	must(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}))
+	// The tenant may expose the node network, where the gateway's portal lives.
+	must(c.Create(ctx, &v1alpha1.VPNTenantPolicy{ObjectMeta: metav1.ObjectMeta{Name: "diag"}, Spec: v1alpha1.VPNTenantPolicySpec{
+		NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: w.ns}},
+		ExposureTargets:   []string{"10.250.0.0/16"}}}))
 	for name, server := range map[string]string{"dg-node-a": serverA, "dg-node-b": serverB} {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{ProviderID: "openstack:///" + server}}
 		must(c.Create(ctx, n))
@@ -115,7 +119,7 @@ func newWorld(t *testing.T) *world {
 	cfg := operatorconfig.Default()
 	cfg.Namespace = "bnerd-vpn-system"
 	cfg.GatewayNetwork, cfg.ExternalNetwork, cfg.Router = "vpn-transit", "public", "shoot--services--vpn01"
-	cfg.InternalSourceCIDRs = []netip.Prefix{netip.MustParsePrefix("10.254.0.0/24")}
+	cfg.InternalSourceCIDRs = []netip.Prefix{netip.MustParsePrefix("10.250.0.0/16")}
 	cfg.ResyncInterval = 30 * time.Minute
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
@@ -320,11 +324,14 @@ func (w *world) nudgeAndHeal() {
 func (w *world) nudge() {
 	w.t.Helper()
 	g := w.gateway()
+	base := g.DeepCopy()
 	if g.Annotations == nil {
 		g.Annotations = map[string]string{}
 	}
 	g.Annotations[NudgeAnnotation] = fmt.Sprint(time.Now().UnixNano())
-	if err := env.Client.Update(w.ctx, g); err != nil {
+	// A merge patch, as kubectl annotate sends: no conflict with a status write of the
+	// operator in between.
+	if err := env.Client.Patch(w.ctx, g, client.MergeFrom(base)); err != nil {
 		w.t.Fatal(err)
 	}
 }

@@ -55,6 +55,9 @@ type Input struct {
 	// InternalSources are the operator's internal source CIDRs; routed-mode tunnels
 	// connect them with the client's subnets.
 	InternalSources []netip.Prefix
+	// UntrustedSources are the networks the gateway drops traffic from (the operator
+	// sends the gateway network; see Config.UntrustedSources).
+	UntrustedSources []netip.Prefix
 }
 
 func incompletef(format string, a ...any) error {
@@ -149,6 +152,10 @@ func Build(in Input) (*Config, error) {
 		for _, p := range in.InternalSources {
 			cfg.InternalSources = append(cfg.InternalSources, p.Masked().String())
 		}
+	}
+
+	for _, p := range in.UntrustedSources {
+		cfg.UntrustedSources = append(cfg.UntrustedSources, p.Masked().String())
 	}
 
 	vip := func(list []v1alpha1.AllocatedAddress, name string) string {

@@ -81,6 +81,12 @@ type Config struct {
 	// InternalSources are the fabric's source networks that routed-mode tunnels connect
 	// with the client's subnets; set only when a tunnel is routed.
 	InternalSources []string `json:"internalSources,omitempty"`
+
+	// UntrustedSources are networks the gateway never accepts traffic from, except its
+	// own port's address and traffic to that address: the operator sends the gateway
+	// network, where every other gateway's port lives, so no other gateway (or a tenant
+	// through its exposures) reaches this one's reverse exposures or routed clients.
+	UntrustedSources []string `json:"untrustedSources,omitempty"`
 }
 
 // GatewayRef names the custom resource the config was rendered from.

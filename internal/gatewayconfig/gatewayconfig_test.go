@@ -183,6 +183,15 @@ func TestBuildErrors(t *testing.T) {
 		{"duplicate vip", func(in *Input) { in.Status.Exposures[0].VirtualIP = "100.64.3.11" }, ErrInvalid, "already used"},
 		{"reverse target outside tunnel", func(in *Input) { in.Spec.ReverseExposures[0].Target.Address = "172.16.5.3" }, ErrInvalid, "not inside"},
 		{"peer inside its subnets", func(in *Input) { in.Spec.Tunnels[1].Peer.Address = "172.16.5.1" }, ErrInvalid, "inside its remote subnet"},
+		// The pod refuses a peer in a range the operator uses itself, as the operator does
+		// (security review L6).
+		{"peer at the metadata service", func(in *Input) { in.Spec.Tunnels[1].Peer.Address = "169.254.169.254" }, ErrInvalid, "metadata service"},
+		{"peer on the gateway network", func(in *Input) { in.Spec.Tunnels[1].Peer.Address = "10.254.0.77" }, ErrInvalid, "gateway network's subnet"},
+		{"peer in the internal sources (known to the pod with routed mode)", func(in *Input) {
+			in.Spec.Tunnels[1].Mode = v1alpha1.TunnelModeRouted
+			in.InternalSources = []netip.Prefix{netip.MustParsePrefix("10.250.0.0/16")}
+			in.Spec.Tunnels[1].Peer.Address = "10.250.4.4"
+		}, ErrInvalid, "internal source network"},
 		{"overlapping subnets", func(in *Input) { in.Spec.Tunnels[1].Peer.Subnets = []string{"192.168.0.0/16"} }, ErrInvalid, "overlap"},
 		{"subnet overlaps service cidr", func(in *Input) { in.Spec.Tunnels[1].Peer.Subnets = []string{"100.64.0.0/16"} }, ErrInvalid, "overlaps"},
 		{"host bits", func(in *Input) { in.Spec.Tunnels[1].Peer.Subnets = []string{"172.16.5.1/24"} }, ErrInvalid, "host bits"},

@@ -29,6 +29,9 @@ type NAT struct {
 	// without routed tunnels.
 	RoutedSubnets   []string
 	InternalSources []string
+	// UntrustedSources are dropped before any translation unless they come from or go
+	// to the port's own address (ForwardSNATAddress).
+	UntrustedSources []string
 }
 
 // PortMapping is one `vip . proto . port : target . port` map element.
@@ -76,6 +79,7 @@ func NATModel(cfg *Config) (*NAT, error) {
 		MSSClamp:           cfg.MSSClamp,
 		RoutedSubnets:      cfg.RoutedSubnets(),
 		InternalSources:    outermost(cfg.InternalSources),
+		UntrustedSources:   outermost(cfg.UntrustedSources),
 	}
 	for _, e := range cfg.Exposures {
 		if len(e.Ports) == 0 {

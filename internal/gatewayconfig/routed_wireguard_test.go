@@ -166,6 +166,8 @@ func TestWireGuardConfigErrors(t *testing.T) {
 		{"overlapping allowed IPs", func(in *Input) { in.WireGuard.Peers[1].AllowedIPs = []string{"192.168.0.0/16"} }, ErrInvalid, "overlap"},
 		{"allowed IP over the service CIDR", func(in *Input) { in.WireGuard.Peers[1].AllowedIPs = []string{"100.64.3.0/25"} }, ErrInvalid, "overlaps the service CIDR"},
 		{"endpoint inside allowed IPs", func(in *Input) { in.WireGuard.Peers[0].Endpoint.Address = "192.168.10.9" }, ErrInvalid, "inside its allowed IP"},
+		{"endpoint at loopback", func(in *Input) { in.WireGuard.Peers[0].Endpoint.Address = "127.0.0.1" }, ErrInvalid, "loopback"},
+		{"endpoint in the pool", func(in *Input) { in.WireGuard.Peers[0].Endpoint.Address = "100.64.3.99" }, ErrInvalid, "service-CIDR pool"},
 		{"allowed IP at the metadata service", func(in *Input) { in.WireGuard.Peers[1].AllowedIPs = []string{"169.254.169.254/32"} }, ErrInvalid, "special-purpose range"},
 		{"allowed IP in the pool", func(in *Input) {
 			in.ServiceCIDRPool = netip.MustParsePrefix("100.64.0.0/16")

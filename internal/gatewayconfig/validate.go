@@ -184,6 +184,12 @@ func Validate(cfg *Config) error {
 		}
 		internal = append(internal, p)
 	}
+	pol.InternalSources = internal
+	for _, s := range cfg.UntrustedSources {
+		if _, err := parsePrefix4("untrusted source", s); err != nil {
+			return err
+		}
+	}
 	// remotes maps each tunnel (or WireGuard peer) to the client networks behind it.
 	remotes := map[string][]string{}
 	tunnels := map[string]*Tunnel{}
@@ -205,6 +211,11 @@ func Validate(cfg *Config) error {
 		peer, err := parseIPv4("tunnel "+t.Name+" peer address", t.PeerAddress)
 		if err != nil {
 			return err
+		}
+		// The pod routes the peer's /32 out of its port: never one of the operator's
+		// own ranges or a special one.
+		if err := pol.PeerAddress(peer); err != nil {
+			return invalidf("tunnel %s: peer address %s %v", t.Name, peer, err)
 		}
 		if !reIKEID.MatchString(t.PeerID) {
 			return invalidf("tunnel %s: peer ID %q contains characters outside [A-Za-z0-9.@:_-]", t.Name, t.PeerID)

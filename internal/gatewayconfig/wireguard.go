@@ -115,6 +115,9 @@ func validateWireGuard(cfg *Config, svc, subnet netip.Prefix, pol addrpolicy.Pol
 			if p.EndpointPort < 1 || p.EndpointPort > 65535 {
 				return invalidf("wireguard peer %s: endpoint port %d out of range", p.Name, p.EndpointPort)
 			}
+			if err := pol.PeerAddress(a); err != nil {
+				return invalidf("wireguard peer %s: endpoint %s %v", p.Name, a, err)
+			}
 			ep = a
 		}
 		if p.PersistentKeepalive < 0 || p.PersistentKeepalive > 65535 {

@@ -24,14 +24,20 @@ import (
 //     behaviour);
 //   - unset on a cross-tenant link: the gateways of namespaces labelled
 //     ipsec.bnerd.net/customer-project=<spec.customerProjectID>.
+//
+// A cross-tenant link serves only namespaces carrying that label, whatever its
+// selector says: the selector can narrow a customer's link, never widen it beyond the
+// customer's namespaces.
 func Selects(link *v1.ClusterLink, nsLabels, gwLabels map[string]string) (bool, error) {
+	if link.Spec.CredentialsSecretRef != nil {
+		p := link.Spec.CustomerProjectID
+		if p == "" || nsLabels[v1.LabelCustomerProject] != p {
+			return false, nil
+		}
+	}
 	sel := link.Spec.GatewaySelector
 	if sel == nil {
-		if link.Spec.CredentialsSecretRef == nil {
-			return true, nil
-		}
-		p := link.Spec.CustomerProjectID
-		return p != "" && nsLabels[v1.LabelCustomerProject] == p, nil
+		return true, nil
 	}
 	for _, x := range []struct {
 		s *metav1.LabelSelector
@@ -62,6 +68,9 @@ func Describe(link *v1.ClusterLink) string {
 		}
 		if sel.Selector != nil {
 			gw = "gateways matching " + metav1.FormatLabelSelector(sel.Selector)
+		}
+		if link.Spec.CredentialsSecretRef != nil {
+			ns += fmt.Sprintf(" labelled %s=%s", v1.LabelCustomerProject, link.Spec.CustomerProjectID)
 		}
 		return gw + " in " + ns
 	case link.Spec.CredentialsSecretRef == nil:

@@ -144,7 +144,10 @@ func (r *Result) convert(c conn) *tunnelDraft {
 		default:
 			why := swanctlConnHandling[s.key]
 			if why == "" {
-				why = "not a setting this migration knows"
+				// The value of a setting this migration does not know is not shown:
+				// nothing says what it holds.
+				r.drop(s.path, "", "not a setting this migration knows")
+				continue
 			}
 			r.drop(s.path, s.value, why)
 		}
@@ -191,7 +194,8 @@ func (r *Result) convert(c conn) *tunnelDraft {
 			default:
 				why := swanctlChildHandling[s.key]
 				if why == "" {
-					why = "not a setting this migration knows"
+					r.drop(s.path, "", "not a setting this migration knows")
+					continue
 				}
 				r.drop(s.path, s.value, why)
 			}
@@ -291,7 +295,10 @@ func (r *Result) convertLegacy(c conn) *tunnelDraft {
 		default:
 			why := ipsecHandling[s.key]
 			if why == "" {
-				why = "not a setting this migration knows"
+				// The value of a setting this migration does not know is not shown:
+				// nothing says what it holds.
+				r.drop(s.path, "", "not a setting this migration knows")
+				continue
 			}
 			r.drop(s.path, s.value, why)
 		}

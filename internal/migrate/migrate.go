@@ -89,6 +89,8 @@ type Result struct {
 	Notes []string
 	// FloatingIPSource says where spec.endpoint.floatingIP came from ("" when unset).
 	FloatingIPSource string
+	// keys are the keys read (as written and decoded): Report's last check.
+	keys []string
 }
 
 // ErrNothingToMigrate means no connection could become a tunnel.
@@ -150,8 +152,14 @@ func Migrate(in Input, opts Options) (*Result, error) {
 		conns = swanctlConns(root)
 		secrets = swanctlSecrets(root)
 		for _, s := range root.sections {
-			if s.name != "connections" && s.name != "secrets" {
+			switch s.name {
+			case "connections", "secrets":
+			case "authorities", "pools":
 				res.drop(s.name+" { ... }", "", "only connections and secrets are migrated; authorities, pools and other sections have no counterpart")
+			default:
+				// Not a section swanctl.conf knows: its name is not shown (it may be
+				// a stray piece of a key).
+				res.drop(fmt.Sprintf("the section at line %d", s.line), "", "only connections and secrets are migrated; authorities, pools and other sections have no counterpart")
 			}
 		}
 	case FormatIPsec:
@@ -165,6 +173,9 @@ func Migrate(in Input, opts Options) (*Result, error) {
 	}
 	for _, p := range problems {
 		res.drop(p, "", "not read")
+	}
+	for _, s := range secrets {
+		res.keys = append(res.keys, s.raw, string(s.value))
 	}
 	if len(conns) == 0 {
 		return res, fmt.Errorf("%w: %s has no connections", ErrNothingToMigrate, in.Path)
@@ -246,8 +257,27 @@ func orText(v, def string) string {
 	return v
 }
 
+// drop records a setting not carried over. The value of a setting that may hold key
+// material (a misplaced secrets section, a key-like name) is not recorded.
 func (r *Result) drop(setting, value, reason string) {
+	if mayHoldKey(setting) {
+		value = ""
+	}
 	r.Dropped = append(r.Dropped, Dropped{Setting: setting, Value: value, Reason: reason})
+}
+
+// reKeyLike matches a setting name (a part of its path) that may carry key material.
+var reKeyLike = regexp.MustCompile(`(?i)secret|psk|passw|passphrase|private|token|^pin$|key$`)
+
+// mayHoldKey tells whether a setting path names, or lies in, something that can hold a
+// key: "connections.hq.secrets.ike.secret", "conn hq: leftpsk", "connections.hq.psk".
+func mayHoldKey(path string) bool {
+	for _, part := range strings.FieldsFunc(path, func(r rune) bool { return r == '.' || r == ':' || r == ' ' }) {
+		if reKeyLike.MatchString(part) {
+			return true
+		}
+	}
+	return false
 }
 
 // sanitize makes a DNS label of at most 32 characters from a connection name.

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"regexp"
 	"strings"
 )
 
@@ -46,6 +47,7 @@ func get(ss []setting, key string) (string, bool) {
 type secret struct {
 	ids   []string
 	value []byte
+	raw   string // as written (0s..., 0x... or plain), for the report's last check
 	where string
 }
 
@@ -53,6 +55,7 @@ type secret struct {
 
 type section struct {
 	name     string
+	line     int
 	keys     []setting
 	sections []*section
 }
@@ -67,11 +70,14 @@ func (s *section) sub(name string) *section {
 }
 
 // parseSwanctl reads swanctl.conf's settings syntax: `name {`, `}`, `key = value` (quoted
-// or not), `#` comments. Lines it cannot read, and include statements, are returned as
-// problems rather than guessed at.
+// or not, a quoted value may continue over lines), `#` comments. Lines it cannot read, and
+// include statements, are returned as problems rather than guessed at. A problem names
+// the line by its number only: the line may be part of a key (a secret continued over
+// lines, a stray brace in a secret), and the report must never show key material.
 func parseSwanctl(text string) (*section, []string) {
 	root := &section{}
 	stack := []*section{root}
+	opened := []int{0} // line each open section started on
 	var problems []string
 	path := func() string {
 		var p []string
@@ -80,39 +86,60 @@ func parseSwanctl(text string) (*section, []string) {
 		}
 		return strings.Join(p, ".")
 	}
-	for n, raw := range strings.Split(text, "\n") {
-		line := strings.TrimSpace(stripComment(raw))
+	inSecrets := func() bool {
+		for _, s := range stack[1:] {
+			if s.name == "secrets" {
+				return true
+			}
+		}
+		return false
+	}
+	lines := strings.Split(text, "\n")
+	for n := 0; n < len(lines); n++ {
+		line := strings.TrimSpace(stripComment(lines[n]))
+		at := n + 1
 		for line != "" {
 			cur := stack[len(stack)-1]
 			switch {
 			case strings.HasPrefix(line, "}"):
 				if len(stack) > 1 {
-					stack = stack[:len(stack)-1]
+					stack, opened = stack[:len(stack)-1], opened[:len(opened)-1]
 				} else {
-					problems = append(problems, fmt.Sprintf("line %d: unbalanced }", n+1))
+					problems = append(problems, fmt.Sprintf("line %d: unbalanced }", at))
 				}
 				line = strings.TrimSpace(line[1:])
 			case strings.HasPrefix(line, "include "):
-				problems = append(problems, fmt.Sprintf("line %d: %q: included files are not read; pass their content in the file", n+1, line))
+				if inSecrets() {
+					problems = append(problems, fmt.Sprintf("line %d: an include in the secrets section: included files are not read; pass their content in the file", at))
+				} else {
+					problems = append(problems, fmt.Sprintf("line %d: %q: included files are not read; pass their content in the file", at, line))
+				}
 				line = ""
 			default:
 				eq := strings.Index(line, "=")
 				br := strings.Index(line, "{")
 				if br >= 0 && (eq < 0 || br < eq) {
 					name := strings.TrimSpace(line[:br])
-					sec := &section{name: name}
+					sec := &section{name: name, line: at}
 					cur.sections = append(cur.sections, sec)
-					stack = append(stack, sec)
+					stack, opened = append(stack, sec), append(opened, at)
 					line = strings.TrimSpace(line[br+1:])
 					continue
 				}
-				if eq < 0 {
-					problems = append(problems, fmt.Sprintf("line %d: cannot read %q", n+1, line))
+				k := strings.TrimSpace(line[:max(eq, 0)])
+				if eq < 0 || !reKey.MatchString(k) {
+					problems = append(problems, fmt.Sprintf("line %d: cannot read the line (not shown: it may hold key material)", at))
 					line = ""
 					continue
 				}
-				k := strings.TrimSpace(line[:eq])
-				v, rest := readValue(strings.TrimSpace(line[eq+1:]))
+				valueText := strings.TrimSpace(line[eq+1:])
+				// A quoted value left open continues on the next lines, as in
+				// strongSwan's own parser; read them raw (a # there is part of it).
+				for strings.HasPrefix(valueText, `"`) && !closedQuote(valueText) && n+1 < len(lines) {
+					n++
+					valueText += "\n" + lines[n]
+				}
+				v, rest := readValue(valueText)
 				p := path()
 				if p != "" {
 					p += "."
@@ -123,9 +150,26 @@ func parseSwanctl(text string) (*section, []string) {
 		}
 	}
 	if len(stack) > 1 {
-		problems = append(problems, fmt.Sprintf("section %q is not closed", path()))
+		problems = append(problems, fmt.Sprintf("the section opened at line %d is not closed", opened[1]))
 	}
 	return root, problems
+}
+
+// reKey is a setting name of either format; anything else on the left of an = is not a
+// setting (a secret continued over lines, an ipsec.secrets entry in the wrong file).
+var reKey = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
+
+// closedQuote tells whether s, which starts with a quote, holds its closing quote.
+func closedQuote(s string) bool {
+	for i := 1; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case '"':
+			return true
+		}
+	}
+	return false
 }
 
 // readValue reads a value up to the end of the line or a closing brace; a quoted value
@@ -235,7 +279,7 @@ func swanctlSecrets(root *section) []secret {
 			case strings.HasPrefix(k.key, "id"):
 				sec.ids = append(sec.ids, strings.TrimPrefix(k.value, "@"))
 			case k.key == "secret":
-				sec.value = decodeSecret(k.value)
+				sec.value, sec.raw = decodeSecret(k.value), k.value
 			}
 		}
 		if len(sec.value) > 0 {
@@ -292,7 +336,7 @@ func parseIPsecConf(text string) ([]conn, []string) {
 				problems = append(problems, fmt.Sprintf("line %d: %q: included files are not read; pass their content in the file", n+1, t))
 			case f[0] == "version":
 			default:
-				problems = append(problems, fmt.Sprintf("line %d: cannot read %q", n+1, t))
+				problems = append(problems, fmt.Sprintf("line %d: cannot read the line (not shown: it may hold key material)", n+1))
 			}
 			continue
 		}
@@ -300,15 +344,15 @@ func parseIPsecConf(text string) ([]conn, []string) {
 			continue
 		}
 		if cur == nil {
-			problems = append(problems, fmt.Sprintf("line %d: setting outside a conn section: %q", n+1, t))
+			problems = append(problems, fmt.Sprintf("line %d: a setting outside a conn section (not shown: it may hold key material)", n+1))
 			continue
 		}
 		k, v, ok := strings.Cut(t, "=")
-		if !ok {
-			problems = append(problems, fmt.Sprintf("line %d: cannot read %q", n+1, t))
+		k = strings.TrimSpace(k)
+		if !ok || !reKey.MatchString(k) {
+			problems = append(problems, fmt.Sprintf("line %d: cannot read the line (not shown: it may hold key material)", n+1))
 			continue
 		}
-		k = strings.TrimSpace(k)
 		v, _ = readValue(strings.TrimSpace(v))
 		cur.kv = append(cur.kv, setting{key: k, value: v})
 	}
@@ -418,7 +462,7 @@ func parseIPsecSecrets(text string) ([]secret, []string) {
 		for _, id := range strings.Fields(ids) {
 			idl = append(idl, strings.TrimPrefix(id, "@"))
 		}
-		out = append(out, secret{ids: idl, value: decodeSecret(v), where: fmt.Sprintf("ipsec.secrets line %d", n+1)})
+		out = append(out, secret{ids: idl, value: decodeSecret(v), raw: v, where: fmt.Sprintf("ipsec.secrets line %d", n+1)})
 	}
 	return out, problems
 }

@@ -82,7 +82,7 @@ func (r *Result) Report(in Input) string {
 		}
 	}
 	if r.Gateway == nil {
-		return b.String()
+		return r.scrub(b.String())
 	}
 	p("")
 	p("Next (docs/runbooks/vm-migration.md):")
@@ -103,7 +103,20 @@ func (r *Result) Report(in Input) string {
 	}
 	step++
 	p("  %d. Each client changes its remote traffic selector to the gateway's status.serviceCIDR.", step)
-	return b.String()
+	return r.scrub(b.String())
+}
+
+// scrub is the report's last check: the parsers and drop never put key material into
+// the report, and should one of them be wrong, no key read from the input leaves it.
+// Shorter strings are not searched for: they would blank out ordinary words, and the
+// gateway refuses keys that short anyway.
+func (r *Result) scrub(report string) string {
+	for _, k := range r.keys {
+		if len(k) >= 8 {
+			report = strings.ReplaceAll(report, k, "<key not shown>")
+		}
+	}
+	return report
 }
 
 // pruneEmpty removes empty objects (a tunnel's unset dpd, ike or esp) so the manifest

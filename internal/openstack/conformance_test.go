@@ -68,8 +68,8 @@ func TestConformanceIdentity(t *testing.T) {
 		}{
 			// An application credential's token carries exactly its roles (Keystone does
 			// not add implied ones).
-			{"operator", w.op, w.projOperator, []string{"load-balancer_member", "member"}},
-			{"customer", w.cust, w.projCustomer, []string{"member"}},
+			{"operator", w.op, w.projOperator, []string{"load-balancer_member", "member", "reader"}},
+			{"customer", w.cust, w.projCustomer, []string{"member", "reader"}},
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
@@ -194,7 +194,7 @@ func TestConformanceClientCache(t *testing.T) {
 // ---------------------------------------------------------------- extensions
 
 // The seam finds what Neutron offers; the simulator presents the shape it was seeded
-// with, the real Zed its own (no tag-creation, but extraroute-atomic).
+// with, the real Zed its own (no tag-ports-during-bulk-creation, but extraroute-atomic).
 func TestConformanceExtensions(t *testing.T) {
 	forTargets(t, func(t *testing.T, w *world) {
 		f := must(openstack.DiscoverFeatures(ctxT(t), w.op.Networking)).get(t)
@@ -206,7 +206,7 @@ func TestConformanceExtensions(t *testing.T) {
 		if w.target != targetOld && !f.ExtraRouteAtomic || !f.RevisionIfMatch {
 			t.Errorf("extraroute-atomic %v, revision-if-match %v", f.ExtraRouteAtomic, f.RevisionIfMatch)
 		}
-		if (w.real() || w.target == targetZed) && (f.TagCreation || f.PortTagCreation) {
+		if zedShaped(w.target) && f.PortTagCreation {
 			t.Errorf("Zed's Neutron takes no tags at create: %+v", f)
 		}
 		if f.Missing() != nil {
@@ -313,7 +313,8 @@ func TestConformancePortCreateAndGet(t *testing.T) {
 				}
 			})
 		}
-		// With tag-creation the tags travel in the create; without it they follow in one
+		// With tag-ports-during-bulk-creation the tags travel in the create; without it
+		// they follow in one
 		// request per tagged port, and the marker description in another.
 		tagPuts, descPuts := w.requests.count("PUT network:/ports/{id}/tags"), w.requests.count("PUT network:/ports/{id}")
 		if w.features.PortTagCreation && (tagPuts != 0 || descPuts != 0) {
@@ -329,9 +330,10 @@ func sameSet(a, b []string) bool {
 	return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
 }
 
-// How tags persist when they travel in a create request, straight against the API:
-// Zed keeps a port's tags only with the tag-ports-during-bulk-creation driver and
-// refuses them elsewhere; a Neutron with tag-creation keeps them everywhere.
+// How tags persist when they travel in a create request, straight against the API: a
+// port keeps them only with the tag-ports-during-bulk-creation driver (dropped
+// otherwise), every other create refuses them, on Zed and on 2025.1 (which lists
+// tag-creation: the API to add several tags at once, not tags in a create).
 func TestConformanceTagsInCreateRequest(t *testing.T) {
 	forTargets(t, func(t *testing.T, w *world) {
 		ctx := ctxT(t)
@@ -357,12 +359,8 @@ func TestConformanceTagsInCreateRequest(t *testing.T) {
 		}
 		_, err = nc.Post(ctx, nc.ServiceURL("security-groups"), map[string]any{"security_group": map[string]any{
 			"name": "raw-tags", "tags": []string{"a"}}}, nil, &gophercloud.RequestOpts{OkCodes: []int{201}})
-		if w.features.TagCreation {
-			if err != nil {
-				t.Errorf("security group with tags: %v", err)
-			}
-		} else if !gophercloud.ResponseCodeIs(err, 400) || !strings.Contains(err.Error(), "HTTPBadRequest") {
-			t.Errorf("security group with tags and no tag-creation: want 400 HTTPBadRequest, got %v", err)
+		if !gophercloud.ResponseCodeIs(err, 400) || !strings.Contains(err.Error(), "HTTPBadRequest") {
+			t.Errorf("security group with tags: want 400 HTTPBadRequest, got %v", err)
 		}
 	})
 }
@@ -642,7 +640,14 @@ func TestConformancePortUpdates(t *testing.T) {
 		if again := must(n.GetPort(ctx, p.ID)).get(t); len(again.Tags) != 0 {
 			t.Errorf("tags after clear %v", again.Tags)
 		}
-		if _, err := n.ReplacePortTags(ctx, w.otherPortID, adopted); !openstack.IsNotFound(err) {
+		// Retagging a port of another project the caller cannot see: Zed answers 404;
+		// 2025.1's tag API looks the port up whoever owns it, then refuses by policy.
+		_, err = n.ReplacePortTags(ctx, w.otherPortID, adopted)
+		if policyOf(w.target) == secureRBACKind {
+			if !openstack.IsForbidden(err) {
+				t.Errorf("retagging another project's port: want 403, got %v", err)
+			}
+		} else if !openstack.IsNotFound(err) {
 			t.Errorf("retagging another project's port: want 404, got %v", err)
 		}
 		if _, err := n.UpdatePortAllowedAddressPairs(ctx, deadID, nil); !openstack.IsNotFound(err) {
@@ -711,7 +716,7 @@ func TestConformancePortDelete(t *testing.T) {
 
 // Crash safety where tags follow the create: an object left with the marker
 // description is found by the owner's tag lookup, tagged and returned. Not applicable
-// where tags travel in every create (tag-creation).
+// where a port's tags travel in its create (tag-ports-during-bulk-creation).
 func TestConformanceAdoptHalfTaggedObjects(t *testing.T) {
 	forTargets(t, func(t *testing.T, w *world) {
 		ctx := ctxT(t)
@@ -739,7 +744,7 @@ func TestConformanceAdoptHalfTaggedObjects(t *testing.T) {
 		if w.requests.writes() != 0 {
 			t.Errorf("a lookup of tagged objects wrote: %s", w.requests)
 		}
-	}, onlyWhen(func(f openstack.Features) bool { return !f.TagCreation }, "tags travel in every create"))
+	}, onlyWhen(func(f openstack.Features) bool { return !f.PortTagCreation }, "port tags travel in the port create"))
 }
 
 // ---------------------------------------------------------------- security groups
@@ -1686,4 +1691,67 @@ func TestConformanceFailedTaggingLeavesNothing(t *testing.T) {
 		}
 	}, onlySim("injects a fault into the tag update"),
 		onlyWhen(func(f openstack.Features) bool { return !f.PortTagCreation }, "tags travel in the port create"))
+}
+
+// A pinned floating IP's tag (bnerd.net/pinned-by=<uid>) is written with the tag API on
+// an address the operator did not allocate, read back with it, and removed again
+// without touching the other tags.
+func TestConformanceFloatingIPTags(t *testing.T) {
+	forTargets(t, func(t *testing.T, w *world) {
+		ctx := ctxT(t)
+		n := w.op.Networking
+		fip := must(n.CreateFloatingIP(ctx, openstack.CreateFloatingIPOpts{FloatingNetworkID: w.public.ID, Description: "pinned"})).get(t)
+		t.Cleanup(func() { _ = n.DeleteFloatingIP(context.Background(), fip.ID) })
+		if _, err := n.ReplaceFloatingIPTags(ctx, fip.ID, openstack.WithPin([]string{"keep"}, "uid-a")); err != nil {
+			t.Fatal(err)
+		}
+		got := must(n.GetFloatingIP(ctx, fip.ID)).get(t)
+		if openstack.PinnedBy(got.Tags) != "uid-a" || !slices.Contains(got.Tags, "keep") {
+			t.Fatalf("tags %v, want keep and the pin of uid-a", got.Tags)
+		}
+		if _, err := n.ReplaceFloatingIPTags(ctx, fip.ID, openstack.WithPin(got.Tags, "")); err != nil {
+			t.Fatal(err)
+		}
+		if got := must(n.GetFloatingIP(ctx, fip.ID)).get(t); openstack.PinnedBy(got.Tags) != "" || !slices.Equal(got.Tags, []string{"keep"}) {
+			t.Fatalf("tags after unpinning %v, want [keep]", got.Tags)
+		}
+	})
+}
+
+// A project reads its own Neutron quotas with their usage (quota_details, what kubectl
+// vpn check reports): the limits are Neutron's defaults or the project's, usage follows
+// a create and a delete; another project's quotas are not the operator's to read.
+func TestConformanceQuotaUsage(t *testing.T) {
+	forTargets(t, func(t *testing.T, w *world) {
+		ctx := ctxT(t)
+		qr, ok := w.op.Networking.(openstack.QuotaReader)
+		if !ok {
+			t.Fatal("the seam's Networking does not read quotas")
+		}
+		before := must(qr.QuotaDetails(ctx, w.projOperator)).get(t)
+		for _, res := range []string{openstack.QuotaPort, openstack.QuotaFloatingIP, openstack.QuotaSecurityGroup, openstack.QuotaSecurityGroupRule, openstack.QuotaRBACPolicy} {
+			q, ok := before[res]
+			if !ok || (q.Limit == 0 && q.Used == 0) || (q.Limit >= 0 && q.Used > q.Limit) {
+				t.Errorf("%s: %+v", res, q)
+			}
+		}
+		owner := openstack.Owner{Kind: "Test", Name: "quota", UID: "uid-quota"}
+		sg := must(w.op.Networking.CreateSecurityGroup(ctx, openstack.CreateSecurityGroupOpts{Name: "quota", Tags: owner.Tags()})).get(t)
+		during := must(qr.QuotaDetails(ctx, w.projOperator)).get(t)
+		if err := w.op.Networking.DeleteSecurityGroup(ctx, sg.ID); err != nil {
+			t.Fatal(err)
+		}
+		after := must(qr.QuotaDetails(ctx, w.projOperator)).get(t)
+		sgBefore, sgDuring, sgAfter := before[openstack.QuotaSecurityGroup], during[openstack.QuotaSecurityGroup], after[openstack.QuotaSecurityGroup]
+		if sgDuring.Used != sgBefore.Used+1 || sgAfter.Used != sgBefore.Used || sgDuring.Limit != sgBefore.Limit {
+			t.Errorf("security_group usage %d, with one more %d, after its delete %d (limit %d, %d)", sgBefore.Used, sgDuring.Used, sgAfter.Used, sgBefore.Limit, sgDuring.Limit)
+		}
+		// A new group comes with its default egress rules, counted against the rule quota.
+		if during[openstack.QuotaSecurityGroupRule].Used <= before[openstack.QuotaSecurityGroupRule].Used {
+			t.Errorf("security_group_rule usage %d with the new group, %d before", during[openstack.QuotaSecurityGroupRule].Used, before[openstack.QuotaSecurityGroupRule].Used)
+		}
+		if _, err := qr.QuotaDetails(ctx, w.projCustomer); !openstack.IsForbidden(err) && !openstack.IsNotFound(err) {
+			t.Errorf("the operator reading the customer's quotas: want a refusal, got %v", err)
+		}
+	})
 }

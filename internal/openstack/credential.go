@@ -3,6 +3,7 @@ package openstack
 import (
 	"bytes"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -101,27 +102,40 @@ func CredentialFromEnv(lookup func(string) string) (Credential, error) {
 // CredentialFromCloudsYAML reads entry cloud of a clouds.yaml document.
 // Like the OpenStack CLI, OS_REGION_NAME and OS_INTERFACE in the process
 // environment override the file. No other file is read (no secure.yaml),
-// so the result depends only on data and those two variables.
-func CredentialFromCloudsYAML(data []byte, cloud string) (c Credential, err error) {
+// so the result depends only on data and those two variables (and on the CA
+// file the entry's cacert names, which must be readable: CloudFromCloudsYAML).
+func CredentialFromCloudsYAML(data []byte, cloud string) (Credential, error) {
+	c, _, err := parseCloudsYAML(data, cloud, "")
+	return c, err
+}
+
+// parseCloudsYAML reads entry cloud with gophercloud's parser: the credential, and the
+// TLS settings the parser computes (caCertPath, when not empty, over the entry's cacert).
+func parseCloudsYAML(data []byte, cloud, caCertPath string) (c Credential, tlsConfig *tls.Config, err error) {
 	// gophercloud's parser dereferences a missing auth section; a malformed
 	// file must be a refusal, not a crash of the operator.
 	defer func() {
 		if r := recover(); r != nil {
-			c, err = Credential{}, fmt.Errorf("%w: cloud %q in clouds.yaml is incomplete", ErrInvalidCredential, cloud)
+			c, tlsConfig, err = Credential{}, nil, fmt.Errorf("%w: cloud %q in clouds.yaml is incomplete", ErrInvalidCredential, cloud)
 		}
 	}()
-	ao, eo, _, err := clouds.Parse(
-		clouds.WithCloudsYAML(bytes.NewReader(data)),
-		clouds.WithCloudName(cloud),
-	)
+	opts := []clouds.ParseOption{clouds.WithCloudsYAML(bytes.NewReader(data)), clouds.WithCloudName(cloud)}
+	if caCertPath != "" {
+		opts = append(opts, clouds.WithCACertPath(caCertPath))
+	}
+	ao, eo, tlsConfig, err := clouds.Parse(opts...)
 	if err != nil {
+		var nf clouds.ErrFileNotFound
+		switch {
+		case errors.As(err, &nf) || strings.Contains(err.Error(), "not found in clouds.yaml"):
+			return Credential{}, nil, fmt.Errorf("%w: cloud %q not found in clouds.yaml", ErrInvalidCredential, cloud)
+		case strings.Contains(err.Error(), "TLS configuration"):
+			// The TLS errors name files (cacert, cert, key), never their contents.
+			return Credential{}, nil, fmt.Errorf("%w: cloud %q: %v", ErrInvalidCredential, cloud, err)
+		}
 		// The YAML decoder's messages quote offending values, which may be
 		// secrets; say only which cloud failed.
-		var nf clouds.ErrFileNotFound
-		if errors.As(err, &nf) || strings.Contains(err.Error(), "not found in clouds.yaml") {
-			return Credential{}, fmt.Errorf("%w: cloud %q not found in clouds.yaml", ErrInvalidCredential, cloud)
-		}
-		return Credential{}, fmt.Errorf("%w: cannot parse clouds.yaml for cloud %q", ErrInvalidCredential, cloud)
+		return Credential{}, nil, fmt.Errorf("%w: cannot parse clouds.yaml for cloud %q", ErrInvalidCredential, cloud)
 	}
 	c = Credential{
 		AuthURL:             ao.IdentityEndpoint,
@@ -143,7 +157,7 @@ func CredentialFromCloudsYAML(data []byte, cloud string) (c Credential, err erro
 			c.ProjectDomainName, c.ProjectDomainID = ao.Scope.DomainName, ao.Scope.DomainID
 		}
 	}
-	return c, c.Validate()
+	return c, tlsConfig, c.Validate()
 }
 
 // UsesAppCredential reports whether c authenticates with an application

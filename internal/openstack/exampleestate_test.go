@@ -17,6 +17,7 @@ import (
 func TestConformanceExampleEstate(t *testing.T) {
 	for _, tg := range activeTargets() {
 		t.Run(tg.name, func(t *testing.T) {
+			// Not in parallel: the clouds.yaml subtest sets the environment.
 			o := outcome{ran: true}
 			defer func() {
 				o.failed, o.skipped = t.Failed(), t.Skipped()
@@ -37,8 +38,8 @@ func exampleEstate(t *testing.T, target string) {
 		cred    func(name string) openstack.Credential
 		project func(name string) string
 	)
-	if target == targetReal {
-		cloud := realCloud(t)
+	if isReal(target) {
+		cloud := realCloud(t, target)
 		cred = func(name string) openstack.Credential {
 			c, err := cloud.Credential(name)
 			if err != nil {

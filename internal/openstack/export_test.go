@@ -12,7 +12,7 @@ func TokenOf(c *Clients) string {
 }
 
 // PendingMarker is the description an object carries between its create and its tags
-// on a Neutron without tag-creation.
+// (every object but a port on a Neutron with tag-ports-during-bulk-creation).
 func PendingMarker(tags []string) string { return pendingMarker(tags) }
 
 // FeaturesOf is what the seam makes of a Neutron listing aliases: the suite knows each

@@ -13,13 +13,15 @@ import (
 
 // Neutron extension aliases the operator looks for.
 const (
-	ExtSecurityGroup       = "security-group"
-	ExtRouter              = "router"
-	ExtExternalNet         = "external-net"
-	ExtExtraRoute          = "extraroute"
-	ExtExtraRouteAtomic    = "extraroute-atomic"
-	ExtRevisionIfMatch     = "revision-if-match"
-	ExtStandardAttrTag     = "standard-attr-tag"
+	ExtSecurityGroup    = "security-group"
+	ExtRouter           = "router"
+	ExtExternalNet      = "external-net"
+	ExtExtraRoute       = "extraroute"
+	ExtExtraRouteAtomic = "extraroute-atomic"
+	ExtRevisionIfMatch  = "revision-if-match"
+	ExtStandardAttrTag  = "standard-attr-tag"
+	// ExtTagCreation is listed from 2024.2 on: POST .../tags adds several tags at once.
+	// It does not make a create request keep its tags (see Features).
 	ExtTagCreation         = "tag-creation"
 	ExtTagPortsAtCreation  = "tag-ports-during-bulk-creation"
 	ExtAllowedAddressPairs = "allowed-address-pairs"
@@ -37,15 +39,20 @@ var RequiredExtensions = []string{
 
 // Features is what the cloud's Neutron offers beyond the required set, and so which
 // path the seam takes.
+//
+// Tags never travel in the create of a security group or floating IP: no Neutron the
+// project has measured takes them there. Zed refuses them (400), and so does 2025.1,
+// although it lists tag-creation: that extension is the API that adds several tags to
+// an existing resource at once (POST /v2.0/<resources>/<id>/tags), not tags in a
+// create request. The seam creates such an object with a marker description, tags it,
+// then sets its description (older.go), on every release.
 type Features struct {
 	// Extensions are every alias Neutron lists.
 	Extensions []string
-	// TagCreation: tags are accepted in a create request for every resource
-	// (tag-creation). Without it tags are set right after the create (see CreatePort).
-	TagCreation bool
-	// PortTagCreation: a port create keeps its tags (tag-creation, or the ML2
-	// extension driver behind tag-ports-during-bulk-creation). Without it Neutron
-	// accepts "tags" in a port create and silently drops them.
+	// PortTagCreation: a port create keeps its tags (the ML2 extension driver behind
+	// tag-ports-during-bulk-creation). Without it Neutron accepts "tags" in a port
+	// create and silently drops them (Zed and 2025.1 alike), and the port is tagged
+	// right after the create, as the other objects are.
 	PortTagCreation bool
 	// ExtraRouteAtomic: routes are added and removed by the atomic calls. Without it
 	// routes are replaced with a revision-checked router update (revision-if-match).
@@ -86,8 +93,7 @@ func (f Features) Check() error {
 func featuresOf(aliases []string) Features {
 	sort.Strings(aliases)
 	f := Features{Extensions: aliases}
-	f.TagCreation = f.Has(ExtTagCreation)
-	f.PortTagCreation = f.TagCreation || f.Has(ExtTagPortsAtCreation)
+	f.PortTagCreation = f.Has(ExtTagPortsAtCreation)
 	f.ExtraRouteAtomic = f.Has(ExtExtraRouteAtomic)
 	f.RevisionIfMatch = f.Has(ExtRevisionIfMatch)
 	return f

@@ -26,6 +26,10 @@ type Networking interface {
 	DeleteSecurityGroup(ctx context.Context, id string) error
 	CreateSecurityGroupRule(ctx context.Context, opts CreateSecurityGroupRuleOpts) (*SecurityGroupRule, error)
 	DeleteSecurityGroupRule(ctx context.Context, id string) error
+	// SeesDefaultSecurityGroup reports whether the credential sees its project's
+	// default security group (filtered by name and project), which tells whether the
+	// cloud's policy lets it read its project's objects (see ProbeOwnProject).
+	SeesDefaultSecurityGroup(ctx context.Context, projectID string) (bool, error)
 
 	CreateFloatingIP(ctx context.Context, opts CreateFloatingIPOpts) (*FloatingIP, error)
 	GetFloatingIP(ctx context.Context, id string) (*FloatingIP, error)
@@ -36,6 +40,9 @@ type Networking interface {
 	AssociateFloatingIP(ctx context.Context, floatingIPID, portID string) (*FloatingIP, error)
 	DisassociateFloatingIP(ctx context.Context, floatingIPID string) (*FloatingIP, error)
 	DeleteFloatingIP(ctx context.Context, id string) error
+	// ReplaceFloatingIPTags sets a floating IP's tags (a pinned address carries the tag
+	// of the gateway that holds it).
+	ReplaceFloatingIPTags(ctx context.Context, floatingIPID string, tags []string) ([]string, error)
 
 	GetRouter(ctx context.Context, id string) (*Router, error)
 	// ResolveRouter accepts an ID or a name; an ambiguous name is an error.
@@ -53,6 +60,10 @@ type Networking interface {
 	ShareNetwork(ctx context.Context, networkID, targetProjectID string) (*RBACPolicy, error)
 	ListRBACPolicies(ctx context.Context, opts ListRBACPoliciesOpts) ([]RBACPolicy, error)
 	DeleteRBACPolicy(ctx context.Context, id string) error
+
+	// QuotaDetails reads a project's Neutron quotas with what is in use, by resource
+	// (the quota_details extension).
+	QuotaDetails(ctx context.Context, projectID string) (map[string]Quota, error)
 }
 
 // Compute is the Nova subset the operator uses: hot (de)attaching ports.
@@ -75,8 +86,8 @@ type Clients struct {
 	Identity   Identity
 }
 
-// CreatePortOpts describes a new port. Where Neutron takes tags in a create
-// (tag-creation) they are sent with it, so the port is never visible untagged;
+// CreatePortOpts describes a new port. Where Neutron takes tags in a port create
+// (tag-ports-during-bulk-creation) they are sent with it, so the port is never visible untagged;
 // elsewhere it is created with a marker description and tagged right after, and a
 // lookup by the owner's tags adopts one a crash left half-tagged (see older.go). Either
 // way a crash never leaks an unfindable port.

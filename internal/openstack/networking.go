@@ -14,6 +14,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/extraroutes"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/floatingips"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/routers"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/quotas"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/rbacpolicies"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/groups"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/rules"
@@ -138,9 +139,9 @@ func toPort(p ports.Port) Port {
 	return out
 }
 
-// withTags adds "tags" to a create body: Neutron's tag-creation extension
-// sets them atomically with the object, which gophercloud's create options
-// do not expose.
+// withTags adds "tags" to a port's create body: with tag-ports-during-bulk-creation
+// Neutron sets them atomically with the port, which gophercloud's create options do not
+// expose.
 func withTags(body map[string]any, key string, tags []string, err error) (map[string]any, error) {
 	if err != nil || len(tags) == 0 {
 		return body, err
@@ -164,8 +165,8 @@ func (o portCreate) ToPortCreateMap() (map[string]any, error) {
 }
 
 // CreatePort creates a port with its tags. Where Neutron takes tags in the create
-// (tag-creation, tag-ports-during-bulk-creation) they go with it; elsewhere the port is
-// created with a marker description and tagged right after (see older.go).
+// (tag-ports-during-bulk-creation) they go with it; elsewhere the port is created with a
+// marker description and tagged right after (see older.go).
 func (n *networking) CreatePort(ctx context.Context, opts CreatePortOpts) (*Port, error) {
 	co := ports.CreateOpts{NetworkID: opts.NetworkID, Name: opts.Name, Description: opts.Description}
 	if opts.SubnetID != "" || opts.IPAddress != "" {
@@ -346,6 +347,35 @@ func (n *networking) ReplacePortTags(ctx context.Context, portID string, tags []
 	return got, nil
 }
 
+func (n *networking) ReplaceFloatingIPTags(ctx context.Context, id string, tags []string) ([]string, error) {
+	got, err := attributestags.ReplaceAll(ctx, n.c, "floatingips", id, replaceTags{tags: sanitizeTags(tags)}).Extract()
+	if err != nil {
+		return nil, wrapErr("replace tags of floating IP "+id, err)
+	}
+	return got, nil
+}
+
+func (n *networking) QuotaDetails(ctx context.Context, projectID string) (map[string]Quota, error) {
+	if projectID == "" {
+		return nil, fmt.Errorf("quota details: %w", ErrUnfiltered)
+	}
+	d, err := quotas.GetDetail(ctx, n.c, projectID).Extract()
+	if err != nil {
+		return nil, wrapErr("read quotas of project "+projectID, err)
+	}
+	q := func(x quotas.QuotaDetail) Quota { return Quota{Limit: x.Limit, Used: x.Used, Reserved: x.Reserved} }
+	return map[string]Quota{
+		"floatingip":          q(d.FloatingIP),
+		"network":             q(d.Network),
+		"port":                q(d.Port),
+		"rbac_policy":         q(d.RBACPolicy),
+		"router":              q(d.Router),
+		"security_group":      q(d.SecurityGroup),
+		"security_group_rule": q(d.SecurityGroupRule),
+		"subnet":              q(d.Subnet),
+	}, nil
+}
+
 func (n *networking) DeletePort(ctx context.Context, id string) error {
 	return wrapErr("delete port "+id, ports.Delete(ctx, n.c, id).ExtractErr())
 }
@@ -369,31 +399,14 @@ func toSecurityGroup(g groups.SecGroup) SecurityGroup {
 	return out
 }
 
-type secGroupCreate struct {
-	groups.CreateOpts
-	tags []string
-}
-
-func (o secGroupCreate) ToSecGroupCreateMap() (map[string]any, error) {
-	m, err := o.CreateOpts.ToSecGroupCreateMap()
-	return withTags(m, "security_group", o.tags, err)
-}
-
 func (n *networking) CreateSecurityGroup(ctx context.Context, opts CreateSecurityGroupOpts) (*SecurityGroup, error) {
 	op := "create security group " + opts.Name
+	// Tags follow the create on every release (see Features).
 	tags := sanitizeTags(opts.Tags)
-	late := false
-	if len(tags) > 0 {
-		f, err := n.features(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", op, err)
-		}
-		late = !f.TagCreation
-	}
-	body := secGroupCreate{CreateOpts: groups.CreateOpts{Name: opts.Name, Description: opts.Description}, tags: tags}
+	late := len(tags) > 0
+	body := groups.CreateOpts{Name: opts.Name, Description: opts.Description}
 	marker := ""
 	if late {
-		body.tags = nil
 		if marker = pendingMarker(tags); marker != "" {
 			body.Description = marker
 		}
@@ -442,9 +455,6 @@ func (n *networking) ListSecurityGroups(ctx context.Context, tags []string) ([]S
 	marker := selectorMarker(tags)
 	if marker == "" {
 		return out, nil
-	}
-	if f, err := n.features(ctx); err != nil || f.TagCreation {
-		return out, err
 	}
 	pending, err := n.listSecurityGroups(ctx, groups.ListOpts{Description: marker})
 	if err != nil {
@@ -516,40 +526,20 @@ func toFloatingIP(f floatingips.FloatingIP) FloatingIP {
 	}
 }
 
-type floatingIPCreate struct {
-	floatingips.CreateOpts
-	tags []string
-}
-
-func (o floatingIPCreate) ToFloatingIPCreateMap() (map[string]any, error) {
-	m, err := o.CreateOpts.ToFloatingIPCreateMap()
-	return withTags(m, "floatingip", o.tags, err)
-}
-
 func (n *networking) CreateFloatingIP(ctx context.Context, opts CreateFloatingIPOpts) (*FloatingIP, error) {
 	op := "create floating IP on network " + opts.FloatingNetworkID
 	if opts.FloatingIPAddress != "" {
 		op += " at " + opts.FloatingIPAddress
 	}
+	// Tags follow the create on every release (see Features).
 	tags := sanitizeTags(opts.Tags)
-	late := false
-	if len(tags) > 0 {
-		feat, err := n.features(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", op, err)
-		}
-		late = !feat.TagCreation
-	}
-	body := floatingIPCreate{
-		CreateOpts: floatingips.CreateOpts{
-			FloatingNetworkID: opts.FloatingNetworkID, FloatingIP: opts.FloatingIPAddress,
-			PortID: opts.PortID, Description: opts.Description,
-		},
-		tags: tags,
+	late := len(tags) > 0
+	body := floatingips.CreateOpts{
+		FloatingNetworkID: opts.FloatingNetworkID, FloatingIP: opts.FloatingIPAddress,
+		PortID: opts.PortID, Description: opts.Description,
 	}
 	marker := ""
 	if late {
-		body.tags = nil
 		if marker = pendingMarker(tags); marker != "" {
 			body.Description = marker
 		}
@@ -614,9 +604,6 @@ func (n *networking) ListFloatingIPs(ctx context.Context, opts ListFloatingIPsOp
 	marker := selectorMarker(opts.Tags)
 	if marker == "" {
 		return out, nil
-	}
-	if f, err := n.features(ctx); err != nil || f.TagCreation {
-		return out, err
 	}
 	lo.Tags, lo.Description = "", marker
 	pending, err := n.listFloatingIPs(ctx, lo)

@@ -11,13 +11,13 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/attributestags"
 )
 
-// Older Neutron releases (before tag-creation, so every release up to at least Zed)
-// take no tags in a create request: a security group or floating IP create with "tags"
-// is refused, a port create silently drops them. There the seam creates the object
-// untagged, then sets its tags, then its description. Between the create and the tags
-// the object carries a marker description derived from the owner's UID tag instead of
-// its own; a lookup by the owner's tags that finds nothing also looks for that marker,
-// and finishes the tagging of what a crash left behind. So, as with tag-creation, a
+// Neutron takes no tags in a create request (every release measured, Zed and 2025.1): a
+// security group or floating IP create with "tags" is refused, a port create silently
+// drops them unless the ML2 driver behind tag-ports-during-bulk-creation is on. So the
+// seam creates the object untagged, then sets its tags, then its description. Between
+// the create and the tags the object carries a marker description derived from the
+// owner's UID tag instead of its own; a lookup by the owner's tags that finds nothing
+// also looks for that marker, and finishes the tagging of what a crash left behind. So a
 // crash at any point leaves at most one object to adopt and nothing unfindable.
 
 // pendingPrefix starts the marker description of an object whose tags are not set yet.

@@ -41,10 +41,10 @@ type sweeper struct {
 	admin    string
 }
 
+// sweepers: one per real OpenStack, made on its first sweep.
 var (
-	sweepOnce sync.Once
-	sweepS    *sweeper
-	sweepErr  error
+	sweepMu  sync.Mutex
+	sweepers = map[*realstack.Cloud]*sweeper{}
 )
 
 func newSweeper(ctx context.Context, c *realstack.Cloud) (*sweeper, error) {
@@ -82,11 +82,18 @@ func newSweeper(ctx context.Context, c *realstack.Cloud) (*sweeper, error) {
 }
 
 func sweepReal(ctx context.Context, c *realstack.Cloud) error {
-	sweepOnce.Do(func() { sweepS, sweepErr = newSweeper(ctx, c) })
-	if sweepErr != nil {
-		return sweepErr
+	sweepMu.Lock()
+	s := sweepers[c]
+	if s == nil {
+		var err error
+		if s, err = newSweeper(ctx, c); err != nil {
+			sweepMu.Unlock()
+			return err
+		}
+		sweepers[c] = s
 	}
-	return sweepS.sweep(ctx)
+	sweepMu.Unlock()
+	return s.sweep(ctx)
 }
 
 func (s *sweeper) sweep(ctx context.Context) error {

@@ -16,6 +16,17 @@ const (
 	TagKindPrefix  = "bnerd.net/kind="
 	TagOwnerPrefix = "bnerd.net/owner="
 	TagUIDPrefix   = "bnerd.net/uid="
+	// TagPinnedByPrefix marks a floating IP a gateway pinned (spec.endpoint.floatingIP)
+	// with that gateway's UID while the gateway holds it. A pinned address is not the
+	// operator's (it never carries the owner tags and is never released); the tag keeps
+	// another gateway from taking it while it is briefly unassociated.
+	TagPinnedByPrefix = "bnerd.net/pinned-by="
+	// TagServiceCIDRPrefix records, on a gateway's dedicated port, the /24 the operator
+	// allocated to that gateway. The gateway's status also names it, but the gateway
+	// pod may write its status; the port, in the operator's project, only the operator
+	// writes. The allocator is rebuilt from these tags, and the ClusterLink controller
+	// routes only a service CIDR its gateway's port carries.
+	TagServiceCIDRPrefix = "bnerd.net/service-cidr="
 
 	// MaxTagLength is Neutron's limit on one tag.
 	MaxTagLength = 255
@@ -84,6 +95,56 @@ func OwnerFromTags(tags []string) (o Owner, ok bool) {
 		}
 	}
 	return o, managed && o.UID != ""
+}
+
+// PinnedBy returns the UID a floating IP's pinned-by tag names ("" when untagged).
+func PinnedBy(tags []string) string {
+	for _, t := range tags {
+		if strings.HasPrefix(t, TagPinnedByPrefix) {
+			return strings.TrimPrefix(t, TagPinnedByPrefix)
+		}
+	}
+	return ""
+}
+
+// WithPin returns tags with the pinned-by tag set to uid ("" removes it); the other
+// tags stay as they are.
+func WithPin(tags []string, uid string) []string {
+	out := make([]string, 0, len(tags)+1)
+	for _, t := range tags {
+		if !strings.HasPrefix(t, TagPinnedByPrefix) {
+			out = append(out, t)
+		}
+	}
+	if uid != "" {
+		out = append(out, SanitizeTag(TagPinnedByPrefix+uid))
+	}
+	return out
+}
+
+// ServiceCIDRTag returns the service CIDR a port's tag records ("" when untagged).
+func ServiceCIDRTag(tags []string) string {
+	for _, t := range tags {
+		if strings.HasPrefix(t, TagServiceCIDRPrefix) {
+			return strings.TrimPrefix(t, TagServiceCIDRPrefix)
+		}
+	}
+	return ""
+}
+
+// WithServiceCIDR returns tags with the service-CIDR tag set to cidr ("" removes it);
+// the other tags stay as they are.
+func WithServiceCIDR(tags []string, cidr string) []string {
+	out := make([]string, 0, len(tags)+1)
+	for _, t := range tags {
+		if !strings.HasPrefix(t, TagServiceCIDRPrefix) {
+			out = append(out, t)
+		}
+	}
+	if cidr != "" {
+		out = append(out, SanitizeTag(TagServiceCIDRPrefix+cidr))
+	}
+	return out
 }
 
 // HasTags reports whether have contains every tag in want.

@@ -115,3 +115,21 @@ func TestHasTags(t *testing.T) {
 		t.Error("empty want must match")
 	}
 }
+
+func TestServiceCIDRTag(t *testing.T) {
+	owner := Owner{Kind: "IPsecGateway", Namespace: "ns", Name: "gw", UID: "u1"}
+	tags := WithServiceCIDR(owner.Tags(), "100.64.3.0/24")
+	if got := ServiceCIDRTag(tags); got != "100.64.3.0/24" {
+		t.Fatalf("ServiceCIDRTag = %q", got)
+	}
+	if !owner.OwnedBy(tags) {
+		t.Fatal("the record dropped the owner's tags")
+	}
+	moved := WithServiceCIDR(tags, "100.64.4.0/24")
+	if got := ServiceCIDRTag(moved); got != "100.64.4.0/24" || len(moved) != len(tags) {
+		t.Fatalf("replaced record %q in %v", got, moved)
+	}
+	if got := ServiceCIDRTag(WithServiceCIDR(tags, "")); got != "" {
+		t.Fatalf("removed record still reads %q", got)
+	}
+}

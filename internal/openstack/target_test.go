@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,29 +21,44 @@ import (
 	"bnerd.net/vpn-operator/internal/openstack/sim"
 )
 
-// Targets of the suite. "real" runs only when BNERD_OPENSTACK names it.
+// Targets of the suite. The real ones run only when BNERD_OPENSTACK names them (or, for
+// Zed's, BNERD_REQUIRE_OPENSTACK=1 demands it).
 const (
-	targetSim  = "sim"     // the simulator as a recent Neutron (tag-creation)
-	targetZed  = "sim-zed" // the simulator presenting Zed's extensions, as the real one
-	targetOld  = "sim-old" // Zed's, less extraroute-atomic (Train and older)
-	targetReal = "real"
+	targetSim     = "sim"        // the simulator as a recent Neutron (port tags kept in the create)
+	targetZed     = "sim-zed"    // the simulator presenting Zed's extensions and policy, as the real Zed
+	targetOld     = "sim-old"    // Zed's, less extraroute-atomic (Train and older)
+	targetSim2025 = "sim-2025.1" // the simulator presenting 2025.1's extensions and secure-RBAC policy
+	targetReal    = "real"       // hack/openstack.sh's Zed
+	targetReal25  = "real-2025.1"
 )
 
 // simShapes are the simulator targets "sim" stands for: the seam is tested against
 // every Neutron shape it handles.
-var simShapes = []string{targetSim, targetZed, targetOld}
+var simShapes = []string{targetSim, targetZed, targetOld, targetSim2025}
 
-// shape makes a seed present a simulator target's Neutron: its extensions and, for
-// the Zed shapes, Zed's shipped policy defaults (as the real target runs).
+// realTargets are the real targets, oldest release first.
+var realTargets = []string{targetReal, targetReal25}
+
+// isReal reports whether a target is a real OpenStack.
+func isReal(target string) bool { return slices.Contains(realTargets, target) }
+
+// shape makes a seed present a simulator target's Neutron: its extensions and policy
+// defaults (Zed's shipped legacy defaults for the Zed shapes, as the real Zed runs; the
+// secure-RBAC defaults in full for the 2025.1 shape, as the real 2025.1 runs).
 func shape(seed *sim.Seed, target string) {
 	seed.NeutronExtensions = shapeExtensions(target)
 	seed.LegacyPolicy = legacyPolicy(target)
+	seed.SecureRBAC = target == targetSim2025
+	seed.ImpliedRoles = target == targetSim2025
 }
 
 // legacyPolicy reports whether a target runs the pre-secure-RBAC policy defaults.
 func legacyPolicy(target string) bool {
 	return target == targetZed || target == targetOld || target == targetReal
 }
+
+// zedShaped reports whether a target presents Zed's Neutron extensions.
+func zedShaped(target string) bool { return target == targetZed || target == targetReal }
 
 // shapeExtensions is the extension set each simulator target presents.
 func shapeExtensions(target string) []string {
@@ -53,6 +67,8 @@ func shapeExtensions(target string) []string {
 		return sim.ZedNeutronExtensions
 	case targetOld:
 		return slices.DeleteFunc(slices.Clone(sim.ZedNeutronExtensions), func(a string) bool { return a == openstack.ExtExtraRouteAtomic })
+	case targetSim2025:
+		return sim.Neutron2025NeutronExtensions
 	default:
 		return nil
 	}
@@ -91,8 +107,8 @@ func activeTargets() []target {
 				targets = append(targets, target{name: s, features: openstack.FeaturesOf(exts)})
 			}
 		}
-		if slices.Contains(asked, targetReal) || realstack.Required() {
-			if tg, ok := discoverReal(); ok {
+		for _, rel := range realstack.Wanted() {
+			if tg, ok := discoverReal(rel); ok {
 				targets = append(targets, tg)
 			}
 		}
@@ -100,26 +116,26 @@ func activeTargets() []target {
 	return targets
 }
 
-// discoverReal finds the real OpenStack and asks its Neutron for its extensions, with
+// discoverReal finds a real OpenStack and asks its Neutron for its extensions, with
 // the operator's credential, once per process (reads only).
-func discoverReal() (target, bool) {
-	tg := target{name: targetReal}
-	realOnce.Do(func() { realC, realErr = realstack.Load() })
-	if realErr != nil {
-		if !realstack.Required() {
-			fmt.Fprintf(os.Stderr, "conformance: the real target is left out: %v (%s=1 makes this a failure)\n", realErr, realstack.RequireEnv)
+func discoverReal(rel realstack.Release) (target, bool) {
+	tg := target{name: rel.Target()}
+	c, err := loadReal(rel)
+	if err != nil {
+		if !rel.Demanded() {
+			fmt.Fprintf(os.Stderr, "conformance: the real target %s is left out: %v (%s=1 makes this a failure)\n", tg.name, err, realstack.RequireEnv)
 			return tg, false
 		}
-		tg.err = fmt.Errorf("%v (and %s=1 requires it)", realErr, realstack.RequireEnv)
+		tg.err = fmt.Errorf("%v (and %s=1 requires it)", err, realstack.RequireEnv)
 		return tg, true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cred, err := realC.Credential("cf-operator")
+	cred, err := c.Credential("cf-operator")
 	if err == nil {
-		var c *openstack.Clients
-		if c, err = openstack.NewClients(ctx, cred, openstack.ClientOptions{Timeout: 60 * time.Second}); err == nil {
-			tg.features, err = openstack.DiscoverFeatures(ctx, c.Networking)
+		var cl *openstack.Clients
+		if cl, err = openstack.NewClients(ctx, cred, openstack.ClientOptions{Timeout: 60 * time.Second}); err == nil {
+			tg.features, err = openstack.DiscoverFeatures(ctx, cl.Networking)
 		}
 	}
 	if err != nil {
@@ -159,7 +175,7 @@ type world struct {
 	customerRtr *openstack.Router
 }
 
-func (w *world) real() bool { return w.target == targetReal }
+func (w *world) real() bool { return isReal(w.target) }
 
 // --- results, for the fidelity table
 
@@ -189,7 +205,7 @@ type applies func(tg target) (ok bool, why string)
 // onlySim: the case needs the simulator's side doors (fault injection, delayed Nova,
 // its own state).
 func onlySim(why string) applies {
-	return func(tg target) (bool, string) { return tg.name != targetReal, "simulator only: " + why }
+	return func(tg target) (bool, string) { return !isReal(tg.name), "simulator only: " + why }
 }
 
 // onlyWhen: the case needs a shape of Neutron. A target whose features are unknown
@@ -212,6 +228,11 @@ func forTargets(t *testing.T, fn func(t *testing.T, w *world), only ...applies) 
 			continue
 		}
 		t.Run(tg.name, func(t *testing.T) {
+			// The real clouds are independent of each other: a case runs on both at
+			// once (each case still runs alone on a cloud).
+			if isReal(tg.name) {
+				t.Parallel()
+			}
 			o := outcome{ran: true}
 			defer func() {
 				o.failed, o.skipped = t.Failed(), t.Skipped()
@@ -364,10 +385,13 @@ func second[T any](_ T, err error) error { return err }
 
 const conformanceEstate = "testdata/conformance-estate.yaml"
 
-// realWorld is built once: the real estate does not change between tests (the sweep
-// sees to that), so its clients and IDs are shared, and each test starts with an
-// empty request log.
-var realWorld *world
+// realWorlds are built once per real target: the real estate does not change between
+// tests (the sweep sees to that), so its clients and IDs are shared, and each test
+// starts with an empty request log.
+var (
+	realWorldsMu sync.Mutex
+	realWorlds   = map[string]*world{}
+)
 
 func newWorld(t *testing.T, tg target) *world {
 	t.Helper()
@@ -384,21 +408,26 @@ func newWorld(t *testing.T, tg target) *world {
 
 func buildWorld(t *testing.T, target string) *world {
 	t.Helper()
-	if target == targetReal {
-		cloud := realCloud(t)
+	if isReal(target) {
+		cloud := realCloud(t, target)
 		// The estate is shared by every test: put it back as the seeding left it.
 		if err := sweepReal(ctxT(t), cloud); err != nil {
 			t.Fatalf("resetting the conformance estate: %v", err)
 		}
-		if realWorld == nil {
-			w := &world{target: target, requests: newRequestLog(), cloud: cloud}
+		realWorldsMu.Lock()
+		w := realWorlds[target]
+		realWorldsMu.Unlock()
+		if w == nil {
+			w = &world{target: target, requests: newRequestLog(), cloud: cloud}
 			w.clientOpts = openstack.ClientOptions{Timeout: 60 * time.Second, Transport: w.requests}
 			w.setupReal(t)
 			w.connect(t)
-			realWorld = w
+			realWorldsMu.Lock()
+			realWorlds[target] = w
+			realWorldsMu.Unlock()
 		}
-		realWorld.requests.reset()
-		return realWorld
+		w.requests.reset()
+		return w
 	}
 	w := &world{target: target, requests: newRequestLog()}
 	w.clientOpts = openstack.ClientOptions{Timeout: 60 * time.Second, Transport: w.requests}
@@ -498,8 +527,8 @@ func (w *world) setupSim(t *testing.T, target string) {
 func (w *world) setupReal(t *testing.T) {
 	t.Helper()
 	c := w.cloud
-	w.authURL, w.region = realstack.AuthURL, "RegionOne"
-	w.networkURL, w.computeURL = "http://127.0.0.1:9696", "http://127.0.0.1:8774"
+	w.authURL, w.region = c.AuthURL(), "RegionOne"
+	w.networkURL, w.computeURL = "http://"+c.Release.Host()+":9696", "http://"+c.Release.Host()+":8774"
 	w.operatorCred = w.cred(t, "cf-operator")
 	w.customerCred = w.cred(t, "cf-customer")
 	w.adminCred = w.cred(t, "cf-admin")
@@ -518,24 +547,47 @@ func (w *world) setupReal(t *testing.T) {
 	w.otherPortID = id("ports", "cf-other/other-port")
 }
 
+// loaded is a real OpenStack as realstack found it, once per process and release.
+type loaded struct {
+	cloud *realstack.Cloud
+	err   error
+	// used: a case ran on it, so its estate is put back at the end.
+	used bool
+}
+
 var (
-	realOnce sync.Once
-	realC    *realstack.Cloud
-	realErr  error
-	// realUsed: a case ran on the real OpenStack, so the estate is put back at the end.
-	realUsed atomic.Bool
+	realMu     sync.Mutex
+	realClouds = map[realstack.Release]*loaded{}
 )
 
-// realCloud is the real OpenStack discoverReal found; the real target is only in the
-// list when it was found or is required (then its error fails the case).
-func realCloud(t *testing.T) *realstack.Cloud {
-	t.Helper()
-	realOnce.Do(func() { realC, realErr = realstack.Load() })
-	if realErr != nil {
-		t.Fatalf("%v (and %s=1 requires it)", realErr, realstack.RequireEnv)
+func loadReal(rel realstack.Release) (*realstack.Cloud, error) {
+	realMu.Lock()
+	defer realMu.Unlock()
+	l := realClouds[rel]
+	if l == nil {
+		l = &loaded{}
+		l.cloud, l.err = realstack.LoadRelease(rel)
+		realClouds[rel] = l
 	}
-	realUsed.Store(true)
-	return realC
+	return l.cloud, l.err
+}
+
+// realCloud is the real OpenStack discoverReal found for a target; a real target is
+// only in the list when it was found or is demanded (then its error fails the case).
+func realCloud(t *testing.T, target string) *realstack.Cloud {
+	t.Helper()
+	rel, ok := realstack.ReleaseOfTarget(target)
+	if !ok {
+		t.Fatalf("%s is not a real target", target)
+	}
+	c, err := loadReal(rel)
+	if err != nil {
+		t.Fatalf("%v (and %s=1 requires it)", err, realstack.RequireEnv)
+	}
+	realMu.Lock()
+	realClouds[rel].used = true
+	realMu.Unlock()
+	return c
 }
 
 // expireToken makes the client's current token invalid: the simulator forgets every
@@ -578,11 +630,14 @@ func TestMain(m *testing.M) {
 	if s := fidelitySummary(); s != "" {
 		fmt.Println(s)
 	}
-	if realUsed.Load() {
+	for _, l := range realClouds {
+		if !l.used {
+			continue
+		}
 		// Leave the conformance estate as the seeding made it.
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		if err := sweepReal(ctx, realC); err != nil {
-			fmt.Fprintf(os.Stderr, "resetting the conformance estate: %v\n", err)
+		if err := sweepReal(ctx, l.cloud); err != nil {
+			fmt.Fprintf(os.Stderr, "resetting the conformance estate of %s: %v\n", l.cloud.Target(), err)
 		}
 		cancel()
 	}

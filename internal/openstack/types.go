@@ -99,6 +99,19 @@ type FloatingIP struct {
 	Status            string
 }
 
+// Quota is one Neutron quota: its limit (-1: unlimited), what is used and reserved.
+type Quota struct {
+	Limit, Used, Reserved int
+}
+
+// Headroom is how many more the quota admits (-1: unlimited).
+func (q Quota) Headroom() int {
+	if q.Limit < 0 {
+		return -1
+	}
+	return max(0, q.Limit-q.Used-q.Reserved)
+}
+
 type Route struct {
 	Destination string
 	NextHop     string

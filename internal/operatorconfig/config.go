@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"bnerd.net/vpn-operator/internal/gatewaypod"
 )
 
 // Config is the operator's configuration.
@@ -49,6 +51,10 @@ type Config struct {
 	// the default) or "libipsec" (userspace ESP over a TUN device, for nodes whose kernel
 	// has no ESP).
 	GatewayDataplane string
+	// GatewayPod is the platform's shape of every gateway pod: resources per container,
+	// priority class, node selector and tolerations, pull secrets and policy, extra labels
+	// and annotations (the chart's gatewayPods values, as JSON).
+	GatewayPod gatewaypod.Shape
 	// NADTemplate is a Go text/template for the NetworkAttachmentDefinition's CNI config;
 	// empty means the built-in host-device-by-MAC template.
 	NADTemplate string
@@ -63,6 +69,10 @@ type Config struct {
 	// being Ready before it is moved to another one: a node that flaps back within it
 	// keeps its gateways. A deleted node is left at once.
 	NodeNotReadyGrace time.Duration
+	// NodeMaxGateways is the most gateways the operator places on one node (0: no
+	// limit): each takes a NIC slot of the node's server, and a server has a bounded
+	// number. New gateways go to the eligible node holding the fewest.
+	NodeMaxGateways int
 	// OpenStackQPS and OpenStackBurst pace the operator's OpenStack requests (QPS 0: not
 	// paced), to stay under the cloud's API rate limit.
 	OpenStackQPS   float64
@@ -84,7 +94,7 @@ const (
 	DefaultResyncInterval                  = 5 * time.Minute
 	DefaultGatewayNetwork                  = "vpn-transit"
 	DefaultGatewayImage                    = "ghcr.io/bnerd/bnerd-vpn-gateway:v0.1.0"
-	DefaultAgentImage                      = "ghcr.io/bnerd/bnerd-vpn-gateway:v0.1.0"
+	DefaultAgentImage                      = "ghcr.io/bnerd/bnerd-vpn-status-agent:v0.1.0"
 	DefaultNodeNotReadyGrace               = 5 * time.Second
 	DefaultOpenStackTimeout                = 30 * time.Second
 	DefaultWireGuardImage                  = "ghcr.io/bnerd/bnerd-vpn-gateway-wireguard:v0.1.0"
@@ -110,6 +120,7 @@ func Default() Config {
 		AgentImage:                      DefaultAgentImage,
 		WireGuardImage:                  DefaultWireGuardImage,
 		GatewayDataplane:                DefaultGatewayDataplane,
+		GatewayPod:                      gatewaypod.DefaultShape(),
 		ClusterLinkCredentialsNamespace: DefaultClusterLinkCredentialsNamespace,
 		ResyncInterval:                  DefaultResyncInterval,
 		MaxConcurrentReconciles:         4,
@@ -125,7 +136,7 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 		getenv = os.Getenv
 	}
 	c := Default()
-	var pool, internal, targets, roles, resync, netpol, conc, stale, grace, osQPS, osBurst, osTimeout string
+	var pool, internal, targets, roles, resync, netpol, conc, stale, grace, maxGW, osQPS, osBurst, osTimeout, podShape string
 	env := func(name, def string) string {
 		if v := getenv(name); v != "" {
 			return v
@@ -145,11 +156,13 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	fs.StringVar(&c.AgentImage, "agent-image", env("IPSEC_AGENT_IMAGE", c.AgentImage), "gateway agent image (IPSEC_AGENT_IMAGE)")
 	fs.StringVar(&c.WireGuardImage, "gateway-wireguard-image", env("IPSEC_GATEWAY_WIREGUARD_IMAGE", c.WireGuardImage), "WireGuard gateway image (IPSEC_GATEWAY_WIREGUARD_IMAGE)")
 	fs.StringVar(&c.GatewayDataplane, "gateway-dataplane", env("IPSEC_GATEWAY_DATAPLANE", c.GatewayDataplane), "gateway pods' IPsec dataplane: kernel or libipsec (IPSEC_GATEWAY_DATAPLANE)")
+	fs.StringVar(&podShape, "gateway-pod", env("IPSEC_GATEWAY_POD", ""), "shape of every gateway pod as JSON: resources per container, priorityClassName, nodeSelector, tolerations, imagePullSecrets, imagePullPolicy, labels, annotations; empty: the default resources (IPSEC_GATEWAY_POD)")
 	fs.StringVar(&c.NADTemplate, "nad-template", env("IPSEC_NAD_TEMPLATE", ""), "NetworkAttachmentDefinition config template (IPSEC_NAD_TEMPLATE)")
 	fs.StringVar(&c.ClusterLinkCredentialsNamespace, "clusterlink-credentials-namespace", env("IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE", c.ClusterLinkCredentialsNamespace), "namespace of ClusterLink customer credentials (IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE)")
 	fs.StringVar(&resync, "resync-interval", env("IPSEC_RESYNC_INTERVAL", c.ResyncInterval.String()), "periodic resync (IPSEC_RESYNC_INTERVAL)")
 	fs.StringVar(&conc, "max-concurrent-reconciles", env("IPSEC_MAX_CONCURRENT_RECONCILES", strconv.Itoa(c.MaxConcurrentReconciles)), "workers per controller (IPSEC_MAX_CONCURRENT_RECONCILES)")
 	fs.StringVar(&grace, "node-not-ready-grace", env("IPSEC_NODE_NOT_READY_GRACE", c.NodeNotReadyGrace.String()), "how long a gateway stays on a node that stopped being Ready before it moves (IPSEC_NODE_NOT_READY_GRACE)")
+	fs.StringVar(&maxGW, "node-max-gateways", env("IPSEC_NODE_MAX_GATEWAYS", "0"), "most gateways on one node, 0 for no limit (IPSEC_NODE_MAX_GATEWAYS)")
 	fs.StringVar(&osQPS, "openstack-qps", env("IPSEC_OPENSTACK_QPS", "0"), "OpenStack requests per second, 0 for unpaced (IPSEC_OPENSTACK_QPS)")
 	fs.StringVar(&osBurst, "openstack-burst", env("IPSEC_OPENSTACK_BURST", "0"), "OpenStack request burst above the QPS (IPSEC_OPENSTACK_BURST)")
 	fs.StringVar(&osTimeout, "openstack-timeout", env("IPSEC_OPENSTACK_TIMEOUT", c.OpenStackTimeout.String()), "bound of each OpenStack request (IPSEC_OPENSTACK_TIMEOUT)")
@@ -179,6 +192,9 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	if c.GatewayDataplane != "kernel" && c.GatewayDataplane != "libipsec" {
 		return c, fmt.Errorf("gateway dataplane %q: must be kernel or libipsec", c.GatewayDataplane)
 	}
+	if c.GatewayPod, err = gatewaypod.Parse(podShape); err != nil {
+		return c, err
+	}
 	if c.ResyncInterval, err = time.ParseDuration(resync); err != nil || c.ResyncInterval <= 0 {
 		return c, fmt.Errorf("resync interval %q: must be a positive duration", resync)
 	}
@@ -190,6 +206,9 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	}
 	if c.NodeNotReadyGrace, err = time.ParseDuration(grace); err != nil || c.NodeNotReadyGrace < 0 {
 		return c, fmt.Errorf("node not-ready grace %q: must be a duration of zero or more", grace)
+	}
+	if c.NodeMaxGateways, err = strconv.Atoi(maxGW); err != nil || c.NodeMaxGateways < 0 {
+		return c, fmt.Errorf("node max gateways %q: must be an integer of zero or more", maxGW)
 	}
 	if c.OpenStackQPS, err = strconv.ParseFloat(osQPS, 64); err != nil || c.OpenStackQPS < 0 {
 		return c, fmt.Errorf("OpenStack QPS %q: must be a number of zero or more", osQPS)

@@ -1,6 +1,6 @@
 // Package peerconfig writes the client's side of a gateway tunnel for the client's own
-// device: strongSwan (swanctl.conf), FortiGate (FortiOS CLI), Cisco IOS XE (CLI), MikroTik
-// RouterOS (CLI) and pfSense (the GUI's fields). It is a pure builder: the gateway object
+// device: strongSwan (swanctl.conf), libreswan (ipsec.conf), FortiGate (FortiOS CLI),
+// Cisco IOS XE (CLI), MikroTik RouterOS (CLI) and pfSense (the GUI's fields). It is a pure builder: the gateway object
 // and (optionally) the pre-shared key go in, text comes out; reading them from the cluster
 // is the caller's business.
 //
@@ -30,6 +30,7 @@ type Format string
 
 const (
 	FormatStrongSwan Format = "strongswan"
+	FormatLibreswan  Format = "libreswan"
 	FormatFortiGate  Format = "fortigate"
 	FormatCiscoIOSXE Format = "cisco-iosxe"
 	FormatMikroTik   Format = "mikrotik"
@@ -38,7 +39,7 @@ const (
 )
 
 // Formats lists every format the command accepts, in the order the help shows them.
-var Formats = []Format{FormatStrongSwan, FormatFortiGate, FormatCiscoIOSXE, FormatMikroTik, FormatPfSense, FormatWireGuard}
+var Formats = []Format{FormatStrongSwan, FormatLibreswan, FormatFortiGate, FormatCiscoIOSXE, FormatMikroTik, FormatPfSense, FormatWireGuard}
 
 // Errors Render wraps.
 var (
@@ -265,7 +266,7 @@ func Render(in Input, f Format) (string, error) {
 	case f == FormatWireGuard && wg:
 		return renderWireGuard(in)
 	case f == FormatWireGuard:
-		return "", fmt.Errorf("%w: %s %s/%s is an IPsec gateway; --format wireguard applies only to a WireGuard gateway (VPNGateway with protocol wireguard). Use --format strongswan, fortigate, cisco-iosxe, mikrotik or pfsense", ErrUnsupported, in.Kind, in.Namespace, in.Name)
+		return "", fmt.Errorf("%w: %s %s/%s is an IPsec gateway; --format wireguard applies only to a WireGuard gateway (VPNGateway with protocol wireguard). Use --format strongswan, libreswan, fortigate, cisco-iosxe, mikrotik or pfsense", ErrUnsupported, in.Kind, in.Namespace, in.Name)
 	case wg:
 		return "", fmt.Errorf("%w: VPNGateway %s/%s uses protocol wireguard: use --format wireguard (there is no IPsec side to configure)", ErrUnsupported, in.Namespace, in.Name)
 	}
@@ -276,6 +277,8 @@ func Render(in Input, f Format) (string, error) {
 	switch f {
 	case FormatStrongSwan:
 		return renderStrongSwan(p)
+	case FormatLibreswan:
+		return renderLibreswan(p)
 	case FormatFortiGate:
 		return renderFortiGate(p)
 	case FormatCiscoIOSXE:

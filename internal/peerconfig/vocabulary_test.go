@@ -398,6 +398,68 @@ func checkStrongSwan(t *report, out string) {
 	}
 }
 
+// --- libreswan: ipsec.conf(5) of libreswan 4.10 and 5.2 (the conn parameters both
+// versions document; ike= and esp= in the grammar of the "ike" and "esp" entries). The
+// e2e test (test/e2e/peerconfig, TestLibreswanSyntax) also has both versions' own
+// parsers read every output.
+var (
+	lswAlg    = `(aes(128|192|256)|aes_gcm(128|192|256)|aes_ctr(128|192|256)|camellia(128|192|256)|chacha20_poly1305|3des)`
+	lswHashRe = `(md5|sha1|sha2_256|sha2_384|sha2_512|aes_xcbc|none)`
+	lswDHRe   = `dh(5|14|15|16|17|18|19|20|21|31)`
+	lswProp   = lswAlg + `(\+` + lswAlg + `)*-` + lswHashRe + `(\+` + lswHashRe + `)*(-` + lswDHRe + `(\+` + lswDHRe + `)*)?`
+	lswESP    = lswAlg + `(\+` + lswAlg + `)*(-` + lswHashRe + `(\+` + lswHashRe + `)*(-` + lswDHRe + `(\+` + lswDHRe + `)*)?)?`
+	lswIP     = `(\d{1,3}\.){3}\d{1,3}`
+	lswNet    = lswIP + `/\d{1,2}`
+	lswTime   = `\d+s`
+)
+
+var lswDoc = map[string]*regexp.Regexp{
+	"authby": regexp.MustCompile(`^secret$`), "left": regexp.MustCompile(`^(%defaultroute|` + lswIP + `)$`),
+	"leftid": regexp.MustCompile(`^(` + lswIP + `|@[A-Za-z0-9.-]+|[^@\s]+@[A-Za-z0-9.-]+)$`), "right": regexp.MustCompile(`^` + lswIP + `$`),
+	"rightid": regexp.MustCompile(`^` + lswIP + `$`), "leftsubnet": regexp.MustCompile(`^` + lswNet + `$`), "rightsubnet": regexp.MustCompile(`^` + lswNet + `$`),
+	"leftsubnets": regexp.MustCompile(`^\{` + lswNet + `( ` + lswNet + `)*\}$`), "rightsubnets": regexp.MustCompile(`^\{` + lswNet + `( ` + lswNet + `)*\}$`),
+	"ike": regexp.MustCompile(`^` + lswProp + `(,` + lswProp + `)*$`), "esp": regexp.MustCompile(`^` + lswESP + `(,` + lswESP + `)*$`),
+	"pfs": regexp.MustCompile(`^(yes|no)$`), "ikelifetime": regexp.MustCompile(`^` + lswTime + `$`), "salifetime": regexp.MustCompile(`^` + lswTime + `$`),
+	"rekeymargin": regexp.MustCompile(`^` + lswTime + `$`), "dpddelay": regexp.MustCompile(`^` + lswTime + `$`),
+	"dpdaction": regexp.MustCompile(`^(hold|clear|restart)$`), "initial-contact": regexp.MustCompile(`^(yes|no)$`),
+	"auto": regexp.MustCompile(`^(add|ondemand|start|ignore)$`),
+}
+
+var reLswSecret = regexp.MustCompile(`^#   \S+ ` + lswIP + ` : PSK (<pre-shared key>|0s[A-Za-z0-9+/]+=*)$`)
+
+func checkLibreswan(t *report, out string) {
+	t.Helper()
+	inConn, secret := false, false
+	for n, l := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
+		switch {
+		case strings.HasPrefix(l, "conn "):
+			inConn = true
+		case l == "":
+			inConn = false
+		case strings.HasPrefix(l, "#   ") && strings.Contains(l, " : PSK "):
+			secret = true
+			if !reLswSecret.MatchString(l) {
+				t.Errorf("line %d: not an ipsec.secrets PSK line: %q", n+1, l)
+			}
+		case strings.HasPrefix(l, "#"), inConn && strings.HasPrefix(l, "\t#"):
+		case inConn && strings.HasPrefix(l, "\t"):
+			k, v, ok := strings.Cut(strings.TrimPrefix(l, "\t"), "=")
+			re := lswDoc[k]
+			switch {
+			case !ok || re == nil:
+				t.Errorf("line %d: %q is not a conn parameter of libreswan 4 and 5", n+1, k)
+			case !re.MatchString(v):
+				t.Errorf("line %d: %q is not a documented value of %s", n+1, v, k)
+			}
+		default:
+			t.Errorf("line %d: not ipsec.conf: %q", n+1, l)
+		}
+	}
+	if !secret {
+		t.Errorf("no ipsec.secrets line")
+	}
+}
+
 // report collects a checker's findings.
 type report struct{ msgs []string }
 
@@ -406,7 +468,7 @@ func (r *report) Errorf(format string, a ...any) { r.msgs = append(r.msgs, fmt.S
 
 func TestVendorSyntax(t *testing.T) {
 	checks := map[Format]func(*report, string){
-		FormatStrongSwan: checkStrongSwan, FormatFortiGate: checkFortiGate, FormatCiscoIOSXE: checkCisco,
+		FormatStrongSwan: checkStrongSwan, FormatLibreswan: checkLibreswan, FormatFortiGate: checkFortiGate, FormatCiscoIOSXE: checkCisco,
 		FormatMikroTik: checkMikroTik, FormatPfSense: checkPfSense, FormatWireGuard: checkWireGuard,
 	}
 	for _, g := range goldenCases() {
@@ -429,6 +491,7 @@ func TestVendorSyntax(t *testing.T) {
 		FormatMikroTik:   "/ip ipsec profile add name=x hash-algorithm=sha384\n",
 		FormatPfSense:    "  Encryption Algorithm 1:  AES256-GCM, Key length 256 bits, Hash SHA384, DH Group 20 (nist ecp384)\n",
 		FormatStrongSwan: "connections {\n  x {\n    remote_addr = 1.2.3.4\n  }\n}\n",
+		FormatLibreswan:  "conn x\n\tike=aes_gcm256-sha2_384-ecp384\n\n# x.secrets:\n#   1.2.3.4 1.2.3.5 : PSK 0sAA==\n",
 		FormatWireGuard:  "[Peer]\nPublicKey = abc\nAllowedIP = 10.0.0.0/8\n",
 	}
 	for f, text := range bad {

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
+	"bnerd.net/vpn-operator/internal/gatewaypod"
 )
 
 // ConfigMap carries the gateway's rendered configuration, gateway.json, and nothing
@@ -181,6 +182,10 @@ type Workload struct {
 	// Dataplane is charon's kernel backend: kernel XFRM (the default) or libipsec
 	// (userspace ESP over a TUN device, for kernels without ESP).
 	Dataplane gatewayconfig.DataplaneMode
+	// Pod is the platform's shape of every gateway pod (resources, priority class,
+	// tolerations, pull secrets, extra labels and annotations); the zero Shape gives the
+	// default resources.
+	Pod gatewaypod.Shape
 }
 
 // TunnelInterface is the TUN device charon's libipsec backend creates.
@@ -291,6 +296,7 @@ func Deployment(w Workload) (*appsv1.Deployment, error) {
 			},
 		},
 	}
+	w.Pod.Apply(&d.Spec.Template)
 	return d, nil
 }
 

@@ -15,6 +15,7 @@ import (
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
+	"bnerd.net/vpn-operator/internal/gatewaypod"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -426,5 +427,78 @@ func TestCovers(t *testing.T) {
 	}
 	if Covers(map[string]string{"a": "1"}, map[string]string{"a": "2"}) {
 		t.Fatal("label change")
+	}
+}
+
+// Every gateway pod (IPsec with either dataplane, WireGuard) takes the platform's shape:
+// by default each container has requests and a memory limit (the pod is Burstable, never
+// BestEffort), and a shape's priority class, tolerations, pull secrets, labels and
+// annotations land on the pod without touching the operator's own labels. The list of
+// containers a shape may name is exactly the containers rendered.
+func TestGatewayPodShape(t *testing.T) {
+	shape, err := gatewaypod.Parse(`{"priorityClassName":"vpn-gateways","tolerations":[{"key":"dedicated","operator":"Equal","value":"vpn","effect":"NoSchedule"}],
+		"imagePullSecrets":[{"name":"regcred"}],"labels":{"team":"net"},"annotations":{"example.com/owner":"platform"},
+		"resources":{"wireguard":{"requests":{"cpu":"1","memory":"64Mi"},"limits":{"memory":"512Mi"}}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered := map[string]bool{}
+	for _, tc := range []struct {
+		name   string
+		render func(Workload) (*appsv1.Deployment, error)
+		mode   gatewayconfig.DataplaneMode
+	}{
+		{"ipsec kernel", Deployment, gatewayconfig.DataplaneKernel},
+		{"ipsec libipsec", Deployment, gatewayconfig.DataplaneLibipsec},
+		{"wireguard", WireGuardDeployment, ""},
+	} {
+		for _, s := range []gatewaypod.Shape{{}, shape} {
+			w := workload()
+			w.WireGuardImage, w.Dataplane, w.Pod = "example.org/wireguard:1", tc.mode, s
+			d, err := tc.render(w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps := d.Spec.Template.Spec
+			for _, c := range ps.Containers {
+				rendered[c.Name] = true
+				if !slices.Contains(gatewaypod.Containers, c.Name) {
+					t.Errorf("%s: container %s is not in gatewaypod.Containers", tc.name, c.Name)
+				}
+				if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+					t.Errorf("%s: container %s has resources %+v", tc.name, c.Name, c.Resources)
+				}
+			}
+			if d.Spec.Template.Annotations[gatewaypod.AnnotationShape] != s.Hash() {
+				t.Errorf("%s: the template records shape %q, want %q", tc.name, d.Spec.Template.Annotations[gatewaypod.AnnotationShape], s.Hash())
+			}
+			for k, v := range SelectorLabels(gw) {
+				if d.Spec.Template.Labels[k] != v {
+					t.Errorf("%s: selector label %s=%q lost", tc.name, k, d.Spec.Template.Labels[k])
+				}
+			}
+			if s.PriorityClassName == "" {
+				continue
+			}
+			if ps.PriorityClassName != "vpn-gateways" || len(ps.Tolerations) != 1 || len(ps.ImagePullSecrets) != 1 ||
+				d.Spec.Template.Labels["team"] != "net" || d.Spec.Template.Annotations["example.com/owner"] != "platform" {
+				t.Errorf("%s: the shape is not on the pod: %+v", tc.name, d.Spec.Template)
+			}
+			if ps.NodeName != "node-a" || len(ps.NodeSelector) != 0 {
+				t.Errorf("%s: nodeName %q nodeSelector %v: the pod stays pinned, with no selector that could fail it", tc.name, ps.NodeName, ps.NodeSelector)
+			}
+			if tc.name == "wireguard" {
+				for _, c := range ps.Containers {
+					if c.Name == ContainerWireGuard && c.Resources.Limits.Memory().String() != "512Mi" {
+						t.Errorf("wireguard limit %s", c.Resources.Limits.Memory())
+					}
+				}
+			}
+		}
+	}
+	for _, c := range gatewaypod.Containers {
+		if !rendered[c] {
+			t.Errorf("gatewaypod.Containers names %s, which no gateway pod has", c)
+		}
 	}
 }

@@ -138,5 +138,6 @@ func WireGuardDeployment(w Workload) (*appsv1.Deployment, error) {
 			},
 		},
 	}
+	w.Pod.Apply(&d.Spec.Template)
 	return d, nil
 }

@@ -2,8 +2,8 @@ package vpncli
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -36,31 +36,21 @@ func cloudsYAMLPaths(getenv func(string) string) []string {
 }
 
 // openstackCredential reads the credential the way the operator does: a clouds.yaml
-// entry when a cloud is named (flag --os-cloud or OS_CLOUD), else the OS_* variables.
-// ok is false (with the reason) when neither is there.
-func openstackCredential(getenv func(string) string, cloud string) (openstack.Credential, bool, error) {
-	if cloud == "" {
-		cloud = getenv("OS_CLOUD")
-	}
-	if cloud != "" {
-		for _, p := range cloudsYAMLPaths(getenv) {
-			data, err := os.ReadFile(p)
-			if errors.Is(err, os.ErrNotExist) {
-				continue
-			}
-			if err != nil {
-				return openstack.Credential{}, false, fmt.Errorf("reading %s: %w", p, err)
-			}
-			c, err := openstack.CredentialFromCloudsYAML(data, cloud)
-			return c, err == nil, err
+// entry when a cloud is named (flag --os-cloud or OS_CLOUD), else the OS_* variables;
+// with the TLS settings of a private CA (OS_CACERT or the entry's cacert). ok is false
+// (with the reason) when neither is there.
+func openstackCredential(getenv func(string) string, cloud string) (openstack.Credential, *tls.Config, bool, error) {
+	env := func(k string) string {
+		if k == "OS_CLOUD" && cloud != "" {
+			return cloud
 		}
-		return openstack.Credential{}, false, fmt.Errorf("cloud %q named but no clouds.yaml found (looked in %s)", cloud, strings.Join(cloudsYAMLPaths(getenv), ", "))
+		return getenv(k)
 	}
-	if getenv("OS_AUTH_URL") == "" {
-		return openstack.Credential{}, false, nil
+	if env("OS_CLOUD") == "" && getenv("OS_AUTH_URL") == "" {
+		return openstack.Credential{}, nil, false, nil
 	}
-	c, err := openstack.CredentialFromEnv(getenv)
-	return c, err == nil, err
+	c, tlsConfig, err := openstack.LoadCloud(env, os.ReadFile, cloudsYAMLPaths(getenv)...)
+	return c, tlsConfig, err == nil, err
 }
 
 func newDiagnose(g *global) *cobra.Command {
@@ -99,14 +89,14 @@ incomplete (checks skipped: no OpenStack credential, exporter unreachable) or fa
 			defer cancel()
 			src := diagnose.Sources{Kube: c, Router: router, SkipOpenStack: skipOpenStack, SkipExporter: skipExporter}
 			if !skipOpenStack {
-				cred, ok, err := openstackCredential(g.io.Getenv, cloud)
+				cred, tlsConfig, ok, err := openstackCredential(g.io.Getenv, cloud)
 				switch {
 				case err != nil:
 					src.OpenStackSkipReason = "OpenStack credential: " + err.Error()
 				case !ok:
 					src.OpenStackSkipReason = "no OpenStack credential: set OS_CLOUD (with a clouds.yaml) or the OS_* variables, or pass --skip-openstack"
 				default:
-					clients, err := openstack.NewClients(ctx, cred, openstack.ClientOptions{UserAgent: "kubectl-vpn/" + version.Version, Timeout: 30 * time.Second})
+					clients, err := openstack.NewClients(ctx, cred, openstack.ClientOptions{UserAgent: "kubectl-vpn/" + version.Version, Timeout: 30 * time.Second, TLSConfig: tlsConfig})
 					if err != nil {
 						src.OpenStackSkipReason = "authenticating to OpenStack: " + err.Error()
 					} else {

@@ -28,7 +28,8 @@ networks and the gateway's service CIDR as traffic selectors, the tunnel's propo
 lifetimes, and, as comments, the virtual IP of every exposure and what the client's
 firewall must admit for reverse exposures.
 
-Formats: strongswan (swanctl.conf), fortigate (FortiOS CLI), cisco-iosxe (IOS XE CLI,
+Formats: strongswan (swanctl.conf), libreswan (an ipsec.conf conn for libreswan 4 and 5,
+the ipsec.secrets line as a comment), fortigate (FortiOS CLI), cisco-iosxe (IOS XE CLI,
 crypto map), mikrotik (RouterOS 7 CLI), pfsense (the IPsec tunnel form's fields).
 A proposal the device cannot negotiate is left out with a note; if none of a phase's
 proposals fit, the command fails and says which proposal to add to the gateway.

@@ -1,8 +1,9 @@
 // Package vpncli is the `kubectl vpn` plugin's command tree (cmd/kubectl-vpn is its
-// main): diagnose, peer-config and migrate, over the pure builders of internal/diagnose,
-// internal/peerconfig and internal/migrate. Cluster access follows kubectl's own flags
-// and kubeconfig; OpenStack access (diagnose only, read-only) follows the operator's:
-// OS_CLOUD with a clouds.yaml, or OS_* variables.
+// main): check, diagnose, peer-config, migrate and tenant, over internal/clustercheck and
+// the pure builders of internal/diagnose, internal/peerconfig and internal/migrate.
+// Cluster access follows kubectl's own flags and kubeconfig; OpenStack access (check and
+// diagnose, read-only) follows the operator's: OS_CLOUD with a clouds.yaml, or OS_*
+// variables, with OS_CACERT for a private CA.
 package vpncli
 
 import (
@@ -109,14 +110,16 @@ func NewCommand(streams IO, restConfig *rest.Config) *cobra.Command {
 	g := &global{io: streams, overrides: &clientcmd.ConfigOverrides{}, restConfig: restConfig}
 	root := &cobra.Command{
 		Use:   "kubectl-vpn",
-		Short: "Operate bnerd-vpn-operator gateways: diagnose them, write a client's side, migrate a VM gateway",
+		Short: "Operate bnerd-vpn-operator gateways: check the cluster, diagnose them, write a client's side, migrate a VM gateway, show a tenant's usage",
 		Long: `kubectl vpn operates the gateways of bnerd-vpn-operator.
 
+  kubectl vpn check                                 what the cluster lacks for the operator
   kubectl vpn diagnose <gateway>                    what is wrong first, and the fix
   kubectl vpn peer-config <gateway> --tunnel <t> --format <f>
                                                     the client's side of a tunnel
   kubectl vpn migrate --from <swanctl.conf|ipsec.conf> --name <gateway>
                                                     an IPsecGateway from a VM gateway
+  kubectl vpn tenant [namespace]                    the tenant policy and its usage
 
 Install: put the kubectl-vpn binary on your PATH (go install ./cmd/kubectl-vpn from a
 checkout, or a krew manifest); kubectl finds it as "kubectl vpn".`,
@@ -131,6 +134,6 @@ checkout, or a krew manifest); kubectl finds it as "kubectl vpn".`,
 	clientcmd.BindOverrideFlags(g.overrides, root.PersistentFlags(), clientcmd.RecommendedConfigOverrideFlags(""))
 	g.kube = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(loading, g.overrides)
 
-	root.AddCommand(newDiagnose(g), newPeerConfig(g), newMigrate(g))
+	root.AddCommand(newCheck(g), newDiagnose(g), newPeerConfig(g), newMigrate(g), newTenant(g))
 	return root
 }

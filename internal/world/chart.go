@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,21 +17,15 @@ import (
 // CredentialSecret is the Secret the chart's operator reads its OpenStack credential from.
 const CredentialSecret = "bnerd-openstack"
 
-// InternalSourceCIDRs are the fabric's sources admitted to reverse exposures: the transit
-// network and the service cluster svc01 (its hosts reach reverse exposures through its
-// router, keeping their own addresses).
-var InternalSourceCIDRs = []string{"10.254.0.0/24", "10.251.0.0/16"}
+// InternalSourceCIDRs are the fabric's sources admitted to reverse exposures: the service
+// cluster svc01 (its hosts reach reverse exposures through its router, keeping their own
+// addresses). Never the transit network: that is where the other gateways' ports are.
+var InternalSourceCIDRs = []string{"10.251.0.0/16"}
 
 // ChartValues are the values the world installs the chart with: the estate's router and
-// networks, the images built here (never pulled), and the libipsec dataplane, since this
-// machine's kernel has no ESP.
+// networks, and the libipsec dataplane, since this machine's kernel has no ESP. No image
+// value: the released chart's defaults name the images released beside it.
 func (w *World) ChartValues() map[string]any {
-	repoTag := func(ref string) (string, string) {
-		i := strings.LastIndex(ref, ":")
-		return ref[:i], ref[i+1:]
-	}
-	opRepo, opTag := repoTag(w.Images["operator"])
-	gwRepo, gwTag := repoTag(w.Images["gateway"])
 	return map[string]any{
 		"router":              OperatorRouter,
 		"externalNetwork":     ExternalNetwork,
@@ -41,14 +34,6 @@ func (w *World) ChartValues() map[string]any {
 		"gatewayDataplane":    "libipsec",
 		"resyncInterval":      "1m",
 		"openstack":           map[string]any{"credentials": map[string]any{"secretName": CredentialSecret}},
-		"images": map[string]any{
-			"operator":    map[string]any{"repository": opRepo, "tag": opTag, "pullPolicy": "Never"},
-			"gateway":     map[string]any{"repository": gwRepo, "tag": gwTag},
-			"statusAgent": map[string]any{"repository": gwRepo, "tag": gwTag},
-			// The world runs no WireGuard gateway; the gateway image holds the agent, which
-			// is all the wireguard container runs.
-			"gatewayWireguard": map[string]any{"repository": gwRepo, "tag": gwTag},
-		},
 	}
 }
 
@@ -67,8 +52,9 @@ func (w *World) chartInstaller(ctx context.Context) (string, error) {
 }
 
 // installChart creates the operator namespace and its credential Secret, then installs
-// charts/bnerd-vpn-operator with the Helm SDK (as `helm upgrade --install --wait`) and
-// waits for the operator.
+// the chart released into the world's registry with the Helm SDK, as `helm upgrade
+// --install --wait oci://... --version` does (trusting the registry's CA through
+// SSL_CERT_FILE), and waits for the operator.
 func (w *World) installChart(ctx context.Context) error {
 	helm, err := w.chartInstaller(ctx)
 	if err != nil {
@@ -106,12 +92,12 @@ func (w *World) installChart(ctx context.Context) error {
 			"--namespace", OperatorNamespace, "--release", ReleaseName, "--uninstall", "--timeout", "2m")
 	})
 	t0 := time.Now()
-	if err := w.runLogged(ctx, "helm-install", nil, helm, "--kubeconfig", w.KubeConfig, "--namespace", OperatorNamespace,
-		"--release", ReleaseName, "--chart", filepath.Join(w.opts.Repo, "charts", "bnerd-vpn-operator"),
+	if err := w.runLogged(ctx, "helm-install", []string{"SSL_CERT_FILE=" + w.RegistryCA}, helm, "--kubeconfig", w.KubeConfig,
+		"--namespace", OperatorNamespace, "--release", ReleaseName, "--chart", w.Release.Chart, "--version", w.Release.Version,
 		"--values", valuesFile, "--timeout", "3m"); err != nil {
 		return err
 	}
-	w.progress("    Helm SDK install of charts/bnerd-vpn-operator as release %s in %s (values %s), waited for: operator Ready after %.1fs",
-		ReleaseName, OperatorNamespace, valuesFile, time.Since(t0).Seconds())
+	w.progress("    Helm SDK install of %s --version %s as release %s in %s (values %s), waited for: operator Ready after %.1fs",
+		w.Release.Chart, w.Release.Version, ReleaseName, OperatorNamespace, valuesFile, time.Since(t0).Seconds())
 	return nil
 }

@@ -24,13 +24,18 @@ import (
 	"bnerd.net/vpn-operator/internal/render"
 )
 
-// TenantNamespace is the examples' gateway namespace.
+// TenantNamespace is the examples' gateway namespace, of tenant acme.
 const TenantNamespace = "tenant-a"
 
-// PrepareTenant creates the tenant namespace and the pre-shared key Secret the example
+// PrepareTenant creates the tenant namespace (labelled as tenant acme's), the tenant
+// policy of examples/vpntenantpolicy.yaml and the pre-shared key Secret the example
 // gateway references (hq-psk, key psk).
 func (w *World) PrepareTenant(ctx context.Context, psk string) error {
-	if err := w.Kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: TenantNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: TenantNamespace, Labels: map[string]string{v1.LabelTenant: "acme"}}}
+	if err := w.Kube.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	if err := w.Apply(ctx, "examples/vpntenantpolicy.yaml", &v1.VPNTenantPolicy{}, ""); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hq-psk", Namespace: TenantNamespace}, StringData: map[string]string{"psk": psk}}

@@ -1,9 +1,10 @@
 // Package world runs the whole product on this machine, as one piece: the local node world
-// (hack/node: a control plane and two real nodes), the images built here (hack/images),
-// the OpenStack simulator as its own process, the packet fabric that makes the
-// simulator's networking carry traffic (internal/fabric), the operator installed with
-// the project's Helm chart, a client site with its own hand-configured strongSwan, and
-// hosts in the service cluster. The sandbox (cmd/sandbox) and the product e2e
+// (hack/node: a control plane and two real nodes, and an OCI registry the release is
+// pushed to and the nodes pull from), the OpenStack simulator as its own process, the
+// packet fabric that makes the simulator's networking carry traffic (internal/fabric),
+// the operator installed from the released chart (`helm install oci://... --version`),
+// a client site with its own hand-configured strongSwan, and hosts in the service
+// cluster. The sandbox (cmd/sandbox) and the product e2e
 // (test/e2e/product) both drive it. It needs root.
 package world
 
@@ -70,8 +71,15 @@ type World struct {
 	KubeConfig string
 	Kubectl    string
 	Nodes      []Node
-	// Images are the references hack/images built: operator, gateway, pause.
-	Images map[string]string
+	// Registry is the world's registry and prefix (10.77.0.1:5000/bnerd), RegistryCA the
+	// CA its certificate is signed by.
+	Registry, RegistryCA string
+	// Release is what hack/node/up.sh released into the registry.
+	Release Release
+	// Images are the pushed references by name (operator, gateway, gateway-wireguard,
+	// status-agent, pause), each tagged with the release's version (pause: its content),
+	// and ImageDigests their index digests (sha256:...).
+	Images, ImageDigests map[string]string
 
 	simCmd  *exec.Cmd
 	simDone chan struct{}
@@ -90,6 +98,14 @@ type World struct {
 	// lost are nodes LoseNode killed: machines that are gone, so nothing on them counts
 	// as left behind.
 	lost map[string]bool
+}
+
+// Release is a release pushed to the world's registry.
+type Release struct {
+	// Version is the chart's version (0.0.0-dev.g<hash>); the images are tagged v<Version>.
+	Version string
+	// Chart is the chart's OCI reference without the version (oci://.../bnerd-vpn-operator).
+	Chart string
 }
 
 // Timing is how long one phase of Up took.
@@ -167,7 +183,7 @@ func Up(ctx context.Context, opts Options) (w *World, err error) {
 	if err := w.takeLock(); err != nil {
 		return w, err
 	}
-	if err := w.phase("node world: control plane, two nodes, images (hack/node/up.sh)", func() error { return w.nodesUp(ctx) }); err != nil {
+	if err := w.phase("node world: control plane, registry with the release pushed, two nodes (hack/node/up.sh)", func() error { return w.nodesUp(ctx) }); err != nil {
 		return w, err
 	}
 	if err := w.phase("OpenStack simulator (cmd/openstack-sim, "+filepath.Base(opts.Seed)+")", func() error { return w.simUp(ctx) }); err != nil {
@@ -176,7 +192,7 @@ func Up(ctx context.Context, opts Options) (w *World, err error) {
 	if err := w.phase("packet fabric (internal/fabric)", func() error { return w.fabricUp(ctx) }); err != nil {
 		return w, err
 	}
-	if err := w.phase("operator installed with the Helm chart", func() error { return w.installChart(ctx) }); err != nil {
+	if err := w.phase("operator installed from the released chart (helm install oci://...)", func() error { return w.installChart(ctx) }); err != nil {
 		return w, err
 	}
 	return w, nil
@@ -230,7 +246,7 @@ func (w *World) runLogged(ctx context.Context, name string, env []string, args .
 		for sc.Scan() {
 			line := sc.Text()
 			fmt.Fprintln(logf, line)
-			if strings.HasPrefix(line, "[node-") || strings.HasPrefix(line, "images: ") || strings.HasPrefix(line, "controlplane: ") {
+			if strings.HasPrefix(line, "[node-") || strings.HasPrefix(line, "[release ") || strings.HasPrefix(line, "images: ") || strings.HasPrefix(line, "controlplane: ") || strings.HasPrefix(line, "tool: ") {
 				w.progress("    %s", line)
 			}
 		}
@@ -262,20 +278,8 @@ func (w *World) nodesUp(ctx context.Context) error {
 		}
 		w.Nodes = append(w.Nodes, Node{Name: f[0], Namespace: f[1], ServerID: f[2], IP: f[3], Containerd: f[4]})
 	}
-	images, err := os.ReadFile(filepath.Join(w.opts.NodeState, "images"))
-	if err != nil {
+	if err := w.readRelease(); err != nil {
 		return err
-	}
-	w.Images = map[string]string{}
-	for _, l := range strings.Split(strings.TrimSpace(string(images)), "\n") {
-		if f := strings.Fields(l); len(f) == 3 {
-			w.Images[f[0]] = f[1]
-		}
-	}
-	for _, want := range []string{"operator", "gateway"} {
-		if w.Images[want] == "" {
-			return fmt.Errorf("no %s image was built", want)
-		}
 	}
 	w.KubeConfig = filepath.Join(w.opts.NodeState, "etc", "admin.kubeconfig")
 	out, err := exec.Command("bash", filepath.Join(w.opts.Repo, "hack", "controlplane.sh"), "--print-dir").Output()
@@ -289,6 +293,49 @@ func (w *World) nodesUp(ctx context.Context) error {
 	}
 	w.Kube, err = client.New(cfg, client.Options{Scheme: testenv.NewScheme()})
 	return err
+}
+
+// readRelease reads what hack/node/up.sh pushed: the registry ($STATE/registry: prefix and
+// CA), the images ($STATE/release/images.txt and pause.txt: name, reference, digest) and
+// the chart ($STATE/release/chart.txt: "chart", reference, version, digest).
+func (w *World) readRelease() error {
+	dir := w.opts.NodeState
+	reg, err := os.ReadFile(filepath.Join(dir, "registry"))
+	if err != nil {
+		return err
+	}
+	f := strings.Fields(string(reg))
+	if len(f) != 2 {
+		return fmt.Errorf("registry file %q", reg)
+	}
+	w.Registry, w.RegistryCA = f[0], f[1]
+	w.Images, w.ImageDigests = map[string]string{}, map[string]string{}
+	for _, name := range []string{"images.txt", "pause.txt"} {
+		data, err := os.ReadFile(filepath.Join(dir, "release", name))
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			if f := strings.Fields(l); len(f) == 3 {
+				w.Images[f[0]], w.ImageDigests[f[0]] = f[1], f[2]
+			}
+		}
+	}
+	for _, want := range []string{"operator", "gateway", "gateway-wireguard", "status-agent", "pause"} {
+		if w.Images[want] == "" {
+			return fmt.Errorf("no %s image was pushed", want)
+		}
+	}
+	chart, err := os.ReadFile(filepath.Join(dir, "release", "chart.txt"))
+	if err != nil {
+		return err
+	}
+	if f := strings.Fields(string(chart)); len(f) == 4 && f[0] == "chart" {
+		w.Release = Release{Chart: f[1], Version: f[2]}
+	} else {
+		return fmt.Errorf("chart file %q", chart)
+	}
+	return nil
 }
 
 // Node returns the node by name.

@@ -29,6 +29,7 @@ var (
 	operatorConfigGo = fromRoot("internal", "operatorconfig", "config.go")
 	operatorMainGo   = fromRoot("cmd", "bnerd-vpn-operator", "main.go")
 	renderObjectsGo  = fromRoot("internal", "render", "objects.go")
+	openstackTLSGo   = fromRoot("internal", "openstack", "tls.go")
 )
 
 func TestChartMetadata(t *testing.T) {
@@ -90,7 +91,7 @@ func TestDeploymentEnvDefaults(t *testing.T) {
 		"IPSEC_INTERNAL_SOURCE_CIDRS":             "",
 		"IPSEC_GATEWAY_NETWORKPOLICY_ENABLED":     "true",
 		"IPSEC_GATEWAY_IMAGE":                     "ghcr.io/bnerd/bnerd-vpn-gateway:" + appVersion,
-		"IPSEC_AGENT_IMAGE":                       "ghcr.io/bnerd/bnerd-vpn-gateway:" + appVersion,
+		"IPSEC_AGENT_IMAGE":                       "ghcr.io/bnerd/bnerd-vpn-status-agent:" + appVersion,
 		"IPSEC_GATEWAY_WIREGUARD_IMAGE":           "ghcr.io/bnerd/bnerd-vpn-gateway-wireguard:" + appVersion,
 		"IPSEC_NAD_TEMPLATE":                      renderConsts["DefaultNADTemplate"],
 		"IPSEC_GATEWAY_DATAPLANE":                 consts["DefaultGatewayDataplane"],
@@ -101,6 +102,7 @@ func TestDeploymentEnvDefaults(t *testing.T) {
 		"IPSEC_EXPOSURE_TARGET_CIDRS":             "",
 		"IPSEC_CLUSTERLINK_SAFE_ROLES":            "",
 		"IPSEC_NODE_NOT_READY_GRACE":              "5s",
+		"IPSEC_NODE_MAX_GATEWAYS":                 "0",
 		"IPSEC_OPENSTACK_QPS":                     "0",
 		"IPSEC_OPENSTACK_BURST":                   "0",
 		"IPSEC_OPENSTACK_TIMEOUT":                 "30s",
@@ -313,7 +315,15 @@ func TestCloudsYAMLCredential(t *testing.T) {
 	d, c := mustRender(t, vals).operator(t)
 	env := envMap(t, c)
 
+	// The operator's main loads its cloud with openstack.LoadCloud(os.Getenv, ...), which
+	// reads these through its getenv.
 	readByMain := getenvNames(t, operatorMainGo)
+	for k := range calledWithLiteral(t, openstackTLSGo, "getenv") {
+		readByMain[k] = true
+	}
+	if main, _ := os.ReadFile(operatorMainGo); !strings.Contains(string(main), "openstack.LoadCloud(os.Getenv") {
+		t.Error("the operator's main no longer loads its cloud with openstack.LoadCloud(os.Getenv, ...)")
+	}
 	for _, name := range []string{"OS_CLOUD", "OS_CLIENT_CONFIG_FILE"} {
 		if !readByMain[name] {
 			t.Errorf("the operator no longer reads %s; the chart's cloudsYaml format relies on it", name)
@@ -392,7 +402,7 @@ func TestCRDsMatchGenerated(t *testing.T) {
 	if err != nil || len(want) == 0 {
 		t.Fatalf("no generated CRDs in config/crd: %v", err)
 	}
-	got, err := filepath.Glob(filepath.Join(chartDir, "crds", "*"))
+	got, err := filepath.Glob(filepath.Join(chartDir, "files", "crds", "*"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,19 +413,20 @@ func TestCRDsMatchGenerated(t *testing.T) {
 		}
 		return out
 	}
-	const fix = "run: cp config/crd/*.yaml charts/bnerd-vpn-operator/crds/ (and delete CRDs that are gone)"
+	const fix = "run: make generate"
 	if !slices.Equal(base(want), base(got)) {
-		t.Fatalf("charts/bnerd-vpn-operator/crds holds %v, config/crd holds %v; %s", base(got), base(want), fix)
+		t.Fatalf("charts/bnerd-vpn-operator/files/crds holds %v, config/crd holds %v; %s", base(got), base(want), fix)
 	}
 	for _, p := range want {
 		a, _ := os.ReadFile(p)
-		b, _ := os.ReadFile(filepath.Join(chartDir, "crds", filepath.Base(p)))
+		b, _ := os.ReadFile(filepath.Join(chartDir, "files", "crds", filepath.Base(p)))
 		if !bytes.Equal(a, b) {
-			t.Errorf("crds/%s differs from config/crd; %s", filepath.Base(p), fix)
+			t.Errorf("files/crds/%s differs from config/crd; %s", filepath.Base(p), fix)
 		}
 	}
-	if n := len(loadChart(t).CRDObjects()); n != len(want) {
-		t.Errorf("Helm sees %d CRDs in the chart, want %d", n, len(want))
+	// The CRDs are templates (upgraded by helm upgrade), not Helm's install-once crds/.
+	if n := len(loadChart(t).CRDObjects()); n != 0 {
+		t.Errorf("Helm sees %d CRDs in crds/, which it would never upgrade", n)
 	}
 	if n := mustRender(t, requiredValues()).count("CustomResourceDefinition"); n != len(want) {
 		t.Errorf("rendered %d CRDs, want %d", n, len(want))
@@ -536,7 +547,9 @@ func TestMetricsServiceAndServiceMonitor(t *testing.T) {
 
 func TestNotes(t *testing.T) {
 	r := mustRender(t, requiredValues())
-	for _, s := range []string{"internalSourceCIDRs is empty", "rolls every gateway pod", "Multus", "bnerd-vpn-clusterlinks"} {
+	for _, s := range []string{"internalSourceCIDRs is empty", "rolls every gateway pod", "Multus", "bnerd-vpn-clusterlinks",
+		"pod-security.kubernetes.io/enforce=privileged", "kubectl vpn check --operator-namespace " + releaseNS,
+		"needs member and reader", "CredentialsRoleMissing", "openstack-roles.md"} {
 		if !strings.Contains(r.notes, s) {
 			t.Errorf("NOTES do not mention %q:\n%s", s, r.notes)
 		}
@@ -569,6 +582,7 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		{"numeric image tag", with(requiredValues(), "images.gateway.tag", 0.3), []string{"images/gateway/tag"}},
 		{"bad credentials namespace", with(requiredValues(), "clusterLink.credentialsNamespace", "Creds_NS"), []string{"credentialsNamespace"}},
 		{"negative node grace", with(requiredValues(), "nodeNotReadyGrace", "-5s"), []string{"nodeNotReadyGrace"}},
+		{"negative node maximum", with(requiredValues(), "nodeMaxGateways", -1), []string{"nodeMaxGateways"}},
 		{"negative OpenStack QPS", with(requiredValues(), "openstack.qps", -1), []string{"openstack/qps"}},
 		{"OpenStack timeout without a unit", with(requiredValues(), "openstack.timeout", "30"), []string{"openstack/timeout"}},
 		{"unknown OpenStack key", with(requiredValues(), "openstack.rateLimit", 10), []string{"openstack", "rateLimit"}},

@@ -141,6 +141,18 @@ func TestInstallOnAPIServer(t *testing.T) {
 		}
 	}
 
+	// The chart's default tenant policy, once its CRD is established: the API server
+	// admits it as rendered (its schema and CEL rules).
+	for _, o := range mustRender(t, with(with(requiredValues(), "tenantPolicy.createDefault", true),
+		"tenantPolicy.default", map[string]any{"exposureTargets": []any{"10.250.0.0/16"}, "limits": map[string]any{"gateways": 5}})).objs {
+		if o.GetKind() != "VPNTenantPolicy" {
+			continue
+		}
+		if err := c.Create(ctx, o, client.FieldValidation("Strict")); err != nil {
+			t.Fatalf("the default VPNTenantPolicy was refused: %v", err)
+		}
+	}
+
 	sa := "system:serviceaccount:" + releaseNS + ":" + fullname
 	const creds = "bnerd-vpn-clusterlinks"
 	can := func(verb, group, resource, sub, ns string) bool {
@@ -178,6 +190,12 @@ func TestInstallOnAPIServer(t *testing.T) {
 		{"get", "", "configmaps", "", "kube-system", true},
 		{"get", "", "secrets", "", creds, true},
 		{"create", "coordination.k8s.io", "leases", "", releaseNS, true},
+		// Tenant policies are read and their status written; the policies themselves are
+		// the platform admins' to write.
+		{"list", "ipsec.bnerd.net", "vpntenantpolicies", "", "", true},
+		{"update", "ipsec.bnerd.net", "vpntenantpolicies", "status", "", true},
+		{"create", "ipsec.bnerd.net", "vpntenantpolicies", "", "", false},
+		{"update", "ipsec.bnerd.net", "vpntenantpolicies", "", "", false},
 		// RBAC really decides: what nobody granted is refused.
 		{"delete", "", "nodes", "", "", false},
 		{"create", "ipsec.bnerd.net", "ipsecgateways", "", "tenant-a", false},

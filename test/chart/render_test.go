@@ -2,6 +2,7 @@ package chart
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"path/filepath"
 	"strings"
@@ -120,6 +121,12 @@ var monitoringAPIs = []string{
 // the kubeVersion constraint and the templates, CRDs included.
 func renderChart(t *testing.T, vals map[string]any, o renderOpts) (manifest, notes string, err error) {
 	t.Helper()
+	return renderChartWith(t, loadChart(t), vals, o)
+}
+
+// renderChartWith renders ch, a chart loaded from anywhere (a released package).
+func renderChartWith(t *testing.T, ch *chart.Chart, vals map[string]any, o renderOpts) (manifest, notes string, err error) {
+	t.Helper()
 	cfg := &action.Configuration{Log: func(string, ...any) {}}
 	in := action.NewInstall(cfg)
 	in.ClientOnly = true
@@ -134,7 +141,7 @@ func renderChart(t *testing.T, vals map[string]any, o renderOpts) (manifest, not
 	if in.KubeVersion == nil {
 		in.KubeVersion = kubeVersion()
 	}
-	rel, err := in.Run(loadChart(t), vals)
+	rel, err := in.Run(ch, vals)
 	if err != nil {
 		return "", "", err
 	}
@@ -253,4 +260,50 @@ func envMap(t *testing.T, c corev1.Container) map[string]corev1.EnvVar {
 		out[e.Name] = e
 	}
 	return out
+}
+
+// The default tenant policy: absent unless asked for; asked for, it selects every
+// namespace without the tenant label and carries the values' spec.
+func TestDefaultTenantPolicy(t *testing.T) {
+	for _, o := range mustRender(t, requiredValues()).objs {
+		if o.GetKind() == "VPNTenantPolicy" {
+			t.Fatalf("a VPNTenantPolicy without tenantPolicy.createDefault: %v", o)
+		}
+	}
+	vals := with(requiredValues(), "tenantPolicy.createDefault", true)
+	vals = with(vals, "tenantPolicy.default", map[string]any{
+		"routedSubnets":   []any{"10.40.0.0/16"},
+		"exposureTargets": []any{"10.250.0.0/16"},
+		"floatingIPs":     []any{"203.0.113.10"},
+		"limits":          map[string]any{"gateways": 10, "tunnels": 40},
+	})
+	var found *unstructured.Unstructured
+	for _, o := range mustRender(t, vals).objs {
+		if o.GetKind() == "VPNTenantPolicy" {
+			found = o
+		}
+	}
+	if found == nil || found.GetName() != "default" {
+		t.Fatalf("no VPNTenantPolicy default rendered: %v", found)
+	}
+	expr, _, _ := unstructured.NestedSlice(found.Object, "spec", "namespaceSelector", "matchExpressions")
+	if len(expr) != 1 || expr[0].(map[string]any)["key"] != "ipsec.bnerd.net/tenant" || expr[0].(map[string]any)["operator"] != "DoesNotExist" {
+		t.Fatalf("namespaceSelector %v, want the namespaces without ipsec.bnerd.net/tenant", expr)
+	}
+	for path, want := range map[string]any{"routedSubnets": "10.40.0.0/16", "exposureTargets": "10.250.0.0/16", "floatingIPs": "203.0.113.10"} {
+		got, _, _ := unstructured.NestedStringSlice(found.Object, "spec", path)
+		if len(got) != 1 || got[0] != want {
+			t.Errorf("spec.%s %v, want [%v]", path, got, want)
+		}
+	}
+	if g, _, _ := unstructured.NestedFieldNoCopy(found.Object, "spec", "limits", "gateways"); fmt.Sprint(g) != "10" {
+		t.Errorf("spec.limits.gateways %v, want 10", g)
+	}
+	// The schema refuses what the API would refuse later.
+	if _, _, err := renderChart(t, with(vals, "tenantPolicy.default.exposureTargets", []any{"10.250.0.0"}), renderOpts{}); err == nil {
+		t.Error("an exposure target that is no CIDR passed the values schema")
+	}
+	if _, _, err := renderChart(t, with(vals, "tenantPolicy.default.limits", map[string]any{"gateways": -1}), renderOpts{}); err == nil {
+		t.Error("a negative limit passed the values schema")
+	}
 }

@@ -18,6 +18,7 @@ func TestRunbookHelmValues(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no runbooks: %v", err)
 	}
+	files = append(files, fromRoot("docs", "install.md"), fromRoot("docs", "helm.md"), fromRoot("README.md"))
 	blocks, commands := 0, 0
 	for _, f := range files {
 		data, err := os.ReadFile(f)
@@ -45,7 +46,7 @@ func TestRunbookHelmValues(t *testing.T) {
 					if _, _, err := renderChart(t, vals, renderOpts{}); err != nil {
 						t.Errorf("%s: the chart refuses the documented values: %v", filepath.Base(f), err)
 					}
-				case "sh":
+				case "sh", "":
 					shell = append(shell, strings.Split(cur.String(), "\n")...)
 				}
 				cur = nil

@@ -140,3 +140,23 @@ func mainFlags(t *testing.T, path string) map[string]cmdFlag {
 	}
 	return out
 }
+
+// calledWithLiteral returns the literal first arguments of calls of the identifier fn
+// (a function parameter such as getenv).
+func calledWithLiteral(t *testing.T, path, fn string) map[string]bool {
+	t.Helper()
+	names := map[string]bool{}
+	ast.Inspect(parseGo(t, path), func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok || len(call.Args) != 1 {
+			return true
+		}
+		if id, ok := call.Fun.(*ast.Ident); ok && id.Name == fn {
+			if s, ok := stringLit(call.Args[0]); ok {
+				names[s] = true
+			}
+		}
+		return true
+	})
+	return names
+}

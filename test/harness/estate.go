@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack/sim"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
 )
@@ -174,6 +175,25 @@ func SetNodeReady(ctx context.Context, c client.Client, name string, ready bool)
 	now := metav1.Now()
 	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st, LastHeartbeatTime: now, LastTransitionTime: now}}
 	return c.Status().Update(ctx, &node)
+}
+
+// TenantPolicy gives the gateways of the namespaces a VPNTenantPolicy of their own (one
+// tenant) that lets them expose the gateway cluster's node network (10.250.0.0/16, where
+// the harnesses' exposure targets live) and hold as many gateways, tunnels and exposures
+// as a harness makes. Without it every namespace would get the strict defaults.
+func TenantPolicy(ctx context.Context, c client.Client, name string, namespaces ...string) error {
+	big, many := int32(100000), int32(10000)
+	p := &v1alpha1.VPNTenantPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.VPNTenantPolicySpec{
+		NamespaceSelector: metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+			Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpIn, Values: namespaces}}},
+		ExposureTargets: []string{"10.250.0.0/16"},
+		Limits:          v1alpha1.TenantLimits{Gateways: &many, Tunnels: &big, RoutedSubnets: &many, Exposures: &big, ReverseExposurePorts: &big},
+	}}
+	err := c.Create(ctx, p)
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
 }
 
 // EnsureNamespace creates a namespace if it does not exist.

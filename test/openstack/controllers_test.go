@@ -14,13 +14,16 @@ import (
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/controller/clusterlink"
 	"bnerd.net/vpn-operator/internal/openstack"
+	"bnerd.net/vpn-operator/internal/openstack/realstack"
 )
 
 // A gateway on the real OpenStack: its port, security group and floating IP made and
 // tagged, the port hot-attached to the Nova server behind the chosen Node; a steady
 // state that writes nothing; a delete that leaves nothing in Neutron or Nova.
-func TestGatewayLifecycle(t *testing.T) {
-	r := newRig(t)
+func TestGatewayLifecycle(t *testing.T) { forReleases(t, gatewayLifecycle) }
+
+func gatewayLifecycle(t *testing.T, rel realstack.Release) {
+	r := newRig(t, rel)
 	r.psk("hq-psk", "correct horse battery staple")
 	r.createGateway("acme", false)
 	gw := r.gatewayReady("acme")
@@ -34,7 +37,7 @@ func TestGatewayLifecycle(t *testing.T) {
 	if !owner.OwnedBy(port.Tags) || port.FixedIPOn("") != st.PortFixedIP || port.MACAddress != st.PortMACAddress {
 		t.Errorf("port %+v does not match status %+v", port, st)
 	}
-	if st.NodeName != "bn-real-worker-a" || st.ServerID != r.servers["bn-real-worker-a"] || port.DeviceID != st.ServerID ||
+	if st.NodeName != r.nodeName("worker-a") || st.ServerID != r.servers[r.nodeName("worker-a")] || port.DeviceID != st.ServerID ||
 		!strings.HasPrefix(port.DeviceOwner, "compute:") {
 		t.Errorf("node %s, server %s, port device %s (%s): want the port on worker-a's server", st.NodeName, st.ServerID, port.DeviceID, port.DeviceOwner)
 	}
@@ -99,8 +102,10 @@ func TestGatewayLifecycle(t *testing.T) {
 // diehl01 with the customer's real application credential: each Ready with its
 // fabric, the reverse routes on both service routers, a steady state that writes
 // nothing, and deletes that unbind in order and leave nothing behind.
-func TestReverseGatewayAndClusterLinks(t *testing.T) {
-	r := newRig(t)
+func TestReverseGatewayAndClusterLinks(t *testing.T) { forReleases(t, reverseGatewayAndClusterLinks) }
+
+func reverseGatewayAndClusterLinks(t *testing.T, rel realstack.Release) {
+	r := newRig(t, rel)
 	r.psk("hq-psk", "correct horse battery staple")
 	r.createGateway("erp", true)
 	gw := r.gatewayReady("erp")
@@ -119,13 +124,13 @@ func TestReverseGatewayAndClusterLinks(t *testing.T) {
 	}
 
 	// Same tenant: svc01.
-	same := &v1.ClusterLink{ObjectMeta: metav1.ObjectMeta{Name: "real-svc01"},
+	same := &v1.ClusterLink{ObjectMeta: metav1.ObjectMeta{Name: r.linkName("svc01")},
 		Spec: v1.ClusterLinkSpec{ServiceClusterRouter: "shoot--services--svc01", ServiceClusterCIDR: "10.251.0.0/16"}}
 	if err := env.Client.Create(r.ctx, same); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.deleteAndWait(same) })
-	sl := r.linkReady("real-svc01")
+	sl := r.linkReady(same.Name)
 	svcRouter := r.router(r.os, "shoot--services--svc01")
 	leg, err := r.os.Networking.GetPort(r.ctx, sl.Status.LegPortID)
 	if err != nil {
@@ -164,14 +169,14 @@ func TestReverseGatewayAndClusterLinks(t *testing.T) {
 	if err := env.Client.Update(r.ctx, &nsObj); err != nil {
 		t.Fatal(err)
 	}
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: r.cfg.ClusterLinkCredentialsNamespace, Name: clusterlink.SecretNamePrefix + "real-diehl01"},
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: r.cfg.ClusterLinkCredentialsNamespace, Name: clusterlink.SecretNamePrefix + r.linkName("diehl01")},
 		Data: map[string][]byte{openstack.EnvAppCredentialID: []byte(custCred.AppCredentialID), openstack.EnvAppCredentialSecret: []byte(custCred.AppCredentialSecret)}}
 	if err := env.Client.Create(r.ctx, secret); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(r.ctx, secret) })
 	cross := &v1.ClusterLink{
-		ObjectMeta: metav1.ObjectMeta{Name: "real-diehl01", Annotations: map[string]string{v1.AnnotationCustomerAPIAccess: "none"}},
+		ObjectMeta: metav1.ObjectMeta{Name: r.linkName("diehl01"), Annotations: map[string]string{v1.AnnotationCustomerAPIAccess: "none"}},
 		Spec: v1.ClusterLinkSpec{ServiceClusterRouter: "shoot--diehl--diehl01", ServiceClusterCIDR: "10.234.0.0/16",
 			CredentialsSecretRef: &v1.SecretRef{Name: secret.Name, Namespace: secret.Namespace}, CustomerProjectID: custProject},
 	}
@@ -179,7 +184,7 @@ func TestReverseGatewayAndClusterLinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.deleteAndWait(cross) })
-	cl := r.linkReady("real-diehl01")
+	cl := r.linkReady(cross.Name)
 	transit, err := r.os.Networking.ResolveNetwork(r.ctx, r.cfg.GatewayNetwork)
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +215,7 @@ func TestReverseGatewayAndClusterLinks(t *testing.T) {
 		rt := r.router(r.customer, "shoot--diehl--diehl01")
 		return rt.HasRoute(reverse), fmtRoutes(rt)
 	})
-	cl = r.linkReady("real-diehl01")
+	cl = r.linkReady(cross.Name)
 
 	r.steadyState(gw, same, cl)
 

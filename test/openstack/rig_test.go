@@ -1,11 +1,14 @@
-// Package realopenstack runs the operator's controllers against the real OpenStack of
-// hack/openstack.sh (Keystone, Neutron, Nova with the fake virt driver) and a real API
-// server: gateways and ClusterLinks from create to Ready, a steady state that writes
-// nothing, and a delete after which an audit of the real Neutron and Nova finds nothing
-// the operator made.
+// Package realopenstack runs the operator's controllers against the real OpenStacks of
+// hack/openstack.sh (Keystone, Neutron, Nova with the fake virt driver; Zed with its
+// legacy policy defaults and 2025.1 with the secure-RBAC defaults and scope checks) and
+// a real API server: gateways and ClusterLinks from create to Ready, a steady state that
+// writes nothing, and a delete after which an audit of the real Neutron and Nova finds
+// nothing the operator made. Every test runs once per release, as a subtest named after
+// the release's target.
 //
-// It needs BNERD_OPENSTACK=real (make test sets it, and BNERD_REQUIRE_OPENSTACK=1 as
-// root) and the control plane binaries; without them it skips, saying why.
+// It needs BNERD_OPENSTACK=real,real-2025.1 (make test sets it, and
+// BNERD_REQUIRE_OPENSTACK=1 as root) and the control plane binaries; without them it
+// skips, saying why.
 package realopenstack
 
 import (
@@ -52,13 +55,36 @@ func TestMain(m *testing.M) {
 	testenv.Main(m, &env)
 }
 
-var swept sync.Once
+var (
+	sweptMu sync.Mutex
+	swept   = map[realstack.Release]*sync.Once{}
+)
 
-// cleanEstate removes what an interrupted earlier run left, once per run.
+// forReleases runs fn as a subtest for every release the run asks for (or demands),
+// one after the other: the reconcilers' metrics, which the rigs read, are the process's.
+func forReleases(t *testing.T, fn func(t *testing.T, rel realstack.Release)) {
+	t.Helper()
+	rels := realstack.Wanted()
+	if len(rels) == 0 {
+		t.Skipf("no real OpenStack asked for (%s=real,real-2025.1, as make test sets it)", realstack.TargetsEnv)
+	}
+	for _, rel := range rels {
+		t.Run(rel.Target(), func(t *testing.T) { fn(t, rel) })
+	}
+}
+
+// cleanEstate removes what an interrupted earlier run left, once per run and cloud.
 func cleanEstate(t *testing.T, c *realstack.Cloud) {
 	t.Helper()
 	var err error
-	swept.Do(func() {
+	sweptMu.Lock()
+	once := swept[c.Release]
+	if once == nil {
+		once = &sync.Once{}
+		swept[c.Release] = once
+	}
+	sweptMu.Unlock()
+	once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		var removed []string
@@ -117,9 +143,12 @@ func (l *writeLog) mark() int {
 // rig is one test's world: the real estate, an API server namespace, Nodes backed by
 // the estate's Nova servers, and a manager running both reconcilers.
 type rig struct {
-	t        *testing.T
-	ctx      context.Context
-	cloud    *realstack.Cloud
+	t     *testing.T
+	ctx   context.Context
+	cloud *realstack.Cloud
+	// tag tells the release's cluster-scoped objects (Nodes, ClusterLinks) apart: ""
+	// for Zed, "2025" for 2025.1.
+	tag      string
 	os       *openstack.Clients // the operator's (vpn-operator application credential)
 	customer *openstack.Clients // the customer's, for looking at its router
 	osWrites *writeLog
@@ -136,23 +165,33 @@ type rig struct {
 
 var nsCounter atomic.Int64
 
-func newRig(t *testing.T) *rig {
+func newRig(t *testing.T, rel realstack.Release) *rig {
+	return newRigAs(t, rel, "vpn-operator")
+}
+
+// newRigAs is newRig with the operator running on another credential of the estate.
+func newRigAs(t *testing.T, rel realstack.Release, operatorCredential string) *rig {
 	t.Helper()
 	testenv.Need(t)
-	cloud := realstack.Need(t)
+	cloud := realstack.NeedRelease(t, rel)
 	cleanEstate(t, cloud)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	r := &rig{t: t, ctx: ctx, cloud: cloud, osWrites: &writeLog{next: http.DefaultTransport}, servers: map[string]string{}}
+	if rel != realstack.Zed {
+		r.tag = strings.Split(string(rel), ".")[0]
+	}
 	r.opts = openstack.ClientOptions{Timeout: time.Minute, Transport: r.osWrites}
-	r.os = r.clients("vpn-operator")
+	r.os = r.clients(operatorCredential)
 	r.customer = r.clients("customer-diehl")
 	r.cfg = operatorconfig.Default()
 	r.cfg.Namespace = "bnerd-vpn-system"
 	r.cfg.GatewayNetwork = "vpn-transit"
 	r.cfg.ExternalNetwork = "public"
 	r.cfg.Router = "shoot--services--vpn01"
-	r.cfg.InternalSourceCIDRs = []netip.Prefix{netip.MustParsePrefix("10.254.0.0/24")}
+	// The gateway cluster's node network (never the transit network: the operator takes
+	// the gateway network out of the internal sources).
+	r.cfg.InternalSourceCIDRs = []netip.Prefix{netip.MustParsePrefix("10.250.0.0/16")}
 	r.cfg.ResyncInterval = 30 * time.Minute
 	r.cfg.MaxConcurrentReconciles = 2
 	r.ns = fmt.Sprintf("real-%d-%d", time.Now().UnixNano()%100000, nsCounter.Add(1))
@@ -161,13 +200,22 @@ func newRig(t *testing.T) *rig {
 			t.Fatal(err)
 		}
 	}
+	// The rig's tenant may expose the node network (its gateways' portal lives there).
+	pol := &v1.VPNTenantPolicy{ObjectMeta: metav1.ObjectMeta{Name: "rig-" + r.ns}, Spec: v1.VPNTenantPolicySpec{
+		NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: r.ns}},
+		ExposureTargets:   []string{"10.250.0.0/16"},
+	}}
+	if err := env.Client.Create(ctx, pol); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pol) })
 	// The estate's Nova servers back the Nodes: providerID openstack:///<server UUID>.
 	for _, name := range []string{"vpn01-worker-a", "vpn01-worker-b", "vpn01-worker-c"} {
 		id, err := cloud.ID("servers", "vpn-operator/"+name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		node := "bn-real-" + strings.TrimPrefix(name, "vpn01-")
+		node := r.nodeName(strings.TrimPrefix(name, "vpn01-"))
 		r.servers[node] = id
 		r.node(node, "openstack:///"+id)
 	}
@@ -179,6 +227,12 @@ func newRig(t *testing.T) *rig {
 	r.start()
 	return r
 }
+
+// nodeName is the release's Node for a worker of the estate ("worker-a").
+func (r *rig) nodeName(worker string) string { return "bn-real" + r.tag + "-" + worker }
+
+// linkName is the release's name for a ClusterLink ("svc01").
+func (r *rig) linkName(name string) string { return "real" + r.tag + "-" + name }
 
 func (r *rig) clients(name string) *openstack.Clients {
 	r.t.Helper()
@@ -485,9 +539,15 @@ func (r *rig) deleteAndWait(o client.Object) {
 // operator's and the customer's projects.
 func (r *rig) audit(uids ...types.UID) {
 	r.t.Helper()
+	r.auditWith(map[string]*openstack.Clients{"operator": r.os, "customer": r.customer}, uids...)
+}
+
+// auditWith audits with the given clients, by whose project they are.
+func (r *rig) auditWith(clients map[string]*openstack.Clients, uids ...types.UID) {
+	r.t.Helper()
 	for _, uid := range uids {
 		sel := openstack.Owner{UID: string(uid)}.Selector()
-		for who, c := range map[string]*openstack.Clients{"operator": r.os, "customer": r.customer} {
+		for who, c := range clients {
 			ports, err := c.Networking.ListPorts(r.ctx, openstack.ListPortsOpts{Tags: sel})
 			if err != nil {
 				r.t.Fatal(err)

@@ -62,6 +62,7 @@ func TestNodeLossTiming(t *testing.T) {
 		s.SetNovaDelays(tc.attach, tc.detach)
 		ns := fmt.Sprintf("nodeloss-%d", time.Now().UnixNano()%100000)
 		must(t, harness.EnsureNamespace(ctx, c, ns))
+		must(t, harness.TenantPolicy(ctx, c, "nodeloss-"+ns, ns))
 		must(t, harness.EnsureNamespace(ctx, c, harness.OperatorNamespace))
 		must(t, harness.CreateWorkers(ctx, c, 2))
 		// Only worker-0 is eligible while the gateways are placed.
@@ -73,7 +74,7 @@ func TestNodeLossTiming(t *testing.T) {
 		must(t, err)
 		kubeconfig, err := env.WriteKubeConfig(dir)
 		must(t, err)
-		opEnv, err := harness.OperatorEnv(s, kubeconfig, "10.254.0.0/22", "IPSEC_NODE_NOT_READY_GRACE="+tc.grace.String(), "IPSEC_MAX_CONCURRENT_RECONCILES=8")
+		opEnv, err := harness.OperatorEnv(s, kubeconfig, "10.250.0.0/16", "IPSEC_NODE_NOT_READY_GRACE="+tc.grace.String(), "IPSEC_MAX_CONCURRENT_RECONCILES=8")
 		must(t, err)
 		op := &harness.Operator{Bin: bin, Env: opEnv, Args: []string{"--leader-elect=false", "--zap-log-level=error"}, LogPath: filepath.Join(dir, "operator.log")}
 		must(t, op.Start())

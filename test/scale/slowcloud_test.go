@@ -123,6 +123,7 @@ func TestSlowCloudScale(t *testing.T) {
 	const ns = "scale"
 	for _, n := range []string{ns, harness.OperatorNamespace} {
 		must(t, harness.EnsureNamespace(ctx, c, n))
+		must(t, harness.TenantPolicy(ctx, c, "slowcloud-"+n, n))
 	}
 	must(t, harness.CreateWorkers(ctx, c, 3))
 	must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "psk"}, Data: map[string][]byte{"psk": []byte("scale-test-pre-shared-key-0123456789")}}))
@@ -133,7 +134,7 @@ func TestSlowCloudScale(t *testing.T) {
 	must(t, err)
 	kubeconfig, err := env.WriteKubeConfig(dir)
 	must(t, err)
-	opEnv, err := harness.OperatorEnv(s, kubeconfig, "10.254.0.0/20",
+	opEnv, err := harness.OperatorEnv(s, kubeconfig, "10.250.0.0/16",
 		fmt.Sprintf("IPSEC_MAX_CONCURRENT_RECONCILES=%d", cfg.workers),
 		fmt.Sprintf("IPSEC_OPENSTACK_QPS=%g", cfg.opQPS), fmt.Sprintf("IPSEC_OPENSTACK_BURST=%d", cfg.opBurst),
 		"IPSEC_RESYNC_INTERVAL=1h", "IPSEC_SERVICE_CIDR_POOL=100.64.0.0/13")

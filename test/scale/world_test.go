@@ -22,6 +22,7 @@ import (
 	"bnerd.net/vpn-operator/internal/openstack/sim"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
 	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/test/harness"
 )
 
 // world is one harness's control plane, simulator and Ready worker nodes.
@@ -70,7 +71,7 @@ func newWorld(t *testing.T) *world {
 	cfg := operatorconfig.Default()
 	cfg.Namespace = "bnerd-vpn-system"
 	cfg.GatewayNetwork, cfg.ExternalNetwork, cfg.Router = "vpn-transit", "public", "shoot--services--vpn01"
-	cfg.InternalSourceCIDRs, _ = operatorconfig.ParseCIDRList("10.254.0.0/24")
+	cfg.InternalSourceCIDRs, _ = operatorconfig.ParseCIDRList("10.250.0.0/16")
 	cfg.ResyncInterval = time.Hour
 	cfg.MaxConcurrentReconciles = 4
 	return &world{t: t, env: env, sim: s, clients: clients, cfg: cfg}
@@ -81,6 +82,7 @@ func (w *world) namespace(ns string) {
 	w.t.Helper()
 	ctx := context.Background()
 	must(w.t, w.env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	must(w.t, harness.TenantPolicy(ctx, w.env.Client, "scale-"+ns, ns))
 	must(w.t, w.env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "psk"}, Data: map[string][]byte{"psk": []byte("scale-test-pre-shared-key-0123456789")}}))
 }
 

@@ -28,7 +28,10 @@ const (
 	customerRouters = 2
 	workers         = 3
 	maxGateways     = 40
-	internalCIDR    = "10.254.0.0/22"
+	transitCIDR     = "10.254.0.0/22"
+	// internalCIDR is the gateway cluster's node network: the fabric's sources (never
+	// the transit network, which the operator takes out of them).
+	internalCIDR = "10.250.0.0/16"
 )
 
 var tenantNamespaces = []string{"soak-a", "soak-b", "soak-c"}
@@ -79,7 +82,7 @@ type routerRec struct {
 
 func newWorld(t *testing.T, ctx context.Context, cfg settings) *world {
 	t.Helper()
-	s, err := sim.Start(harness.Estate(harness.EstateOptions{TransitCIDR: internalCIDR, ServiceClusters: serviceClusters,
+	s, err := sim.Start(harness.Estate(harness.EstateOptions{TransitCIDR: transitCIDR, ServiceClusters: serviceClusters,
 		Customers: customers, RoutersPerCustomer: customerRouters, Workers: workers}))
 	if err != nil {
 		t.Fatal(err)
@@ -106,6 +109,10 @@ func newWorld(t *testing.T, ctx context.Context, cfg settings) *world {
 		}
 	}
 	for _, ns := range tenantNamespaces {
+		// Each namespace is a tenant of its own, with room for what the soak makes.
+		if err := harness.TenantPolicy(ctx, w.c, "soak-"+ns, ns); err != nil {
+			t.Fatal(err)
+		}
 		psk := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "psk"}, Data: map[string][]byte{"psk": []byte("soak-pre-shared-key-of-the-namespace-" + ns)}}
 		if err := w.c.Create(ctx, psk); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)

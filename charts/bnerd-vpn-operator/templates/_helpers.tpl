@@ -19,24 +19,54 @@ app.kubernetes.io/name: {{ include "bnerd-vpn-operator.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/*
+Labels of every object: the chart's own, and commonLabels where they do not name one of
+those.
+*/}}
 {{- define "bnerd-vpn-operator.labels" -}}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
-{{ include "bnerd-vpn-operator.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-app.kubernetes.io/component: operator
-{{- end -}}
-
-{{- define "bnerd-vpn-operator.serviceAccountName" -}}
-{{- default (include "bnerd-vpn-operator.fullname" .) .Values.serviceAccount.name -}}
+{{- $own := include "bnerd-vpn-operator.selectorLabels" . | fromYaml -}}
+{{- $_ := set $own "helm.sh/chart" (printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-") -}}
+{{- $_ := set $own "app.kubernetes.io/version" .Chart.AppVersion -}}
+{{- $_ := set $own "app.kubernetes.io/managed-by" .Release.Service -}}
+{{- $_ := set $own "app.kubernetes.io/component" "operator" -}}
+{{- toYaml (merge $own (deepCopy (default (dict) .Values.commonLabels))) -}}
 {{- end -}}
 
 {{/*
-An image reference: repository:tag, the tag defaulting to the chart's appVersion.
+The operator's ServiceAccount: the chart's (default the full name), or an existing one,
+which must then be named: binding the operator's ClusterRole to the namespace's default
+ServiceAccount would hand it to every pod there.
+*/}}
+{{- define "bnerd-vpn-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "bnerd-vpn-operator.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false: the existing ServiceAccount the operator runs as" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+An image reference. The repository's registry host is replaced by imageRegistry when
+that is set (a repository without a host gets it as a prefix); a digest is used instead
+of the tag; the tag defaults to the chart's appVersion.
 Call with (dict "image" .Values.images.x "root" .).
 */}}
 {{- define "bnerd-vpn-operator.image" -}}
-{{- printf "%s:%s" .image.repository (default .root.Chart.AppVersion .image.tag) -}}
+{{- $repo := .image.repository -}}
+{{- $registry := .root.Values.imageRegistry -}}
+{{- if $registry -}}
+{{- $parts := splitList "/" $repo -}}
+{{- $host := first $parts -}}
+{{- if and (gt (len $parts) 1) (or (contains "." $host) (contains ":" $host) (eq $host "localhost")) -}}
+{{- $repo = join "/" (rest $parts) -}}
+{{- end -}}
+{{- $repo = printf "%s/%s" (trimSuffix "/" $registry) $repo -}}
+{{- end -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" $repo .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repo (default .root.Chart.AppVersion .image.tag) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Whether the chart creates the credentials namespace (never the release namespace). */}}

@@ -42,7 +42,9 @@ func WriteNATState(path string, st NATState) error {
 	return os.Rename(tmp, path)
 }
 
-// Source lists the named tunnels' SAs (vici.ListSAsOn in production).
+// Source lists the named tunnels' SAs (vici.ListSAsOn in production, whose listings are
+// settled: one that caught an IKE rekey halfway is taken again, so tunnel_up never reads
+// 0 while the tunnel carries).
 type Source func(ctx context.Context, names []string) (map[string][]vici.IKESA, error)
 
 // Collector is a prometheus.Collector over charon and the NAT state file.

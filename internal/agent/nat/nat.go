@@ -49,6 +49,9 @@ const (
 	GuardComment = "fail-closed guard"
 	// InputComment marks the rule that keeps the client off the pod itself.
 	InputComment = "client to the pod"
+	// UntrustedComment marks the rule that drops traffic from other ports of the
+	// gateway network.
+	UntrustedComment = "another port of the gateway network"
 )
 
 // Options configure the Programmer.
@@ -238,6 +241,13 @@ func (p *Programmer) ruleText(m *gatewayconfig.NAT) []string {
 	add := func(chain, rule string) { out = append(out, chain+"\t"+rule) }
 	peers := "@" + SetPeerSubnets
 
+	if len(m.UntrustedSources) > 0 {
+		// Before any translation: nothing from another port of the gateway network is
+		// reverse-DNATed, forwarded to a routed client or accepted by the pod; traffic to
+		// the port's own address (IKE, ICMP errors) is left to the security group.
+		add(ChainPrerouting, fmt.Sprintf("ip saddr { %s } ip saddr != %s ip daddr != %s counter drop comment %q",
+			strings.Join(m.UntrustedSources, ", "), m.ForwardSNATAddress, m.ForwardSNATAddress, UntrustedComment))
+	}
 	add(ChainPrerouting, fmt.Sprintf("%s ip saddr %s dnat ip to ip daddr . meta l4proto . th dport map @%s", p.fromTunnel(), peers, MapExposurePorts))
 	add(ChainPrerouting, fmt.Sprintf("%s ip saddr %s dnat ip to ip daddr map @%s", p.fromTunnel(), peers, MapExposureAll))
 	add(ChainPrerouting, fmt.Sprintf("%s dnat ip to ip daddr . meta l4proto . th dport map @%s", p.notFromTunnel(), MapReversePorts))

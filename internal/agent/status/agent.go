@@ -41,8 +41,9 @@ func ClientWriter(c client.Client, heartbeat time.Duration) WriteFunc {
 type Agent struct {
 	// Tunnels returns the configured tunnels and the gateway they belong to.
 	Tunnels func() ([]string, gatewayconfig.GatewayRef)
-	// SAs lists the named tunnels' SAs (a fresh VICI session each time: charon may have
-	// restarted).
+	// SAs lists the named tunnels' SAs (vici.ListSAsOn: a fresh VICI session each time,
+	// since charon may have restarted, and a listing that caught an IKE rekey halfway
+	// taken again, so a rekey never reads as Down).
 	SAs func(ctx context.Context, names []string) (map[string][]vici.IKESA, error)
 	// Notes adds what is known beyond the listing (causes, the loader's plan). Optional.
 	Notes func(tunnel string) Note

@@ -167,6 +167,10 @@ type plan struct {
 	change *change
 	// reestablishing explains a teardown made to apply a change, until the tunnel is up.
 	reestablishing string
+	// up: the last round saw the tunnel up, so a listing that reads it down is taken
+	// again before it counts (settle): one that caught an IKE rekey halfway would
+	// otherwise have the loader initiate a redundant IKE SA.
+	up bool
 }
 
 type change struct {
@@ -387,7 +391,7 @@ func (l *Loader) Apply(ctx context.Context, swanctl, secrets string) (Result, er
 		l.logf("unloaded connection %s", name)
 	}
 
-	sas, err := ListSAs(ctx, s, names...)
+	sas, err := listSettled(ctx, s, names, func(n string) bool { return l.plan(n).up })
 	if err != nil {
 		return res, err
 	}
@@ -427,6 +431,7 @@ func (l *Loader) Apply(ctx context.Context, swanctl, secrets string) (Result, er
 func (l *Loader) converge(ctx context.Context, s *govici.Session, name string, sas []IKESA, now time.Time, res *Result) {
 	p := l.plan(name)
 	sum := Summarize(sas, name)
+	p.up = sum.Up
 	// Up since the last attempt (perhaps only between two rounds, brought up by the
 	// peer): whatever fails next starts the schedule over.
 	if l.Causes != nil && p.attempts > 0 && !l.Causes.UpAt(name).Before(p.last) {

@@ -32,6 +32,8 @@ type pair struct {
 	loader       *Loader
 	causes       *cause.Tracker
 	clock        *fakeClock
+	// procs are the charons by name ("gateway", "client").
+	procs map[string]*exec.Cmd
 }
 
 const (
@@ -114,7 +116,10 @@ func newPairWith(t *testing.T, tunnels int, mutate func(*gatewayconfig.Tunnel), 
 	p.cfg = &gatewayconfig.Config{
 		Version: gatewayconfig.FormatVersion, Gateway: gatewayconfig.GatewayRef{Kind: "IPsecGateway", Namespace: "ns", Name: "gw"},
 		ServiceCIDR: "100.64.7.0/24", GatewayAddress: "100.64.7.1", PortFixedIP: pairGW,
-		SubnetCIDR: "10.9.1.0/24", SubnetGatewayIP: pairPeer, FloatingIP: pairGW,
+		// The gateway network as the configuration states it: the gateway's port and
+		// its router, never the peer (the pod refuses a peer on the gateway network),
+		// although both charons share one link here.
+		SubnetCIDR: "10.9.1.2/31", SubnetGatewayIP: "10.9.1.3", FloatingIP: pairGW,
 	}
 	for i := 1; i <= tunnels; i++ {
 		tn := gatewayconfig.Tunnel{Name: fmt.Sprintf("t%d", i), PeerAddress: pairPeer, PeerID: fmt.Sprintf("client%d", i),
@@ -156,6 +161,10 @@ func (p *pair) charon(ns, name, settings string) string {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	if p.procs == nil {
+		p.procs = map[string]*exec.Cmd{}
+	}
+	p.procs[name] = cmd
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()

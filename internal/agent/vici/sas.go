@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
+	"time"
 
 	govici "github.com/strongswan/govici/vici"
 )
@@ -37,18 +39,122 @@ type ChildSA struct {
 // handful of events whatever else charon holds: govici drops streamed events that find
 // its 128-message buffer full, and half-open SAs of strangers knocking on port 500 must
 // never push a tunnel's SA out of a listing. Without names it lists everything. Each
-// call is bounded by CallTimeout.
+// call is bounded by CallTimeout. A connection whose listing caught an IKE rekey halfway
+// (handedOver) is listed again before it is returned (settle).
 func ListSAs(ctx context.Context, s *govici.Session, names ...string) (map[string][]IKESA, error) {
+	return listSettled(ctx, s, names, nil)
+}
+
+// listSettled is ListSAs; wasUp, when set, names the connections the caller last saw
+// up, whose listing is also taken again when it reads down.
+func listSettled(ctx context.Context, s *govici.Session, names []string, wasUp func(string) bool) (map[string][]IKESA, error) {
 	out := map[string][]IKESA{}
 	if len(names) == 0 {
-		return out, listSAs(ctx, s, "", out)
-	}
-	for _, n := range names {
-		if err := listSAs(ctx, s, n, out); err != nil {
+		if err := listSAs(ctx, s, "", out); err != nil {
 			return nil, err
 		}
+		names = make([]string, 0, len(out))
+		for n := range out {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+	} else {
+		for _, n := range names {
+			if err := listSAs(ctx, s, n, out); err != nil {
+				return nil, err
+			}
+		}
+	}
+	relist := func(ctx context.Context, name string) ([]IKESA, error) {
+		fresh := map[string][]IKESA{}
+		err := listSAs(ctx, s, name, fresh)
+		return fresh[name], err
+	}
+	if _, err := settle(ctx, out, names, wasUp, relist); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// relistPauses are the pauses before each re-listing of a suspect connection (settle):
+// at most len(relistPauses) more listings, bounded in time by their sum. A variable
+// only so tests can remove the re-listing (the negative control).
+var relistPauses = []time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond}
+
+// settle takes the listing of each connection of names again, after each of
+// relistPauses, while it reads down (Summarize, the child SA named like its connection,
+// as the renderer makes it) and is suspect: it shows an IKE SA that handed its child
+// SAs on (handedOver), or wasUp says the caller last saw the connection up. charon's
+// list-sas is not atomic across IKE SAs: it walks its IKE SA table and waits for each
+// SA another thread holds, and an IKE rekey moves the child SAs from the old IKE SA to
+// a new one while it holds the old one; the new one is put at the head of its bucket
+// (charon's default table has one), behind a listing that is waiting for the old one. So a listing can show the old IKE
+// SA REKEYED (charon was the responder) or DELETING (the initiator) without its child
+// SAs and miss the new one, or, when the peer's delete of the old SA arrives while the
+// listing waits for it, no IKE SA at all, while the tunnel carries traffic. By the time
+// the old IKE SA is released the new one is registered, so the next listing has it.
+// A tunnel that really went down reads down after the last re-listing, at most the sum
+// of relistPauses later, and only on that first listing: one that reads down without
+// the handover signature and that the caller did not last see up is not taken again.
+// It returns the number of re-listings made; out is updated in place.
+func settle(ctx context.Context, out map[string][]IKESA, names []string, wasUp func(string) bool, relist func(context.Context, string) ([]IKESA, error)) (int, error) {
+	suspect := func(name string) bool {
+		sas := out[name]
+		if Summarize(sas, name).Up {
+			return false
+		}
+		return handedOver(sas) || (wasUp != nil && wasUp(name))
+	}
+	var pending []string
+	for _, n := range names {
+		if suspect(n) {
+			pending = append(pending, n)
+		}
+	}
+	relists := 0
+	for _, pause := range relistPauses {
+		if len(pending) == 0 {
+			break
+		}
+		if pause > 0 {
+			t := time.NewTimer(pause)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return relists, ctx.Err()
+			case <-t.C:
+			}
+		}
+		still := pending[:0]
+		for _, n := range pending {
+			sas, err := relist(ctx, n)
+			relists++
+			if err != nil {
+				return relists, err
+			}
+			if len(sas) == 0 {
+				delete(out, n)
+			} else {
+				out[n] = sas
+			}
+			if suspect(n) {
+				still = append(still, n)
+			}
+		}
+		pending = still
+	}
+	return relists, nil
+}
+
+// handedOver: the listing shows an IKE SA that is REKEYED or DELETING and holds no child
+// SA, the trace of an IKE rekey that moved its child SAs to a successor (settle).
+func handedOver(sas []IKESA) bool {
+	for _, sa := range sas {
+		if (sa.State == IKERekeyed || sa.State == IKEDeleting) && len(sa.Children) == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // listSAs streams one list-sas into out. govici before v0.8.1 handed the streamed events
@@ -118,6 +224,7 @@ const (
 	IKEEstablished = "ESTABLISHED"
 	IKERekeying    = "REKEYING"
 	IKERekeyed     = "REKEYED"
+	IKEDeleting    = "DELETING"
 )
 
 // carriesChild: the child SA's kernel state is installed and passes traffic. During a

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"sync"
 	"syscall"
 	"time"
 
@@ -25,12 +27,23 @@ func Dial(socket string) (*govici.Session, error) {
 
 // ListSAsOn returns a function that lists the named connections' SAs over a fresh
 // session on socket, for the status agent and the exporter, which must see a restarted
-// charon at once. A socket nobody listens on yields ErrCharonNotRunning.
+// charon at once. A socket nobody listens on yields ErrCharonNotRunning. The function
+// remembers which connections its last listing saw up: one of them that reads down is
+// listed again a few times before that counts (settle), so an IKE rekey the listing
+// caught halfway never reads as an outage, and a real one reads down at most the sum of
+// relistPauses later. Each caller keeps its own function (its own memory); it is safe
+// for concurrent use (scrapes may overlap).
 func ListSAsOn(socket string) func(ctx context.Context, names []string) (map[string][]IKESA, error) {
+	var mu sync.Mutex
+	up := map[string]bool{}
 	return func(ctx context.Context, names []string) (map[string][]IKESA, error) {
 		s, err := Dial(socket)
 		if err != nil {
 			if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+				// A charon that is not running holds no SA: nothing was up.
+				mu.Lock()
+				clear(up)
+				mu.Unlock()
 				return nil, fmt.Errorf("%w: %v", ErrCharonNotRunning, err)
 			}
 			return nil, err
@@ -39,7 +52,21 @@ func ListSAsOn(socket string) func(ctx context.Context, names []string) (map[str
 		if len(names) == 0 {
 			return map[string][]IKESA{}, nil
 		}
-		return ListSAs(ctx, s, names...)
+		mu.Lock()
+		last := maps.Clone(up)
+		mu.Unlock()
+		sas, err := listSettled(ctx, s, names, func(n string) bool { return last[n] })
+		if err != nil {
+			return nil, err
+		}
+		now := make(map[string]bool, len(names))
+		for _, n := range names {
+			now[n] = Summarize(sas[n], n).Up
+		}
+		mu.Lock()
+		up = now
+		mu.Unlock()
+		return sas, nil
 	}
 }
 

@@ -220,11 +220,16 @@ func (r *Runner) syncOnce() error {
 		r.applied = r.previousApplication(dev.PublicKey)
 	}
 	if changes, ok := Changes(dev, want, r.lastEndpoint); ok {
+		// The key's application is stamped before the device is configured: a peer may
+		// complete a handshake with the new key while ConfigureDevice is still returning,
+		// and a stamp taken afterwards would hide that handshake until the next one, two
+		// minutes later (seen: a restored roaming peer handshook 0.4 ms before the stamp).
+		configuring := time.Now()
 		if err := r.client.ConfigureDevice(r.opts.Interface, changes); err != nil {
 			return fmt.Errorf("configuring %s: %w", r.opts.Interface, err)
 		}
 		if changes.PrivateKey != nil {
-			r.applied = time.Now()
+			r.applied = configuring
 		}
 		for _, p := range changes.Peers {
 			if p.Remove {

@@ -3,7 +3,10 @@ package clusterlink
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/conditions"
@@ -93,10 +96,11 @@ func (r *Reconciler) ensureValidated(ctx context.Context, lc *linkCtx) (bool, er
 }
 
 // cidrOverlap says why serviceClusterCIDR may not be routed ("" when it may): it
-// overlaps the service-CIDR pool (gateways' virtual IPs), or an older link's
+// overlaps the service-CIDR pool (gateways' virtual IPs), an older link's
 // serviceClusterCIDR (two links would claim the same destination on one router, and a
-// gateway's exposure into it could not be told apart; the older link keeps it). The
-// transit subnet is checked once it is resolved (ensureTransitNetwork).
+// gateway's exposure into it could not be told apart; the older link keeps it), or a
+// gateway's routed-mode subnet (routedOverlap). The transit subnet is checked once it
+// is resolved (ensureTransitNetwork).
 func (r *Reconciler) cidrOverlap(ctx context.Context, link *v1.ClusterLink) (string, error) {
 	cidr, ok := linkselect.CIDR(link)
 	if !ok {
@@ -119,6 +123,52 @@ func (r *Reconciler) cidrOverlap(ctx context.Context, link *v1.ClusterLink) (str
 			continue
 		}
 		return fmt.Sprintf("serviceClusterCIDR %s overlaps %s of ClusterLink %s, which is older and keeps it; give each service cluster its own network", cidr, oc, o.Name), nil
+	}
+	return r.routedOverlap(ctx, link, cidr)
+}
+
+// routedOverlap: a gateway's routed-mode subnet is a route on the same router, so a
+// link whose network overlaps one routed now, or claimed by a gateway older than the
+// link, is refused (the gateway reconciler refuses routed subnets overlapping an
+// active link, so the one that was there first keeps it either way).
+func (r *Reconciler) routedOverlap(ctx context.Context, link *v1.ClusterLink, cidr netip.Prefix) (string, error) {
+	check := func(kind, ns, name string, created metav1.Time, spec *v1.GatewaySpec, st *v1.GatewayStatus, gen int64) string {
+		c := conditions.Get(st.Conditions, v1.ConditionRoutingReady)
+		routesNow := c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == gen && c.Reason != v1.ReasonNotRequired
+		if !routesNow && !created.Before(&link.CreationTimestamp) {
+			return ""
+		}
+		for _, t := range spec.Tunnels {
+			if t.Mode != v1.TunnelModeRouted {
+				continue
+			}
+			for _, s := range t.Peer.Subnets {
+				if p, err := netip.ParsePrefix(s); err == nil && p.Overlaps(cidr) {
+					return fmt.Sprintf("serviceClusterCIDR %s overlaps %s, a routed-mode subnet of %s %s/%s, which was there first and keeps it", cidr, p, kind, ns, name)
+				}
+			}
+		}
+		return ""
+	}
+	var ipsec v1.IPsecGatewayList
+	if err := r.d.Client.List(ctx, &ipsec); err != nil {
+		return "", err
+	}
+	for i := range ipsec.Items {
+		g := &ipsec.Items[i]
+		if msg := check("IPsecGateway", g.Namespace, g.Name, g.CreationTimestamp, &g.Spec, &g.Status, g.Generation); msg != "" {
+			return msg, nil
+		}
+	}
+	var vpn v1.VPNGatewayList
+	if err := r.d.Client.List(ctx, &vpn); err != nil {
+		return "", err
+	}
+	for i := range vpn.Items {
+		g := &vpn.Items[i]
+		if msg := check("VPNGateway", g.Namespace, g.Name, g.CreationTimestamp, &g.Spec.GatewaySpec, &g.Status, g.Generation); msg != "" {
+			return msg, nil
+		}
 	}
 	return "", nil
 }

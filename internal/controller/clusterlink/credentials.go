@@ -2,6 +2,7 @@ package clusterlink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -189,6 +190,25 @@ func (r *Reconciler) customerCredential(ctx context.Context, lc *linkCtx) credRe
 		return refuse(v1.ReasonCredentialsProjectMismatch, fmt.Sprintf(
 			"%s: the credential authenticates into project %s, but spec.customerProjectID is %s; nothing was shared, created or attached (update the Secret to retry)",
 			name, info.ProjectID, want))
+	}
+	// Enough roles: member to write, and reader where the cloud's policy hides a
+	// project's objects without it (found by looking at the project's own default
+	// security group). Checked once per Secret version, like the roles above, and only
+	// once the project is known to be the right one.
+	if !checked {
+		var probe error
+		if openstack.NeedsProbe(info.Roles) {
+			probe = openstack.ProbeOwnProject(ctx, clients.Networking, info.ProjectID)
+		}
+		if _, err := openstack.CheckRoles(info.Roles, probe); err != nil {
+			if !errors.Is(err, openstack.ErrMissingRole) {
+				r.cache.Forget(string(link.UID))
+				res := fixed(v1.ReasonAuthFailed, "checking the credential's roles: %s", err.Error())
+				res.err = err
+				return res
+			}
+			return refuse(v1.ReasonCredentialsRoleMissing, fmt.Sprintf("%s: %s (update the Secret to retry)", name, err.Error()))
+		}
 	}
 	r.mu.Lock()
 	r.verified[link.UID] = version

@@ -11,6 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/openstack"
+	"bnerd.net/vpn-operator/internal/openstack/sim"
 )
 
 func gatewaySpec(reverse bool) v1.GatewaySpec {
@@ -68,6 +70,7 @@ func ipsecGateway(t *testing.T, ns, name string, reverse bool, cidr, portIP stri
 	if err := env.Client.Status().Update(ctx, gw); err != nil {
 		t.Fatal(err)
 	}
+	makeGatewayPort(t, "IPsecGateway", gw, cidr, portIP)
 	return gw
 }
 
@@ -83,7 +86,33 @@ func vpnGateway(t *testing.T, ns, name string, reverse bool, cidr, portIP string
 	if err := env.Client.Status().Update(ctx, gw); err != nil {
 		t.Fatal(err)
 	}
+	makeGatewayPort(t, "VPNGateway", gw, cidr, portIP)
 	return gw
+}
+
+// current is the running test's harness (the tests of this package run one at a
+// time): the gateway helpers make the gateway's dedicated port in its simulated cloud.
+var current *harness
+
+// makeGatewayPort makes, in the operator's project, the dedicated port the gateway
+// reconciler would: tagged for the gateway, holding portIP on the transit subnet and
+// recording the gateway's service CIDR. A port the gateway had before is replaced.
+func makeGatewayPort(t *testing.T, kind string, gw client.Object, cidr, portIP string) {
+	t.Helper()
+	h := current
+	if h == nil || portIP == "" {
+		return
+	}
+	owner := openstack.Owner{Kind: kind, Namespace: gw.GetNamespace(), Name: gw.GetName(), UID: string(gw.GetUID())}
+	for _, p := range h.sim.PortsByTag(owner.Selector()...) {
+		if err := h.sim.DeletePort(p.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := h.sim.AddPort(sim.Port{NetworkID: h.transitNetID(), ProjectID: projOperator, Name: openstack.ResourceName(kind, gw.GetNamespace(), gw.GetName()),
+		FixedIPs: []sim.FixedIP{{SubnetID: h.transitSubnetID(), IPAddress: portIP}}, Tags: openstack.WithServiceCIDR(owner.Tags(), cidr)}); err != nil {
+		t.Fatalf("gateway port %s: %v", portIP, err)
+	}
 }
 
 // setReverse adds or clears an IPsecGateway's reverse exposures.
@@ -115,6 +144,7 @@ func setPortIP(t *testing.T, ns, name, ip string) {
 		t.Fatal(err)
 	}
 	gw.Status.PortFixedIP = ip
+	makeGatewayPort(t, "IPsecGateway", gw, gw.Status.ServiceCIDR, ip) // the port was replaced
 	if err := env.Client.Status().Update(ctx, gw); err != nil {
 		t.Fatal(err)
 	}

@@ -218,6 +218,8 @@ func newHarness(t *testing.T, mutate ...func(*sim.Seed)) *harness {
 	h.r = New(h.deps())
 	ensureNamespace(t, credNS)
 	t.Cleanup(h.cleanup)
+	current = h
+	t.Cleanup(func() { current = nil })
 	return h
 }
 

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -199,17 +201,21 @@ func reverseTarget(spec *v1.GatewaySpec, st *v1.GatewayStatus, deleting bool) (o
 // desiredReverse lists every gateway of both kinds that carries reverse exposures and
 // that link serves (linkselect: its gatewaySelector, or the specification's
 // estate-wide default for a same-tenant link, or the customer project's namespaces for
-// a cross-tenant one), sorted by reference.
-func (r *Reconciler) desiredReverse(ctx context.Context, link *v1.ClusterLink) ([]v1.ReverseRoute, error) {
+// a cross-tenant one), sorted by reference. A gateway's status is not taken as it is
+// (the gateway pod's token may write it): its route is desired only when the service
+// CIDR is a /24 of the pool that the gateway's dedicated port records as its
+// allocation, and the next hop is that port's address. The others are returned in
+// unverified, one line each.
+func (r *Reconciler) desiredReverse(ctx context.Context, link *v1.ClusterLink) (out []v1.ReverseRoute, unverified []string, err error) {
 	var nsList corev1.NamespaceList
 	if err := r.d.Client.List(ctx, &nsList); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	nsLabels := make(map[string]map[string]string, len(nsList.Items))
 	for _, n := range nsList.Items {
 		nsLabels[n.Name] = n.Labels
 	}
-	var out []v1.ReverseRoute
+	var uids []types.UID
 	// Every link reads every gateway on every reconcile: the cache's own objects are
 	// read, not copied (nothing here writes to them). With a thousand gateways the
 	// copies were most of the operator's CPU and garbage.
@@ -223,30 +229,98 @@ func (r *Reconciler) desiredReverse(ctx context.Context, link *v1.ClusterLink) (
 			return err
 		}
 		out = append(out, v1.ReverseRoute{ServiceCIDR: rt.Destination, NextHop: rt.NextHop, GatewayRef: GatewayRef(kind, obj.GetNamespace(), obj.GetName())})
+		uids = append(uids, obj.GetUID())
 		return nil
 	}
 	var ipsec v1.IPsecGatewayList
 	if err := r.d.Client.List(ctx, &ipsec, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for i := range ipsec.Items {
 		g := &ipsec.Items[i]
 		if err := consider("IPsecGateway", g, &g.Spec, &g.Status); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	var vpn v1.VPNGatewayList
 	if err := r.d.Client.List(ctx, &vpn, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for i := range vpn.Items {
 		g := &vpn.Items[i]
 		if err := consider("VPNGateway", g, &g.Spec.GatewaySpec, &g.Status); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
+	if len(out) > 0 {
+		ports, err := r.gatewayPorts(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("listing the gateway ports to verify the gateways' status: %w", err)
+		}
+		kept := out[:0]
+		for i, d := range out {
+			if why := r.unverifiedReverse(d, ports[uids[i]]); why != "" {
+				unverified = append(unverified, d.GatewayRef+": "+why)
+				continue
+			}
+			kept = append(kept, d)
+		}
+		out = kept
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].GatewayRef < out[j].GatewayRef })
+	sort.Strings(unverified)
+	return out, unverified, nil
+}
+
+// gatewayPort is what the operator recorded on a gateway's dedicated port.
+type gatewayPort struct {
+	serviceCIDR string
+	addresses   []string
+}
+
+// gatewayPorts reads the dedicated ports of every gateway (in the operator's project,
+// tagged with the gateway's UID by the gateway reconciler), by gateway UID.
+func (r *Reconciler) gatewayPorts(ctx context.Context) (map[types.UID][]gatewayPort, error) {
+	ports, err := r.d.Operator.Networking.ListPorts(ctx, openstack.ListPortsOpts{Tags: []string{openstack.TagManaged}})
+	if err != nil {
+		return nil, err
+	}
+	out := map[types.UID][]gatewayPort{}
+	for _, p := range ports {
+		o, ok := openstack.OwnerFromTags(p.Tags)
+		if !ok || (o.Kind != "IPsecGateway" && o.Kind != "VPNGateway") {
+			continue
+		}
+		gp := gatewayPort{serviceCIDR: openstack.ServiceCIDRTag(p.Tags)}
+		for _, ip := range p.FixedIPs {
+			gp.addresses = append(gp.addresses, ip.IPAddress)
+		}
+		out[types.UID(o.UID)] = append(out[types.UID(o.UID)], gp)
+	}
 	return out, nil
+}
+
+// unverifiedReverse says why a gateway's reverse route is not one the operator made
+// ("" when it is).
+func (r *Reconciler) unverifiedReverse(d v1.ReverseRoute, ports []gatewayPort) string {
+	if pool := r.d.Config.ServiceCIDRPool; pool.IsValid() {
+		p, err := netip.ParsePrefix(d.ServiceCIDR)
+		if err != nil || p.Bits() != 24 || !pool.Contains(p.Addr()) {
+			return fmt.Sprintf("status.serviceCIDR %s is not a /24 of the service CIDR pool %s", d.ServiceCIDR, pool)
+		}
+	}
+	if len(ports) == 0 {
+		return "no port tagged for the gateway records its service CIDR and address"
+	}
+	for _, p := range ports {
+		// A port made by an earlier release has no record until the gateway reconciler's
+		// first pass over it (on start): its own address is still required, so the route
+		// cannot lead anywhere but the gateway, and the pool check above holds.
+		if (p.serviceCIDR == d.ServiceCIDR || p.serviceCIDR == "") && slices.Contains(p.addresses, d.NextHop) {
+			return ""
+		}
+	}
+	return fmt.Sprintf("status names %s via %s, which the gateway's tagged port does not record", d.ServiceCIDR, d.NextHop)
 }
 
 func routeOf(x v1.ReverseRoute) openstack.Route {
@@ -263,7 +337,10 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 		lc.set.False(v1.ConditionReverseRoutesInstalled, v1.ReasonEnsureReverseRoutesFailed, "the leg is not attached, so the service cluster's router cannot reach any gateway port")
 		return false, nil
 	}
-	desired, err := r.desiredReverse(ctx, link)
+	desired, unverified, err := r.desiredReverse(ctx, link)
+	for _, u := range unverified {
+		lc.eventf(corev1.EventTypeWarning, v1.ReasonStatusForged, "not routing gateway %s", u)
+	}
 	if err != nil {
 		lc.set.False(v1.ConditionReverseRoutesInstalled, v1.ReasonEnsureReverseRoutesFailed, "listing gateways: "+outcome.Describe(err))
 		return false, err
@@ -375,6 +452,9 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 	msg += " (it serves " + linkselect.Describe(link) + ")"
 	if len(skipped) > 0 {
 		msg += "; skipped (port not on the transit subnet): " + strings.Join(skipped, ", ")
+	}
+	if len(unverified) > 0 {
+		msg += "; not routed (status differs from the operator's record of the gateway's port, " + v1.ReasonStatusForged + "): " + strings.Join(unverified, "; ")
 	}
 	lc.set.True(v1.ConditionReverseRoutesInstalled, v1.ReasonReverseRoutesInstalled, msg)
 	return true, nil

@@ -195,6 +195,39 @@ func TestServiceClusterCIDROverlaps(t *testing.T) {
 	h.untilReady("younger")
 }
 
+// C1: a gateway's routed-mode subnet is a route on the same router; a link whose
+// network overlaps one that is routed now is refused (the gateway was there first),
+// and goes on once the gateway leaves routed mode.
+func TestServiceClusterCIDROverlapsARoutedSubnet(t *testing.T) {
+	h := newHarness(t)
+	gw := ipsecGateway(t, "routed-overlap", "gw-r", false, gwCIDR(31), gwIP(31))
+	gw.Spec.Tunnels[0].Mode = v1.TunnelModeRouted
+	gw.Spec.Tunnels[0].Peer.Subnets = []string{"10.252.8.0/24"}
+	if err := env.Client.Update(context.Background(), gw); err != nil {
+		t.Fatal(err)
+	}
+	gw.Status.Conditions = []metav1.Condition{{Type: v1.ConditionRoutingReady, Status: metav1.ConditionTrue, Reason: v1.ReasonRoutingReady,
+		ObservedGeneration: gw.Generation, LastTransitionTime: metav1.Now(), Message: "routed"}}
+	if err := env.Client.Status().Update(context.Background(), gw); err != nil {
+		t.Fatal(err)
+	}
+	h.newLink("over-routed", "shoot--services--svc02", "10.252.0.0/16")
+	l := h.untilCond("over-routed", v1.ConditionValidated, v1.ReasonServiceClusterCIDROverlap)
+	expectCond(t, l, v1.ConditionValidated, metav1.ConditionFalse, v1.ReasonServiceClusterCIDROverlap,
+		"serviceClusterCIDR 10.252.0.0/16 overlaps 10.252.8.0/24, a routed-mode subnet of IPsecGateway routed-overlap/gw-r, which was there first and keeps it")
+	if l.Status.TransitIP != "" || len(h.linkPorts(l)) != 0 {
+		t.Fatal("a refused link built something")
+	}
+	deleteIPsecGateway(t, "routed-overlap", "gw-r")
+	h.update("over-routed", func(l *v1.ClusterLink) {
+		if l.Annotations == nil {
+			l.Annotations = map[string]string{}
+		}
+		l.Annotations["test/touch"] = "1"
+	})
+	h.untilReady("over-routed")
+}
+
 // Privileged roles: the specification's deny-list, and everything the operator does
 // not know to be harmless (a cloud's policy can make any role privileged). An operator
 // vouches for a role of its cloud with IPSEC_CLUSTERLINK_SAFE_ROLES.
@@ -292,4 +325,59 @@ func condOf(l *v1.ClusterLink, t string) string {
 		}
 	}
 	return ""
+}
+
+// A customer credential without a role the link needs is refused with
+// CredentialsRoleMissing naming the role, before anything is shared, created or
+// attached, and the same Secret version is not authenticated again: reader where the
+// cloud has the secure-RBAC defaults (member alone sees nothing of its own project
+// there), member everywhere. With both roles the link gets Ready (the control).
+func TestCrossTenantCredentialsRoleMissing(t *testing.T) {
+	h := newHarness(t, func(s *sim.Seed) {
+		s.SecureRBAC = true
+		for i := range s.Users {
+			switch s.Users[i].Name {
+			case "vpn-operator":
+				s.Users[i].Roles = []string{"member", "reader"}
+				s.Users[i].AppCredentials = []sim.SeedAppCredential{seedAppCred("operator", "member", "reader")}
+			case "diehl-automation":
+				s.Users[i].Roles = []string{"member", "reader"}
+				s.Users[i].AppCredentials = append(s.Users[i].AppCredentials,
+					seedAppCred("diehl-member-only", "member"), seedAppCred("diehl-reader-only", "reader"),
+					seedAppCred("diehl-both", "member", "reader"))
+			}
+		}
+	})
+	for _, c := range []struct{ cred, role string }{{"diehl-member-only", "reader"}, {"diehl-reader-only", "member"}} {
+		t.Run(c.cred, func(t *testing.T) {
+			name := "roles-" + c.role
+			shares := len(h.sim.RBACPolicies())
+			h.secret(name, c.cred, nil)
+			h.newLink(name, diehlRouter, diehlCIDR, crossTenant(projDiehl))
+			res, _ := h.reconcile(name)
+			l := h.get(name)
+			cond := expectCond(t, l, v1.ConditionCredentialsResolved, metav1.ConditionFalse, v1.ReasonCredentialsRoleMissing,
+				secretPrefix(name)+"the credential lacks the "+c.role+" role")
+			if !strings.Contains(cond.Message, "member and reader") {
+				t.Errorf("the message does not say which roles to grant: %s", cond.Message)
+			}
+			if res.RequeueAfter != h.cfg.ResyncInterval {
+				t.Errorf("requeue %v, want the resync interval", res.RequeueAfter)
+			}
+			if len(h.sim.RBACPolicies()) != shares || len(h.linkPorts(l)) != 0 {
+				t.Fatal("a credential lacking a role got the network shared or a leg made")
+			}
+			builds := h.builds.Load()
+			if _, err := h.reconcile(name); err != nil {
+				t.Fatal(err)
+			}
+			if h.builds.Load() != builds {
+				t.Error("the refused Secret version was authenticated again")
+			}
+			h.secret(name, "diehl-both", nil)
+			h.untilReady(name)
+			h.delete(name)
+			h.until(name, "gone", nil)
+		})
+	}
 }

@@ -15,11 +15,17 @@ import (
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/conditions"
 	"bnerd.net/vpn-operator/internal/ipam"
+	"bnerd.net/vpn-operator/internal/openstack"
 )
 
-// cidrPool returns the service CIDR allocator, rebuilt on first use from the status of
-// every gateway of both kinds in every namespace. Reading around the cache matters here:
-// a cache that has not synced yet would make taken /24s look free.
+// cidrPool returns the service CIDR allocator, rebuilt on first use. The record of an
+// allocation is the service-CIDR tag on the gateway's dedicated port (in the operator's
+// project, written only by the operator); a gateway's status is consulted only for a
+// gateway whose port carries no such tag yet (its port not made yet, or made by an
+// earlier release), and a /24 a port records is never given to such a status claim.
+// Status alone cannot be the record: the gateway pod's token may write status.
+// Reading around the cache matters here: a cache that has not synced yet would make
+// taken /24s look free.
 func (r *Reconciler) cidrPool(ctx context.Context) (*ipam.ServiceCIDRPool, error) {
 	r.poolMu.Lock()
 	defer r.poolMu.Unlock()
@@ -53,6 +59,29 @@ func (r *Reconciler) cidrPool(ctx context.Context) (*ipam.ServiceCIDRPool, error
 	for _, o := range vpn.Items {
 		claims = append(claims, claim{string(o.UID), o.Status.ServiceCIDR, KindVPNGateway + " " + o.Namespace + "/" + o.Name, o.CreationTimestamp.UnixNano()})
 	}
+	recorded, err := r.recordedServiceCIDRs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	log := logr.FromContextOrDiscard(ctx)
+	// First what the ports record, for the gateways that exist (a port left by a
+	// deleted gateway holds nothing).
+	byUID := map[string]bool{}
+	for _, c := range claims {
+		byUID[c.uid] = true
+	}
+	for _, rec := range recorded {
+		if !byUID[rec.uid] {
+			continue
+		}
+		p, err := netip.ParsePrefix(rec.cidr)
+		if err == nil {
+			err = pool.Claim(rec.uid, p)
+		}
+		if err != nil {
+			log.Info("WARNING: a gateway port's recorded service CIDR could not be restored", "port", rec.port, "serviceCIDR", rec.cidr, "error", err.Error())
+		}
+	}
 	// The older gateway keeps a /24 that two statuses name (only possible after manual
 	// status edits); the younger one is told so by its Allocated condition.
 	sort.Slice(claims, func(i, j int) bool {
@@ -61,10 +90,12 @@ func (r *Reconciler) cidrPool(ctx context.Context) (*ipam.ServiceCIDRPool, error
 		}
 		return claims[i].uid < claims[j].uid
 	})
-	log := logr.FromContextOrDiscard(ctx)
 	for _, c := range claims {
 		if c.cidr == "" {
 			continue
+		}
+		if _, held := pool.Lookup(c.uid); held {
+			continue // its port's record decided
 		}
 		p, err := netip.ParsePrefix(c.cidr)
 		if err == nil {
@@ -75,8 +106,31 @@ func (r *Reconciler) cidrPool(ctx context.Context) (*ipam.ServiceCIDRPool, error
 		}
 	}
 	r.pool = pool
-	log.Info("service CIDR allocations rebuilt from status", "pool", pool.Pool().String(), "allocated", pool.Len())
+	log.Info("service CIDR allocations rebuilt from the gateway ports' records and status", "pool", pool.Pool().String(), "allocated", pool.Len(), "recordedOnPorts", len(recorded))
 	return pool, nil
+}
+
+type recordedCIDR struct{ uid, cidr, port string }
+
+// recordedServiceCIDRs lists the service CIDR every gateway port of the operator's
+// records, sorted by UID.
+func (r *Reconciler) recordedServiceCIDRs(ctx context.Context) ([]recordedCIDR, error) {
+	var out []recordedCIDR
+	for _, kind := range []string{KindIPsecGateway, KindVPNGateway} {
+		ports, err := r.net().ListPorts(ctx, openstack.ListPortsOpts{Tags: []string{openstack.TagManaged, openstack.SanitizeTag(openstack.TagKindPrefix + kind)}})
+		if err != nil {
+			return nil, fmt.Errorf("listing the gateway ports to rebuild allocations: %w", err)
+		}
+		for _, p := range ports {
+			owner, ok := openstack.OwnerFromTags(p.Tags)
+			cidr := openstack.ServiceCIDRTag(p.Tags)
+			if ok && cidr != "" {
+				out = append(out, recordedCIDR{owner.UID, cidr, p.ID})
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].uid < out[j].uid })
+	return out, nil
 }
 
 // ensureAllocated gives the gateway its /24 and every exposure its virtual IP.
@@ -115,6 +169,13 @@ func (r *Reconciler) ensureAllocated(ctx context.Context, g *gateway) (bool, err
 			return fail(fmt.Sprintf("the service CIDR %s overlaps the client's subnet %s; the client's networks must lie outside the gateway's virtual IPs", c, o))
 		}
 		return true, nil
+	}
+
+	// The allocator's record is the truth, not the status: the gateway pod may write
+	// status. A differing status is put back, never claimed.
+	if held, ok := pool.Lookup(uid); ok && g.status.ServiceCIDR != held.String() {
+		r.statusForged(ctx, g, "serviceCIDR", g.status.ServiceCIDR, held.String(), "the /24 the allocator holds for this gateway")
+		g.status.ServiceCIDR = held.String()
 	}
 
 	var cidr netip.Prefix

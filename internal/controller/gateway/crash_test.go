@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -117,6 +118,13 @@ func (n crashNet) DisassociateFloatingIP(ctx context.Context, id string) (*opens
 func (n crashNet) ReplacePortTags(ctx context.Context, id string, tags []string) ([]string, error) {
 	got, err := n.Networking.ReplacePortTags(ctx, id, tags)
 	if err = n.c.after("ReplacePortTags", err); err != nil {
+		return nil, err
+	}
+	return got, nil
+}
+func (n crashNet) ReplaceFloatingIPTags(ctx context.Context, id string, tags []string) ([]string, error) {
+	got, err := n.Networking.ReplaceFloatingIPTags(ctx, id, tags)
+	if err = n.c.after("ReplaceFloatingIPTags", err); err != nil {
 		return nil, err
 	}
 	return got, nil
@@ -237,8 +245,13 @@ func checkAllocatedFIP(t *testing.T, h *harness, gw *v1alpha1.IPsecGateway) {
 func checkPinnedFIP(t *testing.T, h *harness, gw *v1alpha1.IPsecGateway, wantPort string) {
 	t.Helper()
 	f := h.pinnedFloatingIP(t)
-	if f.PortID != wantPort || len(f.Tags) != 0 {
-		t.Fatalf("pinned floating IP associated with %q (want %q), tags %v", f.PortID, wantPort, f.Tags)
+	// While a gateway holds it, only its pinned-by tag; released, no tag at all.
+	var wantTags []string
+	if gw != nil {
+		wantTags = []string{openstack.TagPinnedByPrefix + string(gw.UID)}
+	}
+	if f.PortID != wantPort || !slices.Equal(f.Tags, wantTags) {
+		t.Fatalf("pinned floating IP associated with %q (want %q), tags %v (want %v)", f.PortID, wantPort, f.Tags, wantTags)
 	}
 	if gw != nil && (gw.Status.FloatingIP != pinnedFIP || gw.Status.FloatingIPID != f.ID) {
 		t.Fatalf("status %s/%s for the pinned %s", gw.Status.FloatingIP, gw.Status.FloatingIPID, f.ID)
@@ -248,8 +261,9 @@ func checkPinnedFIP(t *testing.T, h *harness, gw *v1alpha1.IPsecGateway, wantPor
 // For every OpenStack write of the create, update and delete sequences, the operator
 // dies right after that write succeeded; a restarted operator must converge with
 // nothing duplicated, and the deletion must leave nothing behind (and a pinned floating
-// IP, which is the user's, exactly as it was: existing, untagged, unassociated). Every
-// crash point is checked to have fired.
+// IP, which is the user's, exactly as it was: existing, untagged, unassociated; while
+// held, it carries only the holder's pinned-by tag). Every crash point is checked to
+// have fired.
 func TestCrashConsistency(t *testing.T) {
 	cases := []crashCase{
 		{

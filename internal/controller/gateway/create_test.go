@@ -83,7 +83,7 @@ func TestCreateToReadyAndSteadyState(t *testing.T) {
 	if !fipFound {
 		t.Fatal("floating IP not associated with the port")
 	}
-	want := []string{"tcp/8443 from 10.254.0.0/24", "udp/4500 from 198.51.100.7/32", "udp/500 from 198.51.100.7/32"}
+	want := []string{"tcp/8443 from 10.250.0.0/16", "udp/4500 from 198.51.100.7/32", "udp/500 from 198.51.100.7/32"}
 	if got := h.ingressRules(st.SecurityGroupID); strings.Join(got, ";") != strings.Join(want, ";") {
 		t.Fatalf("ingress rules %v, want %v", got, want)
 	}

@@ -30,10 +30,15 @@ func (r *Reconciler) finalize(ctx context.Context, g *gateway) error {
 	}
 	r.releaseAllocation(ctx, g)
 	r.novaDone(g.obj.GetUID())
+	r.novaMu.Lock()
+	delete(r.avoid, g.obj.GetUID())
+	delete(r.placed, g.obj.GetUID())
+	r.novaMu.Unlock()
 	if r.secrets != nil {
 		r.secrets.Set(g.String(), nil)
 	}
 	r.fresh.Forget(g.obj.GetUID())
+	r.forgetActedOn(g.obj.GetUID())
 	base := g.obj.DeepCopyObject().(client.Object)
 	controllerutil.RemoveFinalizer(g.obj, v1alpha1.FinalizerGateway)
 	if err := r.Client.Patch(ctx, g.obj, client.MergeFrom(base)); err != nil {
@@ -70,8 +75,13 @@ func (r *Reconciler) cleanupOpenStack(ctx context.Context, g *gateway) error {
 	if g.status.PortFixedIP != "" {
 		hops = append(hops, nexthop{g.status.PortFixedIP, false})
 	}
-	// This gateway's own destinations: its service CIDR and its routed subnets.
-	own := map[string]bool{g.status.ServiceCIDR: true}
+	// This gateway's own destinations: its service CIDR and its routed subnets. The
+	// service CIDR is the allocator's or the port's record, never status as it is: a
+	// forged status naming another gateway's /24 would remove that gateway's routes.
+	own := map[string]bool{}
+	if cidr := r.recordedCIDR(g, ports); cidr != "" {
+		own[cidr] = true
+	}
 	for _, s := range routedSubnets(g.spec) {
 		own[s] = true
 	}
@@ -127,8 +137,8 @@ func (r *Reconciler) cleanupOpenStack(ctx context.Context, g *gateway) error {
 		return outcome.Wait(r.PortWait.Interval, "%s", op.waiting())
 	}
 
-	// 3. Floating IPs: a pinned one is only disassociated (it is the user's); allocated
-	// ones are released.
+	// 3. Floating IPs: a pinned one is only disassociated and untagged (it is the
+	// user's); allocated ones are released.
 	portIDs := map[string]bool{}
 	for _, p := range ports {
 		portIDs[p.ID] = true
@@ -136,8 +146,14 @@ func (r *Reconciler) cleanupOpenStack(ctx context.Context, g *gateway) error {
 	if g.spec.Endpoint != nil && g.spec.Endpoint.FloatingIP != "" {
 		f, err := r.net().FindFloatingIPByAddress(ctx, g.spec.Endpoint.FloatingIP)
 		switch {
-		case err == nil && portIDs[f.PortID] && !owner.OwnedBy(f.Tags):
-			if _, err := r.net().DisassociateFloatingIP(ctx, f.ID); err != nil && !openstack.IsNotFound(err) {
+		case err == nil && !owner.OwnedBy(f.Tags):
+			if portIDs[f.PortID] {
+				if _, err := r.net().DisassociateFloatingIP(ctx, f.ID); err != nil && !openstack.IsNotFound(err) {
+					return err
+				}
+			}
+			// Free for another gateway of a tenant the platform lets pin it.
+			if err := r.unpin(ctx, f, owner.UID); err != nil {
 				return err
 			}
 		case err != nil && !openstack.IsNotFound(err):
@@ -242,4 +258,23 @@ func (r *Reconciler) operatorProjectID(ctx context.Context) (string, error) {
 	}
 	r.projectID = ti.ProjectID
 	return ti.ProjectID, nil
+}
+
+// recordedCIDR is the gateway's service CIDR as the operator recorded it: the /24 the
+// allocator holds for its UID, else the service-CIDR tag of its port ("" when neither).
+func (r *Reconciler) recordedCIDR(g *gateway, ports []openstack.Port) string {
+	r.poolMu.Lock()
+	pool := r.pool
+	r.poolMu.Unlock()
+	if pool != nil {
+		if c, ok := pool.Lookup(string(g.obj.GetUID())); ok {
+			return c.String()
+		}
+	}
+	for _, p := range ports {
+		if c := openstack.ServiceCIDRTag(p.Tags); c != "" {
+			return c
+		}
+	}
+	return ""
 }

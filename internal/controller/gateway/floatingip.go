@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/go-logr/logr"
+
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack"
 )
 
 // ensureFloatingIP gives the port its public address: the pinned spec.endpoint.floatingIP
-// adopted as it is (never tagged, never released), or one allocated with the gateway's
-// tags.
+// (one the tenant's policy lists, checked at Validated) adopted with a pinned-by tag
+// naming this gateway, never released, and refused while it carries another gateway's
+// tag; or one allocated with the gateway's tags.
 func (r *Reconciler) ensureFloatingIP(ctx context.Context, g *gateway) (bool, error) {
 	fail := func(err error) (bool, error) {
 		r.condFailed(g, v1alpha1.ConditionFloatingIPReady, v1alpha1.ReasonFloatingIPFailed, err)
@@ -50,25 +53,51 @@ func (r *Reconciler) ensureFloatingIP(ctx context.Context, g *gateway) (bool, er
 			}
 			fip = f
 		}
-		if fip.PortID != "" && fip.PortID != g.port.ID {
-			r.condFalse(g, v1alpha1.ConditionFloatingIPReady, v1alpha1.ReasonFloatingIPInUse,
-				fmt.Sprintf("pinned floating IP %s is associated with port %s, not the gateway's port %s; disassociate it first", pin, fip.PortID, g.port.ID))
+		if reserved(fip, owner) {
+			// Never say whose: the tag names another tenant's gateway.
+			r.condFalse(g, v1alpha1.ConditionFloatingIPReady, v1alpha1.ReasonFloatingIPReserved,
+				fmt.Sprintf("pinned floating IP %s is held by another gateway (its tag says so); it becomes free when that gateway releases it", pin))
 			return false, nil
 		}
-		// The gateway switched from an allocated address to a pinned one: the old one
-		// is the gateway's own and goes, before the port can take the pinned one.
-		if recorded != nil && recorded.ID != fip.ID && owner.OwnedBy(recorded.Tags) {
-			if err := r.net().DeleteFloatingIP(ctx, recorded.ID); err != nil && !openstack.IsNotFound(err) {
+		if fip.PortID != "" && fip.PortID != g.port.ID {
+			// The port may be another tenant's: its ID goes to the operator's log only.
+			logr.FromContextOrDiscard(ctx).Info("pinned floating IP is associated with another port", "floatingIP", pin, "port", fip.PortID)
+			r.condFalse(g, v1alpha1.ConditionFloatingIPReady, v1alpha1.ReasonFloatingIPInUse,
+				fmt.Sprintf("pinned floating IP %s is associated with another port, not the gateway's port %s; disassociate it first (openstack floating ip unset --port %s)", pin, g.port.ID, pin))
+			return false, nil
+		}
+		// The gateway switched from another address to this pinned one: an allocated one
+		// is the gateway's own and goes, a formerly pinned one is handed back untouched
+		// (unassociated, its tag removed), before the port can take the new one.
+		if recorded != nil && recorded.ID != fip.ID {
+			if err := r.releaseFloatingIP(ctx, g, recorded); err != nil {
 				return fail(err)
 			}
+		}
+		// Tagged before it is associated, and read back: of two gateways adopting the
+		// same free address at once, the one whose tag stayed goes on.
+		if openstack.PinnedBy(fip.Tags) != owner.UID {
+			if _, err := r.net().ReplaceFloatingIPTags(ctx, fip.ID, openstack.WithPin(fip.Tags, owner.UID)); err != nil {
+				return fail(err)
+			}
+			f, err := r.net().GetFloatingIP(ctx, fip.ID)
+			if err != nil {
+				return fail(err)
+			}
+			if reserved(f, owner) {
+				r.condFalse(g, v1alpha1.ConditionFloatingIPReady, v1alpha1.ReasonFloatingIPReserved,
+					fmt.Sprintf("pinned floating IP %s was taken by another gateway at the same moment", pin))
+				return false, nil
+			}
+			fip = f
 		}
 	} else {
 		if recorded != nil && owner.OwnedBy(recorded.Tags) {
 			fip = recorded
 		} else {
-			if recorded != nil && recorded.PortID == g.port.ID {
-				// A formerly pinned address: hand it back untouched but unassociated.
-				if _, err := r.net().DisassociateFloatingIP(ctx, recorded.ID); err != nil && !openstack.IsNotFound(err) {
+			if recorded != nil {
+				// A formerly pinned address: hand it back unassociated and untagged.
+				if err := r.releaseFloatingIP(ctx, g, recorded); err != nil {
 					return fail(err)
 				}
 			}
@@ -118,4 +147,46 @@ func (r *Reconciler) ensureFloatingIP(ctx context.Context, g *gateway) (bool, er
 	r.condTrue(g, v1alpha1.ConditionFloatingIPReady, v1alpha1.ReasonFloatingIPReady,
 		fmt.Sprintf("%s floating IP %s is associated with port %s", how, fip.FloatingIPAddress, g.port.ID))
 	return true, nil
+}
+
+// reserved: the floating IP carries another gateway's pinned-by tag, or is another
+// gateway's own (allocated) address.
+func reserved(f *openstack.FloatingIP, owner openstack.Owner) bool {
+	if by := openstack.PinnedBy(f.Tags); by != "" && by != owner.UID {
+		return true
+	}
+	if o, ok := openstack.OwnerFromTags(f.Tags); ok && o.UID != owner.UID {
+		return true
+	}
+	return false
+}
+
+// releaseFloatingIP lets go of an address the gateway no longer uses: its own
+// allocated one is deleted; a pinned one is disassociated from the gateway's port and
+// loses this gateway's tag, and is otherwise left as it is (it is never released).
+func (r *Reconciler) releaseFloatingIP(ctx context.Context, g *gateway, f *openstack.FloatingIP) error {
+	owner := g.owner()
+	if owner.OwnedBy(f.Tags) {
+		if err := r.net().DeleteFloatingIP(ctx, f.ID); err != nil && !openstack.IsNotFound(err) {
+			return err
+		}
+		return nil
+	}
+	if g.port != nil && f.PortID == g.port.ID {
+		if _, err := r.net().DisassociateFloatingIP(ctx, f.ID); err != nil && !openstack.IsNotFound(err) {
+			return err
+		}
+	}
+	return r.unpin(ctx, f, owner.UID)
+}
+
+// unpin removes uid's pinned-by tag from a floating IP (another gateway's stays).
+func (r *Reconciler) unpin(ctx context.Context, f *openstack.FloatingIP, uid string) error {
+	if openstack.PinnedBy(f.Tags) != uid {
+		return nil
+	}
+	if _, err := r.net().ReplaceFloatingIPTags(ctx, f.ID, openstack.WithPin(f.Tags, "")); err != nil && !openstack.IsNotFound(err) {
+		return err
+	}
+	return nil
 }

@@ -101,13 +101,45 @@ type countingRecorder struct {
 	n      atomic.Int64
 	mu     sync.Mutex
 	events []string
+	// about holds the namespace/name of the object each event is about.
+	about []string
 }
 
-func (r *countingRecorder) Eventf(_, _ runtime.Object, typ, reason, _, format string, args ...any) {
+func (r *countingRecorder) Eventf(regarding, _ runtime.Object, typ, reason, _, format string, args ...any) {
 	r.n.Add(1)
+	key := ""
+	if o, ok := regarding.(client.Object); ok {
+		key = o.GetNamespace() + "/" + o.GetName()
+	}
 	r.mu.Lock()
 	r.events = append(r.events, typ+" "+reason+" "+fmt.Sprintf(format, args...))
+	r.about = append(r.about, key)
 	r.mu.Unlock()
+}
+
+// of lists the events about the object ns/name.
+func (r *countingRecorder) of(ns, name string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for i, e := range r.events {
+		if r.about[i] == ns+"/"+name {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// has reports whether an Event's message contains s.
+func (r *countingRecorder) has(s string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.events {
+		if strings.Contains(e, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // harness is one test's world: a simulator, a namespace, nodes and (optionally) a
@@ -134,8 +166,9 @@ type harness struct {
 	healthReconciles atomic.Int64
 	// wait paces the Nova polls (PortWait); zero takes the harness default.
 	wait openstack.WaitOpts
-	// extraNS are namespaces besides ns the manager watches (tenancy tests).
-	extraNS []string
+	// extraNS are namespaces besides ns the manager watches (tenancy tests); policyNS
+	// those of them the harness's own policy selects with ns (one tenant).
+	extraNS, policyNS []string
 }
 
 func (h *harness) cachedNamespaces() map[string]cache.Config {
@@ -154,7 +187,9 @@ func testConfig() operatorconfig.Config {
 	cfg.GatewayNetwork = "vpn-transit"
 	cfg.ExternalNetwork = "public"
 	cfg.Router = "shoot--services--vpn01"
-	cfg.InternalSourceCIDRs = []netip.Prefix{netip.MustParsePrefix("10.254.0.0/24")}
+	// The gateway cluster's node network: the fabric's own sources (never the gateway
+	// network 10.254.0.0/24, which the operator takes out of the internal sources).
+	cfg.InternalSourceCIDRs = []netip.Prefix{netip.MustParsePrefix("10.250.0.0/16")}
 	// Long enough that no periodic resync disturbs a measurement.
 	cfg.ResyncInterval = 30 * time.Minute
 	cfg.MaxConcurrentReconciles = 4
@@ -195,6 +230,7 @@ func newHarness(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.cleanup)
+	h.createPolicy()
 	t.Cleanup(func() {
 		// A failed test shows what the reconcilers said last.
 		if t.Failed() {
@@ -207,6 +243,76 @@ func newHarness(t *testing.T) *harness {
 	return h
 }
 
+// harnessPolicy is what the harness's own VPNTenantPolicy allows its namespaces: the
+// node network as exposure targets (spec's portal lives there), routed mode in the
+// private ranges, the floating IPs the pinning tests use, and limits no test reaches
+// unless it sets its own (policySpec).
+func harnessPolicy() v1alpha1.VPNTenantPolicySpec {
+	n := func(v int32) *int32 { return &v }
+	return v1alpha1.VPNTenantPolicySpec{
+		ExposureTargets: []string{"10.250.0.0/16"},
+		RoutedSubnets:   []string{"192.168.0.0/16", "10.0.0.0/8", "172.16.0.0/12"},
+		FloatingIPs:     []string{pinnedFIP, "203.0.113.99"},
+		Limits:          v1alpha1.TenantLimits{Gateways: n(1000), Tunnels: n(10000), RoutedSubnets: n(1000), Exposures: n(100000), ReverseExposurePorts: n(100000)},
+	}
+}
+
+// policyName is the harness's VPNTenantPolicy: it selects h.ns and the namespaces the
+// test adds (namespace).
+func (h *harness) policyName() string { return "harness-" + h.ns }
+
+func (h *harness) createPolicy() {
+	h.t.Helper()
+	p := &v1alpha1.VPNTenantPolicy{ObjectMeta: metav1.ObjectMeta{Name: h.policyName()}, Spec: harnessPolicy()}
+	p.Spec.NamespaceSelector = h.policySelector()
+	if err := env.Client.Create(h.ctx, p); err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { _ = env.Client.Delete(context.Background(), p) })
+}
+
+func (h *harness) policySelector() metav1.LabelSelector {
+	return metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpIn, Values: append([]string{h.ns}, h.policyNS...)}}}
+}
+
+// policySpec changes the harness's policy (fn gets the spec; the selector is kept up to
+// date with the harness's namespaces); fn nil deletes the policy, so the strict
+// defaults apply.
+func (h *harness) policySpec(fn func(*v1alpha1.VPNTenantPolicySpec)) {
+	h.t.Helper()
+	eventually(h.t, "tenant policy updated", func() (bool, string) {
+		var p v1alpha1.VPNTenantPolicy
+		err := env.Client.Get(h.ctx, client.ObjectKey{Name: h.policyName()}, &p)
+		if fn == nil {
+			if apierrors.IsNotFound(err) {
+				return true, ""
+			}
+			if err != nil {
+				return false, err.Error()
+			}
+			err = env.Client.Delete(h.ctx, &p)
+			return err == nil || apierrors.IsNotFound(err), fmt.Sprint(err)
+		}
+		if apierrors.IsNotFound(err) {
+			p = v1alpha1.VPNTenantPolicy{ObjectMeta: metav1.ObjectMeta{Name: h.policyName()}, Spec: harnessPolicy()}
+			fn(&p.Spec)
+			p.Spec.NamespaceSelector = h.policySelector()
+			err = env.Client.Create(h.ctx, &p)
+			return err == nil, fmt.Sprint(err)
+		}
+		if err != nil {
+			return false, err.Error()
+		}
+		fn(&p.Spec)
+		p.Spec.NamespaceSelector = h.policySelector()
+		if err := env.Client.Update(h.ctx, &p); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+}
+
 // cleanup runs after the manager is stopped: it removes what would disturb the next
 // test (gateways would be seen by the next allocator; nodes by the next node choice).
 func (h *harness) cleanup() {
@@ -216,11 +322,15 @@ func (h *harness) cleanup() {
 	ctx := context.Background()
 	for _, kind := range []string{KindIPsecGateway, KindVPNGateway} {
 		r := &Reconciler{Deps: Deps{Client: env.Client}}
-		gws, _ := r.listGateways(ctx, kind, client.InNamespace(h.ns))
-		for _, g := range gws {
-			g.obj.SetFinalizers(nil)
-			_ = env.Client.Update(ctx, g.obj)
-			_ = env.Client.Delete(ctx, g.obj)
+		// Other tenants' namespaces too: their gateways' claims (routed subnets, peers)
+		// are cluster-wide.
+		for _, ns := range append([]string{h.ns}, h.extraNS...) {
+			gws, _ := r.listGateways(ctx, kind, client.InNamespace(ns))
+			for _, g := range gws {
+				g.obj.SetFinalizers(nil)
+				_ = env.Client.Update(ctx, g.obj)
+				_ = env.Client.Delete(ctx, g.obj)
+			}
 		}
 	}
 	for _, n := range h.nodes {

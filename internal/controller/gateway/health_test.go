@@ -398,7 +398,7 @@ func TestHeartbeatsCostNothing(t *testing.T) {
 // docs/benchmarks.md.
 func TestHealthSteadyState(t *testing.T) {
 	h := newHarness(t)
-	h.cfg.StatusAgentStaleAfter = 3 * time.Second
+	h.cfg.StatusAgentStaleAfter = 6 * time.Second
 	h.node("node-a", "openstack:///"+serverA, true, nil)
 	h.psk("hq-psk", testPSK)
 	h.start()
@@ -428,7 +428,7 @@ func TestHealthSteadyState(t *testing.T) {
 	if dp != 0 || dw != 0 {
 		t.Fatalf("%d phase reconciles and %d operator writes for %d heartbeats", dp, dw, beats)
 	}
-	t.Logf("%.1f s, %d heartbeats (1 s), stale-after 3 s: %d health reconciles, 0 phase reconciles, 0 operator writes", elapsed.Seconds(), beats, dh)
+	t.Logf("%.1f s, %d heartbeats (1 s), stale-after 6 s: %d health reconciles, 0 phase reconciles, 0 operator writes", elapsed.Seconds(), beats, dh)
 }
 
 // A write of the observations between a phase reconcile's read and its status write is
@@ -500,7 +500,7 @@ func TestPrinterColumns(t *testing.T) {
 		h.waitConverged(n)
 	}
 	started := time.Now().Add(-time.Minute).Truncate(time.Second)
-	h.pod("healthy", "node-a", runningReady(started))
+	h.pod("healthy", h.get("healthy").Status.NodeName, runningReady(started))
 	h.report(h.agent("healthy"), map[string]string{"hq": status.StateUp})
 	h.pod("down", h.get("down").Status.NodeName, runningReady(started))
 	h.report(h.agent("down"), map[string]string{"hq": status.StateDown})

@@ -24,19 +24,18 @@ type link struct {
 	whom   string // linkselect.Describe
 }
 
-// links lists the active ClusterLinks and whether each serves g (from the cache).
+// links lists the active ClusterLinks and whether each serves g (from the cache), and
+// records the labels of g's namespace.
 func (r *Reconciler) links(ctx context.Context, g *gateway) ([]link, error) {
 	var list v1alpha1.ClusterLinkList
 	if err := r.Client.List(ctx, &list); err != nil {
 		return nil, fmt.Errorf("listing ClusterLinks: %w", err)
 	}
-	if len(list.Items) == 0 {
-		return nil, nil
-	}
 	var ns corev1.Namespace
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: g.obj.GetNamespace()}, &ns); err != nil {
 		return nil, fmt.Errorf("reading namespace %s: %w", g.obj.GetNamespace(), err)
 	}
+	g.nsLabels = ns.Labels
 	var out []link
 	for i := range list.Items {
 		l := &list.Items[i]
@@ -54,10 +53,12 @@ func (r *Reconciler) links(ctx context.Context, g *gateway) ([]link, error) {
 	return out, nil
 }
 
-// addressPolicy is the operator's address policy for g: the pool, the allow-list and,
-// once the port's subnet is known, the gateway network.
+// addressPolicy is the operator's address policy for g: the pool, the allow-list, the
+// internal source networks (peers only) and, once the port's subnet is known, the
+// gateway network.
 func (r *Reconciler) addressPolicy(g *gateway) addrpolicy.Policy {
-	pol := addrpolicy.Policy{ServiceCIDRPool: r.Config.ServiceCIDRPool, ExposureTargets: r.Config.ExposureTargetCIDRs}
+	pol := addrpolicy.Policy{ServiceCIDRPool: r.Config.ServiceCIDRPool, ExposureTargets: r.Config.ExposureTargetCIDRs,
+		InternalSources: r.Config.InternalSourceCIDRs}
 	if p, err := netip.ParsePrefix(g.status.SubnetCIDR); err == nil {
 		pol.GatewaySubnet = p
 	}
@@ -67,8 +68,9 @@ func (r *Reconciler) addressPolicy(g *gateway) addrpolicy.Policy {
 // unlinkedTargets lists the exposures that target a service cluster whose ClusterLink
 // does not serve this gateway: its router has no route back to this gateway's port, and
 // a tenant must not reach into another tenant's linked cluster through its own tunnel.
-func unlinkedTargets(spec *v1alpha1.GatewaySpec, links []link) field.ErrorList {
-	var errs field.ErrorList
+// The message names the exposure and its target only: the link serves another tenant,
+// whose link name, service-cluster range and project go to the operator's log (details).
+func unlinkedTargets(spec *v1alpha1.GatewaySpec, links []link) (errs field.ErrorList, names, details []string) {
 	for i, e := range spec.Exposures {
 		a, err := netip.ParseAddr(e.Target.Address)
 		if err != nil {
@@ -77,18 +79,20 @@ func unlinkedTargets(spec *v1alpha1.GatewaySpec, links []link) field.ErrorList {
 		for _, l := range links {
 			if l.cidr.Contains(a) && !l.serves {
 				errs = append(errs, field.Forbidden(field.NewPath("spec", "exposures").Index(i).Child("target", "address"),
-					fmt.Sprintf("exposure %q targets %s in %s, the service cluster of ClusterLink %s, which serves %s, not this gateway", e.Name, a, l.cidr, l.name, l.whom)))
+					fmt.Sprintf("exposure %q targets %s, which lies in the service cluster of a ClusterLink that does not serve this gateway", e.Name, a)))
+				names = append(names, e.Name)
+				details = append(details, fmt.Sprintf("exposure %s targets %s in %s, the service cluster of ClusterLink %s, which serves %s", e.Name, a, l.cidr, l.name, l.whom))
 			}
 		}
 	}
-	return errs
+	return errs, names, details
 }
 
 // reverseSources are the networks the gateway's security group admits to its reverse
-// exposures: the operator-wide internal source CIDRs (the gateway cluster's own fabric)
-// and the serviceClusterCIDR of every ClusterLink that serves this gateway, and of no
-// other.
-func (r *Reconciler) reverseSources(links []link) []netip.Prefix {
+// exposures: the operator-wide internal source CIDRs (the gateway cluster's own fabric,
+// never the gateway network) and the serviceClusterCIDR of every ClusterLink that
+// serves this gateway, and of no other.
+func (r *Reconciler) reverseSources(g *gateway) []netip.Prefix {
 	seen := map[netip.Prefix]bool{}
 	var out []netip.Prefix
 	add := func(p netip.Prefix) {
@@ -97,10 +101,10 @@ func (r *Reconciler) reverseSources(links []link) []netip.Prefix {
 			out = append(out, p)
 		}
 	}
-	for _, p := range r.Config.InternalSourceCIDRs {
+	for _, p := range r.internalSources(g) {
 		add(p)
 	}
-	for _, l := range links {
+	for _, l := range g.links {
 		if l.serves {
 			add(l.cidr)
 		}

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/openstack/sim"
 	"bnerd.net/vpn-operator/internal/render"
 )
 
@@ -197,4 +198,97 @@ func (r *countingRecorder) count(reason string) int {
 		}
 	}
 	return n
+}
+
+// New gateways spread over the eligible nodes (the fewest gateways first), a node at
+// its maximum takes no more, and a node to avoid is left even by its own gateway.
+func TestSelectNodeSpreads(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	since := func(n *corev1.Node) time.Time { return n.Status.Conditions[0].LastTransitionTime.Time }
+	nodes := func() []corev1.Node {
+		return []corev1.Node{testNode("a", true, now), testNode("b", true, now), testNode("c", true, now)}
+	}
+	for _, tc := range []struct {
+		name    string
+		current string
+		spread  Spread
+		want    string
+		full    bool
+	}{
+		{"the least loaded", "", Spread{Load: map[string]int{"a": 3, "b": 1, "c": 2}}, "b", false},
+		{"equal load: by name", "", Spread{Load: map[string]int{"a": 1, "b": 1, "c": 1}}, "a", false},
+		{"a full node is skipped", "", Spread{Load: map[string]int{"a": 2, "b": 2, "c": 1}, Max: 1}, "", true},
+		{"room on one", "", Spread{Load: map[string]int{"a": 2, "b": 2, "c": 1}, Max: 2}, "c", false},
+		{"the current node stays at its maximum", "a", Spread{Load: map[string]int{"a": 5}, Max: 2}, "a", false},
+		{"an avoided current node is left", "a", Spread{Load: map[string]int{"b": 1}, Avoid: map[string]bool{"a": true}}, "c", false},
+		{"every node avoided", "", Spread{Avoid: map[string]bool{"a": true, "b": true, "c": true}}, "", true},
+	} {
+		p := SelectNode(nodes(), tc.current, 0, now, since, tc.spread)
+		if p.Node != tc.want || p.Full != tc.full {
+			t.Errorf("%s: got %q (full %v), want %q (full %v)", tc.name, p.Node, p.Full, tc.want, tc.full)
+		}
+	}
+}
+
+// Placement on the real API server and the simulator: three gateways on three nodes
+// land on three nodes; a node whose Nova refuses the attach (its NIC slots full) is
+// given up for that gateway, which goes to another node; the node limit leaves a new
+// gateway waiting with the reason.
+func TestPlacementSpreadsAndFallsBack(t *testing.T) {
+	h := newHarness(t)
+	h.node("node-a", "openstack:///"+serverA, true, nil)
+	h.node("node-b", "openstack:///"+serverB, true, nil)
+	h.node("node-c", "openstack:///"+serverC, true, nil)
+	h.psk("hq-psk", testPSK)
+	h.cfg.NodeMaxGateways = 1
+	h.start()
+	seen := map[string]bool{}
+	for i := range 3 {
+		s := spec(false)
+		s.Tunnels[0].Peer.Address = fmt.Sprintf("198.51.100.%d", 60+i)
+		name := fmt.Sprintf("p%d", i)
+		h.create(name, s)
+		gw := h.waitConverged(name)
+		if seen[gw.Status.NodeName] {
+			t.Fatalf("%s placed on %s, which already holds a gateway", name, gw.Status.NodeName)
+		}
+		seen[gw.Status.NodeName] = true
+	}
+	s := spec(false)
+	s.Tunnels[0].Peer.Address = "198.51.100.70"
+	h.create("p3", s)
+	gw := h.waitCond("p3", v1alpha1.ConditionNodeSelected, metav1.ConditionFalse, v1alpha1.ReasonNoEligibleNode)
+	if c := condOf(gw.Status.Conditions, v1alpha1.ConditionNodeSelected); !strings.Contains(c, "maximum of 1 gateways") {
+		t.Fatalf("NodeSelected: %s", c)
+	}
+
+	// Nova refuses attaches to node-a's server: a gateway that would go there goes on.
+	if err := env.Client.Delete(h.ctx, h.get("p3")); err != nil {
+		t.Fatal(err)
+	}
+	h.waitGone("p3")
+	var onA string
+	for i := range 3 {
+		if g := h.get(fmt.Sprintf("p%d", i)); g.Status.NodeName == "node-a" {
+			onA = g.Name
+		}
+	}
+	if err := env.Client.Delete(h.ctx, h.get(onA)); err != nil {
+		t.Fatal(err)
+	}
+	h.waitGone(onA)
+	remove := h.sim.Inject(sim.Fault{Method: "POST", PathPattern: "re:/servers/" + serverA + "/os-interface$", Status: 409})
+	defer remove()
+	h.cfg.NodeMaxGateways = 2
+	h.start()
+	s = spec(false)
+	s.Tunnels[0].Peer.Address = "198.51.100.71"
+	h.create("fallback", s)
+	gw = h.waitConverged("fallback")
+	if gw.Status.NodeName == "node-a" {
+		t.Fatal("the gateway stayed on the node whose attach failed")
+	}
+	if !h.events.has("attaching the port to node node-a failed") {
+		t.Fatalf("no event says the attach to node-a failed: %v", h.events.events)
+	}
 }

@@ -56,6 +56,15 @@ func (r *Reconciler) novaAsked(g *gateway, op novaOp, reason string) bool {
 	return false
 }
 
+// novaTimedOut reports whether this process asked Nova for op longer than
+// PortWait.Timeout ago without a result.
+func (r *Reconciler) novaTimedOut(g *gateway, op novaOp) bool {
+	r.novaMu.Lock()
+	defer r.novaMu.Unlock()
+	cur, ok := r.nova[g.obj.GetUID()]
+	return ok && cur.same(op) && !cur.since.IsZero() && time.Since(cur.since) >= r.PortWait.Timeout
+}
+
 func (r *Reconciler) novaStart(uid types.UID, op novaOp) {
 	op.since = time.Now()
 	r.novaMu.Lock()

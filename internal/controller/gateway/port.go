@@ -123,7 +123,8 @@ func (r *Reconciler) ensurePort(ctx context.Context, g *gateway) (bool, error) {
 			NetworkID:   netID,
 			Name:        openstack.ResourceName(g.kind, owner.Namespace, owner.Name),
 			Description: "bnerd-vpn-operator: dedicated port of " + g.String(),
-			Tags:        owner.Tags(),
+			// The allocation's record (Allocated ran before): see cidrPool.
+			Tags: openstack.WithServiceCIDR(owner.Tags(), g.status.ServiceCIDR),
 			// No group until the gateway's own is ready: nothing is admitted before.
 			SecurityGroups: []string{},
 		})
@@ -132,11 +133,23 @@ func (r *Reconciler) ensurePort(ctx context.Context, g *gateway) (bool, error) {
 		}
 		log.Info("created gateway port", "port", port.ID)
 	}
+	if cidr := g.status.ServiceCIDR; cidr != "" && openstack.ServiceCIDRTag(port.Tags) != cidr {
+		// A port made by an earlier release, or before the allocation: record it now.
+		tags, err := r.net().ReplacePortTags(ctx, port.ID, openstack.WithServiceCIDR(port.Tags, cidr))
+		if err != nil {
+			return fail(fmt.Errorf("recording the service CIDR on port %s: %w", port.ID, err))
+		}
+		port.Tags = tags
+	}
 	g.port = port
 	if len(port.FixedIPs) == 0 {
 		return fail(fmt.Errorf("port %s has no fixed IP", port.ID))
 	}
 	fixed := port.FixedIPs[0]
+	// The port's address is the port's, whatever status says.
+	if g.status.PortID == port.ID && g.status.PortFixedIP != "" && g.status.PortFixedIP != fixed.IPAddress {
+		r.statusForged(ctx, g, "portFixedIP", g.status.PortFixedIP, fixed.IPAddress, "the address of port "+port.ID+" tagged for this gateway")
+	}
 	if g.status.PortID != port.ID || g.status.PortFixedIP != fixed.IPAddress || g.status.SubnetCIDR == "" || g.status.SubnetGatewayIP == "" {
 		sn, err := r.net().GetSubnet(ctx, fixed.SubnetID)
 		if err != nil {
@@ -161,6 +174,12 @@ func (r *Reconciler) ensurePort(ctx context.Context, g *gateway) (bool, error) {
 				}
 			}
 		}
+	}
+	// Nor may a peer: the gateway network is only known now (ensureValidated judged
+	// the rest of the operator's ranges).
+	if errs := g.validatePeerAddresses(r.addressPolicy(g)); len(errs) > 0 {
+		r.condFalse(g, v1alpha1.ConditionPortReady, v1alpha1.ReasonPeerAddressNotAllowed, errs.ToAggregate().Error())
+		return false, nil
 	}
 	// Nor may a target: the gateway network holds other gateways' ports, the ClusterLink
 	// legs and the routers' interfaces. Also only known once the port's subnet is.

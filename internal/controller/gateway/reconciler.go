@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -82,6 +83,8 @@ type Reconciler struct {
 	externalID string
 	routerID   string
 	projectID  string
+	// subnets caches subnet CIDRs by ID (they never change).
+	subnets map[string]netip.Prefix
 
 	// nova remembers, per gateway UID, the attach or detach this process asked Nova
 	// for and when, so a poll does not ask again while Nova works.
@@ -90,6 +93,17 @@ type Reconciler struct {
 	// notReadySeen: when this process first saw a node without a Ready transition time
 	// not Ready (guarded by novaMu).
 	notReadySeen map[string]time.Time
+	// avoid: per gateway, the nodes a Nova attach failed on, and when (guarded by
+	// novaMu).
+	avoid map[types.UID]map[string]time.Time
+	// placed: per gateway, the node this process last chose for it (guarded by novaMu);
+	// a recorded node is trusted when it is this one (see trustedNode).
+	placed map[types.UID]string
+
+	// acted remembers the acted-on status values this process wrote lately, per gateway
+	// (see actedOnWrittenByOthers).
+	actedMu sync.Mutex
+	acted   map[types.UID][]actedOnWrite
 
 	backoff       map[string]*outcome.Backoff // per kind
 	healthBackoff map[string]*outcome.Backoff // per kind, the health controllers'
@@ -331,6 +345,7 @@ func (r *Reconciler) persist(ctx context.Context, g *gateway) error {
 		return nil
 	}
 	w := r.statusWriter()
+	r.writingActedOn(g.obj.GetUID(), actedOnOf(g.status))
 	err := w.Apply(ctx, g.obj, g.base)
 	if apierrors.IsConflict(err) {
 		rebased, rerr := r.rebase(ctx, g)
@@ -412,16 +427,35 @@ func (r *Reconciler) ensureValidated(ctx context.Context, g *gateway) (bool, err
 		r.condFalse(g, v1alpha1.ConditionValidated, v1alpha1.ReasonInvalidSpec, errs.ToAggregate().Error())
 		return false, nil
 	}
+	// A peer inside a range the operator uses would have the pod route that range's
+	// /32 out of its port and the security group admit IKE from it: refused before
+	// anything is built for it.
+	if errs := g.validatePeerAddresses(r.addressPolicy(g)); len(errs) > 0 {
+		r.condFalse(g, v1alpha1.ConditionValidated, v1alpha1.ReasonPeerAddressNotAllowed, errs.ToAggregate().Error())
+		return false, nil
+	}
 	links, err := r.links(ctx, g)
 	if err != nil {
 		r.condFailed(g, v1alpha1.ConditionValidated, v1alpha1.ReasonInvalidSpec, err)
 		return false, err
 	}
 	g.links = links
-	if errs := unlinkedTargets(g.spec, links); len(errs) > 0 {
+	if errs, names, details := unlinkedTargets(g.spec, links); len(errs) > 0 {
+		logr.FromContextOrDiscard(ctx).Info("exposure refused: its target lies in a linked cluster that does not serve the gateway", "details", details)
 		r.condFalse(g, v1alpha1.ConditionValidated, v1alpha1.ReasonTargetInUnlinkedCluster, errs.ToAggregate().Error())
-		return false, nil
+		return false, r.withdrawExposures(ctx, g, names)
 	}
-	r.condTrue(g, v1alpha1.ConditionValidated, v1alpha1.ReasonValid, "spec is valid")
+	// What the tenant's policy allows (docs/security.md): a refusal stops the gateway
+	// here, and a running gateway stops serving the exposures it concerns.
+	reason, msg, exposures, err := r.tenantRefusal(ctx, g)
+	if err != nil {
+		r.condFailed(g, v1alpha1.ConditionValidated, v1alpha1.ReasonInvalidSpec, err)
+		return false, err
+	}
+	if reason != "" {
+		r.condFalse(g, v1alpha1.ConditionValidated, reason, msg)
+		return false, r.withdrawExposures(ctx, g, exposures)
+	}
+	r.condTrue(g, v1alpha1.ConditionValidated, v1alpha1.ReasonValid, "spec is valid and within "+g.policy.Describe())
 	return true, nil
 }

@@ -6,28 +6,53 @@ import (
 	"net/netip"
 	"sort"
 
+	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/conditions"
+	"bnerd.net/vpn-operator/internal/linkselect"
+	"bnerd.net/vpn-operator/internal/openstack"
+	"bnerd.net/vpn-operator/internal/tenancy"
 )
 
 // +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=clusterlinks,verbs=get;list;watch
 
-// routedConflict explains why a routed tunnel's subnet cannot be routed to this gateway,
-// or returns "". The operator's router holds one route per network, so a routed subnet
-// must not overlap the service CIDR pool (every gateway's virtual IPs), the fabric's
-// internal sources (they would be routed into the tunnel), a linked service cluster, or
-// another gateway's routed subnet; of two gateways claiming overlapping subnets, the
-// older keeps them. (The gateway network's subnet is refused earlier, by PortReady.)
-func (r *Reconciler) routedConflict(ctx context.Context, g *gateway, routed []string) (string, error) {
+// routedRefusal explains why a routed tunnel's subnets cannot be routed to this
+// gateway: the reason and message, or "" when they can. A subnet must lie in the
+// tenant's routed-subnet ranges (RoutedSubnetNotAllowed), and must not overlap anything
+// a route on the shared router would capture (RoutedSubnetConflict):
+//   - the service CIDR pool (every gateway's virtual IPs) and the fabric's internal
+//     sources (they would be routed into the tunnel);
+//   - the external network and the router's attached subnets (the router's own
+//     networks), and any route on the router this gateway did not install (the
+//     platform's own, a ClusterLink's, another gateway's);
+//   - a linked service cluster, an exposure-target range (the operator-wide allow-list
+//     and every tenant policy's), and every gateway's peer address and WireGuard
+//     endpoint (their IKE and WireGuard traffic crosses the router);
+//   - another gateway's routed subnet: of two gateways claiming overlapping subnets,
+//     the one that routes it keeps it, else the older.
+//
+// (The gateway network's subnet is refused earlier, by PortReady.) Messages name this
+// gateway's own subnets and what kind of thing they overlap; the ranges other tenants
+// use go to the operator's log only.
+func (r *Reconciler) routedRefusal(ctx context.Context, g *gateway, routed []string, rt *openstack.Router) (reason, msg string, err error) {
+	log := logr.FromContextOrDiscard(ctx)
 	var mine []netip.Prefix
 	for _, s := range routed {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			return fmt.Sprintf("routed subnet %q is not a network", s), nil
+			return v1alpha1.ReasonRoutedSubnetConflict, fmt.Sprintf("routed subnet %q is not a network", s), nil
 		}
-		mine = append(mine, p)
+		mine = append(mine, p.Masked())
+	}
+	for _, m := range mine {
+		if !g.policy.RoutedAllowed(m) {
+			if len(g.policy.RoutedSubnets) == 0 {
+				return v1alpha1.ReasonRoutedModeNotAllowed, fmt.Sprintf("routed subnet %s: routed mode is off under %s (it names no routed-subnet ranges); a platform admin allows ranges in the tenant's policy, or the tunnel uses mode snat", m, g.policy.Describe()), nil
+			}
+			return v1alpha1.ReasonRoutedModeNotAllowed, fmt.Sprintf("routed subnet %s lies outside the routed-subnet ranges %s allows (%s)", m, g.policy.Describe(), prefixList(g.policy.RoutedSubnets)), nil
+		}
 	}
 	overlap := func(p netip.Prefix) (netip.Prefix, bool) {
 		for _, m := range mine {
@@ -37,12 +62,42 @@ func (r *Reconciler) routedConflict(ctx context.Context, g *gateway, routed []st
 		}
 		return netip.Prefix{}, false
 	}
-	if m, ok := overlap(r.Config.ServiceCIDRPool); ok && r.Config.ServiceCIDRPool.IsValid() {
-		return fmt.Sprintf("routed subnet %s overlaps the service CIDR pool %s, where every gateway's virtual IPs live", m, r.Config.ServiceCIDRPool), nil
+	conflict := func(format string, args ...any) (string, string, error) {
+		return v1alpha1.ReasonRoutedSubnetConflict, fmt.Sprintf(format, args...), nil
 	}
-	for _, in := range r.Config.InternalSourceCIDRs {
+	// detail logs what a tenant-facing message leaves out.
+	detail := func(m netip.Prefix, what string, other any) {
+		log.Info("routed subnet refused", "subnet", m.String(), "overlaps", what, "with", fmt.Sprint(other))
+	}
+	if m, ok := overlap(r.Config.ServiceCIDRPool); ok && r.Config.ServiceCIDRPool.IsValid() {
+		return conflict("routed subnet %s overlaps the service CIDR pool %s, where every gateway's virtual IPs live", m, r.Config.ServiceCIDRPool)
+	}
+	for _, in := range r.internalSources(g) {
 		if m, ok := overlap(in); ok {
-			return fmt.Sprintf("routed subnet %s overlaps the internal source CIDR %s: the fabric's own network would be routed into the tunnel", m, in), nil
+			return conflict("routed subnet %s overlaps the internal source CIDR %s: the fabric's own network would be routed into the tunnel", m, in)
+		}
+	}
+	nets, err := r.routerNetworks(ctx, rt)
+	if err != nil {
+		return "", "", err
+	}
+	for _, n := range nets {
+		if m, ok := overlap(n); ok {
+			detail(m, "a network of the router", n)
+			return conflict("routed subnet %s overlaps a network attached to the gateway cluster's router or the external network: routing it to a tunnel would take the router's own traffic", m)
+		}
+	}
+	if rt != nil {
+		for _, x := range rt.Routes {
+			if x.NextHop == g.status.PortFixedIP {
+				continue
+			}
+			if p, err := netip.ParsePrefix(x.Destination); err == nil {
+				if m, ok := overlap(p); ok {
+					detail(m, "a route the gateway did not install", x)
+					return conflict("routed subnet %s overlaps a route on the gateway cluster's router that this gateway did not install; the operator never replaces a route it did not make (a route left by this gateway's former port must be removed by hand)", m)
+				}
+			}
 		}
 	}
 	reader := r.APIReader
@@ -51,38 +106,78 @@ func (r *Reconciler) routedConflict(ctx context.Context, g *gateway, routed []st
 	}
 	var links v1alpha1.ClusterLinkList
 	if err := reader.List(ctx, &links); err != nil {
-		return "", fmt.Errorf("listing ClusterLinks to check routed subnets: %w", err)
+		return "", "", fmt.Errorf("listing ClusterLinks to check routed subnets: %w", err)
 	}
-	for _, l := range links.Items {
-		if p, err := netip.ParsePrefix(l.Spec.ServiceClusterCIDR); err == nil {
+	for i := range links.Items {
+		l := &links.Items[i]
+		if !linkselect.Active(l) {
+			continue // a refused or deleting link routes nothing
+		}
+		if p, ok := linkselect.CIDR(l); ok {
 			if m, ok := overlap(p); ok {
-				return fmt.Sprintf("routed subnet %s overlaps %s, the service cluster of ClusterLink %s", m, p, l.Name), nil
+				// The link may serve another tenant: its name and range go to the log.
+				detail(m, "a ClusterLink's service cluster", l.Name+" "+p.String())
+				return conflict("routed subnet %s overlaps the service cluster of a ClusterLink: the router routes that network to the service cluster already", m)
 			}
+		}
+	}
+	targets := append([]netip.Prefix(nil), r.Config.ExposureTargetCIDRs...)
+	var policies v1alpha1.VPNTenantPolicyList
+	if err := r.Client.List(ctx, &policies); err != nil {
+		return "", "", fmt.Errorf("listing VPNTenantPolicies to check routed subnets: %w", err)
+	}
+	for i := range policies.Items {
+		targets = append(targets, tenancy.FromSpec(policies.Items[i].Name, "", &policies.Items[i].Spec).ExposureTargets...)
+	}
+	for _, t := range targets {
+		if m, ok := overlap(t); ok {
+			detail(m, "an exposure-target range", t)
+			return conflict("routed subnet %s overlaps a range the platform allows as exposure targets: routing it to a tunnel would take the traffic of exposures", m)
 		}
 	}
 	type claim struct {
 		who     string
+		ns      string
 		created int64
 		uid     string
 		subnets []string
+		peers   []string
 		routed  bool
 	}
 	var claims []claim
 	var ipsec v1alpha1.IPsecGatewayList
 	if err := reader.List(ctx, &ipsec); err != nil {
-		return "", fmt.Errorf("listing IPsecGateways to check routed subnets: %w", err)
+		return "", "", fmt.Errorf("listing IPsecGateways to check routed subnets: %w", err)
 	}
 	for i := range ipsec.Items {
 		o := &ipsec.Items[i]
-		claims = append(claims, claim{KindIPsecGateway + " " + o.Namespace + "/" + o.Name, o.CreationTimestamp.UnixNano(), string(o.UID), routedSubnets(&o.Spec), routesNow(&o.Status, o.Generation)})
+		claims = append(claims, claim{KindIPsecGateway + " " + o.Namespace + "/" + o.Name, o.Namespace, o.CreationTimestamp.UnixNano(), string(o.UID),
+			routedSubnets(&o.Spec), peerAddresses(&o.Spec, nil), routesNow(&o.Status, o.Generation)})
 	}
 	var vpn v1alpha1.VPNGatewayList
 	if err := reader.List(ctx, &vpn); err != nil {
-		return "", fmt.Errorf("listing VPNGateways to check routed subnets: %w", err)
+		return "", "", fmt.Errorf("listing VPNGateways to check routed subnets: %w", err)
 	}
 	for i := range vpn.Items {
 		o := &vpn.Items[i]
-		claims = append(claims, claim{KindVPNGateway + " " + o.Namespace + "/" + o.Name, o.CreationTimestamp.UnixNano(), string(o.UID), routedSubnets(&o.Spec.GatewaySpec), routesNow(&o.Status, o.Generation)})
+		var wg *v1alpha1.WireGuardSpec
+		if o.Spec.Protocol == v1alpha1.VPNProtocolWireGuard {
+			wg = o.Spec.WireGuard
+		}
+		claims = append(claims, claim{KindVPNGateway + " " + o.Namespace + "/" + o.Name, o.Namespace, o.CreationTimestamp.UnixNano(), string(o.UID),
+			routedSubnets(&o.Spec.GatewaySpec), peerAddresses(&o.Spec.GatewaySpec, wg), routesNow(&o.Status, o.Generation)})
+	}
+	// Every gateway's peers, this one's too: a peer's IKE (or WireGuard) traffic to the
+	// gateway's floating IP crosses the router, and must not be routed into a tunnel.
+	for _, c := range claims {
+		for _, a := range c.peers {
+			if ip, err := netip.ParseAddr(a); err == nil {
+				if m, ok := overlap(netip.PrefixFrom(ip, 32)); ok {
+					detail(m, "a gateway's peer address or WireGuard endpoint", c.who+" "+a)
+					return conflict("routed subnet %s holds the peer address or WireGuard endpoint of a gateway: its IKE or WireGuard traffic would be routed into this tunnel", m)
+				}
+			}
+		}
 	}
 	sort.Slice(claims, func(i, j int) bool {
 		if claims[i].created != claims[j].created {
@@ -110,12 +205,105 @@ func (r *Reconciler) routedConflict(ctx context.Context, g *gateway, routed []st
 		for _, s := range c.subnets {
 			if p, err := netip.ParsePrefix(s); err == nil {
 				if m, ok := overlap(p); ok {
-					return fmt.Sprintf("routed subnet %s overlaps %s, routed to %s (the gateway that routes it first keeps it)", m, p, c.who), nil
+					detail(m, "another gateway's routed subnet", c.who+" "+p.String())
+					// A gateway of this namespace is the tenant's own and may be named;
+					// another namespace's is another tenant's.
+					if c.ns == g.obj.GetNamespace() {
+						return conflict("routed subnet %s overlaps %s, routed to %s (the gateway that routes it first keeps it)", m, p, c.who)
+					}
+					return conflict("routed subnet %s overlaps a subnet routed to a gateway in another namespace (the gateway that routes it first keeps it)", m)
 				}
 			}
 		}
 	}
-	return "", nil
+	return "", "", nil
+}
+
+// peerAddresses lists a gateway's tunnels' peer addresses, or (wg set) its WireGuard
+// peers' fixed endpoints.
+func peerAddresses(spec *v1alpha1.GatewaySpec, wg *v1alpha1.WireGuardSpec) []string {
+	var out []string
+	for _, t := range spec.Tunnels {
+		out = append(out, t.Peer.Address)
+	}
+	if wg != nil {
+		for _, p := range wg.Peers {
+			if p.Endpoint != nil {
+				out = append(out, p.Endpoint.Address)
+			}
+		}
+	}
+	return out
+}
+
+// routerNetworks are the subnets attached to the operator's router (its interfaces and
+// its external gateway) and the external network's subnets. Subnet CIDRs never change,
+// so each is read once per process.
+func (r *Reconciler) routerNetworks(ctx context.Context, rt *openstack.Router) ([]netip.Prefix, error) {
+	var ids []string
+	if rt != nil {
+		ports, err := r.net().ListPorts(ctx, openstack.ListPortsOpts{DeviceID: rt.ID})
+		if err != nil {
+			return nil, fmt.Errorf("listing the router's ports: %w", err)
+		}
+		for _, p := range ports {
+			for _, ip := range p.FixedIPs {
+				ids = append(ids, ip.SubnetID)
+			}
+		}
+	}
+	var out []netip.Prefix
+	if r.Config.ExternalNetwork != "" {
+		ext, err := r.externalNetworkID(ctx)
+		if err != nil {
+			return nil, err
+		}
+		subs, err := r.net().ListSubnets(ctx, ext)
+		if err != nil {
+			return nil, fmt.Errorf("listing the external network's subnets: %w", err)
+		}
+		for _, s := range subs {
+			if p, err := netip.ParsePrefix(s.CIDR); err == nil {
+				out = append(out, p.Masked())
+			}
+		}
+	}
+	for _, id := range ids {
+		p, err := r.subnetCIDR(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if p.IsValid() {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// subnetCIDR reads a subnet's CIDR, once per process.
+func (r *Reconciler) subnetCIDR(ctx context.Context, id string) (netip.Prefix, error) {
+	r.resolveMu.Lock()
+	p, ok := r.subnets[id]
+	r.resolveMu.Unlock()
+	if ok {
+		return p, nil
+	}
+	sn, err := r.net().GetSubnet(ctx, id)
+	if openstack.IsNotFound(err) {
+		return netip.Prefix{}, nil
+	}
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("reading subnet %s: %w", id, err)
+	}
+	p, _ = netip.ParsePrefix(sn.CIDR)
+	p = p.Masked()
+	r.resolveMu.Lock()
+	if r.subnets == nil {
+		r.subnets = map[string]netip.Prefix{}
+	}
+	r.subnets[id] = p
+	r.resolveMu.Unlock()
+	return p, nil
 }
 
 // routesNow: the gateway's RoutingReady is True for its current generation with its

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"encoding/json"
-	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -73,7 +72,7 @@ func TestRoutedTunnel(t *testing.T) {
 		t.Fatalf("RoutingReady: %s", c)
 	}
 	rules := h.ingressRules(gw.Status.SecurityGroupID)
-	if !slices.Contains(rules, "any from 10.254.0.0/24") {
+	if !slices.Contains(rules, "any from 10.250.0.0/16") {
 		t.Fatalf("the internal sources are not admitted: %v", rules)
 	}
 
@@ -83,7 +82,7 @@ func TestRoutedTunnel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(cfg.RoutedSubnets(), []string{"192.168.30.0/24"}) || !slices.Equal(cfg.InternalSources, []string{"10.254.0.0/24"}) {
+	if !slices.Equal(cfg.RoutedSubnets(), []string{"192.168.30.0/24"}) || !slices.Equal(cfg.InternalSources, []string{"10.250.0.0/16"}) {
 		t.Fatalf("config routed %v internal %v", cfg.RoutedSubnets(), cfg.InternalSources)
 	}
 	// The agent renders the connections from gateway.json (the ConfigMap carries nothing
@@ -92,7 +91,7 @@ func TestRoutedTunnel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(sw, "local_ts = "+gw.Status.ServiceCIDR+",10.254.0.0/24") {
+	if !strings.Contains(sw, "local_ts = "+gw.Status.ServiceCIDR+",10.250.0.0/16") {
 		t.Fatalf("the routed child does not cover the internal sources:\n%s", sw)
 	}
 
@@ -106,7 +105,7 @@ func TestRoutedTunnel(t *testing.T) {
 	if got := h.routeDests(gw); !slices.Equal(got, []string{gw.Status.ServiceCIDR}) {
 		t.Fatalf("routes after leaving routed mode %v", got)
 	}
-	if rules := h.ingressRules(gw.Status.SecurityGroupID); slices.Contains(rules, "any from 10.254.0.0/24") {
+	if rules := h.ingressRules(gw.Status.SecurityGroupID); slices.Contains(rules, "any from 10.250.0.0/16") {
 		t.Fatalf("the routed rule outlived routed mode: %v", rules)
 	}
 
@@ -142,7 +141,6 @@ func TestRoutedSubnetConflicts(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
 	h.psk("hq-psk", testPSK)
-	h.cfg.InternalSourceCIDRs = append(h.cfg.InternalSourceCIDRs, netip.MustParsePrefix("10.250.0.0/16"))
 	h.start()
 	h.create("first", routedSpec())
 	first := h.waitConverged("first")
@@ -158,9 +156,9 @@ func TestRoutedSubnetConflicts(t *testing.T) {
 		name, subnet, want string
 		cond, reason       string
 	}{
-		{"other", "192.168.30.128/25", "routed to IPsecGateway " + h.ns + "/first (the gateway that routes it first keeps it)", v1alpha1.ConditionRoutingReady, v1alpha1.ReasonRoutedSubnetConflict},
+		{"other", "192.168.30.128/25", "overlaps a route on the gateway cluster's router that this gateway did not install", v1alpha1.ConditionRoutingReady, v1alpha1.ReasonRoutedSubnetConflict},
 		{"pool", "100.64.200.0/24", "overlaps the service-CIDR pool", v1alpha1.ConditionValidated, v1alpha1.ReasonInvalidSpec},
-		{"link", "10.77.3.0/24", "the service cluster of ClusterLink " + link.Name, v1alpha1.ConditionRoutingReady, v1alpha1.ReasonRoutedSubnetConflict},
+		{"link", "10.77.3.0/24", "overlaps the service cluster of a ClusterLink", v1alpha1.ConditionRoutingReady, v1alpha1.ReasonRoutedSubnetConflict},
 		{"fabric", "10.250.8.0/24", "overlaps the internal source CIDR 10.250.0.0/16", v1alpha1.ConditionRoutingReady, v1alpha1.ReasonRoutedSubnetConflict},
 	} {
 		s := spec(false)

@@ -41,41 +41,22 @@ func hasPair(p *openstack.Port, ip string) bool {
 // port on the operator's router for the service CIDR (reverse exposures) and the subnets
 // of routed-mode tunnels. A pair goes on before its route and comes off after it, so "no
 // pair" proves "no route" and a gateway without either costs no router read. A routed
-// subnet that would capture someone else's traffic is refused before anything changes.
+// subnet outside the tenant's routed ranges, or one that would capture someone else's
+// traffic, is refused, and what the gateway had routed for its routed tunnels is
+// withdrawn (the service CIDR of its reverse exposures stays). A route the gateway did
+// not install is never removed or replaced.
 func (r *Reconciler) ensureRouting(ctx context.Context, g *gateway) (bool, error) {
-	log := logr.FromContextOrDiscard(ctx)
 	fail := func(err error) (bool, error) {
 		r.condFailed(g, v1alpha1.ConditionRoutingReady, v1alpha1.ReasonRoutingFailed, err)
 		return false, err
 	}
-	cidr, fixed := g.status.ServiceCIDR, g.status.PortFixedIP
+	fixed := g.status.PortFixedIP
 	routed := routedSubnets(g.spec)
-	if len(routed) > 0 {
-		conflict, err := r.routedConflict(ctx, g, routed)
-		if err != nil {
-			return fail(err)
-		}
-		if conflict != "" {
-			r.condFalse(g, v1alpha1.ConditionRoutingReady, v1alpha1.ReasonRoutedSubnetConflict, conflict)
-			return false, nil
-		}
-	}
 	want := routedDestinations(g)
-	wanted := map[string]bool{}
-	for _, d := range want {
-		wanted[d] = true
-	}
-	var stalePairs []string
-	for _, ap := range g.port.AllowedAddressPairs {
-		if !wanted[ap.IPAddress] {
-			stalePairs = append(stalePairs, ap.IPAddress)
-		}
-	}
-	if len(want) == 0 && len(stalePairs) == 0 {
+	if len(want) == 0 && len(g.port.AllowedAddressPairs) == 0 {
 		r.condTrue(g, v1alpha1.ConditionRoutingReady, v1alpha1.ReasonNotRequired, "no reverse exposures and no routed tunnels: nothing is routed to the gateway")
 		return true, nil
 	}
-
 	routerID := ""
 	if r.Config.Router != "" || len(want) > 0 {
 		var err error
@@ -83,70 +64,34 @@ func (r *Reconciler) ensureRouting(ctx context.Context, g *gateway) (bool, error
 			return fail(err)
 		}
 	}
-	// Pairs first: the port must accept a destination before the router sends it there.
-	var missing []openstack.AddressPair
-	for _, d := range want {
-		if !hasPair(g.port, d) {
-			missing = append(missing, openstack.AddressPair{IPAddress: d})
-		}
-	}
-	if len(missing) > 0 {
-		p, err := r.net().UpdatePortAllowedAddressPairs(ctx, g.port.ID, append(append([]openstack.AddressPair(nil), g.port.AllowedAddressPairs...), missing...))
-		if err != nil {
-			return fail(err)
-		}
-		g.port = p
-	}
+	var rt *openstack.Router
 	if routerID != "" {
-		rt, err := r.net().GetRouter(ctx, routerID)
-		if err != nil {
+		var err error
+		if rt, err = r.net().GetRouter(ctx, routerID); err != nil {
 			return fail(err)
-		}
-		var stale, add []openstack.Route
-		for _, x := range rt.Routes {
-			switch {
-			case x.NextHop == fixed && !wanted[x.Destination]:
-				// A tunnel left routed mode, or the reverse exposures are gone.
-				stale = append(stale, x)
-			case wanted[x.Destination] && x.NextHop != fixed:
-				// A replaced port left a route via its old address (the destination is
-				// this gateway's: the service CIDR is allocated to it, a routed subnet
-				// passed the conflict check).
-				stale = append(stale, x)
-			case x.Destination == cidr && x.NextHop != fixed:
-				stale = append(stale, x)
-			}
-		}
-		for _, d := range want {
-			if rx := (openstack.Route{Destination: d, NextHop: fixed}); !rt.HasRoute(rx) {
-				add = append(add, rx)
-			}
-		}
-		if len(stale) > 0 {
-			log.Info("removing routes the gateway no longer needs", "router", routerID, "routes", fmt.Sprint(stale))
-			if _, err := r.net().RemoveRouterRoutes(ctx, routerID, stale); err != nil && !openstack.IsNotFound(err) {
-				return fail(err)
-			}
-		}
-		if len(add) > 0 {
-			if _, err := r.net().AddRouterRoutes(ctx, routerID, add); err != nil {
-				return fail(err)
-			}
 		}
 	}
-	// Pairs last off: a route is gone before its pair.
-	if len(stalePairs) > 0 {
-		keep := []openstack.AddressPair{}
-		for _, ap := range g.port.AllowedAddressPairs {
-			if wanted[ap.IPAddress] {
-				keep = append(keep, ap)
-			}
-		}
-		p, err := r.net().UpdatePortAllowedAddressPairs(ctx, g.port.ID, keep)
+	if len(routed) > 0 {
+		reason, why, err := r.routedRefusal(ctx, g, routed, rt)
 		if err != nil {
 			return fail(err)
 		}
-		g.port = p
+		if reason != "" {
+			// Withdraw the routed subnets; the service CIDR keeps its route while there
+			// are reverse exposures.
+			keep := want[:0:0]
+			if len(g.spec.ReverseExposures) > 0 {
+				keep = append(keep, g.status.ServiceCIDR)
+			}
+			if err := r.convergeRoutes(ctx, g, rt, keep); err != nil {
+				return fail(err)
+			}
+			r.condFalse(g, v1alpha1.ConditionRoutingReady, reason, why)
+			return false, nil
+		}
+	}
+	if err := r.convergeRoutes(ctx, g, rt, want); err != nil {
+		return fail(err)
 	}
 	if len(want) == 0 {
 		r.condTrue(g, v1alpha1.ConditionRoutingReady, v1alpha1.ReasonNotRequired, "no reverse exposures and no routed tunnels: nothing is routed to the gateway")
@@ -160,23 +105,103 @@ func (r *Reconciler) ensureRouting(ctx context.Context, g *gateway) (bool, error
 	// The security-group half: reverse exposures need a reverse source (an internal
 	// source CIDR or a ClusterLink serving the gateway), routed tunnels an internal
 	// source CIDR.
+	internal := r.internalSources(g)
 	var unadmitted []string
-	if len(g.spec.ReverseExposures) > 0 && len(r.reverseSources(g.links)) == 0 {
+	if len(g.spec.ReverseExposures) > 0 && len(r.reverseSources(g)) == 0 {
 		unadmitted = append(unadmitted, "reverse exposures")
 	}
-	if len(routed) > 0 && len(r.Config.InternalSourceCIDRs) == 0 {
+	if len(routed) > 0 && len(internal) == 0 {
 		unadmitted = append(unadmitted, "routed tunnels")
 	}
 	if len(unadmitted) > 0 {
 		what := strings.Join(unadmitted, " and ")
-		log.Info("WARNING: the gateway has " + what + " but no internal source CIDRs are configured (IPSEC_INTERNAL_SOURCE_CIDRS) and no ClusterLink serves it: its security group does not admit fabric-side initiators, so they are routed but unreachable")
+		logr.FromContextOrDiscard(ctx).Info("WARNING: the gateway has " + what + " but no internal source CIDRs are configured outside the gateway network (IPSEC_INTERNAL_SOURCE_CIDRS) and no ClusterLink serves it: its security group does not admit fabric-side initiators, so they are routed but unreachable")
 		r.condTrue(g, v1alpha1.ConditionRoutingReady, v1alpha1.ReasonInternalSourcesMissing,
-			msg+"; but the security-group half is missing for its "+what+": no internal source CIDRs are configured (IPSEC_INTERNAL_SOURCE_CIDRS)"+
+			msg+"; but the security-group half is missing for its "+what+": no internal source CIDRs are configured outside the gateway network (IPSEC_INTERNAL_SOURCE_CIDRS)"+
 				map[bool]string{true: " and no ClusterLink serves this gateway", false: ""}[len(g.spec.ReverseExposures) > 0]+
 				", so the gateway's security group admits no fabric-side initiator"+
-				map[bool]string{true: " and the gateway forwards nothing between the fabric and the routed subnets", false: ""}[len(routed) > 0 && len(r.Config.InternalSourceCIDRs) == 0])
+				map[bool]string{true: " and the gateway forwards nothing between the fabric and the routed subnets", false: ""}[len(routed) > 0 && len(internal) == 0])
 		return true, nil
 	}
 	r.condTrue(g, v1alpha1.ConditionRoutingReady, v1alpha1.ReasonRoutingReady, msg)
 	return true, nil
+}
+
+// convergeRoutes makes want the destinations routed via the port (and allowed on it):
+// pairs go on before routes and come off after them. Only routes via the port's address
+// are removed, and a route to the gateway's own service CIDR via another address (a
+// replaced port's: the /24 is allocated to this gateway, and no routed subnet may
+// overlap the pool); a route to a routed subnet via another address is never touched
+// (routedRefusal reports it as a conflict).
+func (r *Reconciler) convergeRoutes(ctx context.Context, g *gateway, rt *openstack.Router, want []string) error {
+	log := logr.FromContextOrDiscard(ctx)
+	cidr, fixed := g.status.ServiceCIDR, g.status.PortFixedIP
+	wanted := map[string]bool{}
+	for _, d := range want {
+		wanted[d] = true
+	}
+	var stalePairs []string
+	for _, ap := range g.port.AllowedAddressPairs {
+		if !wanted[ap.IPAddress] {
+			stalePairs = append(stalePairs, ap.IPAddress)
+		}
+	}
+	// Pairs first: the port must accept a destination before the router sends it there.
+	var missing []openstack.AddressPair
+	for _, d := range want {
+		if !hasPair(g.port, d) {
+			missing = append(missing, openstack.AddressPair{IPAddress: d})
+		}
+	}
+	if len(missing) > 0 {
+		p, err := r.net().UpdatePortAllowedAddressPairs(ctx, g.port.ID, append(append([]openstack.AddressPair(nil), g.port.AllowedAddressPairs...), missing...))
+		if err != nil {
+			return err
+		}
+		g.port = p
+	}
+	if rt != nil {
+		var stale, add []openstack.Route
+		for _, x := range rt.Routes {
+			switch {
+			case x.NextHop == fixed && !wanted[x.Destination]:
+				// A tunnel left routed mode, the reverse exposures are gone, or a
+				// refused subnet is withdrawn.
+				stale = append(stale, x)
+			case x.Destination == cidr && wanted[cidr] && x.NextHop != fixed:
+				stale = append(stale, x)
+			}
+		}
+		for _, d := range want {
+			if rx := (openstack.Route{Destination: d, NextHop: fixed}); !rt.HasRoute(rx) {
+				add = append(add, rx)
+			}
+		}
+		if len(stale) > 0 {
+			log.Info("removing routes the gateway no longer needs", "router", rt.ID, "routes", fmt.Sprint(stale))
+			if _, err := r.net().RemoveRouterRoutes(ctx, rt.ID, stale); err != nil && !openstack.IsNotFound(err) {
+				return err
+			}
+		}
+		if len(add) > 0 {
+			if _, err := r.net().AddRouterRoutes(ctx, rt.ID, add); err != nil {
+				return err
+			}
+		}
+	}
+	// Pairs last off: a route is gone before its pair.
+	if len(stalePairs) > 0 {
+		keep := []openstack.AddressPair{}
+		for _, ap := range g.port.AllowedAddressPairs {
+			if wanted[ap.IPAddress] {
+				keep = append(keep, ap)
+			}
+		}
+		p, err := r.net().UpdatePortAllowedAddressPairs(ctx, g.port.ID, keep)
+		if err != nil {
+			return err
+		}
+		g.port = p
+	}
+	return nil
 }

@@ -38,6 +38,8 @@ func (k ruleKey) String() string {
 // serve this gateway (reverseSources); and every protocol from each operator-wide
 // internal source CIDR while a tunnel is routed (the fabric reaches the client's real
 // addresses through the port; a ClusterLink routes only the gateway's service CIDR).
+// The internal sources never include the gateway network (internalSources): no other
+// gateway's port is admitted.
 func DesiredIngressRules(spec *v1alpha1.GatewaySpec, internal, reverse []netip.Prefix) []ruleKey {
 	set := map[ruleKey]bool{}
 	if len(routedSubnets(spec)) > 0 {
@@ -139,8 +141,8 @@ func (r *Reconciler) ensureSecurityGroup(ctx context.Context, g *gateway) (bool,
 	// Record the group before touching its rules, so the next reconcile finds it by ID.
 	g.status.SecurityGroupID = sg.ID
 
-	reverse := r.reverseSources(g.links)
-	want, openToAll := DesiredIngressRules(g.spec, r.Config.InternalSourceCIDRs, reverse), ""
+	reverse := r.reverseSources(g)
+	want, openToAll := DesiredIngressRules(g.spec, r.internalSources(g), reverse), ""
 	if g.wg != nil {
 		want, openToAll = wireGuardIngressRules(g.spec, g.wg, reverse)
 	}

@@ -28,6 +28,7 @@ import (
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/conditions"
 	"bnerd.net/vpn-operator/internal/controller/namedwatch"
+	"bnerd.net/vpn-operator/internal/gatewaypod"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
 	"bnerd.net/vpn-operator/internal/render"
 )
@@ -110,20 +111,32 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}); err != nil {
 			return err
 		}
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), newObject(kind), indexRouted, func(o client.Object) []string {
+			g, err := viewOf(o)
+			if err != nil || len(routedSubnets(g.spec)) == 0 {
+				return nil
+			}
+			return []string{"true"}
+		}); err != nil {
+			return err
+		}
 		// No Secret is owned or watched through the cache: the Secrets gateways name are
 		// followed one by one, metadata only (r.secrets).
 		b := ctrl.NewControllerManagedBy(mgr).
 			Named(strings.ToLower(kind)).
-			For(newObject(kind), builder.WithPredicates(predicate.Or(specOrLifecycleChanged, wireGuardKeyEvents))).
+			For(newObject(kind), builder.WithPredicates(predicate.Or(specOrLifecycleChanged, wireGuardKeyEvents, r.actedOnWrittenByOthers()))).
 			Owns(&corev1.ConfigMap{}).
 			Owns(&corev1.ServiceAccount{}).
 			Owns(&rbacv1.Role{}).
 			Owns(&rbacv1.RoleBinding{}).
 			Owns(&appsv1.Deployment{}).
 			Owns(&networkingv1.NetworkPolicy{}).
-			Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.mapNode(kind)), builder.WithPredicates(nodeChanged)).
+			Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.mapNode(kind)), builder.WithPredicates(nodeChanged(r.Config.GatewayPod))).
 			Watches(&v1alpha1.ClusterLink{}, handler.EnqueueRequestsFromMapFunc(r.mapAll(kind)), builder.WithPredicates(linkServingChanged)).
 			Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.mapNamespace(kind)), builder.WithPredicates(labelsChanged)).
+			Watches(&v1alpha1.VPNTenantPolicy{}, handler.EnqueueRequestsFromMapFunc(r.mapAll(kind)), builder.WithPredicates(specOrExistenceChanged)).
+			Watches(&v1alpha1.IPsecGateway{}, handler.EnqueueRequestsFromMapFunc(r.mapLimitWaiters(kind)), builder.WithPredicates(usageMayHaveShrunk)).
+			Watches(&v1alpha1.VPNGateway{}, handler.EnqueueRequestsFromMapFunc(r.mapLimitWaiters(kind)), builder.WithPredicates(usageMayHaveShrunk)).
 			WatchesRawSource(r.secrets.Source(handler.EnqueueRequestsFromMapFunc(r.mapSecret(kind)))).
 			Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.mapStrandedPod(kind)), builder.WithPredicates(podMoved)).
 			WatchesRawSource(source.Channel(r.wake[kind], &handler.EnqueueRequestForObject{})).
@@ -284,6 +297,48 @@ func (r *Reconciler) mapNamespace(kind string) handler.MapFunc {
 	}
 }
 
+// mapLimitWaiters wakes the gateways of the kind that wait for room under their
+// tenant's limits (Validated=False/TenantLimitExceeded) when another gateway went or
+// shrank. Tenants span namespaces, so every waiter is woken: there are few, and each
+// counts its tenant again.
+func (r *Reconciler) mapLimitWaiters(kind string) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		var out []reconcile.Request
+		err := r.eachGateway(ctx, func(g readOnlyGateway) {
+			if g.kind != kind || g.meta.GetUID() == o.GetUID() {
+				return
+			}
+			if c := conditions.Get(g.status.Conditions, v1alpha1.ConditionValidated); c != nil && c.Reason == v1alpha1.ReasonTenantLimitExceeded {
+				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: g.meta.GetNamespace(), Name: g.meta.GetName()}})
+			}
+		})
+		if err != nil {
+			r.Log.Error(err, "listing gateways for a tenant's usage change")
+			return nil
+		}
+		return out
+	}
+}
+
+// usageMayHaveShrunk passes the gateway events after which a tenant may hold less: a
+// gateway gone, being deleted, or with a changed spec.
+var usageMayHaveShrunk = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
+			e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
+	},
+	DeleteFunc:  func(event.DeleteEvent) bool { return true },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// specOrExistenceChanged passes creations, deletions and spec changes (not status
+// writes): a VPNTenantPolicy's status changes with every gateway it counts.
+var specOrExistenceChanged = predicate.Funcs{
+	UpdateFunc:  func(e event.UpdateEvent) bool { return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
 // linkServingChanged passes the ClusterLink events that can change whom a link serves
 // or with which network: creation, deletion (starting), a spec change, and its
 // Validated condition flipping (a refused link serves no one).
@@ -324,6 +379,10 @@ var labelsChanged = predicate.Funcs{
 // OpenStack changed out of band, a detached port say, is no event the operator can watch;
 // `kubectl vpn diagnose` prints the command), as on ClusterLinks; the operator itself
 // never writes a gateway's annotations. The health controller observes the agent's reports.
+// One kind of status write does pass: a change of a field the operator acts on
+// to values this process did not write (actedOnWrittenByOthers), which the gateway pod's
+// token could have made; the reconcile checks them against the operator's records and
+// writes back its own values (StatusForged).
 var specOrLifecycleChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld, e.ObjectNew
@@ -335,6 +394,34 @@ var specOrLifecycleChanged = predicate.Funcs{
 			o.GetDeletionTimestamp().IsZero() != n.GetDeletionTimestamp().IsZero() ||
 			controllerutil.ContainsFinalizer(o, v1alpha1.FinalizerGateway) && !controllerutil.ContainsFinalizer(n, v1alpha1.FinalizerGateway)
 	},
+}
+
+// actedOn are the status fields the operator programs OpenStack or places the pod by.
+type actedOn struct{ serviceCIDR, portFixedIP, portID, nodeName, serverID string }
+
+func actedOnOf(st *v1alpha1.GatewayStatus) actedOn {
+	return actedOn{st.ServiceCIDR, st.PortFixedIP, st.PortID, st.NodeName, st.ServerID}
+}
+
+// actedOnWrittenByOthers passes an update that changed a status field the operator acts
+// on to values this process did not write lately (its own writes of those fields must
+// not add a reconcile: a refused request would be tried again at once, before its
+// backoff). The values are compared, not the resourceVersion: the watch event of a
+// write can arrive before the write's call returns.
+func (r *Reconciler) actedOnWrittenByOthers() predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld, e.ObjectNew
+			if o == nil || n == nil {
+				return false
+			}
+			now := actedOnOf(statusOf(n))
+			return now != actedOnOf(statusOf(o)) && !r.wroteActedOn(n.GetUID(), now)
+		},
+	}
 }
 
 // podMoved passes the pod events that can strand a gateway pod on a lost node: a pod
@@ -354,19 +441,24 @@ func podNode(o client.Object) string {
 }
 
 // nodeChanged passes node events that can change a gateway's placement: not the
-// heartbeats that update every node's status all the time.
-var nodeChanged = predicate.Funcs{
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		o, ok1 := e.ObjectOld.(*corev1.Node)
-		n, ok2 := e.ObjectNew.(*corev1.Node)
-		if !ok1 || !ok2 {
-			return true
-		}
-		return nodeReady(o) != nodeReady(n) ||
-			o.Spec.Unschedulable != n.Spec.Unschedulable ||
-			o.Spec.ProviderID != n.Spec.ProviderID ||
-			controlPlane(o) != controlPlane(n) ||
-			o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero()
-	},
-	GenericFunc: func(event.GenericEvent) bool { return false },
+// heartbeats that update every node's status all the time. Under a gateway pod shape
+// (node selector, tolerations) that is also a change of whether the node fits or keeps
+// gateways, which a label or a taint can change.
+func nodeChanged(pod gatewaypod.Shape) predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*corev1.Node)
+			n, ok2 := e.ObjectNew.(*corev1.Node)
+			if !ok1 || !ok2 {
+				return true
+			}
+			return nodeReady(o) != nodeReady(n) ||
+				o.Spec.Unschedulable != n.Spec.Unschedulable ||
+				o.Spec.ProviderID != n.Spec.ProviderID ||
+				controlPlane(o) != controlPlane(n) ||
+				o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero() ||
+				pod.Fits(o) != pod.Fits(n) || pod.Keeps(o) != pod.Keeps(n)
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
 }

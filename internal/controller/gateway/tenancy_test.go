@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -53,6 +54,41 @@ func (h *harness) namespace(name string) {
 		h.t.Fatal(err)
 	}
 	h.extraNS = append(h.extraNS, name)
+	h.policyNS = append(h.policyNS, name)
+	h.policySpec(func(*v1alpha1.VPNTenantPolicySpec) {}) // the policy selects it too
+}
+
+// otherTenant creates a namespace of another tenant, governed by a policy of its own
+// with spec (nil: no policy, the strict defaults).
+func (h *harness) otherTenant(name string, spec *v1alpha1.VPNTenantPolicySpec) {
+	h.t.Helper()
+	if err := env.Client.Create(h.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		h.t.Fatal(err)
+	}
+	h.extraNS = append(h.extraNS, name)
+	if spec == nil {
+		return
+	}
+	p := &v1alpha1.VPNTenantPolicy{ObjectMeta: metav1.ObjectMeta{Name: "tenant-" + name}, Spec: *spec}
+	p.Spec.NamespaceSelector = metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: name}}
+	if err := env.Client.Create(h.ctx, p); err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { _ = env.Client.Delete(h.ctx, p) })
+}
+
+// waitCondIn waits for a condition of a gateway in namespace ns at its current
+// generation.
+func (h *harness) waitCondIn(ns, name, typ string, status metav1.ConditionStatus, reason string) *v1alpha1.IPsecGateway {
+	h.t.Helper()
+	var gw *v1alpha1.IPsecGateway
+	eventually(h.t, fmt.Sprintf("%s/%s %s=%s/%s", ns, name, typ, status, reason), func() (bool, string) {
+		gw = h.getIn(ns, name)
+		c := meta.FindStatusCondition(gw.Status.Conditions, typ)
+		ok := c != nil && c.Status == status && (reason == "" || c.Reason == reason) && c.ObservedGeneration == gw.Generation
+		return ok, condOf(gw.Status.Conditions, typ) + " | " + condOf(gw.Status.Conditions, v1alpha1.ConditionReady)
+	})
+	return gw
 }
 
 func (h *harness) createIn(ns, name string, s v1alpha1.GatewaySpec) {
@@ -119,8 +155,8 @@ func TestReverseSourcesComeFromTheLinksThatServeTheGateway(t *testing.T) {
 		})
 		return strings.Join(h.ingressRules(gw.Status.SecurityGroupID), ";")
 	}
-	wantA := "tcp/8443 from 10.251.0.0/16;tcp/8443 from 10.254.0.0/24;udp/4500 from 198.51.100.7/32;udp/500 from 198.51.100.7/32"
-	wantB := "tcp/8443 from 10.234.0.0/16;tcp/8443 from 10.254.0.0/24;udp/4500 from 198.51.100.8/32;udp/500 from 198.51.100.8/32"
+	wantA := "tcp/8443 from 10.250.0.0/16;tcp/8443 from 10.251.0.0/16;udp/4500 from 198.51.100.7/32;udp/500 from 198.51.100.7/32"
+	wantB := "tcp/8443 from 10.234.0.0/16;tcp/8443 from 10.250.0.0/16;udp/4500 from 198.51.100.8/32;udp/500 from 198.51.100.8/32"
 	if got := rules(nsA, "gw-a"); got != wantA {
 		t.Fatalf("gateway A admits %s, want %s", got, wantA)
 	}
@@ -156,6 +192,9 @@ func TestExposureTargetRefusals(t *testing.T) {
 	h.cfg.ExposureTargetCIDRs = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
 	project := "d1e2b1c0ffee4a5b8c9d0e1f2a3b4c5d"
 	h.clusterLink("diehl-"+h.ns, "10.234.0.0/16", project, nil)
+	// The tenant may target the whole private 10/8 (the transit network's range with
+	// it): the operator's own ranges stay refused whatever the policy allows.
+	h.policySpec(func(s *v1alpha1.VPNTenantPolicySpec) { s.ExposureTargets = []string{"10.0.0.0/8"} })
 	h.start()
 
 	for i, tc := range []struct {
@@ -165,7 +204,7 @@ func TestExposureTargetRefusals(t *testing.T) {
 		{"172.16.0.10", v1alpha1.ConditionValidated, v1alpha1.ReasonInvalidSpec, "is outside the operator's allowed exposure targets [10.0.0.0/8]"},
 		{"10.254.0.9", v1alpha1.ConditionPortReady, v1alpha1.ReasonTargetOnGatewayNetwork, "lies in the gateway network's subnet 10.254.0.0/24"},
 		{"10.234.0.20", v1alpha1.ConditionValidated, v1alpha1.ReasonTargetInUnlinkedCluster,
-			"targets 10.234.0.20 in 10.234.0.0/16, the service cluster of ClusterLink diehl-" + h.ns + ", which serves the gateways in namespaces labelled ipsec.bnerd.net/customer-project=" + project},
+			"targets 10.234.0.20, which lies in the service cluster of a ClusterLink that does not serve this gateway"},
 	} {
 		name := fmt.Sprintf("t%d", i)
 		s := spec(false)
@@ -198,7 +237,7 @@ func TestWireGuardGatewayTenancy(t *testing.T) {
 	h.createVPN("wg", wgSpec())
 	gw := h.waitVPNConverged("wg")
 	rules := h.ingressRules(gw.Status.SecurityGroupID)
-	for _, want := range []string{"tcp/8443 from 10.251.0.0/16", "tcp/8443 from 10.254.0.0/24"} {
+	for _, want := range []string{"tcp/8443 from 10.251.0.0/16", "tcp/8443 from 10.250.0.0/16"} {
 		if !slices.Contains(rules, want) {
 			t.Errorf("the WireGuard gateway's security group lacks %q: %v", want, rules)
 		}

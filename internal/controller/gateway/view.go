@@ -13,6 +13,7 @@ import (
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/render"
+	"bnerd.net/vpn-operator/internal/tenancy"
 )
 
 // Kinds the reconciler serves. A VPNGateway with protocol ipsec is an IPsecGateway in
@@ -55,6 +56,10 @@ type gateway struct {
 	port *openstack.Port
 	// links are the active ClusterLinks as read in this reconcile's validation.
 	links []link
+	// nsLabels are the labels of the gateway's namespace, and policy the tenant policy
+	// that governs it, as read in this reconcile's validation.
+	nsLabels map[string]string
+	policy   tenancy.Policy
 
 	// recheck, when set, brings the gateway back after that long although it
 	// converged (its node's grace period ends then).
@@ -105,6 +110,12 @@ func (g *gateway) String() string {
 // subnets or WireGuard peers' allowed IPs) against the operator's address policy.
 func (g *gateway) validateAddresses(pol addrpolicy.Policy) field.ErrorList {
 	return append(g.spec.ValidateAddresses(pol), g.wg.ValidateAddresses(pol)...)
+}
+
+// validatePeerAddresses checks the tunnels' peer addresses (or the WireGuard peers'
+// endpoints) against the operator's own ranges.
+func (g *gateway) validatePeerAddresses(pol addrpolicy.Policy) field.ErrorList {
+	return g.spec.ValidatePeerAddresses(pol, g.wg)
 }
 
 // pskSecretNames lists the Secrets the gateway's tunnels read their keys from.

@@ -139,7 +139,7 @@ func TestWireGuardGateway(t *testing.T) {
 	}
 
 	rules := h.ingressRules(gw.Status.SecurityGroupID)
-	for _, want := range []string{"udp/51820 from 198.51.100.7/32", "udp/51820 from 0.0.0.0/0", "tcp/8443 from 10.254.0.0/24"} {
+	for _, want := range []string{"udp/51820 from 198.51.100.7/32", "udp/51820 from 0.0.0.0/0", "tcp/8443 from 10.250.0.0/16"} {
 		if !slices.Contains(rules, want) {
 			t.Errorf("security group lacks %q: %v", want, rules)
 		}

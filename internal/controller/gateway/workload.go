@@ -42,7 +42,7 @@ func (r *Reconciler) ensureWorkload(ctx context.Context, g *gateway) (bool, erro
 	}
 	ref := g.ref()
 	cfg, err := gatewayconfig.Build(gatewayconfig.Input{Kind: g.kind, Namespace: ref.Namespace, Name: ref.Name, Spec: g.spec, Status: g.status,
-		WireGuard: g.wg, InternalSources: r.Config.InternalSourceCIDRs,
+		WireGuard: g.wg, InternalSources: r.internalSources(g), UntrustedSources: r.untrustedSources(g),
 		ServiceCIDRPool: r.Config.ServiceCIDRPool, ExposureTargetCIDRs: r.Config.ExposureTargetCIDRs})
 	switch {
 	case errors.Is(err, gatewayconfig.ErrIncomplete):
@@ -76,6 +76,7 @@ func (r *Reconciler) ensureWorkload(ctx context.Context, g *gateway) (bool, erro
 		Gateway: ref, NodeName: g.status.NodeName, PortMAC: g.status.PortMACAddress,
 		GatewayImage: r.Config.GatewayImage, AgentImage: r.Config.AgentImage, WireGuardImage: r.Config.WireGuardImage,
 		Dataplane: gatewayconfig.DataplaneMode(r.Config.GatewayDataplane),
+		Pod:       r.Config.GatewayPod,
 	}
 	deployment := render.Deployment
 	if g.wg != nil {

@@ -75,7 +75,24 @@ func (s *Server) IssueToken(appCredName string) (string, error) {
 	if ac == nil {
 		return "", errf(404, "NotFound", "application credential %q not seeded", appCredName)
 	}
-	return s.newToken(ac.ProjectID, ac.UserID, ac.Roles, ac.ID, []string{"application_credential"}).id, nil
+	return s.newToken(ac.ProjectID, ac.UserID, s.tokenRoles(ac.Roles), ac.ID, []string{"application_credential"}).id, nil
+}
+
+// tokenRoles are the roles a token carries for roles granted: with ImpliedRoles also
+// the roles those imply (admin implies member, member implies reader), as Keystone 27
+// (2025.1) adds them to an application credential's token; Zed's Keystone put exactly
+// the credential's roles into it.
+func (s *Server) tokenRoles(granted []string) []string {
+	if !s.st.impliedRoles {
+		return granted
+	}
+	out := cloneStrings(granted)
+	for _, imp := range [][2]string{{"admin", "member"}, {"member", "reader"}} {
+		if hasRole(out, imp[0]) && !hasRole(out, imp[1]) {
+			out = append(out, imp[1])
+		}
+	}
+	return out
 }
 
 func (s *Server) newToken(projectID, userID string, roles []string, appCredID string, methods []string) *token {
@@ -196,7 +213,7 @@ func (s *Server) authAppCred(req authRequest) (*token, *apiError) {
 	if ac == nil || !secretEqual(ac.secret, in.Secret) {
 		return nil, errUnauthorized
 	}
-	return s.newToken(ac.ProjectID, ac.UserID, ac.Roles, ac.ID, []string{"application_credential"}), nil
+	return s.newToken(ac.ProjectID, ac.UserID, s.tokenRoles(ac.Roles), ac.ID, []string{"application_credential"}), nil
 }
 
 func (s *Server) authPassword(req authRequest) (*token, *apiError) {
@@ -218,7 +235,7 @@ func (s *Server) authPassword(req authRequest) (*token, *apiError) {
 		}
 		projectID = p.ID
 	}
-	return s.newToken(projectID, u.ID, u.Roles, "", []string{"password"}), nil
+	return s.newToken(projectID, u.ID, s.tokenRoles(u.Roles), "", []string{"password"}), nil
 }
 
 func (s *Server) authToken(req authRequest) (*token, *apiError) {

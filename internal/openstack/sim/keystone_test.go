@@ -26,7 +26,9 @@ func TestAppCredentialTokenCarriesProjectRolesAndCatalog(t *testing.T) {
 		t.Fatalf("project = %+v, want %+v", proj, want)
 	}
 	roles := must[[]tokens.Role](t)(res.ExtractRoles())
-	if len(roles) != 1 || roles[0].Name != "member" || roles[0].ID == "" {
+	// Exactly the application credential's roles (examples/sim-estate.yaml), not the
+	// user's load-balancer_member.
+	if len(roles) != 2 || roles[0].Name != "member" || roles[1].Name != "reader" || roles[0].ID == "" {
 		t.Fatalf("roles = %+v", roles)
 	}
 	tok := must[*tokens.Token](t)(res.ExtractToken())

@@ -770,6 +770,13 @@ func (st *state) taggable(c *caller, resource, id string, write bool) (*[]string
 		return errf(404, "NotFound", "%s %s could not be found.", kind, id)
 	}
 	forbid := errf(403, "PolicyNotAuthorized", "rule:update_%s:tags is disallowed by policy", strings.TrimSuffix(resource, "s"))
+	// 2025.1's tag API finds the resource whoever owns it and then asks the policy, so
+	// another project's object is a 403 there, not a 404.
+	if write && st.secureRBAC && !c.admin {
+		if owner, ok := st.ownerOf(resource, id); ok && owner != c.projectID {
+			return nil, nil, forbid
+		}
+	}
 	var tags *[]string
 	var owner string
 	var port *Port
@@ -817,6 +824,37 @@ func (st *state) taggable(c *caller, resource, id string, write bool) (*[]string
 		return nil, nil, forbid
 	}
 	return tags, port, nil
+}
+
+// ownerOf is the project of a taggable resource, whoever may see it.
+func (st *state) ownerOf(resource, id string) (string, bool) {
+	switch resource {
+	case "ports":
+		if p := st.ports[id]; p != nil {
+			return p.ProjectID, true
+		}
+	case "networks":
+		if n := st.networks[id]; n != nil {
+			return n.ProjectID, true
+		}
+	case "subnets":
+		if sn := st.subnets[id]; sn != nil {
+			return sn.ProjectID, true
+		}
+	case "routers":
+		if rt := st.routers[id]; rt != nil {
+			return rt.ProjectID, true
+		}
+	case "security-groups":
+		if sg := st.sgs[id]; sg != nil {
+			return sg.ProjectID, true
+		}
+	case "floatingips":
+		if f := st.fips[id]; f != nil {
+			return f.ProjectID, true
+		}
+	}
+	return "", false
 }
 
 // setTags replaces a tag list, keeping the port tag index right.

@@ -57,6 +57,13 @@ func (st *state) visibleSG(c *caller, id string) (*SecurityGroup, *apiError) {
 func (s *Server) listSGs(w http.ResponseWriter, r *http.Request, c *caller) {
 	q := r.URL.Query()
 	st := s.st
+	if !c.admin {
+		// As Neutron does: a project's first look at its security groups makes its
+		// default group (which a blind read then does not see).
+		st.mu.Lock()
+		st.ensureDefaultSG(c.projectID)
+		st.mu.Unlock()
+	}
 	st.mu.RLock()
 	defer st.mu.RUnlock()
 	writeList(w, r, "security_groups", inOrder(st, st.sgs), func(g *SecurityGroup) bool {

@@ -61,6 +61,7 @@ func (s *Server) routes() {
 	n("PUT /routers/{id}/remove_router_interface", s.removeRouterInterface)
 	n("PUT /routers/{id}/add_extraroutes", s.extraRoutes(true))
 	n("PUT /routers/{id}/remove_extraroutes", s.extraRoutes(false))
+	n("GET /quotas/{id}/details.json", s.quotaDetails)
 	n("GET /rbac-policies", s.listRBAC)
 	n("POST /rbac-policies", s.createRBAC)
 	n("GET /rbac-policies/{id}", neutronGet(s, "rbac_policy", s.st.visibleRBAC, rbacOut))

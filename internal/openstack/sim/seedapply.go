@@ -30,6 +30,8 @@ func (st *state) apply(seed *Seed) error {
 	}
 	st.quotas = map[string]map[string]int{}
 	st.legacyPolicy = seed.LegacyPolicy
+	st.secureRBAC = seed.SecureRBAC && !seed.LegacyPolicy
+	st.impliedRoles = seed.ImpliedRoles
 
 	projectByName := map[string]string{}
 	project := func(name, what string) (string, error) {

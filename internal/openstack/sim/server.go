@@ -191,12 +191,36 @@ func (s *Server) authed(svc service, h hfn) http.Handler {
 			return
 		}
 		c := tok.caller()
-		if c.readOnly && isWrite(r.Method) && !s.st.legacyPolicy {
+		switch {
+		case s.st.secureRBAC && svc != svcIdentity && !c.admin:
+			// The secure-RBAC defaults: reads need reader, writes member (the token's
+			// own roles: an application credential's carry no implied ones).
+			if isWrite(r.Method) && !hasRole(c.roles, "member") {
+				writeError(w, svc, policyRefusal(svc, r))
+				return
+			}
+			if !isWrite(r.Method) && !hasRole(c.roles, "reader") {
+				if svc == svcCompute {
+					writeError(w, svc, policyRefusal(svc, r))
+					return
+				}
+				c.blind = true
+			}
+		case c.readOnly && isWrite(r.Method) && !s.st.legacyPolicy:
 			writeError(w, svc, errf(403, "PolicyNotAuthorized", "rule:%s is disallowed by policy", policyName(r)))
 			return
 		}
 		h(w, r, c)
 	})
+}
+
+// policyRefusal is the service's answer to a request its policy refuses: Neutron's
+// PolicyNotAuthorized, Nova's 403 naming its policy rule.
+func policyRefusal(svc service, r *http.Request) *apiError {
+	if svc == svcCompute {
+		return errf(403, "Forbidden", "Policy doesn't allow os_compute_api:%s to be performed.", policyName(r))
+	}
+	return errf(403, "PolicyNotAuthorized", "rule:%s is disallowed by policy", policyName(r))
 }
 
 func policyName(r *http.Request) string {

@@ -71,6 +71,8 @@ type state struct {
 	adminOnlyFIPAddr bool
 	extensions       []string
 	legacyPolicy     bool
+	secureRBAC       bool
+	impliedRoles     bool
 	quotas           map[string]map[string]int // project -> resource -> limit
 
 	projects map[string]*Project
@@ -284,8 +286,12 @@ type caller struct {
 	userID    string
 	admin     bool
 	readOnly  bool
-	roles     []string
-	tokenID   string
+	// blind: a read under the secure-RBAC defaults by a token without reader: the
+	// project's own objects are hidden (only what is visible to anyone stays: external
+	// and shared networks and their subnets).
+	blind   bool
+	roles   []string
+	tokenID string
 }
 
 func (st *state) sharedWith(networkID, projectID string) bool {
@@ -299,7 +305,7 @@ func (st *state) sharedWith(networkID, projectID string) bool {
 
 // networkUsable: the caller may put ports on it.
 func (st *state) networkUsable(c *caller, n *Network) bool {
-	return c.admin || n.ProjectID == c.projectID || n.Shared || st.sharedWith(n.ID, c.projectID)
+	return c.admin || (!c.blind && n.ProjectID == c.projectID) || n.Shared || st.sharedWith(n.ID, c.projectID)
 }
 
 // networkVisible: usable ones plus external networks (access_as_external).
@@ -308,7 +314,7 @@ func (st *state) networkVisible(c *caller, n *Network) bool {
 }
 
 func (st *state) subnetVisible(c *caller, s *Subnet) bool {
-	if c.admin || s.ProjectID == c.projectID {
+	if owns(c, s.ProjectID) {
 		return true
 	}
 	n := st.networks[s.NetworkID]
@@ -317,14 +323,16 @@ func (st *state) subnetVisible(c *caller, s *Subnet) bool {
 
 // portVisible: owners of the port and owners of its network see it.
 func (st *state) portVisible(c *caller, p *Port) bool {
-	if c.admin || p.ProjectID == c.projectID {
+	if owns(c, p.ProjectID) {
 		return true
 	}
 	n := st.networks[p.NetworkID]
-	return n != nil && n.ProjectID == c.projectID
+	return n != nil && owns(c, n.ProjectID)
 }
 
-func owns(c *caller, projectID string) bool { return c.admin || projectID == c.projectID }
+// owns: the caller acts for the project (an admin for every project); a blind read
+// sees none of its own.
+func owns(c *caller, projectID string) bool { return c.admin || (!c.blind && projectID == c.projectID) }
 
 // --- tags ---
 

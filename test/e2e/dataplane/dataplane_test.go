@@ -26,6 +26,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -38,6 +39,7 @@ import (
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
 	"bnerd.net/vpn-operator/internal/render"
 	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/test/e2e/netns"
 )
 
 // Addresses: TEST-NET and CGNAT space only, all inside namespaces this test creates.
@@ -68,14 +70,27 @@ type env struct {
 	dir    string
 	prefix string
 	bin    struct{ agent, helper string }
-	procs  map[string]*exec.Cmd
-	gw     *gatewayconfig.Config
-	obj    *v1alpha1.IPsecGateway
+	// procs are the processes the test started, by name (procsMu: steps that act on
+	// several client sites at once start and stop processes concurrently).
+	procs   map[string]*exec.Cmd
+	procsMu sync.Mutex
+	gw      *gatewayconfig.Config
+	obj     *v1alpha1.IPsecGateway
 	// kernel: kernel XFRM, --guard=xfrm, the pod's containers with the API source.
 	kernel bool
 	api    *podAPI
 	// statusArgs start the host mode's status agent with its loader (TestTunnelLifecycle).
 	statusArgs []string
+	// keys are the tunnels' pre-shared keys by tunnel name (nil: t1's psk).
+	keys map[string]string
+}
+
+// psks returns the tunnels' pre-shared keys by tunnel name.
+func (e *env) psks() map[string]string {
+	if e.keys != nil {
+		return e.keys
+	}
+	return map[string]string{"t1": psk}
 }
 
 func (e *env) ns(role string) string { return e.prefix + role }
@@ -102,28 +117,39 @@ func (e *env) must(ns string, args ...string) string {
 // a restarted process keeps its earlier lines).
 func (e *env) start(name, ns string, env []string, args ...string) *exec.Cmd {
 	e.t.Helper()
+	return e.startT(e.t, name, ns, env, args...)
+}
+
+// startT is start failing t (a subtest running beside others) rather than e.t.
+func (e *env) startT(t testing.TB, name, ns string, env []string, args ...string) *exec.Cmd {
+	t.Helper()
 	logf, err := os.OpenFile(filepath.Join(e.dir, name+".log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	cmd := exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
-		e.t.Fatalf("starting %s: %v", name, err)
+		t.Fatalf("starting %s: %v", name, err)
 	}
 	_ = logf.Close()
+	e.procsMu.Lock()
 	e.procs[name] = cmd
+	e.procsMu.Unlock()
 	return cmd
 }
 
 // stop ends a process this test started, by its PID.
 func (e *env) stop(name string, sig syscall.Signal) {
+	e.procsMu.Lock()
 	cmd := e.procs[name]
+	delete(e.procs, name)
+	e.procsMu.Unlock()
 	if cmd == nil {
 		return
 	}
-	delete(e.procs, name)
+	netns.RecordPeakRSS(name, cmd.Process.Pid)
 	_ = cmd.Process.Signal(sig)
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
@@ -239,13 +265,13 @@ func (e *env) render() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	sec, err := gatewayconfig.RenderSecrets(cfg, map[string]string{"t1": psk})
+	sec, err := gatewayconfig.RenderSecrets(cfg, e.psks())
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	e.gw = cfg
 	if e.kernel {
-		e.api.publish(e.t, cfg, map[string]string{"t1": psk})
+		e.api.publish(e.t, cfg, e.psks())
 		return
 	}
 	cdir := filepath.Join(e.dir, "config")

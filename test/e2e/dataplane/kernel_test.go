@@ -80,15 +80,22 @@ func connectPodAPI(t testing.TB, e *env) *podAPI {
 		t.Fatal(err)
 	}
 	obj := &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: a.gw.Namespace, Name: a.gw.Name}, Spec: *e.obj.Spec.DeepCopy()}
-	obj.Spec.Tunnels[0].PreSharedKey.Name = "psk"
+	// Each tunnel's PSK Secret, as the operator grants the pod's Role access to them.
+	var secrets []string
+	for _, tun := range obj.Spec.Tunnels {
+		secrets = append(secrets, tun.PreSharedKey.Name)
+	}
 	if err := cl.Create(ctx, obj); err != nil {
 		t.Fatal(err)
 	}
 	// The next test in the same VM run (one API server) creates them again.
 	t.Cleanup(func() {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: a.gw.Namespace, Name: render.ConfigMapName(a.gw.Name)}}
-		for _, o := range []client.Object{obj, render.ServiceAccount(a.gw), render.Role(a.gw, v1alpha1.GroupVersion.Group), render.RoleBinding(a.gw), cm,
-			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: a.gw.Namespace, Name: obj.Spec.Tunnels[0].PreSharedKey.Name}}} {
+		objs := []client.Object{obj, render.ServiceAccount(a.gw), render.Role(a.gw, v1alpha1.GroupVersion.Group), render.RoleBinding(a.gw), cm}
+		for _, name := range secrets {
+			objs = append(objs, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: a.gw.Namespace, Name: name}})
+		}
+		for _, o := range objs {
 			_ = cl.Delete(context.Background(), o)
 		}
 	})
@@ -97,7 +104,7 @@ func connectPodAPI(t testing.TB, e *env) *podAPI {
 		t.Fatal(err)
 	}
 	a.gw.UID = obj.UID
-	for _, o := range []client.Object{render.ServiceAccount(a.gw), render.Role(a.gw, v1alpha1.GroupVersion.Group, obj.Spec.Tunnels[0].PreSharedKey.Name), render.RoleBinding(a.gw)} {
+	for _, o := range []client.Object{render.ServiceAccount(a.gw), render.Role(a.gw, v1alpha1.GroupVersion.Group, secrets...), render.RoleBinding(a.gw)} {
 		if err := cl.Create(ctx, o); err != nil {
 			t.Fatalf("creating %T: %v", o, err)
 		}

@@ -26,6 +26,9 @@ const (
 	kubeconfigEnv = "BNERD_DATAPLANE_KUBECONFIG"
 	// outEnv is a directory on the host share: figures and, on failure, logs.
 	outEnv = "BNERD_DATAPLANE_OUT"
+	// libreswanDiskEnv is the block device holding hack/vm/libreswan.sh's clients image
+	// (the VM's second disk).
+	libreswanDiskEnv = "BNERD_LIBRESWAN_DISK"
 )
 
 func kernelMode() bool { return os.Getenv(modeEnv) == "kernel" }

@@ -8,6 +8,7 @@ package netns
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -167,12 +168,39 @@ func (e *Env) Wait(name string) error {
 	return err
 }
 
+// PeakRSSEnv names a file; when set, every process a test of this harness (or of the
+// dataplane tests) stops first has its name and peak resident memory appended to it
+// (VmHWM, kB): the figures of docs/benchmarks.md "Gateway pod resources".
+const PeakRSSEnv = "BNERD_PEAK_RSS"
+
+// RecordPeakRSS appends the process's peak resident memory to $BNERD_PEAK_RSS, if set.
+// `ip netns exec` execs its command, so the PID is the command's.
+func RecordPeakRSS(name string, pid int) {
+	path := os.Getenv(PeakRSSEnv)
+	if path == "" {
+		return
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+			if out, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+				fmt.Fprintf(out, "%s\t%s\n", name, f[1])
+				_ = out.Close()
+			}
+		}
+	}
+}
+
 // Stop ends a process this test started, by its PID.
 func (e *Env) Stop(name string, sig syscall.Signal) {
 	cmd := e.procs[name]
 	if cmd == nil {
 		return
 	}
+	RecordPeakRSS(name, cmd.Process.Pid)
 	delete(e.procs, name)
 	_ = cmd.Process.Signal(sig)
 	done := make(chan struct{})

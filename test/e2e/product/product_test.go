@@ -1,6 +1,7 @@
 // Package product is the end-to-end test of the whole product on this machine: a real
-// two-node cluster (hack/node), images built here, the operator installed with the Helm
-// chart against the OpenStack simulator, the packet fabric that makes the simulator's
+// two-node cluster (hack/node) pulling the release's images from the world's registry, the
+// operator installed from the released chart (helm install oci://... --version) against
+// the OpenStack simulator, the packet fabric that makes the simulator's
 // networking carry traffic, a client site with its own hand-configured strongSwan, and
 // hosts in the service clusters (internal/world). It applies the examples and checks what
 // a client and the platform would: the tunnel comes up from the applied IPsecGateway and
@@ -162,7 +163,7 @@ func TestProduct(t *testing.T) {
 		t.Logf("world phase %-70s %6.1fs", p.Phase, p.Duration.Seconds())
 	}
 	e := &env{t: t, ctx: ctx, w: w}
-	e.figure("world up (node world, images, simulator, fabric, chart)", time.Since(t0))
+	e.figure("world up (node world, release pushed, simulator, fabric, chart)", time.Since(t0))
 	if err := w.StartServiceHosts(); err != nil {
 		t.Fatal(err)
 	}
@@ -177,6 +178,7 @@ func TestProduct(t *testing.T) {
 	}
 
 	t.Run("applied gateway brings the tunnel up and exposures answer", e.applyGateway)
+	t.Run("the release: operator and gateway pods run the images pulled from the world's registry", e.releasePulled)
 	t.Run("gateway pod hardened on the node: seccomp, non-root agents, token where needed", e.podHardened)
 	t.Run("cluster link: portal in the service cluster and the reverse exposure answer", e.applyLink)
 	t.Run("security group enforced: a removed rule drops, the operator restores it", e.securityGroup)
@@ -771,4 +773,55 @@ func (e *env) deleted(t *testing.T) {
 		return err == nil && len(left) == 0
 	})
 	e.figure("delete -> nothing left", time.Since(start))
+}
+
+// releasePulled: the operator came from the released chart at its version, and every
+// container of the operator and gateway pods runs the image the release pushed, as the
+// node's containerd pulled it from the registry: the reference the chart defaults to and
+// the index digest the push reported (the kubelet's imageID is the repository digest of
+// what containerd pulled).
+func (e *env) releasePulled(t *testing.T) {
+	e.t = t
+	w := e.w
+	out, err := w.KubectlRun(e.ctx, "get", "deploy", "-n", world.OperatorNamespace, world.ReleaseName,
+		"-o", `jsonpath={.metadata.labels.helm\.sh/chart}`)
+	if want := "bnerd-vpn-operator-" + w.Release.Version; err != nil || out != want {
+		t.Errorf("operator Deployment's chart label %q (%v), want %s: installed from the released chart", out, err, want)
+	}
+	check := func(pod *corev1.Pod, image map[string]string) {
+		for _, c := range pod.Status.ContainerStatuses {
+			name, ok := image[c.Name]
+			if !ok {
+				continue
+			}
+			ref, digest := w.Images[name], w.ImageDigests[name]
+			if !strings.HasPrefix(ref, w.Registry+"/") || !strings.HasSuffix(ref, ":v"+w.Release.Version) {
+				t.Errorf("%s image %s: not in the world's registry %s at v%s", name, ref, w.Registry, w.Release.Version)
+			}
+			if c.Image != ref {
+				t.Errorf("pod %s container %s runs %s, want the released %s", pod.Name, c.Name, c.Image, ref)
+			}
+			repo, _, _ := strings.Cut(ref, ":v")
+			if c.ImageID != repo+"@"+digest {
+				t.Errorf("pod %s container %s: imageID %s, want %s@%s (pulled from the registry)", pod.Name, c.Name, c.ImageID, repo, digest)
+			}
+		}
+	}
+	var pods corev1.PodList
+	if err := w.Kube.List(e.ctx, &pods, client.InNamespace(world.OperatorNamespace)); err != nil || len(pods.Items) == 0 {
+		t.Fatalf("operator pods: %v (%d)", err, len(pods.Items))
+	}
+	for i := range pods.Items {
+		check(&pods.Items[i], map[string]string{"operator": "operator"})
+	}
+	pod, err := w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
+	if err != nil || pod == nil {
+		t.Fatalf("the gateway pod: %v", err)
+	}
+	check(pod, map[string]string{
+		render.ContainerStrongswan: "gateway", render.ContainerInitNAT: "status-agent",
+		render.ContainerStatus: "status-agent", render.ContainerExporter: "status-agent",
+	})
+	t.Logf("release %s: operator %s, gateway %s, status agent %s, pulled from %s", w.Release.Version,
+		w.ImageDigests["operator"], w.ImageDigests["gateway"], w.ImageDigests["status-agent"], w.Registry)
 }

@@ -403,12 +403,22 @@ func TestWireGuardGateway(t *testing.T) {
 			return out
 		}
 		// The recreated interface restored the roaming peer's last endpoint and
-		// reaches it with its keepalive; traffic from both sites makes sure.
-		_, _ = w.Sh(w.NS("q"), "curl", "-sk", "--max-time", "3", "--interface", roamAddr, "https://100.64.9.10:8443/")
-		var m1 string
-		w.Eventually("metrics served", func() bool {
+		// reaches it with its keepalive; traffic from both sites makes sure, on
+		// every attempt: a handshake the recreated interface lost before the
+		// exporter started must be made again before the peer reads up.
+		var m1, seen string
+		w.Eventually("metrics served, both peers up", func() bool {
 			m1 = scrape()
-			return strings.Contains(m1, `bnerd_wireguard_peer_up{tunnel="site"} 1`) && strings.Contains(m1, `bnerd_wireguard_peer_up{tunnel="roamer"} 1`)
+			up := strings.Contains(m1, `bnerd_wireguard_peer_up{tunnel="site"} 1`) && strings.Contains(m1, `bnerd_wireguard_peer_up{tunnel="roamer"} 1`)
+			if !up {
+				_, _ = w.Sh(w.NS("q"), "curl", "-sk", "--max-time", "3", "--interface", roamAddr, "https://100.64.9.10:8443/")
+				_, _ = w.Sh(w.NS("c"), "ping", "-n", "-c", "1", "-W", "1", "100.64.9.12")
+				if now := grepLines(m1, "bnerd_wireguard_peer_up"); now != seen {
+					seen = now
+					t.Logf("peer_up series: %s", now)
+				}
+			}
+			return up
 		})
 		w.Must(w.NS("c"), "ping", "-n", "-c", "5", "-i", "0.2", "100.64.9.12")
 		time.Sleep(1500 * time.Millisecond) // the state file is rewritten every second
@@ -554,4 +564,15 @@ func metricValue(text, series string) float64 {
 		}
 	}
 	return -1
+}
+
+// grepLines returns the lines of text that contain substr, joined by "; ".
+func grepLines(text, substr string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "; ")
 }

@@ -1,9 +1,13 @@
 // Command chart-install installs, upgrades or uninstalls a chart with the Helm SDK, as
 // `helm upgrade --install --wait` and `helm uninstall --wait` do. The local product world
-// (internal/world) installs the operator's chart with it: the SDK is what the chart tests
-// already build, so the world needs no helm CLI of its own.
+// (internal/world) installs the operator's chart with it, from the release pushed to the
+// world's registry (--chart oci://... --version), as a provider does: the SDK is what
+// the chart tests already build, so the world needs no helm CLI of its own. An OCI chart
+// is located and pulled as `helm install oci://... --version` does (the registry
+// client's credentials: Helm's registry config, then Docker's; a private CA through
+// SSL_CERT_FILE).
 //
-//	chart-install --kubeconfig KC --namespace NS --release R --chart DIR --values FILE [--timeout 3m]
+//	chart-install --kubeconfig KC --namespace NS --release R --chart DIR|oci://REF [--version V] --values FILE [--timeout 3m]
 //	chart-install --kubeconfig KC --namespace NS --release R --uninstall
 package main
 
@@ -11,13 +15,16 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/cli"
 	"helm.sh/helm/v3/pkg/kube"
+	"helm.sh/helm/v3/pkg/registry"
 	"helm.sh/helm/v3/pkg/storage/driver"
 )
 
@@ -25,18 +32,19 @@ func main() {
 	kubeconfig := flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig")
 	namespace := flag.String("namespace", "default", "release namespace")
 	release := flag.String("release", "", "release name")
-	chartDir := flag.String("chart", "", "chart directory")
+	chartRef := flag.String("chart", "", "chart directory or oci:// reference")
+	version := flag.String("version", "", "chart version (with an oci:// chart)")
 	valuesFile := flag.String("values", "", "values file")
 	timeout := flag.Duration("timeout", 3*time.Minute, "how long to wait for the release's resources")
 	uninstall := flag.Bool("uninstall", false, "uninstall the release instead")
 	flag.Parse()
-	if err := run(*kubeconfig, *namespace, *release, *chartDir, *valuesFile, *timeout, *uninstall); err != nil {
+	if err := run(*kubeconfig, *namespace, *release, *chartRef, *version, *valuesFile, *timeout, *uninstall); err != nil {
 		fmt.Fprintf(os.Stderr, "chart-install: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig, namespace, release, chartDir, valuesFile string, timeout time.Duration, uninstall bool) error {
+func run(kubeconfig, namespace, release, chartRef, version, valuesFile string, timeout time.Duration, uninstall bool) error {
 	if release == "" {
 		return errors.New("--release is required")
 	}
@@ -53,12 +61,37 @@ func run(kubeconfig, namespace, release, chartDir, valuesFile string, timeout ti
 		}
 		return err
 	}
-	if chartDir == "" {
+	if chartRef == "" {
 		return errors.New("--chart is required")
 	}
-	ch, err := loader.Load(chartDir)
+	path := chartRef
+	if registry.IsOCI(chartRef) {
+		rc, err := registry.NewClient(registry.ClientOptWriter(io.Discard))
+		if err != nil {
+			return err
+		}
+		cfg.RegistryClient = rc
+		cache, err := os.MkdirTemp("", "chart-install-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(cache)
+		settings := cli.New()
+		settings.RepositoryCache = cache
+		in := action.NewInstall(cfg)
+		in.Version = version
+		if path, err = in.LocateChart(chartRef, settings); err != nil {
+			return fmt.Errorf("locating %s --version %s: %w", chartRef, version, err)
+		}
+	} else if version != "" {
+		return errors.New("--version goes with an oci:// chart")
+	}
+	ch, err := loader.Load(path)
 	if err != nil {
 		return err
+	}
+	if version != "" && ch.Metadata.Version != version {
+		return fmt.Errorf("%s pulled chart version %s, asked for %s", chartRef, ch.Metadata.Version, version)
 	}
 	vals := map[string]any{}
 	if valuesFile != "" {

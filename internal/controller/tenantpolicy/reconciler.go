@@ -1,0 +1,225 @@
+// Package tenantpolicy reports each VPNTenantPolicy as the operator applies it: which
+// namespaces it selects, whether another policy selects one of them too, and what the
+// gateways there hold against its limits. It changes nothing but the policy's status:
+// the gateway reconciler enforces the policy (internal/tenancy decides for both).
+package tenantpolicy
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/conditions"
+	"bnerd.net/vpn-operator/internal/tenancy"
+)
+
+// +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=vpntenantpolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=vpntenantpolicies/status,verbs=get;update;patch
+
+// Reconciler writes VPNTenantPolicy status.
+type Reconciler struct {
+	Client client.Client
+	Log    logr.Logger
+	// Clock stamps conditions; nil is time.Now.
+	Clock conditions.Clock
+	// SkipNameValidation lets several managers in one process (tests) register it.
+	SkipNameValidation bool
+}
+
+// maxListed bounds the namespaces and refused gateways a condition message names; the
+// status lists every namespace.
+const maxListed = 10
+
+// Reconcile computes one policy's status from the cache.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var pol v1.VPNTenantPolicy
+	if err := r.Client.Get(ctx, req.NamespacedName, &pol); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	var policies v1.VPNTenantPolicyList
+	if err := r.Client.List(ctx, &policies); err != nil {
+		return ctrl.Result{}, err
+	}
+	var nss corev1.NamespaceList
+	if err := r.Client.List(ctx, &nss); err != nil {
+		return ctrl.Result{}, err
+	}
+	st := *pol.Status.DeepCopy()
+	st.ObservedGeneration = pol.Generation
+	set := conditions.Setter{Conditions: &st.Conditions, Generation: pol.Generation, Now: r.Clock}
+
+	selected := map[string]bool{}
+	st.Namespaces = nil
+	overlaps := map[string][]string{} // namespace -> the other policies selecting it
+	for _, ns := range nss.Items {
+		if !tenancy.Selects(&pol, ns.Labels) {
+			continue
+		}
+		selected[ns.Name] = true
+		st.Namespaces = append(st.Namespaces, ns.Name)
+		for _, other := range tenancy.Selecting(policies.Items, ns.Labels) {
+			if other != pol.Name {
+				overlaps[ns.Name] = append(overlaps[ns.Name], other)
+			}
+		}
+	}
+	sort.Strings(st.Namespaces)
+	st.NamespaceCount = int32(len(st.Namespaces))
+
+	var ipsec v1.IPsecGatewayList
+	if err := r.Client.List(ctx, &ipsec); err != nil {
+		return ctrl.Result{}, err
+	}
+	var vpn v1.VPNGatewayList
+	if err := r.Client.List(ctx, &vpn); err != nil {
+		return ctrl.Result{}, err
+	}
+	limits := pol.Spec.Limits.Values()
+	total, refused := tenancy.Admit(limits, tenancy.Members(ipsec.Items, vpn.Items, selected))
+	st.Usage = total
+	st.RefusedGateways = int32(len(refused))
+
+	exclusive := len(overlaps) == 0
+	if errs := pol.Spec.Validate(); len(errs) > 0 {
+		set.False(v1.ConditionValidated, v1.ReasonInvalidSpec, errs.ToAggregate().Error())
+	} else {
+		set.True(v1.ConditionValidated, v1.ReasonValid, "the spec passed validation")
+	}
+	if exclusive {
+		set.True(v1.ConditionExclusive, v1.ReasonNoOverlap, fmt.Sprintf("no other VPNTenantPolicy selects the %d namespace(s) this one selects", len(st.Namespaces)))
+	} else {
+		var parts []string
+		for _, ns := range sortedKeys(overlaps) {
+			parts = append(parts, fmt.Sprintf("%s (also %s)", ns, strings.Join(overlaps[ns], ", ")))
+		}
+		set.False(v1.ConditionExclusive, v1.ReasonPolicyOverlap, "namespaces selected by another VPNTenantPolicy too, whose gateways are refused (TenantPolicyConflict) until the selectors are disjoint: "+listed(parts))
+	}
+	if len(refused) == 0 {
+		set.True(v1.ConditionWithinLimits, v1.ReasonWithinLimits, tenancy.Summary(total, limits))
+	} else {
+		var parts []string
+		for _, x := range refused {
+			parts = append(parts, fmt.Sprintf("%s (%s)", x.Ref, strings.Join(x.Passes, ", ")))
+		}
+		set.False(v1.ConditionWithinLimits, v1.ReasonLimitExceeded, fmt.Sprintf("%d gateway(s) refused, they would pass the limits: %s; admitted: %s", len(refused), listed(parts), tenancy.Summary(total, limits)))
+	}
+	switch {
+	case meta.IsStatusConditionFalse(st.Conditions, v1.ConditionValidated):
+		set.False(v1.ConditionReady, v1.ReasonInvalidSpec, "the spec is invalid")
+	case !exclusive:
+		set.False(v1.ConditionReady, v1.ReasonPolicyOverlap, "another VPNTenantPolicy selects some of the same namespaces")
+	case len(refused) > 0:
+		set.False(v1.ConditionReady, v1.ReasonLimitExceeded, fmt.Sprintf("%d gateway(s) refused by the limits", len(refused)))
+	default:
+		set.True(v1.ConditionReady, v1.ReasonReconciled, fmt.Sprintf("applied to %d namespace(s)", len(st.Namespaces)))
+	}
+	if equality.Semantic.DeepEqual(st, pol.Status) {
+		return ctrl.Result{}, nil
+	}
+	pol.Status = st
+	if err := r.Client.Status().Update(ctx, &pol); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	return ctrl.Result{}, nil
+}
+
+func listed(parts []string) string {
+	if len(parts) > maxListed {
+		return strings.Join(parts[:maxListed], "; ") + fmt.Sprintf("; and %d more", len(parts)-maxListed)
+	}
+	return strings.Join(parts, "; ")
+}
+
+func sortedKeys(m map[string][]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// SetupWithManager registers the controller: a policy is recomputed when it changes,
+// when any other policy or a namespace's labels change (selection and overlap), and
+// when a gateway appears, goes, changes its spec or its admission.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Client == nil {
+		r.Client = mgr.GetClient()
+	}
+	if r.Log.GetSink() == nil {
+		r.Log = mgr.GetLogger().WithName("tenantpolicy")
+	}
+	all := handler.EnqueueRequestsFromMapFunc(r.mapAll)
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("vpntenantpolicy").
+		For(&v1.VPNTenantPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1.VPNTenantPolicy{}, all, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&corev1.Namespace{}, all, builder.WithPredicates(nsLabelsChanged)).
+		Watches(&v1.IPsecGateway{}, all, builder.WithPredicates(usageChanged)).
+		Watches(&v1.VPNGateway{}, all, builder.WithPredicates(usageChanged)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1, SkipNameValidation: &r.SkipNameValidation}).
+		Complete(r)
+}
+
+// mapAll enqueues every policy: there are few, and any of them may count the object.
+func (r *Reconciler) mapAll(ctx context.Context, _ client.Object) []reconcile.Request {
+	var list v1.VPNTenantPolicyList
+	if err := r.Client.List(ctx, &list); err != nil {
+		r.Log.Error(err, "listing VPNTenantPolicies")
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for _, p := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKey{Name: p.Name}})
+	}
+	return out
+}
+
+var nsLabelsChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return !equality.Semantic.DeepEqual(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels())
+	},
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// usageChanged passes gateway creations and deletions, spec changes, and a change of
+// the Validated condition (admission); not the status agent's tunnel reports.
+var usageChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		if e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() {
+			return true
+		}
+		return validated(e.ObjectOld) != validated(e.ObjectNew)
+	},
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+func validated(o client.Object) string {
+	var conds []metav1.Condition
+	switch g := o.(type) {
+	case *v1.IPsecGateway:
+		conds = g.Status.Conditions
+	case *v1.VPNGateway:
+		conds = g.Status.Conditions
+	}
+	if c := meta.FindStatusCondition(conds, v1.ConditionValidated); c != nil {
+		return fmt.Sprintf("%s/%s/%d", c.Status, c.Reason, c.ObservedGeneration)
+	}
+	return ""
+}
