@@ -138,7 +138,9 @@ comm_of() { awk -v n="$1" '$1==n{print $3}' "$STATE/pids" | tail -1; }
 # alive: the recorded PID runs the recorded program (a reused PID is not ours).
 alive() {
   local p; p=$(pid_of "$1"); [[ -n $p ]] || return 1
-  [[ $(cat "/proc/$p/comm" 2>/dev/null) == "$(comm_of "$1")" ]]
+  [[ $(cat "/proc/$p/comm" 2>/dev/null) == "$(comm_of "$1")" ]] || return 1
+  # An exited daemon not yet reaped is a zombie: dead, though its comm still reads.
+  [[ $(awk '{print $3}' "/proc/$p/stat" 2>/dev/null) != Z ]]
 }
 start() { # name netns|- cmd...: in its own session, logged, PID recorded
   local name=$1 ns=$2; shift 2
@@ -371,6 +373,13 @@ cgroup_root() { # create /bn-node-<n> in every v1 hierarchy (kubelet's cgroupRoo
   done
 }
 
+start_kubelet() { # n: the node's kubelet, in the node's namespace, with its config
+  local n=$1 d=$STATE/node-$1
+  start "kubelet-$n" "$(node_ns "$n")" "$CP_DIR/kubelet" --config "$d/kubelet.yaml" \
+    --kubeconfig "$STATE/etc/kubelet-$n.kubeconfig" --root-dir "$d/kubelet" \
+    --hostname-override "$(node_name "$n")" --node-ip "$(node_ip "$n")" --v 1
+}
+
 for n in "${NODES[@]}"; do
   ns=$(node_ns "$n") name=$(node_name "$n") ip=$(node_ip "$n") d=$STATE/node-$n
   mkdir -p "$d"/{cni/bin,cni/net.d,cni/delegates,run,pod-logs}
@@ -461,14 +470,32 @@ imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 nodeStatusUpdateFrequency: 5s
 EOF
-  start "kubelet-$n" "$ns" "$CP_DIR/kubelet" --config "$d/kubelet.yaml" \
-    --kubeconfig "$STATE/etc/kubelet-$n.kubeconfig" --root-dir "$d/kubelet" \
-    --hostname-override "$name" --node-ip "$ip" --v 1
+  start_kubelet "$n"
 done
 
+# node_ready: the node's Ready condition is True. While waiting, a kubelet that exited
+# is started again: on a loaded machine its first CRI handshake can time out before
+# containerd's CRI plugin has loaded, and the kubelet exits instead of retrying. Three
+# restarts at most; each is logged with the reason the kubelet gave.
+node_ready() {
+  local n=$1 name; name=$(node_name "$n")
+  "$KUBECTL" --kubeconfig "$ADMIN_KC" get node "$name" \
+    -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null | grep -qx True
+}
 for n in "${NODES[@]}"; do
-  name=$(node_name "$n")
-  wait_for 180 "node $name Ready" sh -c "'$KUBECTL' --kubeconfig '$ADMIN_KC' get node '$name' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
+  name=$(node_name "$n") restarts=0 deadline=$(( $(date +%s) + 180 ))
+  until node_ready "$n"; do
+    if ! alive "kubelet-$n"; then
+      (( restarts < 3 )) || die "kubelet-$n exited $restarts times; last lines of its log: $(tail -5 "$STATE/logs/kubelet-$n.log" | tr '\n' ' ')"
+      log "kubelet-$n exited ($(grep -E '^[EF][0-9]{4}' "$STATE/logs/kubelet-$n.log" | tail -1 | cut -c1-300)); starting it again"
+      restarts=$((restarts + 1))
+      start_kubelet "$n"
+    fi
+    if (( $(date +%s) >= deadline )); then
+      die "timed out after 180s waiting for node $name Ready: $(K get node "$name" -o jsonpath='{range .status.conditions[*]}{.type}={.status} {.reason}: {.message}; {end}' 2>&1 | cut -c1-600); kubelet log tail: $(grep -E '^[EF][0-9]{4}' "$STATE/logs/kubelet-$n.log" | tail -3 | cut -c1-300 | tr '\n' ' ') (logs in $STATE/logs)"
+    fi
+    sleep 0.5
+  done
 done
 log "nodes Ready: $(K get nodes -o name | tr '\n' ' ')"
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -238,7 +239,18 @@ func forTargets(t *testing.T, fn func(t *testing.T, w *world), only ...applies) 
 				o.failed, o.skipped = t.Failed(), t.Skipped()
 				record(name, tg.name, o)
 			}()
-			fn(t, newWorld(t, tg))
+			w := newWorld(t, tg)
+			if w.cloud != nil {
+				// A real cloud's 500 says only "Unexpected API Error": the cause is in
+				// its services' logs, which go when the run ends.
+				since := time.Now()
+				defer func() {
+					if t.Failed() {
+						logCloudErrors(t, w.cloud.Dir, since)
+					}
+				}()
+			}
+			fn(t, w)
 		})
 	}
 }
@@ -642,4 +654,31 @@ func TestMain(m *testing.M) {
 		cancel()
 	}
 	os.Exit(code)
+}
+
+// logCloudErrors logs the ERROR and TRACE lines the real cloud's services wrote since a
+// case started (at most the last 40), with the file each came from.
+func logCloudErrors(t *testing.T, dir string, since time.Time) {
+	files, _ := filepath.Glob(filepath.Join(dir, "log", "*"))
+	var lines []string
+	for _, f := range files {
+		if fi, err := os.Stat(f); err != nil || fi.ModTime().Before(since) {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.Contains(l, " ERROR ") || strings.Contains(l, " TRACE ") {
+				lines = append(lines, filepath.Base(f)+": "+l)
+			}
+		}
+	}
+	if len(lines) > 40 {
+		lines = lines[len(lines)-40:]
+	}
+	if len(lines) > 0 {
+		t.Logf("the cloud's services logged (ERROR lines of files written during the case):\n%s", strings.Join(lines, "\n"))
+	}
 }
