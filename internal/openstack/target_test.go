@@ -656,8 +656,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// logCloudErrors logs the ERROR and TRACE lines the real cloud's services wrote since a
-// case started (at most the last 40), with the file each came from.
+// logCloudErrors logs the last 40 ERROR and TRACE lines of the real cloud's log files
+// written to since the case started, with the file each came from. Whole files are read,
+// so older lines of those files and lines of cases running beside it on the same cloud
+// can be among them: the timestamps tell them apart.
 func logCloudErrors(t *testing.T, dir string, since time.Time) {
 	files, _ := filepath.Glob(filepath.Join(dir, "log", "*"))
 	var lines []string
@@ -679,6 +681,6 @@ func logCloudErrors(t *testing.T, dir string, since time.Time) {
 		lines = lines[len(lines)-40:]
 	}
 	if len(lines) > 0 {
-		t.Logf("the cloud's services logged (ERROR lines of files written during the case):\n%s", strings.Join(lines, "\n"))
+		t.Logf("the cloud's services logged (the last ERROR lines of its log files written during the case):\n%s", strings.Join(lines, "\n"))
 	}
 }
