@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
@@ -46,10 +47,10 @@ func controlPlaneDir() (string, string) {
 	return dir, ""
 }
 
-// The rendered chart is accepted by a real API server with strict field validation, and
-// the RBAC it creates gives the operator's ServiceAccount what it needs and no more than
-// the Roles say.
-func TestInstallOnAPIServer(t *testing.T) {
+// startControlPlane starts the project's API server and etcd for one test and stops them
+// at its end; without a control plane the test skips, or fails where one is required.
+func startControlPlane(t *testing.T) *rest.Config {
+	t.Helper()
 	dir, why := controlPlaneDir()
 	if dir == "" {
 		if os.Getenv(requireEnvtest) == "1" {
@@ -57,8 +58,6 @@ func TestInstallOnAPIServer(t *testing.T) {
 		}
 		t.Skip("no control plane: " + why)
 	}
-	objs := mustRender(t, requiredValues()).objs
-
 	env := &envtest.Environment{BinaryAssetsDirectory: dir}
 	cfg, err := env.Start()
 	if err != nil {
@@ -69,6 +68,15 @@ func TestInstallOnAPIServer(t *testing.T) {
 			t.Errorf("stopping the control plane: %v", err)
 		}
 	})
+	return cfg
+}
+
+// The rendered chart is accepted by a real API server with strict field validation, and
+// the RBAC it creates gives the operator's ServiceAccount what it needs and no more than
+// the Roles say.
+func TestInstallOnAPIServer(t *testing.T) {
+	cfg := startControlPlane(t)
+	objs := mustRender(t, requiredValues()).objs
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -21,7 +20,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/render"
@@ -33,24 +31,8 @@ import (
 // policy (the negative control: the pod's token then forges serviceCIDR, portFixedIP and
 // nodeName at will).
 func TestGatewayStatusPolicy(t *testing.T) {
-	dir, why := controlPlaneDir()
-	if dir == "" {
-		if os.Getenv(requireEnvtest) == "1" {
-			t.Fatalf("%s=1 but no control plane: %s", requireEnvtest, why)
-		}
-		t.Skip("no control plane: " + why)
-	}
+	cfg := startControlPlane(t)
 	objs := mustRender(t, requiredValues()).objs
-	env := &envtest.Environment{BinaryAssetsDirectory: dir}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("starting the control plane from %s: %v", dir, err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stopping the control plane: %v", err)
-		}
-	})
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, v1alpha1.AddToScheme} {
 		if err := add(scheme); err != nil {
