@@ -145,37 +145,13 @@ func TestProduct(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	w, err := world.Up(ctx, world.Options{Progress: t.Logf})
-	if err != nil {
-		t.Fatalf("bringing the world up: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := w.Down(); err != nil {
-			t.Errorf("tearing the world down: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("logs and captures kept in %s", w.Dir())
-		} else {
-			_ = os.RemoveAll(w.Dir())
-		}
-	})
+	w := bringUp(t, ctx)
 	for _, p := range w.Timings {
 		t.Logf("world phase %-70s %6.1fs", p.Phase, p.Duration.Seconds())
 	}
 	e := &env{t: t, ctx: ctx, w: w}
 	e.figure("world up (node world, release pushed, simulator, fabric, chart)", time.Since(t0))
-	if err := w.StartServiceHosts(); err != nil {
-		t.Fatal(err)
-	}
-	if e.site, err = w.StartSite(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 24)
-	_, _ = rand.Read(b)
-	e.psk = hex.EncodeToString(b)
-	if err := w.PrepareTenant(ctx, e.psk); err != nil {
-		t.Fatal(err)
-	}
+	e.prepare()
 
 	t.Run("applied gateway brings the tunnel up and exposures answer", e.applyGateway)
 	t.Run("the release: operator and gateway pods run the images pulled from the world's registry", e.releasePulled)
@@ -824,4 +800,45 @@ func (e *env) releasePulled(t *testing.T) {
 	})
 	t.Logf("release %s: operator %s, gateway %s, status agent %s, pulled from %s", w.Release.Version,
 		w.ImageDigests["operator"], w.ImageDigests["gateway"], w.ImageDigests["status-agent"], w.Registry)
+}
+
+// bringUp brings the node world up for one test and tears it down at the test's end,
+// keeping its logs and captures when the test failed.
+func bringUp(t *testing.T, ctx context.Context) *world.World {
+	t.Helper()
+	w, err := world.Up(ctx, world.Options{Progress: t.Logf})
+	if err != nil {
+		t.Fatalf("bringing the world up: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := w.Down(); err != nil {
+			t.Errorf("tearing the world down: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("logs and captures kept in %s", w.Dir())
+		} else {
+			_ = os.RemoveAll(w.Dir())
+		}
+	})
+	return w
+}
+
+// prepare starts the service hosts and the client site, and prepares the tenant's
+// namespace with a fresh pre-shared key.
+func (e *env) prepare() {
+	e.t.Helper()
+	w, t, ctx := e.w, e.t, e.ctx
+	var err error
+	if err := w.StartServiceHosts(); err != nil {
+		t.Fatal(err)
+	}
+	if e.site, err = w.StartSite(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 24)
+	_, _ = rand.Read(b)
+	e.psk = hex.EncodeToString(b)
+	if err := w.PrepareTenant(ctx, e.psk); err != nil {
+		t.Fatal(err)
+	}
 }

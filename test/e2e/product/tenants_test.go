@@ -2,9 +2,6 @@ package product
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -46,33 +43,9 @@ func TestTenantsOnTheNodeWorld(t *testing.T) {
 	ctrllog.SetLogger(logr.Discard())
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
-	w, err := world.Up(ctx, world.Options{Progress: t.Logf})
-	if err != nil {
-		t.Fatalf("bringing the world up: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := w.Down(); err != nil {
-			t.Errorf("tearing the world down: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("logs and captures kept in %s", w.Dir())
-		} else {
-			_ = os.RemoveAll(w.Dir())
-		}
-	})
+	w := bringUp(t, ctx)
 	e := &env{t: t, ctx: ctx, w: w}
-	if err := w.StartServiceHosts(); err != nil {
-		t.Fatal(err)
-	}
-	if e.site, err = w.StartSite(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 24)
-	_, _ = rand.Read(b)
-	e.psk = hex.EncodeToString(b)
-	if err := w.PrepareTenant(ctx, e.psk); err != nil {
-		t.Fatal(err)
-	}
+	e.prepare()
 
 	t.Run("tenant B: the example gateway's tunnel, exposures and reverse exposure", e.applyGateway)
 	t.Run("tenant B: the cluster link serves the reverse exposure", e.applyLink)
