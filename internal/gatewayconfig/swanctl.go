@@ -80,6 +80,15 @@ func RenderSwanctlFor(cfg *Config, tunnels []string) (string, error) {
 		// otherwise send IKE to the addresses a peer announces, its internal ones
 		// included, through whatever path reaches them (seen in the kernel-mode e2e).
 		w.kv("mobike", "no")
+		// A peer's fresh IKE SA supersedes the one it had (a restart without
+		// INITIAL_CONTACT, a crossing initiation): charon deletes the older IKE SA of
+		// the same identities and connection settings once the new one is
+		// authenticated, so duplicates do not pile up beside each other, each with a
+		// child SA for the same selectors and rekeyed side by side (seen with
+		// libreswan clients in the kernel VM). charon's default, "no", replaces only on
+		// INITIAL_CONTACT. The agent's loader ends what this leaves behind (two IKE SAs
+		// authenticated at the same moment, each before the other was registered).
+		w.kv("unique", "replace")
 		w.kv("proposals", strings.Join(t.IKEProposals, ","))
 		w.kv("rekey_time", fmt.Sprintf("%ds", t.IKERekeySeconds))
 		w.kv("dpd_delay", fmt.Sprintf("%ds", t.DPDDelaySeconds))
