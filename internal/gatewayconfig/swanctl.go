@@ -81,13 +81,14 @@ func RenderSwanctlFor(cfg *Config, tunnels []string) (string, error) {
 		// included, through whatever path reaches them (seen in the kernel-mode e2e).
 		w.kv("mobike", "no")
 		// A peer's fresh IKE SA supersedes the one it had (a restart without
-		// INITIAL_CONTACT, a crossing initiation): charon deletes the older IKE SA of
-		// the same identities and connection settings once the new one is
-		// authenticated, so duplicates do not pile up beside each other, each with a
-		// child SA for the same selectors and rekeyed side by side (seen with
-		// libreswan clients in the kernel VM). charon's default, "no", replaces only on
-		// INITIAL_CONTACT. The agent's loader ends what this leaves behind (two IKE SAs
-		// authenticated at the same moment, each before the other was registered).
+		// INITIAL_CONTACT, a peer initiating again while its IKE SA is up): charon, as
+		// the responder, deletes the older IKE SA of the same identities and connection
+		// settings once the new one is authenticated, so duplicates do not pile up, each
+		// with a child SA for the same selectors and rekeyed side by side. charon's
+		// default, "no", replaces only on INITIAL_CONTACT. charon checks the policy only
+		// as the responder of IKE_AUTH, so it neither touches an IKE SA the gateway
+		// initiates (make-before-break) nor resolves two initiations that cross: the
+		// agent's loader ends the older of those.
 		w.kv("unique", "replace")
 		w.kv("proposals", strings.Join(t.IKEProposals, ","))
 		w.kv("rekey_time", fmt.Sprintf("%ds", t.IKERekeySeconds))
