@@ -8,17 +8,18 @@ import (
 	"testing"
 )
 
-// boundCases are each bounded field's values at and just outside its bounds, in the
-// notations the API takes (bare seconds and each suffix).
-type boundCase struct {
-	field string
-	set   func(t *Tunnel, v string)
-	in    []string // accepted
-	out   []string // refused
+// BoundCase is one bounded field's values at and just outside its bounds, in the
+// notations the API takes (bare seconds and each suffix). Exported for the admission
+// test (package v1alpha1_test), which sends the same values to the API server.
+type BoundCase struct {
+	Field string
+	Set   func(t *Tunnel, v string)
+	In    []string // accepted
+	Out   []string // refused
 }
 
-func boundCases() []boundCase {
-	return []boundCase{
+func BoundCases() []BoundCase {
+	return []BoundCase{
 		{"ike.lifetime", func(t *Tunnel, v string) { t.IKE.Lifetime = v },
 			[]string{"10m", "600", "600s", "24h", "86400", "1d", "4h"},
 			[]string{"9m", "599", "599s", "1441m", "86401", "25h", "2d", "999999d", "1"}},
@@ -35,29 +36,29 @@ func boundCases() []boundCase {
 // bounds in the message, and IntervalsOutOfBounds reports exactly those errors (the
 // reconciler's Validated=False/IntervalOutOfBounds); the bounds themselves are valid.
 func TestIntervalBounds(t *testing.T) {
-	for _, bc := range boundCases() {
-		for _, v := range bc.in {
+	for _, bc := range BoundCases() {
+		for _, v := range bc.In {
 			s := goodGateway()
-			bc.set(&s.Tunnels[0], v)
+			bc.Set(&s.Tunnels[0], v)
 			if errs := s.Validate(); len(errs) != 0 {
-				t.Errorf("%s %q refused: %v", bc.field, v, errs)
+				t.Errorf("%s %q refused: %v", bc.Field, v, errs)
 			}
 			if errs := s.IntervalsOutOfBounds(); len(errs) != 0 {
-				t.Errorf("%s %q out of bounds: %v", bc.field, v, errs)
+				t.Errorf("%s %q out of bounds: %v", bc.Field, v, errs)
 			}
 		}
-		for _, v := range bc.out {
+		for _, v := range bc.Out {
 			s := goodGateway()
-			bc.set(&s.Tunnels[0], v)
+			bc.Set(&s.Tunnels[0], v)
 			errs := s.Validate()
 			ob := s.IntervalsOutOfBounds()
 			if len(errs) != 1 || len(ob) != 1 || errs[0].Error() != ob[0].Error() {
-				t.Errorf("%s %q: Validate %v, IntervalsOutOfBounds %v; want the one bounds error from both", bc.field, v, errs, ob)
+				t.Errorf("%s %q: Validate %v, IntervalsOutOfBounds %v; want the one bounds error from both", bc.Field, v, errs, ob)
 				continue
 			}
-			want := fmt.Sprintf("spec.tunnels[0].%s: Invalid value: %q: %s must be between", bc.field, v, bc.field)
+			want := fmt.Sprintf("spec.tunnels[0].%s: Invalid value: %q: %s must be between", bc.Field, v, bc.Field)
 			if !strings.HasPrefix(errs[0].Error(), want) {
-				t.Errorf("%s %q: %q does not start with %q", bc.field, v, errs[0].Error(), want)
+				t.Errorf("%s %q: %q does not start with %q", bc.Field, v, errs[0].Error(), want)
 			}
 		}
 	}
