@@ -41,7 +41,9 @@ func TestIntervalAdmission(t *testing.T) {
 			}
 			for _, v := range bc.Out {
 				t.Run(fmt.Sprintf("%s %s=%s refused", kind, bc.Field, v), func(t *testing.T) {
-					expectAdmission(t, try(v), fmt.Sprintf("spec.tunnels[0].%s: Invalid value: \"string\": %s", bc.Field, bound.Describe()))
+					err := try(v)
+					expectAdmission(t, err, bound.Describe())
+					expectAdmission(t, err, "spec.tunnels[0]."+bc.Field+": Invalid value")
 				})
 			}
 		}
