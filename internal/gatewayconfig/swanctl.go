@@ -345,8 +345,8 @@ func RenderStrongswanConf(opts StrongswanOptions) (string, error) {
 	// SAs make charon drop new IKE_SA_INITs, and IKESALimit SAs of any state refuse new
 	// ones. A gateway has at most 16 tunnels, each with one IKE SA and a second one while
 	// it is rekeyed or reauthenticated; the limits leave room for that twice over.
-	// BlockThreshold and CookieThresholdIP are strongSwan 5.9's defaults, stated so a
-	// packaged strongswan.d cannot loosen them.
+	// BlockThreshold and CookieThresholdIP are strongSwan 5.9's defaults, stated so the
+	// rendered file shows every limit charon applies.
 	w.kv("block_threshold", strconv.Itoa(BlockThreshold))
 	w.kv("cookie_threshold", strconv.Itoa(CookieThreshold))
 	w.kv("cookie_threshold_ip", strconv.Itoa(CookieThresholdIP))
