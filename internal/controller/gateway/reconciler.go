@@ -416,7 +416,14 @@ func statusOf(obj client.Object) *v1alpha1.GatewayStatus {
 // ensureValidated refuses a spec the schema could not judge, before any OpenStack call.
 func (r *Reconciler) ensureValidated(ctx context.Context, g *gateway) (bool, error) {
 	if errs := g.validate(); len(errs) > 0 {
-		r.condFalse(g, v1alpha1.ConditionValidated, v1alpha1.ReasonInvalidSpec, errs.ToAggregate().Error())
+		// A spec whose only faults are intervals outside the bounds (an object stored
+		// before the CRD's rule) gets its own reason; any other fault is InvalidSpec
+		// with every error, the intervals' included.
+		reason := v1alpha1.ReasonInvalidSpec
+		if len(g.spec.IntervalsOutOfBounds()) == len(errs) {
+			reason = v1alpha1.ReasonIntervalOutOfBounds
+		}
+		r.condFalse(g, v1alpha1.ConditionValidated, reason, errs.ToAggregate().Error())
 		return false, nil
 	}
 	if errs := g.spec.PlaintextExposures(); len(errs) > 0 {

@@ -845,7 +845,7 @@ func TestDataplane(t *testing.T) {
 		if err := api.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}}); err != nil {
 			t.Fatal(err)
 		}
-		obj := &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "e2e"}, Spec: e.obj.Spec}
+		obj := &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "e2e"}, Spec: storedSpec(e.obj.Spec)}
 		obj.Spec.Tunnels[0].PreSharedKey.Name = "psk"
 		if err := api.Client.Create(ctx, obj); err != nil {
 			t.Fatal(err)
