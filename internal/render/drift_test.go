@@ -71,11 +71,15 @@ func TestDeploymentDrift(t *testing.T) {
 		{"command", charon + ".command", func(_ *appsv1.DeploymentSpec, ps *corev1.PodSpec) { ps.Containers[1].Command = []string{"/bin/sh"} }},
 		{"args", status + ".args", func(_ *appsv1.DeploymentSpec, ps *corev1.PodSpec) { ps.Containers[2].Args = ps.Containers[2].Args[:1] }},
 		{"image", charon + ".image", func(_ *appsv1.DeploymentSpec, ps *corev1.PodSpec) { ps.Containers[1].Image = "evil/strongswan" }},
-		{"imagePullPolicy", charon + ".imagePullPolicy", func(_ *appsv1.DeploymentSpec, ps *corev1.PodSpec) { ps.Containers[1].ImagePullPolicy = corev1.PullNever }},
+		{"imagePullPolicy", charon + ".imagePullPolicy", func(_ *appsv1.DeploymentSpec, ps *corev1.PodSpec) {
+			ps.Containers[1].ImagePullPolicy = corev1.PullNever
+		}},
 		{"envFrom", exporter + ".envFrom", func(_ *appsv1.DeploymentSpec, ps *corev1.PodSpec) {
 			ps.Containers[3].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "other"}}}}
 		}},
-		{"resources", charon + ".resources", func(_ *appsv1.DeploymentSpec, ps *corev1.PodSpec) { ps.Containers[1].Resources = corev1.ResourceRequirements{} }},
+		{"resources", charon + ".resources", func(_ *appsv1.DeploymentSpec, ps *corev1.PodSpec) {
+			ps.Containers[1].Resources = corev1.ResourceRequirements{}
+		}},
 		{"a sidecar", "containers[debug] added", func(_ *appsv1.DeploymentSpec, ps *corev1.PodSpec) {
 			ps.Containers = append(ps.Containers, corev1.Container{Name: "debug", Image: "busybox"})
 		}},
