@@ -56,9 +56,9 @@ type flags struct {
 	metricsSecure  bool
 	metricsCertDir string
 	leaderElect    bool
-	profiling              bool
-	showVersion            bool
-	zap                    zap.Options
+	profiling      bool
+	showVersion    bool
+	zap            zap.Options
 }
 
 // parseFlags reads the command line and the environment.
