@@ -141,10 +141,9 @@ func TestMetricsNeedAuthenticationAndAuthorisation(t *testing.T) {
 		body, err := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body), err
 	}
-	var lastErr error
 	waitUntil(t, "the metrics server answers over TLS with the certificate of --metrics-cert-dir", func() bool {
-		_, _, lastErr = scrape("")
-		return lastErr == nil
+		_, _, err := scrape("")
+		return err == nil
 	})
 
 	// Plain HTTP on the same port is not served.

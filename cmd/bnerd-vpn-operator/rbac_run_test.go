@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -116,7 +115,8 @@ rules:
 	}
 	opts := managerOptions(f, cfg, scheme)
 	opts.Logger = logr.Discard()
-	opts.Controller.SkipNameValidation = ptr.To(true) // other tests of the package run them too
+	skipNameValidation := true // other tests of the package run the same controllers
+	opts.Controller.SkipNameValidation = &skipNameValidation
 	asOperator := rest.CopyConfig(aenv.Config)
 	asOperator.Impersonate = rest.ImpersonationConfig{UserName: user,
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + opNS, "system:authenticated"}}
