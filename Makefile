@@ -85,7 +85,7 @@ generate:
 	$(GO) tool controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(GO) tool controller-gen crd:crdVersions=v1 paths=./api/... output:crd:dir=config/crd
 	$(GO) run ./hack/crddesc config/crd
-	$(GO) tool controller-gen rbac:roleName=bnerd-vpn-operator paths=./internal/controller/... output:rbac:dir=config/rbac
+	$(GO) tool controller-gen rbac:roleName=bnerd-vpn-operator paths="./internal/controller/...;./cmd/bnerd-vpn-operator" output:rbac:dir=config/rbac
 	rm -f charts/bnerd-vpn-operator/files/crds/*.yaml
 	cp config/crd/*.yaml charts/bnerd-vpn-operator/files/crds/
 	cp config/rbac/role.yaml charts/bnerd-vpn-operator/files/role.yaml

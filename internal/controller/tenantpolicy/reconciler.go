@@ -30,7 +30,7 @@ import (
 )
 
 // +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=vpntenantpolicies,verbs=get;list;watch
-// +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=vpntenantpolicies/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=vpntenantpolicies/status,verbs=update
 
 // Reconciler writes VPNTenantPolicy status.
 type Reconciler struct {
