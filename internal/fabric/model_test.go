@@ -1,7 +1,6 @@
 package fabric
 
 import (
-	"os"
 	"os/exec"
 	"strings"
 	"testing"

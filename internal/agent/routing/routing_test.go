@@ -2,7 +2,6 @@ package routing
 
 import (
 	"net"
-	"os"
 	"runtime"
 	"testing"
 
