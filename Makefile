@@ -153,7 +153,8 @@ fuzz:
 sandbox: controlplane
 	KUBEBUILDER_ASSETS=$$(bash hack/controlplane.sh --print-dir) $(GO) run ./cmd/sandbox $(SANDBOX_ARGS)
 
-## unit: the quick loop while developing (no control plane required: those tests skip).
+## unit: the quick loop while developing: -short starts no API server and needs no root
+## (the tests that need either skip; docs/testing.md).
 unit:
 	BNERD_REQUIRE_ENVTEST=0 BNERD_REQUIRE_DATAPLANE=0 $(GO) test -short ./...
 

@@ -196,9 +196,7 @@ func (e *env) eventually(what string, cond func() bool) {
 }
 
 func requirements(t testing.TB) {
-	if os.Geteuid() != 0 {
-		testenv.SkipDataplane(t, "dataplane e2e needs root (network namespaces, nftables, charon)")
-	}
+	testenv.NeedRoot(t, "dataplane e2e needs root (network namespaces, nftables, charon)")
 	bins := []string{"charon-systemd", "swanctl", "nft", "tcpdump", "ip", "curl", "ping"}
 	if !kernelMode() {
 		bins = append(bins, "go")
