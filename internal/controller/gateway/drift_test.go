@@ -125,10 +125,12 @@ func TestWholeContainerDriftReverted(t *testing.T) {
 	// takes the API server's defaults for no drift: the Deployment is not written.
 	dry = h.dryRuns.Load()
 	h.start()
+	// quiesce alone can return before the new manager's first reconcile (the harness's
+	// idle clock still holds the old manager's last one): wait for the dry run itself.
+	eventually(t, "a dry run after the restart (the live Deployment compared with the stored form of its rendering)", func() (bool, string) {
+		return h.dryRuns.Load() > dry, "no dry run yet"
+	})
 	h.quiesce("whole")
-	if h.dryRuns.Load() == dry {
-		t.Fatal("no dry run after the restart: the live Deployment was not compared with the stored form of its rendering")
-	}
 	writes, dry = h.writes.Load(), h.dryRuns.Load()
 	for range 2 {
 		if err := h.reconcileOnce("whole"); err != nil {

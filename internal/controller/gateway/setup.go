@@ -148,7 +148,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			WatchesRawSource(source.Channel(r.wake[kind], &handler.EnqueueRequestForObject{})).
 			WithOptions(controller.Options{
 				MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles,
-				SkipNameValidation:      &r.SkipNameValidation,
+				SkipNameValidation:      r.skipNameValidation(),
 				RateLimiter:             r.backoff[kind],
 			})
 		if nadErr == nil {
@@ -168,7 +168,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(mapPod(kind))).
 			WithOptions(controller.Options{
 				MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles,
-				SkipNameValidation:      &r.SkipNameValidation,
+				SkipNameValidation:      r.skipNameValidation(),
 				RateLimiter:             r.healthBackoff[kind],
 			}).
 			Complete(healthReconciler{r: r, kind: kind}); err != nil {
@@ -467,4 +467,13 @@ func nodeChanged(pod gatewaypod.Shape) predicate.Funcs {
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
+}
+
+// skipNameValidation is the controllers' option: set only when asked, so that otherwise
+// the manager's own setting applies (a false here would override a manager that skips).
+func (r *Reconciler) skipNameValidation() *bool {
+	if r.SkipNameValidation {
+		return &r.SkipNameValidation
+	}
+	return nil
 }
