@@ -183,7 +183,7 @@ func TestInstallOnAPIServer(t *testing.T) {
 	}
 	run("with the ClusterRole", []check{
 		{"create", "apps", "deployments", "", "tenant-a", true},
-		{"update", "ipsec.bnerd.net", "ipsecgateways", "status", "tenant-a", true},
+		{"patch", "ipsec.bnerd.net", "ipsecgateways", "status", "tenant-a", true},
 		{"update", "ipsec.bnerd.net", "clusterlinks", "finalizers", "", true},
 		{"create", "k8s.cni.cncf.io", "network-attachment-definitions", "", "tenant-a", true},
 		{"get", "", "secrets", "", "tenant-a", true},
