@@ -85,7 +85,7 @@ generate:
 	$(GO) tool controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(GO) tool controller-gen crd:crdVersions=v1 paths=./api/... output:crd:dir=config/crd
 	$(GO) run ./hack/crddesc config/crd
-	$(GO) tool controller-gen rbac:roleName=bnerd-vpn-operator paths=./internal/controller/... output:rbac:dir=config/rbac
+	$(GO) tool controller-gen rbac:roleName=bnerd-vpn-operator paths="./internal/controller/...;./cmd/bnerd-vpn-operator" output:rbac:dir=config/rbac
 	rm -f charts/bnerd-vpn-operator/files/crds/*.yaml
 	cp config/crd/*.yaml charts/bnerd-vpn-operator/files/crds/
 	cp config/rbac/role.yaml charts/bnerd-vpn-operator/files/role.yaml
@@ -153,7 +153,8 @@ fuzz:
 sandbox: controlplane
 	KUBEBUILDER_ASSETS=$$(bash hack/controlplane.sh --print-dir) $(GO) run ./cmd/sandbox $(SANDBOX_ARGS)
 
-## unit: the quick loop while developing (no control plane required: those tests skip).
+## unit: the quick loop while developing: -short starts no API server and needs no root
+## (the tests that need either skip; docs/testing.md).
 unit:
 	BNERD_REQUIRE_ENVTEST=0 BNERD_REQUIRE_DATAPLANE=0 $(GO) test -short ./...
 

@@ -108,6 +108,11 @@ const (
 	// endpoint lies in a range the operator uses itself (the service-CIDR pool, the
 	// gateway network, the internal source networks).
 	ReasonPeerAddressNotAllowed = "PeerAddressNotAllowed"
+	// ReasonIntervalOutOfBounds: a tunnel's ike.lifetime, esp.lifetime or dpd.delay lies
+	// outside the bounds that keep one gateway's rekeying and liveness checks from
+	// loading the node its neighbours share (IntervalBounds). The API server refuses
+	// such values; the operator reports objects stored before the rule.
+	ReasonIntervalOutOfBounds = "IntervalOutOfBounds"
 )
 
 // PodReady reasons: the gateway pod as the kubelet reports it.

@@ -172,9 +172,12 @@ type IKEOptions struct {
 	// +kubebuilder:validation:items:XValidation:rule="self.split('-').exists(t, t in ['modp2048', 'modp3072', 'modp4096', 'modp6144', 'modp8192', 'ecp256', 'ecp384', 'ecp521', 'ecp256bp', 'ecp384bp', 'ecp512bp', 'curve25519', 'x25519', 'curve448', 'x448'])",message="an IKE proposal needs a Diffie-Hellman group: modp2048 or larger, ecp256 or larger, curve25519 or curve448"
 	// +optional
 	Proposals []string `json:"proposals,omitempty"`
-	// Lifetime of the IKE SA before it is rekeyed (seconds, or with an s, m, h or d suffix).
+	// Lifetime of the IKE SA before it is rekeyed (seconds, or with an s, m, h or d suffix),
+	// from 10m to 24h.
 	// +kubebuilder:default="4h"
 	// +kubebuilder:validation:Pattern=`^[0-9]{1,6}[smhd]?$`
+	// +kubebuilder:validation:MaxLength=7
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[0-9]{1,6}[smhd]?$') || [(self.matches('[smhd]$') ? int(self.substring(0, size(self) - 1)) : int(self)) * (self.endsWith('d') ? 86400 : self.endsWith('h') ? 3600 : self.endsWith('m') ? 60 : 1)].all(n, n >= 600 && n <= 86400)",message="ike.lifetime must be between 10m and 24h (600 to 86400 seconds)"
 	// +optional
 	Lifetime string `json:"lifetime,omitempty"`
 }
@@ -193,18 +196,24 @@ type ESPOptions struct {
 	// +kubebuilder:validation:items:XValidation:rule="self.split('-').all(t, t in ['aes128gcm16', 'aes192gcm16', 'aes256gcm16', 'aes128gcm12', 'aes192gcm12', 'aes256gcm12', 'aes128gcm', 'aes192gcm', 'aes256gcm', 'aes128gcm128', 'aes192gcm128', 'aes256gcm128', 'aes128gcm96', 'aes192gcm96', 'aes256gcm96', 'aes128ccm128', 'aes192ccm128', 'aes256ccm128', 'aes128ccm96', 'aes192ccm96', 'aes256ccm96', 'aes128ccm16', 'aes192ccm16', 'aes256ccm16', 'aes128ccm12', 'aes192ccm12', 'aes256ccm12', 'chacha20poly1305', 'aes128', 'aes192', 'aes256', 'aes128ctr', 'aes192ctr', 'aes256ctr', 'sha256', 'sha384', 'sha512', 'modp2048', 'modp3072', 'modp4096', 'modp6144', 'modp8192', 'ecp256', 'ecp384', 'ecp521', 'ecp256bp', 'ecp384bp', 'ecp512bp', 'curve25519', 'x25519', 'curve448', 'x448', 'esn', 'noesn'])",message="an ESP proposal uses an algorithm below the crypto floor: allowed are AES-GCM/CCM (12- or 16-octet ICV), ChaCha20-Poly1305, AES with sha256/sha384/sha512, prfsha256/384/512, DH groups modp2048 and up, ecp256 and up, curve25519, curve448 (never null, des, 3des, md5, sha1, modp768, modp1024, modp1536)"
 	// +optional
 	Proposals []string `json:"proposals,omitempty"`
-	// Lifetime of the child SA before it is rekeyed (seconds, or with an s, m, h or d suffix).
+	// Lifetime of the child SA before it is rekeyed (seconds, or with an s, m, h or d suffix),
+	// from 5m to 8h.
 	// +kubebuilder:default="1h"
 	// +kubebuilder:validation:Pattern=`^[0-9]{1,6}[smhd]?$`
+	// +kubebuilder:validation:MaxLength=7
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[0-9]{1,6}[smhd]?$') || [(self.matches('[smhd]$') ? int(self.substring(0, size(self) - 1)) : int(self)) * (self.endsWith('d') ? 86400 : self.endsWith('h') ? 3600 : self.endsWith('m') ? 60 : 1)].all(n, n >= 300 && n <= 28800)",message="esp.lifetime must be between 5m and 8h (300 to 28800 seconds)"
 	// +optional
 	Lifetime string `json:"lifetime,omitempty"`
 }
 
 // DPDOptions configure dead peer detection.
 type DPDOptions struct {
-	// Delay between liveness checks when no traffic is seen.
+	// Delay between liveness checks when no traffic is seen (seconds, or with an s, m, h or
+	// d suffix), from 10s to 1h.
 	// +kubebuilder:default="30s"
 	// +kubebuilder:validation:Pattern=`^[0-9]{1,6}[smhd]?$`
+	// +kubebuilder:validation:MaxLength=7
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[0-9]{1,6}[smhd]?$') || [(self.matches('[smhd]$') ? int(self.substring(0, size(self) - 1)) : int(self)) * (self.endsWith('d') ? 86400 : self.endsWith('h') ? 3600 : self.endsWith('m') ? 60 : 1)].all(n, n >= 10 && n <= 3600)",message="dpd.delay must be between 10s and 1h (10 to 3600 seconds)"
 	// +optional
 	Delay string `json:"delay,omitempty"`
 	// Action when the peer is found dead: restart re-initiates, clear closes, trap waits

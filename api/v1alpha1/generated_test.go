@@ -40,7 +40,7 @@ func TestGeneratedFilesAreCurrent(t *testing.T) {
 	}
 
 	rbacDir := t.TempDir()
-	gen("rbac:roleName=bnerd-vpn-operator", "paths=./internal/controller/...", "output:rbac:dir="+rbacDir)
+	gen("rbac:roleName=bnerd-vpn-operator", "paths=./internal/controller/...;./cmd/bnerd-vpn-operator", "output:rbac:dir="+rbacDir)
 	freshRole, _ := os.ReadFile(filepath.Join(rbacDir, "role.yaml"))
 	committedRole, err := os.ReadFile(filepath.Join(root, "config", "rbac", "role.yaml"))
 	if err != nil || len(freshRole) == 0 || !bytes.Equal(freshRole, committedRole) {

@@ -163,6 +163,7 @@ func (s *GatewaySpec) validateWith(p *field.Path, wireguard bool, wg *WireGuardS
 			}
 		}
 	}
+	errs = append(errs, s.intervalsOutOfBounds(p)...)
 	if wireguard {
 		errs = append(errs, validateWireGuard(p.Child("wireguard"), wg, tunnels, &remote)...)
 	}

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
@@ -50,17 +51,23 @@ func main() {
 // flags are the process's own settings; the operator configuration is operatorconfig.
 type flags struct {
 	metricsAddr, probeAddr string
-	leaderElect            bool
-	profiling              bool
-	showVersion            bool
-	zap                    zap.Options
+	// metricsSecure serves the metrics over HTTPS to authenticated and authorised
+	// clients only; metricsCertDir holds its tls.crt and tls.key (empty: self-signed).
+	metricsSecure  bool
+	metricsCertDir string
+	leaderElect    bool
+	profiling      bool
+	showVersion    bool
+	zap            zap.Options
 }
 
 // parseFlags reads the command line and the environment.
 func parseFlags(args []string, getenv func(string) string) (flags, operatorconfig.Config, error) {
 	var f flags
 	fs := flag.NewFlagSet("bnerd-vpn-operator", flag.ContinueOnError)
-	metricsAddr := fs.String("metrics-bind-address", ":8080", "address of the operator's Prometheus metrics")
+	metricsAddr := fs.String("metrics-bind-address", ":8443", "address of the operator's Prometheus metrics")
+	metricsSecure := fs.Bool("metrics-secure", true, "serve the metrics over HTTPS to clients the API server authenticates (TokenReview) and authorises (SubjectAccessReview: get on the non-resource URL /metrics); false serves plain HTTP to anyone, for local use only")
+	metricsCertDir := fs.String("metrics-cert-dir", "", "directory with the metrics server's tls.crt and tls.key (reloaded when they change); empty: a self-signed certificate made at start")
 	probeAddr := fs.String("health-probe-bind-address", ":8081", "address of the health and readiness probes")
 	// On by default: the service-CIDR and transit-IP allocators live in memory, so two
 	// replicas reconciling at once could hand out the same /24 or transit IP.
@@ -70,8 +77,15 @@ func parseFlags(args []string, getenv func(string) string) (flags, operatorconfi
 	f.zap.BindFlags(fs)
 	cfg, err := operatorconfig.Load(fs, args, getenv)
 	f.metricsAddr, f.probeAddr, f.leaderElect, f.showVersion, f.profiling = *metricsAddr, *probeAddr, *leaderElect, *showVersion, *profiling
+	f.metricsSecure, f.metricsCertDir = *metricsSecure, *metricsCertDir
 	return f, cfg, err
 }
+
+// The metrics filter (--metrics-secure) asks the API server who a scraper is and whether
+// it may get /metrics:
+//
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
 // LeaderElectionID is the Lease the replicas compete for, in the operator namespace.
 const LeaderElectionID = "bnerd-vpn-operator.ipsec.bnerd.net"
@@ -81,6 +95,19 @@ const LeaderElectionID = "bnerd-vpn-operator.ipsec.bnerd.net"
 // controller-runtime's default resync (10 h), which the reconcilers do not rely on.
 func managerOptions(f flags, cfg operatorconfig.Config, scheme *runtime.Scheme) ctrl.Options {
 	metrics := metricsserver.Options{BindAddress: f.metricsAddr}
+	if f.metricsSecure {
+		// The per-gateway series name every tenant's namespaces, gateways, nodes and
+		// floating IPs: only a client the API server vouches for, and allows to get
+		// /metrics, reads them (the chart's metrics-reader ClusterRole). The filter asks
+		// the API server with a TokenReview and a SubjectAccessReview (the operator's
+		// ClusterRole may create both); it guards the pprof handlers too.
+		metrics.SecureServing = true
+		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
+		metrics.CertDir = f.metricsCertDir
+		// HTTP/1.1 only, as controller-runtime's scaffold does: HTTP/2's stream resets
+		// (CVE-2023-44487, CVE-2023-39325) are not worth it for one scrape at a time.
+		metrics.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
+	}
 	if f.profiling {
 		metrics.ExtraHandlers = map[string]http.Handler{
 			"/debug/pprof/":        http.HandlerFunc(pprof.Index),

@@ -35,14 +35,27 @@ var reviewedClusterRole = []string{
 	// earlier releases wrote.
 	`"" secrets create,delete,get,list,update,watch`,
 	`apps deployments create,get,list,update,watch`,
+	// The metrics filter (--metrics-secure) asks the API server who a scraper is and
+	// whether it may get /metrics.
+	`authentication.k8s.io tokenreviews create`,
+	`authorization.k8s.io subjectaccessreviews create`,
 	`events.k8s.io events create,patch`,
-	`ipsec.bnerd.net clusterlinks,ipsecgateways,vpngateways get,list,patch,update,watch`,
+	// Gateways: the finalizer goes on and off by merge patch, never by update.
+	// ClusterLinks: the finalizer goes on and off by update, never by patch.
+	`ipsec.bnerd.net ipsecgateways,vpngateways get,list,patch,watch`,
+	`ipsec.bnerd.net clusterlinks get,list,update,watch`,
+	// update on finalizers: the owner references the operator sets block the owner's
+	// deletion, which the OwnerReferencesPermissionEnforcement admission allows only then.
 	`ipsec.bnerd.net clusterlinks/finalizers,ipsecgateways/finalizers,vpngateways/finalizers update`,
-	`ipsec.bnerd.net clusterlinks/status,ipsecgateways/status,vpngateways/status get,patch,update`,
+	// Status is written by server-side apply only (a patch), never updated. get on a
+	// gateway's status: only because the gateway pod's Role grants it (the agent reads
+	// its status), and Kubernetes lets the operator create that Role only then.
+	`ipsec.bnerd.net clusterlinks/status patch`,
+	`ipsec.bnerd.net ipsecgateways/status,vpngateways/status get,patch`,
 	// VPNTenantPolicies: read (the gateways' limits and ranges), their status written
-	// (usage, overlap); the policies themselves are the platform admins' to write.
+	// by update (usage, overlap); the policies themselves are the platform admins' to write.
 	`ipsec.bnerd.net vpntenantpolicies get,list,watch`,
-	`ipsec.bnerd.net vpntenantpolicies/status get,patch,update`,
+	`ipsec.bnerd.net vpntenantpolicies/status update`,
 	`k8s.cni.cncf.io network-attachment-definitions create,get,list,update,watch`,
 	// A NetworkPolicy is deleted when the operator's switch turns it off.
 	`networking.k8s.io networkpolicies create,delete,get,list,update,watch`,

@@ -16,9 +16,7 @@ import (
 // objects (including the reverse route on the service cluster's router), and were deleted
 // without leaving any behind.
 func TestSandboxObjectsOnlyRunsToCompletion(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the sandbox builds and runs the operator; skipped in -short mode")
-	}
+	testenv.SkipUnit(t, "the sandbox builds and runs the operator")
 	if testenv.BinDir() == "" {
 		if testenv.Required() {
 			t.Fatal(testenv.ErrNoControlPlane)
@@ -67,9 +65,7 @@ func TestSandboxObjectsOnlyRunsToCompletion(t *testing.T) {
 // tunnel up, requests answered both ways through it, and nothing left after the
 // deletion; and that no stack trace or controller-runtime logger dump is printed.
 func TestSandboxProductRunsToCompletion(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the product sandbox starts a cluster; skipped in -short mode")
-	}
+	testenv.SkipUnit(t, "the product sandbox starts a cluster")
 	if why := world.Requirements(); why != "" {
 		testenv.SkipDataplane(t, why)
 	}

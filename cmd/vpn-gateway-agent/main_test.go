@@ -58,12 +58,8 @@ func TestDeploymentArgsParse(t *testing.T) {
 // with a line naming forwarding and the device, before reading any config, so the pod's
 // state shows the cause.
 func TestInitNATRefusesWithoutForwarding(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the agent; skipped in -short mode")
-	}
-	if os.Geteuid() != 0 {
-		testenv.SkipDataplane(t, "needs root for a network namespace")
-	}
+	testenv.SkipUnit(t, "builds the agent")
+	testenv.NeedRoot(t, "needs root for a network namespace")
 	if _, err := exec.LookPath("unshare"); err != nil {
 		testenv.SkipDataplane(t, "needs unshare (util-linux)")
 	}
@@ -87,12 +83,8 @@ func TestInitNATRefusesWithoutForwarding(t *testing.T) {
 // namespace does not forward): init-nat turns forwarding on for the device itself and
 // keeps running instead of refusing.
 func TestInitNATTurnsForwardingOn(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the agent; skipped in -short mode")
-	}
-	if os.Geteuid() != 0 {
-		testenv.SkipDataplane(t, "needs root for a network namespace")
-	}
+	testenv.SkipUnit(t, "builds the agent")
+	testenv.NeedRoot(t, "needs root for a network namespace")
 	bin := filepath.Join(t.TempDir(), "vpn-gateway-agent")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)

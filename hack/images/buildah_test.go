@@ -46,12 +46,8 @@ import (
 // linux/amd64 is built: the arm64 final stages would run arm64's apt-get under emulation,
 // which hack/images does for its roots already (the build stages cross-compile natively).
 func TestDockerfilesBuildWithBuildah(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds four Dockerfiles (-short)")
-	}
-	if os.Geteuid() != 0 {
-		testenv.SkipDataplane(t, "buildah's chroot isolation and debootstrap need root")
-	}
+	testenv.SkipUnit(t, "builds four Dockerfiles")
+	testenv.NeedRoot(t, "buildah's chroot isolation and debootstrap need root")
 	for _, bin := range []string{"buildah", "debootstrap", "/usr/bin/docker-registry"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			testenv.SkipDataplane(t, fmt.Sprintf("needs %s (apt-get install buildah debootstrap docker-registry)", bin))

@@ -93,6 +93,7 @@ var reasonFix = map[string]string{
 	v1alpha1.ReasonPlaintextExposure:        "Expose the service's TLS port, or set allowPlaintext: true on that exposure after deciding the plaintext hop is acceptable.",
 	v1alpha1.ReasonAllocationFailed:         "Free or widen the pool (IPSEC_SERVICE_CIDR_POOL), move a pinned virtual IP into its range, or pick a /24 that does not overlap the client's networks.",
 	v1alpha1.ReasonPortFailed:               "Read the OpenStack error in the message: quota (openstack quota show), the gateway network's name (IPSEC_GATEWAY_NETWORK) or the operator's credential.",
+	v1alpha1.ReasonIntervalOutOfBounds:      "Set the tunnel's ike.lifetime (10m-24h), esp.lifetime (5m-8h) or dpd.delay (10s-1h) the message names inside its bounds; nothing is built until then.",
 	v1alpha1.ReasonPeerAddressNotAllowed:    "Use the client's real address in spec.tunnels[].peer.address (or spec.wireguard.peers[].endpoint.address): it lies in the operator's own ranges the message names (service-CIDR pool, gateway network, internal source CIDRs).",
 	v1alpha1.ReasonPeerSubnetOverlap:        "A client network overlaps the gateway network's subnet; remove it from spec.tunnels[].peer.subnets (the client must renumber or NAT it).",
 	v1alpha1.ReasonSecurityGroupFail:        "Read the OpenStack error: security group or rule quota (openstack quota show), or the operator's credential.",

@@ -1,7 +1,6 @@
 package fabric
 
 import (
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -186,9 +185,7 @@ func TestBuildSecurityGroups(t *testing.T) {
 // The rendered rulesets are valid nftables: checked by nft itself (root), since a
 // syntax error would only surface when the fabric applies them.
 func TestRulesetsParse(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testenv.SkipDataplane(t, "nft --check needs root")
-	}
+	testenv.NeedRoot(t, "nft --check needs root")
 	if _, err := exec.LookPath("nft"); err != nil {
 		testenv.SkipDataplane(t, "needs nft (nftables)")
 	}

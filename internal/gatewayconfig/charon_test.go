@@ -40,7 +40,11 @@ type charon struct {
 func startCharon(tb testing.TB) (*charon, string) {
 	tb.Helper()
 	why := ""
-	if os.Geteuid() != 0 {
+	switch {
+	case testing.Short():
+		// testenv.UnitTierPrefix, repeated for the reason above.
+		why = "the unit tier (go test -short, make unit) needs no root, and this check does (a network namespace)"
+	case os.Geteuid() != 0:
 		why = "needs root for a network namespace"
 	}
 	for _, bin := range []string{"charon-systemd", "swanctl", "unshare"} {

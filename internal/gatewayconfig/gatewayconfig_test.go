@@ -350,7 +350,7 @@ func TestSwanctlStructure(t *testing.T) {
 		t.Fatalf("paths:\n got %v\nwant %v", got, want)
 	}
 	hq := root.Sub("connections").Sub("hq")
-	checks := map[string]string{"local_addrs": "%any", "remote_addrs": "198.51.100.7", "encap": "yes", "mobike": "no", "rekey_time": "28800s", "dpd_delay": "10s"}
+	checks := map[string]string{"local_addrs": "%any", "remote_addrs": "198.51.100.7", "encap": "yes", "mobike": "no", "unique": "replace", "rekey_time": "28800s", "reauth_time": "86400s", "dpd_delay": "10s"}
 	for k, v := range checks {
 		if got, _ := hq.Get(k); got != v {
 			t.Errorf("hq.%s = %q, want %q", k, got, v)
@@ -382,7 +382,7 @@ func expectedSwanctlPaths(cfg *Config) []string {
 	for _, t := range cfg.Tunnels {
 		c := "connections." + t.Name
 		out = append(out, c+"{}")
-		for _, k := range []string{"version", "local_addrs", "remote_addrs", "encap", "mobike", "proposals", "rekey_time", "dpd_delay"} {
+		for _, k := range []string{"version", "local_addrs", "remote_addrs", "encap", "mobike", "unique", "proposals", "rekey_time", "reauth_time", "dpd_delay"} {
 			out = append(out, c+"."+k)
 		}
 		out = append(out, c+".local{}", c+".local.auth", c+".local.id", c+".remote{}", c+".remote.auth", c+".remote.id", c+".children{}")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
@@ -80,8 +81,19 @@ func RenderSwanctlFor(cfg *Config, tunnels []string) (string, error) {
 		// otherwise send IKE to the addresses a peer announces, its internal ones
 		// included, through whatever path reaches them (seen in the kernel-mode e2e).
 		w.kv("mobike", "no")
+		// A peer's fresh IKE SA supersedes the one it had (a restart without
+		// INITIAL_CONTACT, a peer initiating again while its IKE SA is up): charon, as
+		// the responder, deletes the older IKE SA of the same identities and connection
+		// settings once the new one is authenticated, so duplicates do not pile up, each
+		// with a child SA for the same selectors and rekeyed side by side. charon's
+		// default, "no", replaces only on INITIAL_CONTACT. charon checks the policy only
+		// as the responder of IKE_AUTH, so it neither touches an IKE SA the gateway
+		// initiates (make-before-break) nor resolves two initiations that cross: the
+		// agent's loader ends the older of those.
+		w.kv("unique", "replace")
 		w.kv("proposals", strings.Join(t.IKEProposals, ","))
 		w.kv("rekey_time", fmt.Sprintf("%ds", t.IKERekeySeconds))
+		w.kv("reauth_time", fmt.Sprintf("%ds", ReauthSeconds))
 		w.kv("dpd_delay", fmt.Sprintf("%ds", t.DPDDelaySeconds))
 		w.open("local")
 		w.kv("auth", "psk")
@@ -271,6 +283,27 @@ const (
 	DataplaneLibipsec DataplaneMode = "libipsec"
 )
 
+// charon's flood limits in the rendered strongswan.conf (see RenderStrongswanConf).
+const (
+	// BlockThreshold: half-open IKE SAs from one peer address beyond which its
+	// IKE_SA_INITs are refused.
+	BlockThreshold = 5
+	// CookieThresholdIP: half-open IKE SAs from one peer address that make charon
+	// demand a cookie from it.
+	CookieThresholdIP = 3
+	// CookieThreshold: half-open IKE SAs in all that make charon demand cookies.
+	CookieThreshold = 10
+	// InitLimitHalfOpen: half-open IKE SAs in all beyond which new IKE_SA_INITs are
+	// dropped.
+	InitLimitHalfOpen = 32
+	// IKESALimit: IKE SAs in any state beyond which new IKE_SA_INITs are dropped.
+	IKESALimit = 64
+	// ReauthSeconds is every tunnel's IKE reauthentication interval: the peer's
+	// credentials are checked again and every key is made anew at least once a day,
+	// whatever the lifetimes.
+	ReauthSeconds = 86400
+)
+
 // StrongswanOptions parameterise strongswan.conf.
 type StrongswanOptions struct {
 	Mode DataplaneMode
@@ -314,6 +347,21 @@ func RenderStrongswanConf(opts StrongswanOptions) (string, error) {
 	// 20 s instead of up to 76 s: a client that fixes its side is answered within 20 s,
 	// and an unanswered attempt gives up after about 84 s instead of 165 s.
 	w.kv("retransmit_limit", "20")
+	// Flood limits (security review M4): a peer that sends IKE_SA_INIT after
+	// IKE_SA_INIT keeps charon busy with Diffie-Hellman work and half-open state on a node
+	// other tenants' gateways share. From one address, more than BlockThreshold half-open
+	// IKE SAs are refused outright and CookieThresholdIP of them make charon ask for a
+	// cookie first (no DH work for a spoofed source); in all, InitLimitHalfOpen half-open
+	// SAs make charon drop new IKE_SA_INITs, and IKESALimit SAs of any state refuse new
+	// ones. A gateway has at most 16 tunnels, each with one IKE SA and a second one while
+	// it is rekeyed or reauthenticated; the limits leave room for that twice over.
+	// BlockThreshold and CookieThresholdIP are strongSwan 5.9's defaults, stated so the
+	// rendered file shows every limit charon applies.
+	w.kv("block_threshold", strconv.Itoa(BlockThreshold))
+	w.kv("cookie_threshold", strconv.Itoa(CookieThreshold))
+	w.kv("cookie_threshold_ip", strconv.Itoa(CookieThresholdIP))
+	w.kv("init_limit_half_open", strconv.Itoa(InitLimitHalfOpen))
+	w.kv("ikesa_limit", strconv.Itoa(IKESALimit))
 	w.open("plugins")
 	w.open("vici")
 	w.kv("socket", "unix://"+sock)

@@ -147,7 +147,9 @@ func Role(g Gateway, group string, pskSecrets ...string) *rbacv1.Role {
 		APIGroups:     []string{group},
 		Resources:     []string{g.Resource + "/status"},
 		ResourceNames: []string{g.Name},
-		Verbs:         []string{"get", "patch", "update"},
+		// The status agent reads the status subresource and writes it by server-side
+		// apply (a patch); it never updates it.
+		Verbs: []string{"get", "patch"},
 	})
 	return &rbacv1.Role{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},

@@ -238,62 +238,6 @@ func checkHardening(t *testing.T, ps corev1.PodSpec, withToken map[string]bool) 
 	}
 }
 
-// PodSecurityDrift finds every security-relevant change a tenant or a tool could make
-// to the Deployment, and none in the rendering itself.
-func TestPodSecurityDrift(t *testing.T) {
-	d, err := Deployment(workload())
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := d.Spec.Template.Spec
-	if got := PodSecurityDrift(want, *want.DeepCopy()); len(got) != 0 {
-		t.Fatalf("drift in an identical spec: %v", got)
-	}
-	yes := true
-	for _, tc := range []struct {
-		field  string
-		mutate func(ps *corev1.PodSpec)
-	}{
-		{"hostNetwork", func(ps *corev1.PodSpec) { ps.HostNetwork = true }},
-		{"hostPID", func(ps *corev1.PodSpec) { ps.HostPID = true }},
-		{"serviceAccountName", func(ps *corev1.PodSpec) { ps.ServiceAccountName = "operator" }},
-		{"automountServiceAccountToken", func(ps *corev1.PodSpec) { ps.AutomountServiceAccountToken = &yes }},
-		{"securityContext", func(ps *corev1.PodSpec) { ps.SecurityContext = nil }},
-		{"volumes", func(ps *corev1.PodSpec) {
-			ps.Volumes = append(ps.Volumes, corev1.Volume{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}})
-		}},
-		{"containers", func(ps *corev1.PodSpec) {
-			ps.Containers = append(ps.Containers, corev1.Container{Name: "sidecar", Image: "x"})
-		}},
-		{"containers", func(ps *corev1.PodSpec) { ps.Containers[1].SecurityContext.Privileged = &yes }},
-		{"containers", func(ps *corev1.PodSpec) {
-			ps.Containers[1].VolumeMounts = append(ps.Containers[1].VolumeMounts, ps.Containers[0].VolumeMounts[1])
-		}},
-		{"containers", func(ps *corev1.PodSpec) {
-			ps.Containers[2].Env = append(ps.Containers[2].Env, corev1.EnvVar{Name: "LD_PRELOAD", Value: "/tmp/x.so"})
-		}},
-		{"initContainers", func(ps *corev1.PodSpec) { ps.InitContainers = []corev1.Container{{Name: "init", Image: "x"}} }},
-		{"runtimeClassName", func(ps *corev1.PodSpec) { rc := "unconfined"; ps.RuntimeClassName = &rc }},
-	} {
-		live := *want.DeepCopy()
-		tc.mutate(&live)
-		if got := PodSecurityDrift(want, live); !slices.Contains(got, tc.field) {
-			t.Errorf("%s: drift %v not found", tc.field, got)
-		}
-	}
-	// What the API server fills in is no drift.
-	live := *want.DeepCopy()
-	live.DeprecatedServiceAccount = live.ServiceAccountName
-	live.DNSPolicy, live.RestartPolicy, live.SchedulerName = corev1.DNSClusterFirst, corev1.RestartPolicyAlways, "default-scheduler"
-	for i := range live.Containers {
-		live.Containers[i].TerminationMessagePath = "/dev/termination-log"
-		live.Containers[i].ImagePullPolicy = corev1.PullIfNotPresent
-	}
-	if got := PodSecurityDrift(want, live); len(got) != 0 {
-		t.Fatalf("API server defaults taken for drift: %v", got)
-	}
-}
-
 // Regression (found on the real node, whose kernel has no ESP): the dataplane selects
 // charon's backend and the matching guard, and libipsec's TUN device needs CAP_MKNOD in
 // the strongswan container only.

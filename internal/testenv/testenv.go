@@ -4,6 +4,8 @@
 package testenv
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -85,6 +87,9 @@ func Start() (*Env, error) { return StartWith(nil) }
 // StartWith is Start with further kube-apiserver flags (for example an audit policy
 // and log, to see which requests a component makes).
 func StartWith(apiServerFlags map[string]string) (*Env, error) {
+	if UnitTier() {
+		return nil, ErrUnitTier
+	}
 	dir := BinDir()
 	if dir == "" {
 		return nil, ErrNoControlPlane
@@ -119,6 +124,10 @@ func StartWith(apiServerFlags map[string]string) (*Env, error) {
 // ErrNoControlPlane means the binaries are not built.
 var ErrNoControlPlane = fmt.Errorf("kube-apiserver/etcd not found: run `make controlplane` (or set KUBEBUILDER_ASSETS)")
 
+// ErrUnitTier is Start's refusal under -short: the unit tier starts no control plane. A
+// test reaching it missed its SkipUnit.
+var ErrUnitTier = errors.New(UnitTierPrefix + " starts no API server; call testenv.SkipUnit before testenv.Start")
+
 // KubeConfig is a kubeconfig file's content for the running control plane.
 func (e *Env) KubeConfig() []byte { return e.env.KubeConfig }
 
@@ -134,7 +143,15 @@ func (e *Env) Stop() error { return e.env.Stop() }
 // Main runs a package's tests against one control plane shared by the package: use it
 // as `func TestMain(m *testing.M) { testenv.Main(m, &env) }`. Without binaries the tests
 // are skipped with the reason, unless RequireEnv is set, which makes that a failure.
+//
+// Under -short (the unit tier) it starts nothing: Need skips each test with the unit
+// tier's reason (or fails it when RequireEnv is set), and the package's other tests run.
 func Main(m *testing.M, out **Env) {
+	if UnitTier() {
+		skipAll = UnitTierPrefix + " starts no API server; run without -short for this test"
+		skipUnit = true
+		os.Exit(m.Run())
+	}
 	e, err := Start()
 	if err != nil {
 		if err == ErrNoControlPlane && !Required() {
@@ -153,16 +170,77 @@ func Main(m *testing.M, out **Env) {
 	os.Exit(code)
 }
 
-var skipAll string
+var (
+	skipAll  string
+	skipUnit bool // skipAll is the unit tier's, not a missing control plane
+)
 
 // Required reports whether a missing control plane must fail rather than skip.
 func Required() bool { return os.Getenv(RequireEnv) == "1" }
 
-// Need skips the calling test when Main found no control plane.
+// Need skips the calling test when Main started no control plane: none was found (a
+// skip only when RequireEnv is not set, else Main failed already), or the run is the
+// unit tier (a failure when RequireEnv is set: nothing skips then).
 func Need(t testing.TB) {
 	t.Helper()
-	if skipAll != "" {
-		t.Skip(skipAll)
+	if skipAll == "" {
+		return
+	}
+	if skipUnit && Required() {
+		t.Fatalf("%s (and %s=1 requires every control-plane test to run)", skipAll, RequireEnv)
+	}
+	t.Skip(skipAll)
+}
+
+// UnitTierPrefix begins the reason of every skip the unit tier makes, so a test report
+// tells them apart from a missing prerequisite.
+const UnitTierPrefix = "the unit tier (go test -short, make unit)"
+
+// UnitTier reports whether this is a test binary run with -short: the unit tier, which
+// starts no API server and needs no root. Outside a test binary it is false.
+func UnitTier() bool {
+	if !testing.Testing() {
+		return false
+	}
+	if !flag.Parsed() {
+		// TestMain runs before testing.M.Run parses the flags; parsing them here is what
+		// M.Run would do (it parses only once).
+		flag.Parse()
+	}
+	return testing.Short()
+}
+
+// SkipUnit skips the calling test in the unit tier, saying why it is left out (it needs
+// an API server, builds and runs binaries, ...). When RequireEnv or RequireDataplaneEnv
+// is set nothing may skip, so it fails the test instead. Without -short it does nothing.
+func SkipUnit(t testing.TB, why string) {
+	t.Helper()
+	if !UnitTier() {
+		return
+	}
+	msg := UnitTierPrefix + " leaves this test out: " + why
+	for _, v := range []string{RequireEnv, RequireDataplaneEnv} {
+		if os.Getenv(v) == "1" {
+			t.Fatalf("%s (and %s=1 requires it to run)", msg, v)
+		}
+	}
+	t.Skip(msg)
+}
+
+// NeedRoot is the root check of a test that needs root: in the unit tier it skips the
+// test whoever runs it (the unit tier needs no root), failing it instead when
+// RequireDataplaneEnv is set; otherwise, not run as root, it is SkipDataplane(t, why).
+func NeedRoot(t testing.TB, why string) {
+	t.Helper()
+	if UnitTier() {
+		msg := UnitTierPrefix + " needs no root, and this test does: " + why
+		if os.Getenv(RequireDataplaneEnv) == "1" {
+			t.Fatalf("%s (and %s=1 requires it to run)", msg, RequireDataplaneEnv)
+		}
+		t.Skip(msg)
+	}
+	if os.Geteuid() != 0 {
+		SkipDataplane(t, why)
 	}
 }
 

@@ -166,9 +166,7 @@ func TestDiagnoseCommandExitCodes(t *testing.T) {
 // refuses to proxy to loopback), so the test adds one on a veth pair it creates.
 func TestDiagnoseReadsExporterThroughPodProxy(t *testing.T) {
 	testenv.Need(t)
-	if os.Geteuid() != 0 {
-		testenv.SkipDataplane(t, "the pod-proxy test needs root to add a pod address on a veth pair")
-	}
+	testenv.NeedRoot(t, "the pod-proxy test needs root to add a pod address on a veth pair")
 	rnd := make([]byte, 2)
 	_, _ = rand.Read(rnd)
 	a, b := "opv"+hex.EncodeToString(rnd), "opw"+hex.EncodeToString(rnd)

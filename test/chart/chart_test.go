@@ -186,8 +186,11 @@ func TestDeploymentArgsProbesPorts(t *testing.T) {
 	for _, p := range c.Ports {
 		ports[p.Name] = p.ContainerPort
 	}
-	if *got["metrics-bind-address"] != ":8080" || ports["metrics"] != 8080 {
-		t.Errorf("metrics bind %q, container port %d; want :8080 and 8080", *got["metrics-bind-address"], ports["metrics"])
+	if *got["metrics-bind-address"] != ":8443" || ports["metrics"] != 8443 {
+		t.Errorf("metrics bind %q, container port %d; want :8443 and 8443", *got["metrics-bind-address"], ports["metrics"])
+	}
+	if !slices.Contains(c.Args, "--metrics-secure=true") {
+		t.Errorf("the metrics are not served securely by default: %q", c.Args)
 	}
 	probeAddr := *got["health-probe-bind-address"]
 	for _, p := range []struct {
@@ -482,6 +485,70 @@ func TestLeaderElectionRole(t *testing.T) {
 	}
 }
 
+// metrics.secure=false serves plain HTTP on 8080 and scrapes it so; metrics.certSecret
+// mounts the certificate and names its directory; a tlsConfig replaces insecureSkipVerify.
+func TestMetricsSecureValues(t *testing.T) {
+	plain := with(with(requiredValues(), "metrics.secure", false), "metrics.serviceMonitor.enabled", true)
+	r := mustRender(t, plain)
+	_, c := r.operator(t)
+	if !slices.Contains(c.Args, "--metrics-secure=false") || !slices.Contains(c.Args, "--metrics-bind-address=:8080") ||
+		len(c.Ports) == 0 || c.Ports[0].Name != "metrics" || c.Ports[0].ContainerPort != 8080 {
+		t.Errorf("metrics.secure=false: args %q, ports %+v; want plain HTTP on 8080", c.Args, c.Ports)
+	}
+	eps, _, _ := unstructured.NestedSlice(r.find(t, "ServiceMonitor", releaseNS, fullname).Object, "spec", "endpoints")
+	if ep := eps[0].(map[string]any); ep["scheme"] != "http" || ep["bearerTokenFile"] != nil || ep["tlsConfig"] != nil {
+		t.Errorf("metrics.secure=false: ServiceMonitor endpoint %v, want plain http", ep)
+	}
+
+	certs := with(with(with(requiredValues(), "metrics.certSecret", "operator-metrics-tls"), "metrics.serviceMonitor.enabled", true),
+		"metrics.serviceMonitor.tlsConfig", map[string]any{"serverName": "op.vpn-system.svc", "ca": map[string]any{"secret": map[string]any{"name": "metrics-ca", "key": "ca.crt"}}})
+	r = mustRender(t, certs)
+	d, c := r.operator(t)
+	if !slices.Contains(c.Args, "--metrics-cert-dir=/etc/metrics-certs") {
+		t.Errorf("metrics.certSecret: args %q lack --metrics-cert-dir", c.Args)
+	}
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		if m.Name == "metrics-certs" && m.MountPath == "/etc/metrics-certs" && m.ReadOnly {
+			mounted = true
+		}
+	}
+	fromSecret := false
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Name == "metrics-certs" && v.Secret != nil && v.Secret.SecretName == "operator-metrics-tls" {
+			fromSecret = true
+		}
+	}
+	if !mounted || !fromSecret {
+		t.Errorf("metrics.certSecret: mounted %v, volume from the Secret %v", mounted, fromSecret)
+	}
+	sm := r.find(t, "ServiceMonitor", releaseNS, fullname)
+	convert[monitoringv1.ServiceMonitor](t, sm)
+	eps, _, _ = unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+	tc, _ := eps[0].(map[string]any)["tlsConfig"].(map[string]any)
+	if tc["serverName"] != "op.vpn-system.svc" || tc["insecureSkipVerify"] != nil {
+		t.Errorf("metrics.serviceMonitor.tlsConfig: endpoint tlsConfig %v", tc)
+	}
+	// Without secure serving there is no certificate to mount.
+	r = mustRender(t, with(with(requiredValues(), "metrics.certSecret", "operator-metrics-tls"), "metrics.secure", false))
+	if _, c := r.operator(t); slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--metrics-cert-dir") }) {
+		t.Errorf("metrics.secure=false still passes a cert dir: %q", c.Args)
+	}
+}
+
+// The metrics-reader ClusterRole grants get on /metrics and nothing else.
+func TestMetricsReaderRole(t *testing.T) {
+	r := mustRender(t, requiredValues())
+	role := convert[rbacv1.ClusterRole](t, r.find(t, "ClusterRole", "", fullname+"-metrics-reader"))
+	want := []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}
+	if !reflect.DeepEqual(role.Rules, want) {
+		t.Errorf("metrics-reader rules %+v, want %+v", role.Rules, want)
+	}
+	if n := mustRender(t, with(requiredValues(), "rbac.create", false)).count("ClusterRole"); n != 0 {
+		t.Errorf("rbac.create=false rendered %d ClusterRoles", n)
+	}
+}
+
 func TestMetricsServiceAndServiceMonitor(t *testing.T) {
 	r := mustRender(t, requiredValues())
 	svc := convert[corev1.Service](t, r.find(t, "Service", releaseNS, fullname+"-metrics"))
@@ -492,7 +559,7 @@ func TestMetricsServiceAndServiceMonitor(t *testing.T) {
 			t.Errorf("Service selector %s=%s does not match the operator pod (%v)", k, v, podLabels)
 		}
 	}
-	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 8080 || svc.Spec.Ports[0].TargetPort.StrVal != "metrics" {
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 8443 || svc.Spec.Ports[0].TargetPort.StrVal != "metrics" {
 		t.Errorf("metrics Service ports %+v", svc.Spec.Ports)
 	}
 	if n := r.count("ServiceMonitor"); n != 0 {
@@ -514,6 +581,13 @@ func TestMetricsServiceAndServiceMonitor(t *testing.T) {
 		// target's namespace (the operator's) would replace it.
 		if eps[0].(map[string]any)["honorLabels"] != true {
 			t.Errorf("%s: the ServiceMonitor endpoint does not honor the series' labels: %v", name, eps[0])
+		}
+		// The operator serves HTTPS to authenticated, authorised clients (metrics.secure):
+		// Prometheus sends its ServiceAccount token; the certificate is self-signed.
+		ep := eps[0].(map[string]any)
+		if ep["scheme"] != "https" || ep["bearerTokenFile"] != "/var/run/secrets/kubernetes.io/serviceaccount/token" ||
+			!reflect.DeepEqual(ep["tlsConfig"], map[string]any{"insecureSkipVerify": true}) {
+			t.Errorf("%s: ServiceMonitor endpoint %v, want https with the bearer token and insecureSkipVerify", name, ep)
 		}
 		sel, _, _ := unstructured.NestedMap(sm.Object, "spec", "selector", "matchLabels")
 		for k, v := range sel {

@@ -191,7 +191,7 @@ func TestInstallOnAPIServer(t *testing.T) {
 	}
 	run("with the ClusterRole", []check{
 		{"create", "apps", "deployments", "", "tenant-a", true},
-		{"update", "ipsec.bnerd.net", "ipsecgateways", "status", "tenant-a", true},
+		{"patch", "ipsec.bnerd.net", "ipsecgateways", "status", "tenant-a", true},
 		{"update", "ipsec.bnerd.net", "clusterlinks", "finalizers", "", true},
 		{"create", "k8s.cni.cncf.io", "network-attachment-definitions", "", "tenant-a", true},
 		{"get", "", "secrets", "", "tenant-a", true},
@@ -214,7 +214,60 @@ func TestInstallOnAPIServer(t *testing.T) {
 		{"patch", "", "secrets", "", "tenant-a", false},
 		{"deletecollection", "", "secrets", "", "tenant-a", false},
 		{"create", "coordination.k8s.io", "leases", "", "tenant-a", false},
+		// The metrics filter's reviews (--metrics-secure).
+		{"create", "authentication.k8s.io", "tokenreviews", "", "", true},
+		{"create", "authorization.k8s.io", "subjectaccessreviews", "", "", true},
+		// Narrowed to the verbs the code uses: gateways are patched (finalizer), never
+		// updated; ClusterLinks updated, never patched; status written by apply (patch).
+		{"patch", "ipsec.bnerd.net", "ipsecgateways", "", "tenant-a", true},
+		{"update", "ipsec.bnerd.net", "ipsecgateways", "", "tenant-a", false},
+		{"update", "ipsec.bnerd.net", "vpngateways", "", "tenant-a", false},
+		{"update", "ipsec.bnerd.net", "clusterlinks", "", "", true},
+		{"patch", "ipsec.bnerd.net", "clusterlinks", "", "", false},
+		{"patch", "ipsec.bnerd.net", "ipsecgateways", "status", "tenant-a", true},
+		{"update", "ipsec.bnerd.net", "ipsecgateways", "status", "tenant-a", false},
+		{"patch", "ipsec.bnerd.net", "clusterlinks", "status", "", true},
+		{"update", "ipsec.bnerd.net", "clusterlinks", "status", "", false},
+		{"get", "ipsec.bnerd.net", "clusterlinks", "status", "", false},
+		{"update", "ipsec.bnerd.net", "vpntenantpolicies", "status", "", true},
+		{"patch", "ipsec.bnerd.net", "vpntenantpolicies", "status", "", false},
 	})
+
+	// The metrics-reader ClusterRole, bound to a Prometheus ServiceAccount, lets it get
+	// /metrics; the operator's own ServiceAccount and an unbound one may not.
+	canGetMetrics := func(user, ns string) bool {
+		t.Helper()
+		sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+			User:                  user,
+			Groups:                []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+			NonResourceAttributes: &authzv1.NonResourceAttributes{Path: "/metrics", Verb: "get"},
+		}}
+		if err := c.Create(ctx, sar); err != nil {
+			t.Fatalf("SubjectAccessReview: %v", err)
+		}
+		return sar.Status.Allowed
+	}
+	prom := &unstructured.Unstructured{}
+	prom.SetAPIVersion("rbac.authorization.k8s.io/v1")
+	prom.SetKind("ClusterRoleBinding")
+	prom.SetName("prometheus-reads-the-operator")
+	prom.Object["roleRef"] = map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": fullname + "-metrics-reader"}
+	prom.Object["subjects"] = []any{map[string]any{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}}
+	if err := c.Create(ctx, prom); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return canGetMetrics("system:serviceaccount:monitoring:prometheus", "monitoring"), nil
+	})
+	if err != nil {
+		t.Errorf("a ServiceAccount bound to %s-metrics-reader may not get /metrics: %v", fullname, err)
+	}
+	if canGetMetrics("system:serviceaccount:monitoring:other", "monitoring") {
+		t.Error("an unbound ServiceAccount may get /metrics")
+	}
+	if canGetMetrics(sa, releaseNS) {
+		t.Error("the operator's own ServiceAccount may get /metrics")
+	}
 
 	// Without the cluster-wide grant, the two namespaced Roles must stand on their own.
 	crb := &unstructured.Unstructured{}

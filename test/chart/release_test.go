@@ -68,12 +68,8 @@ var releaseImages = []struct {
 // kubectl-vpn archives match checksums.txt and the krew manifest, and the binaries are
 // of their platform and print the version.
 func TestRelease(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the whole release (-short)")
-	}
-	if os.Geteuid() != 0 {
-		testenv.SkipDataplane(t, "the release makes the images' Debian roots with debootstrap: needs root")
-	}
+	testenv.SkipUnit(t, "the whole release")
+	testenv.NeedRoot(t, "the release makes the images' Debian roots with debootstrap: needs root")
 	const registryBin = "/usr/bin/docker-registry"
 	if _, err := os.Stat(registryBin); err != nil {
 		testenv.SkipDataplane(t, "needs Debian's docker-registry (hack/node/up.sh --build-only installs it)")

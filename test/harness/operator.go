@@ -69,7 +69,8 @@ func (o *Operator) Start() error {
 	if err != nil {
 		return err
 	}
-	args := append([]string{"--metrics-bind-address=" + addr, "--health-probe-bind-address=0"}, o.Args...)
+	// Plain HTTP metrics (and pprof) on loopback: the harness scrapes without a token.
+	args := append([]string{"--metrics-bind-address=" + addr, "--metrics-secure=false", "--health-probe-bind-address=0"}, o.Args...)
 	cmd := exec.Command(o.Bin, args...)
 	cmd.Env = o.Env
 	cmd.Stdout, cmd.Stderr = logf, logf

@@ -39,6 +39,7 @@ type world struct {
 // workers, one per server of the estate.
 func newWorld(t *testing.T) *world {
 	t.Helper()
+	testenv.SkipUnit(t, "starts a control plane and the simulator")
 	ctrllog.SetLogger(logr.Discard())
 	env, err := testenv.Start()
 	if err != nil {

@@ -104,6 +104,11 @@ force it either way. Yields "true" or nothing.
 {{- end -}}
 {{- end -}}
 
+{{- /* The operator's metrics port: 8443 for HTTPS (metrics.secure), 8080 for plain HTTP. */ -}}
+{{- define "bnerd-vpn-operator.metricsPort" -}}
+{{- if .Values.metrics.secure -}}8443{{- else -}}8080{{- end -}}
+{{- end -}}
+
 {{- define "bnerd-vpn-operator.serviceMonitorOn" -}}
 {{- if and .Values.metrics.service.enabled (include "bnerd-vpn-operator.monitoringOn" (dict "value" .Values.metrics.serviceMonitor.enabled "kind" "ServiceMonitor" "root" .)) -}}
 true

@@ -56,9 +56,7 @@ func TestPrepareRendersAndExecsCharon(t *testing.T) {
 // Regression (the real node): libipsec needs /dev/net/tun, which the container runtime
 // does not provide; the charon role creates it, and only in libipsec mode.
 func TestPrepareCreatesTheTUNDevice(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testenv.SkipDataplane(t, "creating a device node needs root (CAP_MKNOD)")
-	}
+	testenv.NeedRoot(t, "creating a device node needs root (CAP_MKNOD)")
 	dir := t.TempDir()
 	for _, mode := range []gatewayconfig.DataplaneMode{gatewayconfig.DataplaneKernel, gatewayconfig.DataplaneLibipsec} {
 		tun := filepath.Join(dir, string(mode), "net", "tun")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
@@ -122,9 +121,7 @@ func TestOptionsRejectInjection(t *testing.T) {
 // act there only.
 func inNetns(t testing.TB, f func()) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		testenv.SkipDataplane(t, "needs root for a network namespace")
-	}
+	testenv.NeedRoot(t, "needs root for a network namespace")
 	if _, err := exec.LookPath("nft"); err != nil {
 		testenv.SkipDataplane(t, "needs the nft binary (Debian package nftables)")
 	}

@@ -2,7 +2,6 @@ package routing
 
 import (
 	"net"
-	"os"
 	"runtime"
 	"testing"
 
@@ -15,9 +14,7 @@ import (
 // inNewNetns runs f on a locked thread inside a fresh network namespace.
 func inNewNetns(t *testing.T, f func()) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		testenv.SkipDataplane(t, "needs root to create a network namespace")
-	}
+	testenv.NeedRoot(t, "needs root to create a network namespace")
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -123,7 +124,13 @@ func flatten(s *gatewayconfig.Section, prefix string) []string {
 //     one carries the tunnel. If the peer refuses the new settings the old SA keeps
 //     running (ChangeRefused); if it refuses a second SA beside the first (a uniqueness
 //     policy of "keep"), the old SA is torn down first (Reestablishing), and the status
-//     says so.
+//     says so. The gateway's own connections have the uniqueness policy "replace"
+//     (package gatewayconfig), but charon checks it only as the responder of an
+//     IKE_AUTH exchange: the new IKE SA the loader initiates here never makes charon
+//     delete the running one, so the change stays make-before-break on this side;
+//   - end duplicate IKE SAs: when the gateway and the peer initiate at the same moment,
+//     two IKE SAs of the connection come up, each with a child SA for the same
+//     selectors, rekeyed side by side (see endDuplicates).
 type Loader struct {
 	Socket string
 	// LocalAddress, when set, is the only address an IKE SA may run from (the gateway
@@ -171,6 +178,9 @@ type plan struct {
 	// again before it counts (settle): one that caught an IKE rekey halfway would
 	// otherwise have the loader initiate a redundant IKE SA.
 	up bool
+	// dups are the IKE SAs the last round found superseded by a newer one of the same
+	// tunnel (endDuplicates): a second round that finds them so terminates them.
+	dups map[string]bool
 }
 
 type change struct {
@@ -201,7 +211,9 @@ type Result struct {
 	// that could not be applied beside it).
 	Migrated, Restarted []string
 	// Terminated are connections whose IKE SA ran from the wrong address.
-	Terminated    []string
+	Terminated []string
+	// Deduplicated are connections of which an older duplicate IKE SA was terminated.
+	Deduplicated  []string
 	SecretsLoaded bool
 }
 
@@ -432,6 +444,8 @@ func (l *Loader) converge(ctx context.Context, s *govici.Session, name string, s
 	p := l.plan(name)
 	sum := Summarize(sas, name)
 	p.up = sum.Up
+	seenDups := p.dups
+	p.dups = nil
 	// Up since the last attempt (perhaps only between two rounds, brought up by the
 	// peer): whatever fails next starts the schedule over.
 	if l.Causes != nil && p.attempts > 0 && !l.Causes.UpAt(name).Before(p.last) {
@@ -450,6 +464,7 @@ func (l *Loader) converge(ctx context.Context, s *govici.Session, name string, s
 	switch {
 	case sum.Up:
 		p.attempts, p.childless, p.next, p.reestablishing = 0, 0, time.Time{}, ""
+		l.endDuplicates(ctx, s, name, sas, seenDups, p, res)
 		return
 	case sum.Negotiating:
 		return
@@ -490,6 +505,109 @@ func (l *Loader) converge(ctx context.Context, s *govici.Session, name string, s
 	if l.initiate(ctx, s, name) {
 		res.Initiated = append(res.Initiated, name)
 	}
+}
+
+// endDuplicates terminates IKE SAs of the tunnel that a newer one supersedes: of two or
+// more ESTABLISHED IKE SAs, the newest that carries a child SA of the tunnel stays and
+// every older ESTABLISHED one is ended (by its unique ID), once two rounds in a row found
+// it so. It runs only while the tunnel is up and no change is in flight (migrate keeps
+// two SAs on purpose until the new one carries).
+//
+// Why duplicates remain although charon has rules for concurrent exchanges: RFC 7296
+// section 2.8.1 resolves simultaneous rekeying of one IKE SA (both sides rekey it, the
+// new SA created with the lowest nonce is deleted by its creator), and charon implements
+// that in its IKE rekey task; what it leaves is two ESTABLISHED IKE SAs for the moment
+// before the redundant one is deleted, which the second round no longer finds. Two
+// IKE_SA_INIT exchanges that cross (the loader initiating while the peer starts) are not
+// a rekey: they create two independent IKE SAs between the same identities, and the RFC
+// has no rule for them. Only a uniqueness policy can end one, and charon checks it only
+// as the responder of an IKE_AUTH exchange, while building its answer, against IKE SAs
+// of the same identities that are already established. In a crossing each side answers
+// the other's IKE_AUTH while its own IKE SA still waits for its IKE_AUTH answer, so
+// neither check finds an established duplicate, and the IKE SA the gateway initiated is
+// never checked at all: both stay up whatever either side's policy. The exception is a
+// peer whose IKE_AUTH carries INITIAL_CONTACT (section 2.4; a strongSwan peer sends it
+// when it holds no IKE SA with the gateway yet): charon then destroys the gateway's
+// other IKE SAs with that peer without a DELETE. TestCrossingInitiationsLeaveOneIKESA
+// saw both IKE SAs stay up in 16 of 18 crossings with unique = replace, INITIAL_CONTACT
+// in the other two. The older one is ended: a peer's uniqueness policy, had it applied,
+// would have replaced that one too.
+func (l *Loader) endDuplicates(ctx context.Context, s *govici.Session, name string, sas []IKESA, seen map[string]bool, p *plan, res *Result) {
+	older := superseded(sas, name)
+	if len(older) == 0 {
+		return
+	}
+	ended := false
+	for _, id := range older {
+		if !seen[id] {
+			if p.dups == nil {
+				p.dups = map[string]bool{}
+			}
+			p.dups[id] = true
+			continue
+		}
+		m := govici.NewMessage()
+		_ = m.Set("ike-id", id)
+		_ = m.Set("timeout", "-1")
+		if err := call(ctx, s, "terminate", m); err != nil {
+			l.logf("terminate %s duplicate IKE SA #%s: %v", name, id, err)
+			continue
+		}
+		ended = true
+		l.logf("terminated %s IKE SA #%s: a newer IKE SA of the tunnel carries it (a duplicate, as crossing initiations leave)", name, id)
+	}
+	if ended {
+		res.Deduplicated = append(res.Deduplicated, name)
+	}
+}
+
+// superseded returns the unique IDs of the ESTABLISHED IKE SAs of a tunnel that are older
+// than its newest ESTABLISHED IKE SA carrying a child SA of the tunnel (the keeper); a
+// newer one without such a child is left alone (the half-open recovery is for a tunnel
+// that is not up). Age is charon's "established" seconds, ties broken by the unique ID
+// (charon counts them up).
+func superseded(sas []IKESA, child string) []string {
+	newer := func(a, b *IKESA) bool {
+		if a.EstablishedSeconds != b.EstablishedSeconds {
+			return a.EstablishedSeconds < b.EstablishedSeconds
+		}
+		return idNum(a.UniqueID) > idNum(b.UniqueID)
+	}
+	var keeper *IKESA
+	established := 0
+	for i := range sas {
+		sa := &sas[i]
+		if sa.State != IKEEstablished {
+			continue
+		}
+		established++
+		carries := false
+		for _, c := range sa.Children {
+			if c.Name == child && carriesChild(c.State) {
+				carries = true
+			}
+		}
+		if carries && (keeper == nil || newer(sa, keeper)) {
+			keeper = sa
+		}
+	}
+	if keeper == nil || established < 2 {
+		return nil
+	}
+	var out []string
+	for i := range sas {
+		sa := &sas[i]
+		if sa.State == IKEEstablished && sa != keeper && newer(keeper, sa) {
+			out = append(out, sa.UniqueID)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func idNum(id string) uint64 {
+	n, _ := strconv.ParseUint(id, 10, 64)
+	return n
 }
 
 // unanswered: the last attempt failed because the peer never answered; charon spent its

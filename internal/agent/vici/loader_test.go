@@ -2,6 +2,7 @@ package vici
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -115,6 +116,37 @@ func TestSummarize(t *testing.T) {
 		}
 		if s.Up && s.Newest == nil {
 			t.Errorf("%s: up without a newest IKE SA", tc.name)
+		}
+	}
+}
+
+// TestSuperseded: which IKE SAs of a tunnel the loader ends as duplicates. Only
+// ESTABLISHED ones older than the newest ESTABLISHED one carrying the tunnel's child SA;
+// never an IKE SA in a rekey (REKEYING, REKEYED, DELETING), never a newer one without
+// the child, nothing while only one is ESTABLISHED.
+func TestSuperseded(t *testing.T) {
+	child := func(state string) []ChildSA { return []ChildSA{{Name: "t1", UniqueID: "9", State: state}} }
+	sa := func(id, state string, age int64, children []ChildSA) IKESA {
+		return IKESA{Name: "t1", UniqueID: id, State: state, EstablishedSeconds: age, Children: children}
+	}
+	for _, tc := range []struct {
+		name string
+		sas  []IKESA
+		want []string
+	}{
+		{"one", []IKESA{sa("1", IKEEstablished, 50, child("INSTALLED"))}, nil},
+		{"crossing", []IKESA{sa("3", IKEEstablished, 4, child("INSTALLED")), sa("4", IKEEstablished, 3, child("INSTALLED"))}, []string{"3"}},
+		{"same second, the lower ID goes", []IKESA{sa("4", IKEEstablished, 3, child("INSTALLED")), sa("3", IKEEstablished, 3, child("INSTALLED"))}, []string{"3"}},
+		{"three", []IKESA{sa("5", IKEEstablished, 1, child("INSTALLED")), sa("3", IKEEstablished, 9, child("INSTALLED")), sa("4", IKEEstablished, 7, nil)}, []string{"3", "4"}},
+		{"IKE rekey in flight", []IKESA{sa("3", IKERekeying, 90, child("INSTALLED")), sa("4", IKEEstablished, 0, child("INSTALLED"))}, nil},
+		{"rekeyed, not yet deleted", []IKESA{sa("3", IKERekeyed, 90, nil), sa("4", IKEEstablished, 0, child("INSTALLED"))}, nil},
+		{"deleting", []IKESA{sa("3", IKEDeleting, 90, child("INSTALLED")), sa("4", IKEEstablished, 0, child("INSTALLED"))}, nil},
+		{"newer without the child", []IKESA{sa("3", IKEEstablished, 90, child("INSTALLED")), sa("4", IKEEstablished, 0, nil)}, nil},
+		{"none carries", []IKESA{sa("3", IKEEstablished, 90, child("CREATED")), sa("4", IKEEstablished, 0, nil)}, nil},
+		{"another child's name", []IKESA{sa("3", IKEEstablished, 90, child("INSTALLED")), sa("4", IKEEstablished, 0, []ChildSA{{Name: "t2", State: "INSTALLED"}})}, nil},
+	} {
+		if got := superseded(tc.sas, "t1"); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: superseded = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

@@ -60,9 +60,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 }
 
 func needCharons(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testenv.SkipDataplane(t, "needs root (network namespaces, charon)")
-	}
+	testenv.NeedRoot(t, "needs root (network namespaces, charon)")
 	for _, b := range []string{"charon-systemd", "swanctl", "ip"} {
 		if _, err := exec.LookPath(b); err != nil {
 			testenv.SkipDataplane(t, "needs "+b+" (hack/install-deps.sh)")

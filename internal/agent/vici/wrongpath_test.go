@@ -23,9 +23,7 @@ import (
 // knows the port's address, it ends that SA and initiates again, and the new SA runs from
 // the port's address over the right link.
 func TestLoaderEndsAnSAOnTheWrongPath(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testenv.SkipDataplane(t, "needs root (network namespaces, charon)")
-	}
+	testenv.NeedRoot(t, "needs root (network namespaces, charon)")
 	for _, b := range []string{"charon-systemd", "ip"} {
 		if _, err := exec.LookPath(b); err != nil {
 			testenv.SkipDataplane(t, "needs "+b+" (hack/install-deps.sh)")

@@ -233,8 +233,8 @@ func (lc *linkCtx) opPrefix() string {
 	return "operator credential: "
 }
 
-// +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=clusterlinks,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=clusterlinks/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=clusterlinks,verbs=get;list;watch;update
+// +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=clusterlinks/status,verbs=patch
 // +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=ipsecgateways;vpngateways,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch

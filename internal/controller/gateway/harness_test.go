@@ -154,6 +154,7 @@ type harness struct {
 	logs    *logCapture
 	events  *countingRecorder
 	writes  atomic.Int64 // API-server writes through the reconciler's client
+	dryRuns atomic.Int64 // server-side dry runs through it (they write nothing)
 	r       *Reconciler
 	stopMgr func()
 	nodes   []string
@@ -379,7 +380,12 @@ func (h *harness) countingClient(c client.WithWatch) client.WithWatch {
 			return c.Create(ctx, obj, opts...)
 		},
 		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-			h.writes.Add(1)
+			o := &client.UpdateOptions{}
+			if o.ApplyOptions(opts); len(o.DryRun) > 0 {
+				h.dryRuns.Add(1)
+			} else {
+				h.writes.Add(1)
+			}
 			return c.Update(ctx, obj, opts...)
 		},
 		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {

@@ -117,6 +117,12 @@ type Reconciler struct {
 	legacyMu   sync.Mutex
 	legacyDone map[types.UID]bool
 
+	// storedMu guards stored: per gateway, its last rendered Deployment spec as the API
+	// server stores it (from a server-side dry run), with the rendering's hash, so that
+	// judging drift costs no request while neither changes (see applyDeployment).
+	storedMu sync.Mutex
+	stored   map[types.UID]storedRendering
+
 	// wake, per kind, carries gateways to reconcile now for something that happened to
 	// another one (a /24 they wait for was released).
 	wake map[string]chan event.GenericEvent
@@ -129,7 +135,7 @@ type Reconciler struct {
 // New returns a reconciler; register it with SetupWithManager.
 func New(deps Deps) *Reconciler {
 	r := &Reconciler{Deps: deps, nova: map[types.UID]novaOp{}, backoff: map[string]*outcome.Backoff{}, healthBackoff: map[string]*outcome.Backoff{},
-		legacyDone: map[types.UID]bool{}, wake: map[string]chan event.GenericEvent{}, fresh: statuswrite.NewFreshness()}
+		legacyDone: map[types.UID]bool{}, stored: map[types.UID]storedRendering{}, wake: map[string]chan event.GenericEvent{}, fresh: statuswrite.NewFreshness()}
 	for _, kind := range []string{KindIPsecGateway, KindVPNGateway} {
 		r.backoff[kind] = outcome.NewBackoff(0, 0)
 		r.healthBackoff[kind] = outcome.NewBackoff(0, 0)
@@ -416,7 +422,14 @@ func statusOf(obj client.Object) *v1alpha1.GatewayStatus {
 // ensureValidated refuses a spec the schema could not judge, before any OpenStack call.
 func (r *Reconciler) ensureValidated(ctx context.Context, g *gateway) (bool, error) {
 	if errs := g.validate(); len(errs) > 0 {
-		r.condFalse(g, v1alpha1.ConditionValidated, v1alpha1.ReasonInvalidSpec, errs.ToAggregate().Error())
+		// A spec whose only faults are intervals outside the bounds (an object stored
+		// before the CRD's rule) gets its own reason; any other fault is InvalidSpec
+		// with every error, the intervals' included.
+		reason := v1alpha1.ReasonInvalidSpec
+		if len(g.spec.IntervalsOutOfBounds()) == len(errs) {
+			reason = v1alpha1.ReasonIntervalOutOfBounds
+		}
+		r.condFalse(g, v1alpha1.ConditionValidated, reason, errs.ToAggregate().Error())
 		return false, nil
 	}
 	if errs := g.spec.PlaintextExposures(); len(errs) > 0 {

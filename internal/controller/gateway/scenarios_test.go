@@ -668,7 +668,7 @@ func TestSecurityDriftReverted(t *testing.T) {
 			if err := env.Client.Get(h.ctx, key, &live); err != nil {
 				return false, err.Error()
 			}
-			drift := render.PodSecurityDrift(*want, live.Spec.Template.Spec)
+			drift := render.PodDrift(*want, live.Spec.Template.Spec)
 			return len(drift) == 0, fmt.Sprintf("still differs in %v", drift)
 		})
 	}

@@ -45,8 +45,14 @@ const indexPSKSecret = "ipsec.bnerd.net/psk-secret"
 // operator's namespace. The gateway pod's own Role is narrower (see render.Role); the
 // operator may create it because it holds every permission that Role grants.
 //
-// +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=ipsecgateways;vpngateways,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=ipsecgateways/status;vpngateways/status,verbs=get;update;patch
+// Gateways: the finalizer is added and removed by a merge patch, and the status written
+// by server-side apply (a patch of the status subresource); neither is ever updated.
+// get on the status subresource is not used by the operator: it holds it because the
+// gateway pod's Role grants it (Kubernetes lets the operator create a Role only with
+// permissions it holds itself).
+//
+// +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=ipsecgateways;vpngateways,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=ipsecgateways/status;vpngateways/status,verbs=get;patch
 // +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=ipsecgateways/finalizers;vpngateways/finalizers;clusterlinks/finalizers,verbs=update
 // Secrets: the operator writes only a WireGuard gateway's key Secret
 // (<name>-gateway-wireguard: create, update on rotation, delete when the gateway stops
@@ -142,7 +148,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			WatchesRawSource(source.Channel(r.wake[kind], &handler.EnqueueRequestForObject{})).
 			WithOptions(controller.Options{
 				MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles,
-				SkipNameValidation:      &r.SkipNameValidation,
+				SkipNameValidation:      r.skipNameValidation(),
 				RateLimiter:             r.backoff[kind],
 			})
 		if nadErr == nil {
@@ -162,7 +168,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(mapPod(kind))).
 			WithOptions(controller.Options{
 				MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles,
-				SkipNameValidation:      &r.SkipNameValidation,
+				SkipNameValidation:      r.skipNameValidation(),
 				RateLimiter:             r.healthBackoff[kind],
 			}).
 			Complete(healthReconciler{r: r, kind: kind}); err != nil {
@@ -461,4 +467,13 @@ func nodeChanged(pod gatewaypod.Shape) predicate.Funcs {
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
+}
+
+// skipNameValidation is the controllers' option: set only when asked, so that otherwise
+// the manager's own setting applies (a false here would override a manager that skips).
+func (r *Reconciler) skipNameValidation() *bool {
+	if r.SkipNameValidation {
+		return &r.SkipNameValidation
+	}
+	return nil
 }

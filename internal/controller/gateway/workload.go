@@ -283,31 +283,127 @@ func (r *Reconciler) applyRoleBinding(ctx context.Context, d *rbacv1.RoleBinding
 	return err
 }
 
-// applyDeployment converges the Deployment. Fields the API server or other tools add
-// are tolerated (render.Covers), except on the pod's security: host namespaces, identity,
-// security contexts, volumes and containers must be exactly the rendered ones, and drift
-// there is reverted and reported.
+// applyDeployment converges the Deployment and reverts drift. The rendering carries its
+// hash (render.AnnotationRendering); the live spec is compared, whole, with the rendering
+// as the API server stores it, defaults filled in (a server-side dry run of the update,
+// remembered per gateway while the rendering stays the same). Any difference is written
+// back: with the rendering's hash on the live Deployment it was made by someone else, and
+// the revert is reported (Event SecurityDriftReverted, naming the fields); with another
+// hash (or none) it is the operator's own new rendering (image, node, pod shape), logged
+// only. The pod template's extra labels and annotations are tolerated (render.DeploymentDrift).
 func (r *Reconciler) applyDeployment(ctx context.Context, g *gateway, d *appsv1.Deployment) error {
-	live := &appsv1.Deployment{}
-	var drift []string
-	err := r.apply(ctx, d, live,
-		func() bool {
-			drift = render.PodSecurityDrift(d.Spec.Template.Spec, live.Spec.Template.Spec)
-			return render.Covers(d.Spec, live.Spec) && len(drift) == 0
-		},
-		func() {
-			// The selector is immutable and derived from the gateway's identity only.
-			sel := live.Spec.Selector
-			live.Spec = d.Spec
-			if sel != nil {
-				live.Spec.Selector = sel
-			}
-		})
-	if err == nil && len(drift) > 0 {
-		logr.FromContextOrDiscard(ctx).Info("reverted a change to the gateway pod's security fields", "deployment", d.Name, "fields", drift)
-		r.event(g, metav1.ConditionFalse, "SecurityDriftReverted", "Deployment %s: reverted a change to %s", d.Name, strings.Join(drift, ", "))
+	hash, err := render.StampRendering(d)
+	if err != nil {
+		return err
 	}
-	return err
+	live := &appsv1.Deployment{}
+	err = r.Client.Get(ctx, client.ObjectKeyFromObject(d), live)
+	if apierrors.IsNotFound(err) {
+		return r.Client.Create(ctx, d)
+	}
+	if err != nil {
+		return err
+	}
+	metaSame, err := ownedMeta(d, live)
+	if err != nil {
+		return fmt.Errorf("%T %s: %w", d, d.Name, err)
+	}
+	uid := g.obj.GetUID()
+	stored, cached, err := r.storedSpec(ctx, uid, hash, d, live, false)
+	if err != nil {
+		return err
+	}
+	drift := render.DeploymentDrift(stored, live.Spec)
+	if len(drift) > 0 && cached {
+		// The API server's defaults may have changed since the dry run (an upgrade): ask
+		// again before taking the difference for drift, or its defaults are fought forever.
+		if stored, _, err = r.storedSpec(ctx, uid, hash, d, live, true); err != nil {
+			return err
+		}
+		drift = render.DeploymentDrift(stored, live.Spec)
+	}
+	ours := live.Annotations[render.AnnotationRendering] == hash
+	if metaSame && ours && len(drift) == 0 {
+		return nil
+	}
+	mergeMeta(d, live)
+	setDeploymentSpec(live, d)
+	if live.Annotations == nil {
+		live.Annotations = map[string]string{}
+	}
+	live.Annotations[render.AnnotationRendering] = hash
+	if err := r.Client.Update(ctx, live); err != nil {
+		return err
+	}
+	log := logr.FromContextOrDiscard(ctx)
+	switch {
+	case len(drift) == 0:
+	case ours:
+		log.Info("reverted a change to the gateway Deployment", "deployment", d.Name, "fields", drift)
+		r.event(g, metav1.ConditionFalse, "SecurityDriftReverted", "Deployment %s: reverted a change to %s", d.Name, fieldList(drift))
+	default:
+		log.Info("applied a new rendering of the gateway Deployment", "deployment", d.Name, "fields", drift)
+	}
+	return nil
+}
+
+// storedRendering is a rendered Deployment spec as the API server stores it.
+type storedRendering struct {
+	hash string
+	spec appsv1.DeploymentSpec
+}
+
+// storedSpec returns d's spec as the API server stores it, and whether it was
+// remembered: from memory while the rendering's hash is the same (unless refresh),
+// otherwise from a server-side dry run of the update of live to d. A dry run runs the
+// API server's defaulting and mutating admission and writes nothing.
+func (r *Reconciler) storedSpec(ctx context.Context, uid types.UID, hash string, d, live *appsv1.Deployment, refresh bool) (appsv1.DeploymentSpec, bool, error) {
+	if !refresh {
+		r.storedMu.Lock()
+		s, ok := r.stored[uid]
+		r.storedMu.Unlock()
+		if ok && s.hash == hash {
+			return s.spec, true, nil
+		}
+	}
+	probe := live.DeepCopy()
+	mergeMeta(d, probe)
+	setDeploymentSpec(probe, d)
+	// Unconditional (a Deployment allows it): a cache a step behind the API server does
+	// not fail the dry run.
+	probe.ResourceVersion = ""
+	if err := r.Client.Update(ctx, probe, client.DryRunAll); err != nil {
+		return appsv1.DeploymentSpec{}, false, fmt.Errorf("Deployment %s: dry run of the rendering: %w", d.Name, err)
+	}
+	r.storedMu.Lock()
+	r.stored[uid] = storedRendering{hash: hash, spec: *probe.Spec.DeepCopy()}
+	r.storedMu.Unlock()
+	return probe.Spec, false, nil
+}
+
+func (r *Reconciler) forgetStored(uid types.UID) {
+	r.storedMu.Lock()
+	delete(r.stored, uid)
+	r.storedMu.Unlock()
+}
+
+// setDeploymentSpec gives live a copy of d's spec, keeping live's selector: it is
+// immutable and derived from the gateway's identity only.
+func setDeploymentSpec(live, d *appsv1.Deployment) {
+	sel := live.Spec.Selector
+	live.Spec = *d.Spec.DeepCopy()
+	if sel != nil {
+		live.Spec.Selector = sel
+	}
+}
+
+// fieldList names at most ten drifted fields; an Event stays short.
+func fieldList(fields []string) string {
+	const most = 10
+	if len(fields) <= most {
+		return strings.Join(fields, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(fields[:most], ", "), len(fields)-most)
 }
 
 func (r *Reconciler) applyNetworkPolicy(ctx context.Context, d *networkingv1.NetworkPolicy) error {

@@ -30,7 +30,7 @@ import (
 )
 
 // +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=vpntenantpolicies,verbs=get;list;watch
-// +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=vpntenantpolicies/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=vpntenantpolicies/status,verbs=update
 
 // Reconciler writes VPNTenantPolicy status.
 type Reconciler struct {
@@ -173,7 +173,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Namespace{}, all, builder.WithPredicates(nsLabelsChanged)).
 		Watches(&v1.IPsecGateway{}, all, builder.WithPredicates(usageChanged)).
 		Watches(&v1.VPNGateway{}, all, builder.WithPredicates(usageChanged)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 1, SkipNameValidation: &r.SkipNameValidation}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1, SkipNameValidation: r.skipNameValidation()}).
 		Complete(r)
 }
 
@@ -222,4 +222,13 @@ func validated(o client.Object) string {
 		return fmt.Sprintf("%s/%s/%d", c.Status, c.Reason, c.ObservedGeneration)
 	}
 	return ""
+}
+
+// skipNameValidation is the controller's option: set only when asked, so that otherwise
+// the manager's own setting applies (a false here would override a manager that skips).
+func (r *Reconciler) skipNameValidation() *bool {
+	if r.SkipNameValidation {
+		return &r.SkipNameValidation
+	}
+	return nil
 }

@@ -196,9 +196,7 @@ func (e *env) eventually(what string, cond func() bool) {
 }
 
 func requirements(t testing.TB) {
-	if os.Geteuid() != 0 {
-		testenv.SkipDataplane(t, "dataplane e2e needs root (network namespaces, nftables, charon)")
-	}
+	testenv.NeedRoot(t, "dataplane e2e needs root (network namespaces, nftables, charon)")
 	bins := []string{"charon-systemd", "swanctl", "nft", "tcpdump", "ip", "curl", "ping"}
 	if !kernelMode() {
 		bins = append(bins, "go")
@@ -845,7 +843,7 @@ func TestDataplane(t *testing.T) {
 		if err := api.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}}); err != nil {
 			t.Fatal(err)
 		}
-		obj := &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "e2e"}, Spec: e.obj.Spec}
+		obj := &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "e2e"}, Spec: storedSpec(e.obj.Spec)}
 		obj.Spec.Tunnels[0].PreSharedKey.Name = "psk"
 		if err := api.Client.Create(ctx, obj); err != nil {
 			t.Fatal(err)

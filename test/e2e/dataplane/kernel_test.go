@@ -79,7 +79,7 @@ func connectPodAPI(t testing.TB, e *env) *podAPI {
 	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: a.gw.Namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	obj := &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: a.gw.Namespace, Name: a.gw.Name}, Spec: *e.obj.Spec.DeepCopy()}
+	obj := &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: a.gw.Namespace, Name: a.gw.Name}, Spec: storedSpec(e.obj.Spec)}
 	// Each tunnel's PSK Secret, as the operator grants the pod's Role access to them.
 	var secrets []string
 	for _, tun := range obj.Spec.Tunnels {

@@ -126,7 +126,7 @@ func (e *env) lifecycleStatus(t *testing.T) statusReader {
 		if err := api.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}}); err != nil {
 			t.Fatal(err)
 		}
-		obj := &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}, Spec: e.obj.Spec}
+		obj := &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}, Spec: storedSpec(e.obj.Spec)}
 		obj.Spec.Tunnels[0].PreSharedKey.Name = "psk"
 		if err := api.Client.Create(ctx, obj); err != nil {
 			t.Fatal(err)

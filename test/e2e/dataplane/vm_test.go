@@ -43,12 +43,8 @@ const vmRunEnv = "BNERD_DATAPLANE_VM_RUN"
 // TestWireGuardKernel. The API server is the project's envtest control plane on this
 // host, reached from inside the VM over a virtio-serial port (the VM has no NIC).
 func TestDataplaneKernelVM(t *testing.T) {
-	if testing.Short() {
-		t.Skip("boots a VM; skipped in -short mode")
-	}
-	if os.Geteuid() != 0 {
-		testenv.SkipDataplane(t, "the kernel dataplane VM needs root (image build, network namespaces in the guest)")
-	}
+	testenv.SkipUnit(t, "boots a VM")
+	testenv.NeedRoot(t, "the kernel dataplane VM needs root (image build, network namespaces in the guest)")
 	for _, b := range []string{"qemu-system-x86_64", "go", "flock"} {
 		if _, err := exec.LookPath(b); err != nil {
 			testenv.SkipDataplane(t, "the kernel dataplane VM needs "+b+"; hack/vm/image.sh installs it")
@@ -247,12 +243,8 @@ func tail(s string, lines int) string {
 // timeout: hack/vm/run.sh must stop the VM, exit 124, and leave neither a qemu process nor
 // its run directory behind.
 func TestVMRunnerTimeoutLeavesNothing(t *testing.T) {
-	if testing.Short() {
-		t.Skip("boots a VM; skipped in -short mode")
-	}
-	if os.Geteuid() != 0 {
-		testenv.SkipDataplane(t, "the VM runner needs root (image build)")
-	}
+	testenv.SkipUnit(t, "boots a VM")
+	testenv.NeedRoot(t, "the VM runner needs root (image build)")
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
 		testenv.SkipDataplane(t, "the VM runner needs qemu-system-x86_64; hack/vm/image.sh installs it")
 	}

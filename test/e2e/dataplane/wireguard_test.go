@@ -32,9 +32,7 @@ import (
 // same capture does see plaintext. The WireGuard gateway itself (issue 14) is not built
 // yet; this is the harness it will run in.
 func TestWireGuardKernel(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testenv.SkipDataplane(t, "needs root")
-	}
+	testenv.NeedRoot(t, "needs root")
 	for _, b := range []string{"wg", "ip", "tcpdump", "ping", "nft"} {
 		if _, err := exec.LookPath(b); err != nil {
 			testenv.SkipDataplane(t, "needs "+b)

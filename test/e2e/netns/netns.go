@@ -37,9 +37,7 @@ const BinDirEnv = "BNERD_E2E_BIN_DIR"
 // Require skips the test unless it runs as root with every binary named.
 func Require(t testing.TB, bins ...string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		testenv.SkipDataplane(t, "namespace e2e needs root (network namespaces, nftables)")
-	}
+	testenv.NeedRoot(t, "namespace e2e needs root (network namespaces, nftables)")
 	need := []string{"ip", "nft", "tcpdump"}
 	if os.Getenv(BinDirEnv) == "" {
 		need = append(need, "go")

@@ -129,9 +129,7 @@ func tail(s string) string {
 }
 
 func requirements(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testenv.SkipDataplane(t, "the peer-config e2e needs root (network namespaces, nftables, charon)")
-	}
+	testenv.NeedRoot(t, "the peer-config e2e needs root (network namespaces, nftables, charon)")
 	for _, b := range []string{"charon-systemd", "swanctl", "nft", "ip", "ping", "go"} {
 		if _, err := exec.LookPath(b); err != nil {
 			testenv.SkipDataplane(t, "the peer-config e2e needs "+b+"; run hack/install-deps.sh")

@@ -70,9 +70,7 @@ func TestStrongSwanSyntax(t *testing.T) {
 // hack/vm/libreswan.sh makes for the VM, and returns their root directories by suite.
 func libreswanClients(t *testing.T) map[string]string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		testenv.SkipDataplane(t, "the libreswan checks need root (chroot into the clients' trees)")
-	}
+	testenv.NeedRoot(t, "the libreswan checks need root (chroot into the clients' trees)")
 	for _, b := range []string{"debootstrap", "chroot"} {
 		if _, err := exec.LookPath(b); err != nil {
 			testenv.SkipDataplane(t, "the libreswan checks need "+b+" (hack/vm/libreswan.sh)")

@@ -129,6 +129,7 @@ func (e *env) clientIKE() string {
 }
 
 func requirements(t *testing.T) {
+	testenv.SkipUnit(t, "the product e2e brings up the node world (a control plane, kubelets, root)")
 	if why := world.Requirements(); why != "" {
 		testenv.SkipDataplane(t, why)
 	}

@@ -21,15 +21,11 @@ import (
 // backend at the gateway and both sites, init-nat's xfrm guard, and internal sources that
 // do not hold the gateway's address (which libipsec cannot do, see TestRoutedMode).
 func TestRoutedModeKernelVM(t *testing.T) {
-	if testing.Short() {
-		t.Skip("boots a VM; skipped in -short mode")
-	}
+	testenv.SkipUnit(t, "boots a VM")
 	if kernelMode() {
 		t.Skip("already inside the VM")
 	}
-	if os.Geteuid() != 0 {
-		testenv.SkipDataplane(t, "the kernel VM needs root (image build, network namespaces in the guest)")
-	}
+	testenv.NeedRoot(t, "the kernel VM needs root (image build, network namespaces in the guest)")
 	for _, b := range []string{"qemu-system-x86_64", "go", "flock"} {
 		if _, err := exec.LookPath(b); err != nil {
 			testenv.SkipDataplane(t, "the kernel VM needs "+b+"; hack/vm/image.sh installs it")
