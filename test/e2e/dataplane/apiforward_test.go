@@ -89,6 +89,24 @@ type guestAPI struct {
 	sess *yamux.Session
 }
 
+var (
+	guestOnce sync.Once
+	guest     *guestAPI
+	guestErr  error
+)
+
+// sharedGuestAPI is the test binary's one session on the port, opened by the first test
+// that needs the API server and kept until the process exits. The port is one byte
+// stream for the whole boot and the host serves one session on it: a second client
+// session (a later test in the same boot dialling again) restarts yamux's stream IDs
+// inside the host's running session, and closing the first ends the host's session and
+// its listener, so every test after the first found no API server (its loader never
+// applied a tunnel).
+func sharedGuestAPI(port string) (*guestAPI, error) {
+	guestOnce.Do(func() { guest, guestErr = dialGuestAPI(port) })
+	return guest, guestErr
+}
+
 func dialGuestAPI(port string) (*guestAPI, error) {
 	f, err := os.OpenFile(port, os.O_RDWR, 0)
 	if err != nil {
@@ -134,8 +152,6 @@ func (g *guestAPI) listen(nsName, addr string) (net.Listener, error) {
 	}()
 	return ln, nil
 }
-
-func (g *guestAPI) close() { _ = g.sess.Close() }
 
 // inNetns runs f on a thread switched into the named network namespace.
 func inNetns[T any](name string, f func() (T, error)) (T, error) {

@@ -47,11 +47,10 @@ type podAPI struct {
 // ServiceAccount's token where kubelet would.
 func connectPodAPI(t testing.TB, e *env) *podAPI {
 	t.Helper()
-	g, err := dialGuestAPI(os.Getenv(apiPortEnv))
+	g, err := sharedGuestAPI(os.Getenv(apiPortEnv))
 	if err != nil {
 		t.Fatalf("API port: %v", err)
 	}
-	t.Cleanup(g.close)
 	for _, ns := range []string{"", e.ns("g")} {
 		ln, err := g.listen(ns, apiAddr)
 		if err != nil {

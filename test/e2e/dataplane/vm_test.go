@@ -23,13 +23,10 @@ import (
 
 // vmTests are the tests the VM runs: the dataplane suite in kernel mode, the tunnel's
 // life cycle where it touches kernel SAs (rekeys, make-before-break changes), what only
-// a stock kernel can show (kernel WireGuard). One boot for all of them.
-//
-// TestLibreswanClient (libreswan as the client: no userspace ESP) is not among them: in
-// one boot with the others its rekey step failed under load (both sides initiating at
-// once left two IKE SAs, docs/interop.md) and the test after it found no working loader.
-// Until that is fixed it runs only when asked: BNERD_DATAPLANE_VM_RUN=TestLibreswanClient.
-var vmTests = []string{"TestDataplane", "TestTunnelLifecycle", "TestWireGuardKernel"}
+// a stock kernel can show (kernel WireGuard), and libreswan as the client (it has no
+// userspace ESP). One boot for all of them: the guest keeps one session on the API
+// server's port for the whole run (sharedGuestAPI).
+var vmTests = []string{"TestDataplane", "TestTunnelLifecycle", "TestWireGuardKernel", "TestLibreswanClient"}
 
 // vmRunEnv narrows the tests the VM runs to a regular expression (a developer's loop,
 // for example BNERD_DATAPLANE_VM_RUN=TestLibreswanClient); unset, all of vmTests run and
