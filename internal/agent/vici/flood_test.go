@@ -455,9 +455,9 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d.Micros
 // taken out (the negative control); B, the neighbour, with one tunnel. The flood is
 // the IKE_SA_INIT A's client sends, captured and replayed at 5,000 a second with a
 // fresh initiator SPI each time, round robin from the 15 peers' addresses (only an
-// IKE_SA_INIT that matches a tunnel's peer address leads charon to a key exchange and
-// a half-open IKE SA: the per-address limits stop each address at 3, the global cookie
-// threshold of 10 is what holds) or from 200 addresses no tunnel names. In cycles of
+// IKE_SA_INIT that matches a tunnel's peer address leads charon to a key exchange; the
+// per-address limits stop each address at 3, the global cookie threshold of 10 is what
+// holds) or from 200 addresses no tunnel names. In cycles of
 // three phases (idle; the strangers' flood at A; the peers' flood at A), each flood
 // begun from a calm A (no half-open IKE SA, no flood for 11 s), B's client and A's client
 // establish and end their IKE SA floodRound times each; then, once, the peers' flood at
