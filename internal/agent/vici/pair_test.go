@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -89,9 +90,29 @@ func newPair(t *testing.T, tunnels int, mutate func(*gatewayconfig.Tunnel)) *pai
 // newPairWith also adds clientSettings to the client's strongswan.conf (its charon
 // section).
 func newPairWith(t *testing.T, tunnels int, mutate func(*gatewayconfig.Tunnel), clientSettings string) *pair {
+	return newPairFrom(t, pairOptions{tunnels: tunnels, mutate: mutate, clientSettings: clientSettings})
+}
+
+// pairOptions shape a pair: the gateway's tunnels (each changed by mutate), and settings
+// added to each charon's strongswan.conf (a second charon section, which extends the
+// rendered one and overrides its keys).
+type pairOptions struct {
+	tunnels                         int
+	mutate                          func(*gatewayconfig.Tunnel)
+	clientSettings, gatewaySettings string
+}
+
+// pairSeq numbers the pairs of this test process, so that one test can run several.
+var pairSeq atomic.Int32
+
+func newPairFrom(t *testing.T, o pairOptions) *pair {
+	tunnels, mutate := o.tunnels, o.mutate
 	needCharons(t)
 	dir := t.TempDir()
 	suffix := fmt.Sprintf("%d", os.Getpid()%100000)
+	if n := pairSeq.Add(1); n > 1 {
+		suffix += fmt.Sprintf("-%d", n)
+	}
 	p := &pair{t: t, dir: dir, gns: "tn-g" + suffix, pns: "tn-p" + suffix, clock: &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
 	for _, ns := range []string{p.gns, p.pns} {
 		_ = exec.Command("ip", "netns", "del", ns).Run()
@@ -109,7 +130,7 @@ func newPairWith(t *testing.T, tunnels int, mutate func(*gatewayconfig.Tunnel), 
 	for i := 1; i <= tunnels; i++ {
 		pairRun(t, "ip", "-n", p.pns, "addr", "add", fmt.Sprintf("198.51.%d.1/32", 100+i), "dev", "lo")
 	}
-	p.gsock, p.psock = p.charon(p.gns, "gateway", ""), p.charon(p.pns, "client", clientSettings)
+	p.gsock, p.psock = p.charon(p.gns, "gateway", o.gatewaySettings), p.charon(p.pns, "client", o.clientSettings)
 
 	p.cfg = &gatewayconfig.Config{
 		Version: gatewayconfig.FormatVersion, Gateway: gatewayconfig.GatewayRef{Kind: "IPsecGateway", Namespace: "ns", Name: "gw"},
