@@ -36,7 +36,7 @@ TESTREPORT = $(GO) run ./hack/testreport $(if $(and $(filter 1,$(BNERD_REQUIRE_E
 # Each fuzz target runs this long in `make test`, on top of its committed seed corpus
 # (testdata/fuzz), which every `go test` runs.
 FUZZTIME ?= 20s
-FUZZ_TARGETS = FuzzGatewayValidate:./api/v1alpha1/fuzz FuzzAssignVIPs:./internal/ipam FuzzRenderSwanctl:./internal/gatewayconfig FuzzAgentConfigAddresses:./internal/gatewayconfig
+FUZZ_TARGETS = FuzzGatewayValidate:./api/v1alpha1/fuzz FuzzVPNGatewayValidate:./api/v1alpha1/fuzz FuzzAssignVIPs:./internal/ipam FuzzRenderSwanctl:./internal/gatewayconfig FuzzAgentConfigAddresses:./internal/gatewayconfig
 
 all: build
 

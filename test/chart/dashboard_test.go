@@ -49,8 +49,14 @@ func loadDashboard(t *testing.T, data []byte) grafanaDashboard {
 	return d
 }
 
-// grafanaVars stands in for Grafana's variable interpolation.
-var grafanaVars = strings.NewReplacer("$__rate_interval", "2m", "$namespace", "tenant-a", "$gateway", "office", "${datasource}", "prom")
+// grafanaVars stands in for Grafana's variable interpolation, with the IPsec gateway
+// tenant-a/office selected.
+var grafanaVars = varsFor("tenant-a", "office")
+
+// varsFor interpolates the dashboard's variables with one gateway selected.
+func varsFor(namespace, gateway string) *strings.Replacer {
+	return strings.NewReplacer("$__rate_interval", "2m", "$namespace", namespace, "$gateway", gateway, "${datasource}", "prom")
+}
 
 func TestDashboard(t *testing.T) {
 	raw, err := os.ReadFile(dashboardFile)
@@ -110,7 +116,7 @@ func TestDashboard(t *testing.T) {
 				t.Errorf("panel %q: %q does not parse: %v", p.Title, tg.Expr, err)
 				continue
 			}
-			exprs = append(exprs, q)
+			exprs = append(exprs, tg.Expr)
 			for _, vs := range selectors(expr) {
 				used[vs.Name] = true
 				if !known[vs.Name] {
@@ -128,16 +134,24 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 	// What the dashboard must show per gateway: tunnels up, bytes, IKE SA age, NAT errors,
-	// exposures.
+	// exposures; for a WireGuard gateway its interface, peers up, handshake ages and bytes.
 	for _, m := range []string{"bnerd_ipsec_tunnel_up", "bnerd_ipsec_bytes_total", "bnerd_ipsec_established_seconds",
-		"bnerd_gateway_nat_apply_errors_total", "bnerd_gateway_exposures", "bnerd_gateway_pod_ready", "bnerd_gateway_tunnel_reported_up"} {
+		"bnerd_gateway_nat_apply_errors_total", "bnerd_gateway_exposures", "bnerd_gateway_pod_ready", "bnerd_gateway_tunnel_reported_up",
+		"bnerd_wireguard_up", "bnerd_wireguard_peer_up", "bnerd_wireguard_peer_latest_handshake_age_seconds", "bnerd_wireguard_peer_bytes_total"} {
 		if !used[m] {
 			t.Errorf("no panel shows %s", m)
 		}
 	}
 
-	// Every query returns data for a gateway whose series look like a real scrape's.
+	// Every query returns data for a gateway whose series look like a real scrape's: a
+	// query of WireGuard series for the WireGuard gateway tenant-c/branch, any other for the
+	// IPsec gateway tenant-a/office.
 	series := append(healthy(office, officePod), healthy(dc, dcPod)...)
+	series = append(series, healthyWireGuard()...)
+	series = append(series,
+		pod("bnerd_wireguard_peer_bytes_total", branchPod, `tunnel="site", direction="in"`)+" 0+2000x80",
+		pod("bnerd_wireguard_peer_bytes_total", branchPod, `tunnel="site", direction="out"`)+" 0+800x80",
+	)
 	series = append(series,
 		pod("bnerd_ipsec_bytes_total", officePod, `tunnel="hq", direction="in"`)+" 0+1000x80",
 		pod("bnerd_ipsec_bytes_total", officePod, `tunnel="hq", direction="out"`)+" 0+500x80",
@@ -150,12 +164,17 @@ func TestDashboard(t *testing.T) {
 	st := newMemStore(t, 30*time.Second, series)
 	engine := newEngine(t)
 	at := time.Unix(0, 0).UTC().Add(30 * time.Minute)
-	for _, q := range slices.Compact(slices.Sorted(slices.Values(exprs))) {
+	for _, raw := range slices.Compact(slices.Sorted(slices.Values(exprs))) {
+		ns, gw := "tenant-a", "office"
+		if strings.Contains(raw, "bnerd_wireguard_") {
+			ns, gw = "tenant-c", "branch"
+		}
+		q := varsFor(ns, gw).Replace(raw)
 		v := instant(t, engine, st, q, at)
 		if len(v) == 0 {
-			t.Errorf("%q returns no data for gateway tenant-a/office", q)
-		} else if slices.ContainsFunc(v, func(s promql.Sample) bool { return s.Metric.Get("gateway") == "dc" }) {
-			t.Errorf("%q returns the other gateway's series: %v", q, v)
+			t.Errorf("%q returns no data for gateway %s/%s", q, ns, gw)
+		} else if slices.ContainsFunc(v, func(s promql.Sample) bool { g := s.Metric.Get("gateway"); return g != "" && g != gw }) {
+			t.Errorf("%q returns another gateway's series: %v", q, v)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package chart
 
 import (
 	"go/ast"
+	"go/types"
 	"maps"
 	"regexp"
 	"slices"
@@ -33,7 +34,10 @@ import (
 // rules_eval_test.go then evaluates the rules with Prometheus' PromQL engine.
 
 var (
+	// The exporter's series: the IPsec gateway's and, from the same binary, the WireGuard
+	// gateway's.
 	exporterGo        = fromRoot("internal", "agent", "exporter", "exporter.go")
+	wireguardGo       = fromRoot("internal", "agent", "exporter", "wireguard.go")
 	operatorMetricsGo = fromRoot("internal", "gatewaymetrics", "gatewaymetrics.go")
 )
 
@@ -51,7 +55,11 @@ var promQL = parser.NewParser(parser.Options{})
 func monitoringValues() map[string]any { return requiredValues() }
 
 // exporterMetricNames returns the names of the exporter's prometheus.NewDesc calls.
-func exporterMetricNames(t *testing.T) map[string]bool { return metricNames(t, exporterGo) }
+func exporterMetricNames(t *testing.T) map[string]bool {
+	names := metricNames(t, exporterGo)
+	maps.Copy(names, metricNames(t, wireguardGo))
+	return names
+}
 
 // operatorMetricNames returns the names of the operator's per-gateway series.
 func operatorMetricNames(t *testing.T) map[string]bool { return metricNames(t, operatorMetricsGo) }
@@ -315,6 +323,11 @@ var expectedAlerts = map[string]expectedAlert{
 	"BnerdVPNOperatorMetricsAbsent": {[]string{"up"}, "operatorAbsent", "critical", []string{"$labels.job"}},
 	"BnerdVPNCharonUnreachable":     {[]string{"bnerd_ipsec_vici_up"}, "charonUnreachable", "critical", []string{"$labels.namespace", "$labels.pod", "$labels.gateway"}},
 	"BnerdVPNNATApplyErrors":        {[]string{"bnerd_gateway_nat_apply_errors_total"}, "natApplyErrors", "warning", []string{"$labels.namespace", "$labels.pod", "$labels.gateway", "$value"}},
+	"BnerdVPNWireGuardPeerDown": {[]string{"bnerd_wireguard_peer_latest_handshake_age_seconds", "bnerd_wireguard_peer_up"}, "wireguardPeerDown", "critical",
+		[]string{"$labels.namespace", "$labels.pod", "$labels.tunnel", "$labels.gateway"}},
+	"BnerdVPNWireGuardHandshakeStale": {[]string{"bnerd_wireguard_peer_latest_handshake_age_seconds"}, "wireguardHandshakeStale", "critical",
+		[]string{"$labels.namespace", "$labels.pod", "$labels.tunnel", "$labels.gateway", "$value"}},
+	"BnerdVPNWireGuardInterfaceDown": {[]string{"bnerd_wireguard_up"}, "wireguardInterfaceDown", "critical", []string{"$labels.namespace", "$labels.pod", "$labels.gateway"}},
 }
 
 // selectors returns the vector selectors of a parsed expression.
@@ -404,7 +417,8 @@ func TestGatewayAlertRules(t *testing.T) {
 		})
 	}
 	wantFor := map[string]string{"BnerdVPNTunnelDown": "5m", "BnerdVPNStatusAgentSilent": "10m", "BnerdVPNGatewayPodNotReady": "5m",
-		"BnerdVPNGatewayScrapeAbsent": "5m", "BnerdVPNOperatorMetricsAbsent": "5m", "BnerdVPNCharonUnreachable": "5m", "BnerdVPNNATApplyErrors": "0s"}
+		"BnerdVPNGatewayScrapeAbsent": "5m", "BnerdVPNOperatorMetricsAbsent": "5m", "BnerdVPNCharonUnreachable": "5m", "BnerdVPNNATApplyErrors": "0s",
+		"BnerdVPNWireGuardPeerDown": "5m", "BnerdVPNWireGuardHandshakeStale": "5m", "BnerdVPNWireGuardInterfaceDown": "5m"}
 	for name, f := range wantFor {
 		if alerts[name].For != f {
 			t.Errorf("%s: for %q, want the default %s", name, alerts[name].For, f)
@@ -427,6 +441,22 @@ func TestGatewayAlertRules(t *testing.T) {
 		}
 		return nil
 	})
+	// The handshake alert's threshold is WireGuard's REJECT_AFTER_TIME, 180 s, the same bound
+	// by which the exporter reads a peer as up (HandshakeFresh in its wireguard.go).
+	stale, _ := promQL.ParseExpr(alerts["BnerdVPNWireGuardHandshakeStale"].Expr)
+	if b, ok := stale.(*parser.BinaryExpr); !ok || b.Op != parser.GTR || b.ReturnBool || b.RHS.String() != "180" {
+		t.Errorf("handshake alert %q is not a filter `> 180`", alerts["BnerdVPNWireGuardHandshakeStale"].Expr)
+	}
+	fresh := ""
+	ast.Inspect(parseGo(t, wireguardGo), func(n ast.Node) bool {
+		if vs, ok := n.(*ast.ValueSpec); ok && len(vs.Names) == 1 && vs.Names[0].Name == "HandshakeFresh" && len(vs.Values) == 1 {
+			fresh = types.ExprString(vs.Values[0])
+		}
+		return true
+	})
+	if fresh != "3 * time.Minute" {
+		t.Errorf("the exporter's HandshakeFresh is %q, the handshake alert assumes 3 * time.Minute", fresh)
+	}
 	nat, _ := promQL.ParseExpr(alerts["BnerdVPNNATApplyErrors"].Expr)
 	var rate *parser.Call
 	parser.Inspect(nat, func(n parser.Node, _ []parser.Node) error {

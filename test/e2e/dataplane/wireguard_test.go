@@ -29,8 +29,10 @@ import (
 // tunnel) in front of it. It shows: the module loads and a pair passes traffic; only UDP
 // 51820 crosses the wire; with the device gone the guard drops what would otherwise leave
 // in the clear (its counter moves); and, as the negative control, without the guard the
-// same capture does see plaintext. The WireGuard gateway itself (issue 14) is not built
-// yet; this is the harness it will run in.
+// same capture does see plaintext. It checks the kernel pieces alone; the WireGuard
+// gateway built on them (a VPNGateway with protocol wireguard: its agent, exporter and
+// status agent) has its own end-to-end tests in test/e2e/wireguard (TestWireGuardGateway,
+// and TestWireGuardKernelVM with kernel WireGuard).
 func TestWireGuardKernel(t *testing.T) {
 	testenv.NeedRoot(t, "needs root")
 	for _, b := range []string{"wg", "ip", "tcpdump", "ping", "nft"} {
