@@ -32,6 +32,29 @@ const (
 	ConditionTunnelsUp = "TunnelsUp"
 )
 
+// ConditionPodUpToDate says whether the gateway's pod runs the operator's current
+// rendering, and where it stands in a staged rollout of a new one (new images, new pod
+// settings: restarts are paced, one canary first, then a budget at a time). It is
+// informational: a gateway waiting for its turn keeps its old pod and stays Ready.
+const ConditionPodUpToDate = "PodUpToDate"
+
+// PodUpToDate reasons.
+const (
+	// ReasonPodUpToDate: the Deployment carries the current rendering and nothing waits.
+	ReasonPodUpToDate = "UpToDate"
+	// ReasonRolloutWaiting: a new rendering waits for a rollout slot; the old pod runs.
+	ReasonRolloutWaiting = "RolloutWaiting"
+	// ReasonRolloutHalted: a new rendering waits because a gateway restarted earlier in
+	// the rollout did not come back in time; the old pod runs.
+	ReasonRolloutHalted = "RolloutHalted"
+	// ReasonRolling: the pod restarts to the new rendering; the rollout waits for its pod
+	// to be ready and its tunnels to be up again.
+	ReasonRolling = "Rolling"
+	// ReasonRolloutNotBack: this gateway restarted to the new rendering and did not come
+	// back within the rollout timeout; the rollout is halted on it.
+	ReasonRolloutNotBack = "RolloutNotBack"
+)
+
 // ClusterLink condition types, in reconcile order.
 const (
 	ConditionTenantIsolationAttested = "TenantIsolationAttested"

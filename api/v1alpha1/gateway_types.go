@@ -446,6 +446,7 @@ type GatewayStatus struct {
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.status.conditions[?(@.type=="PodReady")].reason`
 // +kubebuilder:printcolumn:name="Tunnels Up",type=string,JSONPath=`.status.tunnelSummary`
+// +kubebuilder:printcolumn:name="Pod Update",type=string,JSONPath=`.status.conditions[?(@.type=="PodUpToDate")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Floating IP",type=string,JSONPath=`.status.floatingIP`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
 // +kubebuilder:printcolumn:name="Service CIDR",type=string,JSONPath=`.status.serviceCIDR`,priority=1
@@ -511,6 +512,7 @@ type VPNGatewaySpec struct {
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.status.conditions[?(@.type=="PodReady")].reason`
 // +kubebuilder:printcolumn:name="Tunnels Up",type=string,JSONPath=`.status.tunnelSummary`
+// +kubebuilder:printcolumn:name="Pod Update",type=string,JSONPath=`.status.conditions[?(@.type=="PodUpToDate")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Floating IP",type=string,JSONPath=`.status.floatingIP`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
 // +kubebuilder:printcolumn:name="Service CIDR",type=string,JSONPath=`.status.serviceCIDR`,priority=1

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"bnerd.net/vpn-operator/internal/gatewaypod"
+	"bnerd.net/vpn-operator/internal/rollout"
 )
 
 // Config is the operator's configuration.
@@ -85,6 +86,13 @@ type Config struct {
 	// Unknown/StatusAgentSilent and Ready with it. The agent writes one at least every
 	// DefaultStatusAgentHeartbeat, so the default tolerates two missed heartbeats.
 	StatusAgentStaleAfter time.Duration
+	// GatewayRolloutBudget is how many gateways may restart at once when the operator's
+	// own rendering of their pods changes (new images, new pod settings): "N" or "N%" of
+	// the gateways, after one canary (internal/rollout).
+	GatewayRolloutBudget string
+	// GatewayRolloutTimeout is how long a restarted gateway has to come back (pod ready,
+	// the tunnels that were up before up again) before the rollout halts on it.
+	GatewayRolloutTimeout time.Duration
 }
 
 // Defaults from the specification.
@@ -99,6 +107,8 @@ const (
 	DefaultOpenStackTimeout                = 30 * time.Second
 	DefaultWireGuardImage                  = "ghcr.io/bnerd/bnerd-vpn-gateway-wireguard:v0.1.0"
 	DefaultGatewayDataplane                = "kernel"
+	DefaultGatewayRolloutBudget            = "10%"
+	DefaultGatewayRolloutTimeout           = 10 * time.Minute
 )
 
 // The status agent's heartbeat and the age at which the operator calls its report stale.
@@ -127,6 +137,8 @@ func Default() Config {
 		NodeNotReadyGrace:               DefaultNodeNotReadyGrace,
 		OpenStackTimeout:                DefaultOpenStackTimeout,
 		StatusAgentStaleAfter:           DefaultStatusAgentStaleAfter,
+		GatewayRolloutBudget:            DefaultGatewayRolloutBudget,
+		GatewayRolloutTimeout:           DefaultGatewayRolloutTimeout,
 	}
 }
 
@@ -136,7 +148,7 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 		getenv = os.Getenv
 	}
 	c := Default()
-	var pool, internal, targets, roles, resync, netpol, conc, stale, grace, maxGW, osQPS, osBurst, osTimeout, podShape string
+	var pool, internal, targets, roles, resync, netpol, conc, stale, grace, maxGW, osQPS, osBurst, osTimeout, podShape, rolloutTimeout string
 	env := func(name, def string) string {
 		if v := getenv(name); v != "" {
 			return v
@@ -167,6 +179,8 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	fs.StringVar(&osBurst, "openstack-burst", env("IPSEC_OPENSTACK_BURST", "0"), "OpenStack request burst above the QPS (IPSEC_OPENSTACK_BURST)")
 	fs.StringVar(&osTimeout, "openstack-timeout", env("IPSEC_OPENSTACK_TIMEOUT", c.OpenStackTimeout.String()), "bound of each OpenStack request (IPSEC_OPENSTACK_TIMEOUT)")
 	fs.StringVar(&stale, "status-agent-stale-after", env("IPSEC_STATUS_AGENT_STALE_AFTER", c.StatusAgentStaleAfter.String()), "age of a status agent's heartbeat after which its tunnel report is stale (IPSEC_STATUS_AGENT_STALE_AFTER)")
+	fs.StringVar(&c.GatewayRolloutBudget, "gateway-rollout-budget", env("IPSEC_GATEWAY_ROLLOUT_BUDGET", c.GatewayRolloutBudget), "gateways restarting at once when the operator's rendering of their pods changes, N or N% after one canary (IPSEC_GATEWAY_ROLLOUT_BUDGET)")
+	fs.StringVar(&rolloutTimeout, "gateway-rollout-timeout", env("IPSEC_GATEWAY_ROLLOUT_TIMEOUT", c.GatewayRolloutTimeout.String()), "how long a restarted gateway has to come back before the rollout halts (IPSEC_GATEWAY_ROLLOUT_TIMEOUT)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -218,6 +232,12 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	}
 	if c.OpenStackTimeout, err = time.ParseDuration(osTimeout); err != nil || c.OpenStackTimeout <= 0 {
 		return c, fmt.Errorf("OpenStack timeout %q: must be a positive duration", osTimeout)
+	}
+	if _, err := rollout.ParseBudget(c.GatewayRolloutBudget); err != nil {
+		return c, err
+	}
+	if c.GatewayRolloutTimeout, err = time.ParseDuration(rolloutTimeout); err != nil || c.GatewayRolloutTimeout <= 0 {
+		return c, fmt.Errorf("gateway rollout timeout %q: must be a positive duration", rolloutTimeout)
 	}
 	return c, nil
 }

@@ -200,3 +200,37 @@ func unionKeys(a, b map[string]any) []string {
 	}
 	return slices.Sorted(maps.Keys(keys))
 }
+
+// Annotations on the gateway Deployment that a paced restart (internal/rollout) keeps
+// across restarts of the operator: when the restart to a new rendering was admitted, and
+// how many tunnels were up before it (the restart is complete when as many are up again).
+// Both are removed when the restart is complete.
+const (
+	AnnotationRolloutStarted = "ipsec.bnerd.net/rollout-started"
+	AnnotationRolloutTunnels = "ipsec.bnerd.net/rollout-tunnels-up"
+)
+
+// deploymentLevel are the fields DeploymentDrift names that live outside the pod
+// template: changing them replaces no pod.
+var deploymentLevel = map[string]bool{
+	"replicas": true, "strategy": true, "minReadySeconds": true, "revisionHistoryLimit": true,
+	"progressDeadlineSeconds": true, "paused": true,
+}
+
+// RestartsPod reports whether applying a change of the named fields (DeploymentDrift's
+// result) replaces the pod: any change of the pod template does.
+func RestartsPod(drift []string) bool {
+	for _, f := range drift {
+		if !deploymentLevel[f] {
+			return true
+		}
+	}
+	return false
+}
+
+// Moves reports whether the rendering moves the pod: another node, or another dedicated
+// port (its MAC). Such a change is never paced: the old pod cannot carry the tunnels.
+func Moves(stored, live appsv1.DeploymentSpec) bool {
+	return stored.Template.Spec.NodeName != live.Template.Spec.NodeName ||
+		stored.Template.Annotations[AnnotationPortMAC] != live.Template.Annotations[AnnotationPortMAC]
+}

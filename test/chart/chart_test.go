@@ -306,7 +306,7 @@ func TestValuesFlowToEnv(t *testing.T) {
 	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
 		t.Errorf("replicas %v, want 2", d.Spec.Replicas)
 	}
-	if !strings.Contains(r.notes, "0.3.1") || strings.Contains(r.notes, "rolls every gateway pod") {
+	if !strings.Contains(r.notes, "0.3.1") || strings.Contains(r.notes, "restarts every gateway pod") {
 		t.Errorf("NOTES with pinned images should name the pin and not warn about rolls:\n%s", r.notes)
 	}
 }
@@ -621,7 +621,7 @@ func TestMetricsServiceAndServiceMonitor(t *testing.T) {
 
 func TestNotes(t *testing.T) {
 	r := mustRender(t, requiredValues())
-	for _, s := range []string{"internalSourceCIDRs is empty", "rolls every gateway pod", "Multus", "bnerd-vpn-clusterlinks",
+	for _, s := range []string{"internalSourceCIDRs is empty", "restarts every gateway pod", "Multus", "bnerd-vpn-clusterlinks",
 		"pod-security.kubernetes.io/enforce=privileged", "kubectl vpn check --operator-namespace " + releaseNS,
 		"needs member and reader", "CredentialsRoleMissing", "openstack-roles.md"} {
 		if !strings.Contains(r.notes, s) {

@@ -50,7 +50,7 @@ func TestImagesRefuseUnknownKeys(t *testing.T) {
 			t.Errorf("%s = %q, want the pin 0.3.1", name, env[name].Value)
 		}
 	}
-	if strings.Contains(r.notes, "rolls every gateway pod") {
+	if strings.Contains(r.notes, "restarts every gateway pod") {
 		t.Errorf("NOTES warn about rolls although every gateway image is pinned:\n%s", r.notes)
 	}
 	if r := mustRender(t, with(requiredValues(), "images.gateway.tag", "0.3.1")); !strings.Contains(r.notes, "images.gatewayWireguard.tag") {

@@ -40,6 +40,8 @@ func (r *Reconciler) finalize(ctx context.Context, g *gateway) error {
 	r.fresh.Forget(g.obj.GetUID())
 	r.forgetActedOn(g.obj.GetUID())
 	r.forgetStored(g.obj.GetUID())
+	r.gate.Forget(g.obj.GetUID())
+	r.forgetWaiting(g.obj.GetUID())
 	base := g.obj.DeepCopyObject().(client.Object)
 	controllerutil.RemoveFinalizer(g.obj, v1alpha1.FinalizerGateway)
 	if err := r.Client.Patch(ctx, g.obj, client.MergeFrom(base)); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -34,10 +35,17 @@ import (
 // summarises them after the phase conditions (ConditionTypes).
 var HealthConditionTypes = []string{v1alpha1.ConditionPodReady, v1alpha1.ConditionTunnelsUp}
 
+// ObservationConditionTypes are every condition observe writes: the health conditions,
+// and PodUpToDate (where the gateway stands in a paced restart), which does not feed
+// Ready: a gateway waiting for its turn keeps its running pod.
+var ObservationConditionTypes = append(slices.Clone(HealthConditionTypes), v1alpha1.ConditionPodUpToDate)
+
 // startingUp are the False reasons every new or moved gateway passes through while its
 // pod starts (and Ready with them): their Events are Normal, not Warnings. A pod that
 // stays there is visible in the condition, and the chart's pod-not-ready alert pages on it.
-var startingUp = map[string]bool{v1alpha1.ReasonPodNotFound: true, v1alpha1.ReasonPodPending: true}
+var startingUp = map[string]bool{v1alpha1.ReasonPodNotFound: true, v1alpha1.ReasonPodPending: true,
+	// A paced restart waiting or under way is progress, not a failure.
+	v1alpha1.ReasonRolloutWaiting: true, v1alpha1.ReasonRolling: true, v1alpha1.ReasonRolloutHalted: true}
 
 // PendingRecheck is how often a Pending gateway pod is looked at again. A sandbox the
 // CNI plugins cannot set up (the host-device plugin not finding the port's interface on
@@ -58,7 +66,11 @@ func (r *Reconciler) observe(ctx context.Context, g *gateway) (time.Duration, er
 	if d := r.ensureTunnelsUp(g, pod); d > 0 && (next == 0 || d < next) {
 		next = d
 	}
-	return next, nil
+	d, err := r.ensurePodUpToDate(ctx, g)
+	if d > 0 && (next == 0 || d < next) {
+		next = d
+	}
+	return next, err
 }
 
 func (r *Reconciler) now() time.Time {
@@ -394,7 +406,7 @@ func observationsOnly(a, b *v1alpha1.GatewayStatus) bool {
 		c.TunnelSummary = ""
 		var kept []metav1.Condition
 		for _, cd := range c.Conditions {
-			if cd.Type != v1alpha1.ConditionReady && cd.Type != v1alpha1.ConditionPodReady && cd.Type != v1alpha1.ConditionTunnelsUp {
+			if cd.Type != v1alpha1.ConditionReady && !slices.Contains(ObservationConditionTypes, cd.Type) {
 				kept = append(kept, cd)
 			}
 		}
@@ -501,8 +513,9 @@ var healthChanged = predicate.Funcs{
 		// An observation written by the phases' reconcile, which observes too: it may
 		// have been computed from a report older than the one it was written over (its
 		// status write retries on top of a status-agent write), so look again. Looking
-		// again writes nothing when it was current.
-		for _, t := range []string{v1alpha1.ConditionTunnelsUp, v1alpha1.ConditionPodReady} {
+		// again writes nothing when it was current; for a restart the phases' reconcile
+		// just admitted, it schedules the look at the restart's deadline.
+		for _, t := range ObservationConditionTypes {
 			oc, nc := conditions.Get(o.Conditions, t), conditions.Get(n.Conditions, t)
 			if (oc == nil) != (nc == nil) || oc != nil && (oc.Status != nc.Status || oc.Reason != nc.Reason || oc.Message != nc.Message) {
 				return true

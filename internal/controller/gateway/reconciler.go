@@ -33,6 +33,7 @@ import (
 	"bnerd.net/vpn-operator/internal/ipam"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
+	"bnerd.net/vpn-operator/internal/rollout"
 	"bnerd.net/vpn-operator/internal/statuswrite"
 )
 
@@ -122,6 +123,14 @@ type Reconciler struct {
 	// judging drift costs no request while neither changes (see applyDeployment).
 	storedMu sync.Mutex
 	stored   map[types.UID]storedRendering
+	// waitingSpec: per gateway whose restart waits for the rollout gate, a hash of its
+	// live Deployment spec when this process first made it wait (guarded by storedMu).
+	waitingSpec map[types.UID]string
+
+	// gate paces the restarts a new rendering of the operator's causes (rollout.go);
+	// resumeMu serialises its one-time resumption from the Deployments.
+	gate     *rollout.Gate
+	resumeMu sync.Mutex
 
 	// wake, per kind, carries gateways to reconcile now for something that happened to
 	// another one (a /24 they wait for was released).
@@ -135,12 +144,13 @@ type Reconciler struct {
 // New returns a reconciler; register it with SetupWithManager.
 func New(deps Deps) *Reconciler {
 	r := &Reconciler{Deps: deps, nova: map[types.UID]novaOp{}, backoff: map[string]*outcome.Backoff{}, healthBackoff: map[string]*outcome.Backoff{},
-		legacyDone: map[types.UID]bool{}, stored: map[types.UID]storedRendering{}, wake: map[string]chan event.GenericEvent{}, fresh: statuswrite.NewFreshness()}
+		legacyDone: map[types.UID]bool{}, stored: map[types.UID]storedRendering{}, waitingSpec: map[types.UID]string{}, wake: map[string]chan event.GenericEvent{}, fresh: statuswrite.NewFreshness()}
 	for _, kind := range []string{KindIPsecGateway, KindVPNGateway} {
 		r.backoff[kind] = outcome.NewBackoff(0, 0)
 		r.healthBackoff[kind] = outcome.NewBackoff(0, 0)
 		r.wake[kind] = make(chan event.GenericEvent, wakeBuffer)
 	}
+	r.gate = r.newGate()
 	if r.PortWait.Interval <= 0 {
 		r.PortWait.Interval = 2 * time.Second
 	}
@@ -392,7 +402,7 @@ func (r *Reconciler) rebase(ctx context.Context, g *gateway) (bool, error) {
 		return false, nil
 	}
 	fs := statusOf(fresh)
-	for _, t := range append([]string{v1alpha1.ConditionReady}, HealthConditionTypes...) {
+	for _, t := range append([]string{v1alpha1.ConditionReady}, ObservationConditionTypes...) {
 		conditions.Setter{Conditions: &g.status.Conditions}.Remove(t)
 		if c := conditions.Get(fs.Conditions, t); c != nil {
 			g.status.Conditions = append(g.status.Conditions, *c)

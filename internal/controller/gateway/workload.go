@@ -323,6 +323,15 @@ func (r *Reconciler) applyDeployment(ctx context.Context, g *gateway, d *appsv1.
 		drift = render.DeploymentDrift(stored, live.Spec)
 	}
 	ours := live.Annotations[render.AnnotationRendering] == hash
+	if !ours && len(drift) > 0 {
+		// A new rendering of the operator's: its restart of the pod may have to wait.
+		if wait, err := r.paceRestart(ctx, g, live, stored, drift); wait || err != nil {
+			return err
+		}
+	} else {
+		r.gate.Withdraw(uid)
+		r.forgetWaiting(uid)
+	}
 	if metaSame && ours && len(drift) == 0 {
 		return nil
 	}
