@@ -89,7 +89,7 @@ type Gate struct {
 	canaried bool // a gateway restarted and came back in this process
 	// wasHalted: a decision found the rollout halted since the last wake-up.
 	wasHalted bool
-	resumed  bool
+	resumed   bool
 }
 
 func (g *Gate) now() time.Time {
