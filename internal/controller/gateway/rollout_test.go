@@ -62,6 +62,21 @@ func withImage(images map[string]string, image string) []string {
 	return out
 }
 
+// waitCanary waits for the first of names to run image and returns it: the canary of a
+// paced rollout (the test then checks that it stays the only one).
+func (h *harness) waitCanary(names []string, image string) string {
+	h.t.Helper()
+	var canary string
+	eventually(h.t, "a canary restarts", func() (bool, string) {
+		rolled := withImage(h.agentImages(names), image)
+		if len(rolled) == 1 {
+			canary = rolled[0]
+		}
+		return len(rolled) >= 1, fmt.Sprint(rolled)
+	})
+	return canary
+}
+
 // readyEstate creates the named gateways and brings each to Ready with its tunnel up.
 func (h *harness) readyEstate(names []string) {
 	h.t.Helper()
@@ -114,14 +129,7 @@ func TestUpgradeRestartsGatewaysInStages(t *testing.T) {
 	next := old + "-next"
 	h.cfg.AgentImage = next
 	h.start()
-	var canary string
-	eventually(t, "a canary restarts", func() (bool, string) {
-		rolled := withImage(h.agentImages(names), next)
-		if len(rolled) == 1 {
-			canary = rolled[0]
-		}
-		return len(rolled) >= 1, fmt.Sprint(rolled)
-	})
+	canary := h.waitCanary(names, next)
 	for _, n := range names {
 		if n != canary {
 			h.waitHealth(n, v1alpha1.ConditionPodUpToDate, v1alpha1.ReasonRolloutWaiting, "waits for a rollout slot")
@@ -197,15 +205,8 @@ func TestRolloutHaltsOnAGatewayNotBack(t *testing.T) {
 	next := old + "-next"
 	h.cfg.AgentImage = next
 	h.start()
-	var canary string
-	eventually(t, "a canary restarts", func() (bool, string) {
-		rolled := withImage(h.agentImages(names), next)
-		if len(rolled) == 1 {
-			canary = rolled[0]
-		}
-		return len(rolled) >= 1, fmt.Sprint(rolled)
-	})
-	gw := h.waitHealth(canary, v1alpha1.ConditionPodUpToDate, v1alpha1.ReasonRolloutNotBack, "not back within 3s")
+	canary := h.waitCanary(names, next)
+	h.waitHealth(canary, v1alpha1.ConditionPodUpToDate, v1alpha1.ReasonRolloutNotBack, "not back within 3s")
 	var waiting []string
 	for _, n := range names {
 		if n != canary {
@@ -224,7 +225,6 @@ func TestRolloutHaltsOnAGatewayNotBack(t *testing.T) {
 			t.Errorf("%s's condition names the gateway the rollout halted on: %s", n, c.Message)
 		}
 	}
-	_ = gw
 	// A gateway whose pod is not ready is not held back by the halt.
 	broken := waiting[0]
 	unready := runningReady(time.Now().Add(-time.Minute).Truncate(time.Second))
