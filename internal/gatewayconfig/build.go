@@ -3,7 +3,6 @@ package gatewayconfig
 import (
 	"fmt"
 	"net/netip"
-	"strconv"
 	"strings"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
@@ -222,27 +221,13 @@ func orList(v, def []string) []string {
 	return append([]string(nil), v...)
 }
 
-// ParseDuration converts the API's lifetime notation (digits with an optional s, m, h or
-// d suffix; bare digits are seconds) into seconds.
+// ParseDuration converts the API's lifetime notation (v1alpha1.DurationSeconds: one to six
+// digits with an optional s, m, h or d suffix; bare digits are seconds) into seconds; a
+// lifetime of zero is refused.
 func ParseDuration(v string) (int64, error) {
-	if v == "" || len(v) > 7 {
+	n, err := v1alpha1.DurationSeconds(v)
+	if err != nil || n <= 0 {
 		return 0, fmt.Errorf("%q is not a duration such as 30s, 4h or 1d", v)
 	}
-	mult := int64(1)
-	num := v
-	switch v[len(v)-1] {
-	case 's':
-		num = v[:len(v)-1]
-	case 'm':
-		mult, num = 60, v[:len(v)-1]
-	case 'h':
-		mult, num = 3600, v[:len(v)-1]
-	case 'd':
-		mult, num = 86400, v[:len(v)-1]
-	}
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n <= 0 || len(num) > 6 || strings.TrimLeft(num, "0123456789") != "" {
-		return 0, fmt.Errorf("%q is not a duration such as 30s, 4h or 1d", v)
-	}
-	return n * mult, nil
+	return n, nil
 }
