@@ -11,6 +11,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="has(oldSelf.credentialsSecretRef) == has(self.credentialsSecretRef)",message="credentialsSecretRef cannot be added to or removed from an existing ClusterLink: switching between same-tenant and cross-tenant means deleting and recreating the link"
 // +kubebuilder:validation:XValidation:rule="!has(self.credentialsSecretRef) || !has(self.gatewaySelector) || (has(self.gatewaySelector.namespaceSelector) && ((has(self.gatewaySelector.namespaceSelector.matchLabels) && size(self.gatewaySelector.namespaceSelector.matchLabels) > 0) || (has(self.gatewaySelector.namespaceSelector.matchExpressions) && size(self.gatewaySelector.namespaceSelector.matchExpressions) > 0)))",message="a cross-tenant link's gatewaySelector must select namespaces by label: an empty selector, or one on gateway labels only (which tenants set), would let any tenant opt in; omit gatewaySelector to serve the namespaces labelled ipsec.bnerd.net/customer-project=<customerProjectID>"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.customerProjectID) || (has(self.customerProjectID) && self.customerProjectID == oldSelf.customerProjectID)",message="customerProjectID is immutable once set: it can be neither changed nor removed"
+// +kubebuilder:validation:XValidation:rule="!has(self.credentialsSecretRef) || !has(self.reverseRouteMode) || self.reverseRouteMode == 'PerGateway'",message="reverseRouteMode Aggregate is for same-tenant links only: a cross-tenant link's router gets a route per gateway it serves, never one to the whole service-CIDR pool"
 type ClusterLinkSpec struct {
 	// ServiceClusterRouter is the service cluster's Neutron router, by name or ID,
 	// resolved at every reconcile. The leg port on the transit network is attached to it.
@@ -59,7 +60,32 @@ type ClusterLinkSpec struct {
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9-]+$`
 	// +optional
 	CustomerProjectID string `json:"customerProjectID,omitempty"`
+
+	// ReverseRouteMode says how the service cluster's router reaches the reverse
+	// exposures of the gateways this link serves. PerGateway: one route per gateway,
+	// its service CIDR via its port's transit address (the router needs as many routes
+	// as there are such gateways, and Neutron caps routes per router, 30 by default).
+	// Aggregate: one route, the whole service-CIDR pool via the gateway cluster's
+	// router on the transit network, which already routes each gateway's service CIDR
+	// to its port; which gateways the link's service cluster can reach is then decided
+	// by the gateways' security groups (only the gateways the link serves admit its
+	// serviceClusterCIDR), not by the route set. Same-tenant links only. Unset: the
+	// operator's default (IPSEC_CLUSTERLINK_REVERSE_ROUTE_MODE, PerGateway unless the
+	// platform set it); a cross-tenant link always uses PerGateway.
+	// +kubebuilder:validation:Enum=PerGateway;Aggregate
+	// +optional
+	ReverseRouteMode string `json:"reverseRouteMode,omitempty"`
 }
+
+// Reverse-route modes of a ClusterLink (spec.reverseRouteMode).
+const (
+	ReverseRoutePerGateway = "PerGateway"
+	ReverseRouteAggregate  = "Aggregate"
+)
+
+// AggregateGatewayRef is status.reverseRoutes[].gatewayRef of the one route of a link in
+// reverseRouteMode Aggregate: it serves every gateway the link serves.
+const AggregateGatewayRef = "*"
 
 // SecretRef names a Secret in a given namespace.
 type SecretRef struct {
@@ -98,9 +124,12 @@ type Route struct {
 type ReverseRoute struct {
 	// ServiceCIDR of the gateway (the route's destination).
 	ServiceCIDR string `json:"serviceCIDR"`
-	// NextHop is the gateway's port fixed IP on the transit network.
+	// NextHop is the gateway's port fixed IP on the transit network (Aggregate: the
+	// gateway cluster's router's address on it).
 	NextHop string `json:"nextHop"`
-	// GatewayRef names the gateway as <Kind>/<namespace>/<name>.
+	// GatewayRef names the gateway as <Kind>/<namespace>/<name>; "*" for the one route
+	// of reverseRouteMode Aggregate (the service-CIDR pool via the gateway cluster's
+	// router), which serves them all.
 	GatewayRef string `json:"gatewayRef"`
 }
 
@@ -129,6 +158,10 @@ type ClusterLinkStatus struct {
 	// link serves that has reverse exposures.
 	// +optional
 	ReverseRoutes []ReverseRoute `json:"reverseRoutes,omitempty"`
+	// ReverseRouteMode is the reverse-route mode in effect: spec.reverseRouteMode, or the
+	// operator's default when unset.
+	// +optional
+	ReverseRouteMode string `json:"reverseRouteMode,omitempty"`
 	// Conditions report each reconcile phase and the Ready summary.
 	// +listType=map
 	// +listMapKey=type
@@ -146,6 +179,7 @@ type ClusterLinkStatus struct {
 // +kubebuilder:printcolumn:name="Router",type=string,JSONPath=`.spec.serviceClusterRouter`
 // +kubebuilder:printcolumn:name="CIDR",type=string,JSONPath=`.spec.serviceClusterCIDR`
 // +kubebuilder:printcolumn:name="Transit IP",type=string,JSONPath=`.status.transitIP`
+// +kubebuilder:printcolumn:name="Reverse",type=string,JSONPath=`.status.reverseRouteMode`,priority=1
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

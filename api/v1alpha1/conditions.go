@@ -209,6 +209,10 @@ const (
 	ReasonEnsureRouteFailed            = "EnsureRouteFailed"
 	ReasonReverseRoutesInstalled       = "ReverseRoutesInstalled"
 	ReasonEnsureReverseRoutesFailed    = "EnsureReverseRoutesFailed"
+	// ReasonRouteLimitExceeded: Neutron refused the reverse routes because the service
+	// cluster's router would carry more routes than the cloud's max_routes allows;
+	// nothing of the refused batch was added.
+	ReasonRouteLimitExceeded = "RouteLimitExceeded"
 	// ReasonServiceClusterCIDROverlap: serviceClusterCIDR overlaps the service-CIDR pool,
 	// the transit subnet or an older link's serviceClusterCIDR.
 	ReasonServiceClusterCIDROverlap = "ServiceClusterCIDROverlap"

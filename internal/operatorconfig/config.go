@@ -41,6 +41,11 @@ type Config struct {
 	// ClusterLinkSafeRoles extends the built-in list of OpenStack roles a cross-tenant
 	// ClusterLink's credential may carry; any other role is refused.
 	ClusterLinkSafeRoles []string
+	// ClusterLinkReverseRouteMode is the reverse-route mode of a same-tenant ClusterLink
+	// whose spec.reverseRouteMode is unset: "PerGateway" (the default: a route per
+	// gateway on the service cluster's router) or "Aggregate" (one route for the whole
+	// service-CIDR pool via the gateway cluster's router).
+	ClusterLinkReverseRouteMode string
 	// GatewayNetworkPolicy toggles the per-gateway <name>-nic1 NetworkPolicy.
 	GatewayNetworkPolicy bool
 	// GatewayImage runs strongSwan; AgentImage runs the gateway agent's roles;
@@ -99,16 +104,19 @@ type Config struct {
 const (
 	DefaultServiceCIDRPool                 = "100.64.0.0/16"
 	DefaultClusterLinkCredentialsNamespace = "bnerd-vpn-clusterlinks"
-	DefaultResyncInterval                  = 5 * time.Minute
-	DefaultGatewayNetwork                  = "vpn-transit"
-	DefaultGatewayImage                    = "ghcr.io/bnerd/bnerd-vpn-gateway:v0.1.0"
-	DefaultAgentImage                      = "ghcr.io/bnerd/bnerd-vpn-status-agent:v0.1.0"
-	DefaultNodeNotReadyGrace               = 5 * time.Second
-	DefaultOpenStackTimeout                = 30 * time.Second
-	DefaultWireGuardImage                  = "ghcr.io/bnerd/bnerd-vpn-gateway-wireguard:v0.1.0"
-	DefaultGatewayDataplane                = "kernel"
-	DefaultGatewayRolloutBudget            = "10%"
-	DefaultGatewayRolloutTimeout           = 10 * time.Minute
+	// DefaultClusterLinkReverseRouteMode keeps the specification's route per gateway:
+	// an upgrade does not change what a service cluster's router carries.
+	DefaultClusterLinkReverseRouteMode = "PerGateway"
+	DefaultResyncInterval              = 5 * time.Minute
+	DefaultGatewayNetwork              = "vpn-transit"
+	DefaultGatewayImage                = "ghcr.io/bnerd/bnerd-vpn-gateway:v0.1.0"
+	DefaultAgentImage                  = "ghcr.io/bnerd/bnerd-vpn-status-agent:v0.1.0"
+	DefaultNodeNotReadyGrace           = 5 * time.Second
+	DefaultOpenStackTimeout            = 30 * time.Second
+	DefaultWireGuardImage              = "ghcr.io/bnerd/bnerd-vpn-gateway-wireguard:v0.1.0"
+	DefaultGatewayDataplane            = "kernel"
+	DefaultGatewayRolloutBudget        = "10%"
+	DefaultGatewayRolloutTimeout       = 10 * time.Minute
 )
 
 // The status agent's heartbeat and the age at which the operator calls its report stale.
@@ -132,6 +140,7 @@ func Default() Config {
 		GatewayDataplane:                DefaultGatewayDataplane,
 		GatewayPod:                      gatewaypod.DefaultShape(),
 		ClusterLinkCredentialsNamespace: DefaultClusterLinkCredentialsNamespace,
+		ClusterLinkReverseRouteMode:     DefaultClusterLinkReverseRouteMode,
 		ResyncInterval:                  DefaultResyncInterval,
 		MaxConcurrentReconciles:         4,
 		NodeNotReadyGrace:               DefaultNodeNotReadyGrace,
@@ -163,6 +172,7 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	fs.StringVar(&internal, "internal-source-cidrs", env("IPSEC_INTERNAL_SOURCE_CIDRS", ""), "comma-separated fabric source CIDRs admitted to reverse exposures (IPSEC_INTERNAL_SOURCE_CIDRS)")
 	fs.StringVar(&targets, "exposure-target-cidrs", env("IPSEC_EXPOSURE_TARGET_CIDRS", ""), "comma-separated CIDRs exposure targets must lie in; empty allows any address outside the refused ranges (IPSEC_EXPOSURE_TARGET_CIDRS)")
 	fs.StringVar(&roles, "clusterlink-safe-roles", env("IPSEC_CLUSTERLINK_SAFE_ROLES", ""), "comma-separated OpenStack roles a ClusterLink customer credential may carry besides the built-in member roles (IPSEC_CLUSTERLINK_SAFE_ROLES)")
+	fs.StringVar(&c.ClusterLinkReverseRouteMode, "clusterlink-reverse-route-mode", env("IPSEC_CLUSTERLINK_REVERSE_ROUTE_MODE", c.ClusterLinkReverseRouteMode), "reverse-route mode of a same-tenant ClusterLink that sets none: PerGateway or Aggregate (IPSEC_CLUSTERLINK_REVERSE_ROUTE_MODE)")
 	fs.StringVar(&netpol, "gateway-network-policy", env("IPSEC_GATEWAY_NETWORKPOLICY_ENABLED", "true"), "create the <name>-nic1 NetworkPolicy (IPSEC_GATEWAY_NETWORKPOLICY_ENABLED)")
 	fs.StringVar(&c.GatewayImage, "gateway-image", env("IPSEC_GATEWAY_IMAGE", c.GatewayImage), "strongSwan image (IPSEC_GATEWAY_IMAGE)")
 	fs.StringVar(&c.AgentImage, "agent-image", env("IPSEC_AGENT_IMAGE", c.AgentImage), "gateway agent image (IPSEC_AGENT_IMAGE)")
@@ -202,6 +212,9 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	}
 	if c.GatewayNetworkPolicy, err = strconv.ParseBool(netpol); err != nil {
 		return c, fmt.Errorf("gateway network policy switch %q: %w", netpol, err)
+	}
+	if c.ClusterLinkReverseRouteMode != "PerGateway" && c.ClusterLinkReverseRouteMode != "Aggregate" {
+		return c, fmt.Errorf("ClusterLink reverse-route mode %q: must be PerGateway or Aggregate", c.ClusterLinkReverseRouteMode)
 	}
 	if c.GatewayDataplane != "kernel" && c.GatewayDataplane != "libipsec" {
 		return c, fmt.Errorf("gateway dataplane %q: must be kernel or libipsec", c.GatewayDataplane)

@@ -96,6 +96,7 @@ func TestDeploymentEnvDefaults(t *testing.T) {
 		"IPSEC_NAD_TEMPLATE":                      renderConsts["DefaultNADTemplate"],
 		"IPSEC_GATEWAY_DATAPLANE":                 consts["DefaultGatewayDataplane"],
 		"IPSEC_CLUSTERLINK_CREDENTIALS_NAMESPACE": consts["DefaultClusterLinkCredentialsNamespace"],
+		"IPSEC_CLUSTERLINK_REVERSE_ROUTE_MODE":    consts["DefaultClusterLinkReverseRouteMode"],
 		"IPSEC_RESYNC_INTERVAL":                   "5m",
 		"IPSEC_MAX_CONCURRENT_RECONCILES":         "4",
 		"IPSEC_STATUS_AGENT_STALE_AFTER":          "3m",
@@ -256,6 +257,7 @@ func TestValuesFlowToEnv(t *testing.T) {
 	vals = with(vals, "clusterLink.credentialsNamespace", "link-creds")
 	vals = with(vals, "exposureTargetCIDRs", []any{"10.250.0.0/16", "10.251.0.0/16"})
 	vals = with(vals, "clusterLink.safeRoles", []any{"network_operator", "creator"})
+	vals = with(vals, "clusterLink.reverseRouteMode", "Aggregate")
 	vals = with(vals, "resyncInterval", "90s")
 	vals = with(vals, "maxConcurrentReconciles", 2)
 	vals = with(vals, "leaderElection.enabled", false)
@@ -278,6 +280,7 @@ func TestValuesFlowToEnv(t *testing.T) {
 		"IPSEC_MAX_CONCURRENT_RECONCILES":         "2",
 		"IPSEC_EXPOSURE_TARGET_CIDRS":             "10.250.0.0/16,10.251.0.0/16",
 		"IPSEC_CLUSTERLINK_SAFE_ROLES":            "network_operator,creator",
+		"IPSEC_CLUSTERLINK_REVERSE_ROUTE_MODE":    "Aggregate",
 	}
 	for name, v := range want {
 		if got := env[name].Value; got != v {

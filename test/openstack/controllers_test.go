@@ -147,6 +147,51 @@ func reverseGatewayAndClusterLinks(t *testing.T, rel realstack.Release) {
 		return rt.HasRoute(reverse), fmtRoutes(rt)
 	})
 
+	// reverseRouteMode Aggregate on the real Neutron: the pool via the gateway cluster's
+	// router's transit address replaces the per-gateway route (added first), and the
+	// switch back restores it.
+	opPorts, err := r.os.Networking.ListPorts(r.ctx, openstack.ListPortsOpts{DeviceID: opRouter.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opTransit string
+	for _, p := range opPorts {
+		for _, f := range p.FixedIPs {
+			if a, err := netip.ParseAddr(f.IPAddress); err == nil && netip.MustParsePrefix("10.254.0.0/24").Contains(a) {
+				opTransit = a.String()
+			}
+		}
+	}
+	if opTransit == "" {
+		t.Fatalf("the gateway cluster's router has no port on the transit subnet: %+v", opPorts)
+	}
+	setMode := func(mode string) {
+		t.Helper()
+		var l v1.ClusterLink
+		if err := env.Client.Get(r.ctx, types.NamespacedName{Name: same.Name}, &l); err != nil {
+			t.Fatal(err)
+		}
+		l.Spec.ReverseRouteMode = mode
+		if err := env.Client.Update(r.ctx, &l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pool := openstack.Route{Destination: r.cfg.ServiceCIDRPool.String(), NextHop: opTransit}
+	setMode(v1.ReverseRouteAggregate)
+	eventually(t, "the aggregate route alone on svc01's router", func() (bool, string) {
+		rt := r.router(r.os, "shoot--services--svc01")
+		return rt.HasRoute(pool) && !rt.HasRoute(reverse), fmtRoutes(rt)
+	})
+	if l := r.linkReady(same.Name); l.Status.ReverseRouteMode != v1.ReverseRouteAggregate || len(l.Status.ReverseRoutes) != 1 || l.Status.ReverseRoutes[0].GatewayRef != v1.AggregateGatewayRef {
+		t.Errorf("Aggregate link status: mode %q, reverse routes %v", l.Status.ReverseRouteMode, l.Status.ReverseRoutes)
+	}
+	setMode(v1.ReverseRoutePerGateway)
+	eventually(t, "the per-gateway route back on svc01's router", func() (bool, string) {
+		rt := r.router(r.os, "shoot--services--svc01")
+		return rt.HasRoute(reverse) && !rt.HasRoute(pool), fmtRoutes(rt)
+	})
+	sl = r.linkReady(same.Name)
+
 	// Cross tenant: diehl01, with the customer's own application credential.
 	custProject, err := r.cloud.ID("projects", "customer-diehl")
 	if err != nil {

@@ -92,6 +92,9 @@ type Reconciler struct {
 	netMu      sync.Mutex
 	transit    *transitNet // resolved once; the transit network does not move
 	opRouterID string      // the gateway cluster's router, resolved once
+	// opRouterTransitIP is that router's address on the transit subnet, the next hop of
+	// an Aggregate link's one reverse route; resolved once per router ID.
+	opRouterTransitIP, opRouterTransitFor string
 
 	backoff *outcome.Backoff
 

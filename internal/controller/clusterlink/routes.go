@@ -327,12 +327,64 @@ func routeOf(x v1.ReverseRoute) openstack.Route {
 	return openstack.Route{Destination: x.ServiceCIDR, NextHop: x.NextHop}
 }
 
-// ensureReverseRoutes converges, on the service cluster's router, one route per
-// reverse-exposure-bearing gateway. Only the difference is written, in at most one
-// atomic remove and one atomic add; a converged router costs no write.
+// reverseMode is the reverse-route mode link runs in: a cross-tenant link always routes
+// per gateway (one route to the whole pool would lead a customer's router to every
+// gateway of the estate); a same-tenant one follows its spec, else the operator's default.
+func (r *Reconciler) reverseMode(link *v1.ClusterLink) string {
+	switch {
+	case link.Spec.CredentialsSecretRef != nil:
+		return v1.ReverseRoutePerGateway
+	case link.Spec.ReverseRouteMode != "":
+		return link.Spec.ReverseRouteMode
+	case r.d.Config.ClusterLinkReverseRouteMode != "":
+		return r.d.Config.ClusterLinkReverseRouteMode
+	}
+	return v1.ReverseRoutePerGateway
+}
+
+// operatorRouterTransitIP is the gateway cluster's router's address on the transit
+// subnet: the next hop of an Aggregate link's route to the pool (that router carries a
+// route per reverse-exposure gateway to the gateway's port). Resolved once per router ID:
+// a router's interface on the transit subnet is part of the estate's fixed plumbing.
+func (r *Reconciler) operatorRouterTransitIP(ctx context.Context, tn *transitNet) (string, error) {
+	rt, err := r.operatorRouter(ctx)
+	if err != nil {
+		return "", err
+	}
+	r.netMu.Lock()
+	ip, forID := r.opRouterTransitIP, r.opRouterTransitFor
+	r.netMu.Unlock()
+	if ip != "" && forID == rt.ID {
+		return ip, nil
+	}
+	ports, err := r.d.Operator.Networking.ListPorts(ctx, openstack.ListPortsOpts{DeviceID: rt.ID, NetworkID: tn.network.ID})
+	if err != nil {
+		return "", fmt.Errorf("listing the gateway cluster's router's ports on the transit network: %w", err)
+	}
+	for _, p := range ports {
+		for _, f := range p.FixedIPs {
+			if a, err := netip.ParseAddr(f.IPAddress); err == nil && tn.prefix.Contains(a) {
+				r.netMu.Lock()
+				r.opRouterTransitIP, r.opRouterTransitFor = a.String(), rt.ID
+				r.netMu.Unlock()
+				return a.String(), nil
+			}
+		}
+	}
+	return "", fmt.Errorf("the gateway cluster's router %s has no interface on the transit subnet %s, which reverseRouteMode Aggregate routes the pool through", rt.Name, tn.prefix)
+}
+
+// ensureReverseRoutes converges, on the service cluster's router, the routes to the
+// reverse-exposure-bearing gateways the link serves: one per gateway (PerGateway), or
+// one to the whole service-CIDR pool via the gateway cluster's router while at least
+// one such gateway exists (Aggregate). Only the difference is written, in at most one
+// atomic add and one atomic remove (adds first, so a mode switch never leaves the
+// router without a way to the gateways); a converged router costs no write.
 func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool, error) {
 	tn := lc.tn
 	link := lc.link
+	mode := r.reverseMode(link)
+	link.Status.ReverseRouteMode = mode
 	if !lc.attached {
 		lc.set.False(v1.ConditionReverseRoutesInstalled, v1.ReasonEnsureReverseRoutesFailed, "the leg is not attached, so the service cluster's router cannot reach any gateway port")
 		return false, nil
@@ -357,6 +409,19 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 		usable = append(usable, d)
 	}
 	desired = usable
+	served := len(desired)
+	if mode == v1.ReverseRouteAggregate && served > 0 {
+		pool := r.d.Config.ServiceCIDRPool
+		nh, err := r.operatorRouterTransitIP(ctx, tn)
+		if err == nil && !pool.IsValid() {
+			err = fmt.Errorf("no service-CIDR pool is configured (IPSEC_SERVICE_CIDR_POOL)")
+		}
+		if err != nil {
+			lc.set.False(v1.ConditionReverseRoutesInstalled, v1.ReasonEnsureReverseRoutesFailed, "reverseRouteMode Aggregate: "+outcome.Describe(err))
+			return false, err
+		}
+		desired = []v1.ReverseRoute{{ServiceCIDR: pool.Masked().String(), NextHop: nh, GatewayRef: v1.AggregateGatewayRef}}
+	}
 
 	have := map[openstack.Route]bool{}
 	for _, x := range lc.router.Routes {
@@ -386,17 +451,19 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 
 	net := lc.leg.Networking
 	var failure error
-	if len(remove) > 0 {
+	removed := false
+	removeStale := func() error {
 		upd, err := net.RemoveRouterRoutes(ctx, lc.router.ID, remove)
 		if err != nil {
-			failure = fmt.Errorf("removing stale reverse %s: %w", describeRoutes(remove), err)
-		} else {
-			lc.router = upd
-			lc.eventf(corev1.EventTypeNormal, "ReverseRoutesRemoved", "removed reverse %s from router %s", describeRoutes(remove), lc.router.Name)
+			return fmt.Errorf("removing stale reverse %s: %w", describeRoutes(remove), err)
 		}
+		removed = true
+		lc.router = upd
+		lc.eventf(corev1.EventTypeNormal, "ReverseRoutesRemoved", "removed reverse %s from router %s", describeRoutes(remove), lc.router.Name)
+		return nil
 	}
-	addUnanswered := false
-	if failure == nil && len(add) > 0 {
+	addUnanswered, full := false, false
+	if len(add) > 0 {
 		// Persist before programming: the routes about to be added are recorded first,
 		// so a crash or a lost status write after the router write cannot leave a route
 		// this link no longer knows it owns (one that would outlive its gateway, and
@@ -405,12 +472,30 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 			return false, err
 		}
 		upd, err := net.AddRouterRoutes(ctx, lc.router.ID, add)
-		if err != nil {
+		if routesExhausted(err) && len(remove) > 0 {
+			// No room for the new routes beside the stale ones: the stale ones go first.
+			if rerr := removeStale(); rerr != nil {
+				failure = rerr
+			} else {
+				upd, err = net.AddRouterRoutes(ctx, lc.router.ID, add)
+			}
+		}
+		switch {
+		case failure != nil:
+		case err != nil:
 			addUnanswered = openstack.StatusCode(err) == 0
+			full = routesExhausted(err)
 			failure = fmt.Errorf("adding reverse %s: %w", describeRoutes(add), err)
-		} else {
+		default:
 			lc.router = upd
 			lc.eventf(corev1.EventTypeNormal, "ReverseRoutesInstalled", "added reverse %s to router %s", describeRoutes(add), lc.router.Name)
+		}
+	}
+	// Stale routes go whatever became of the adds: removing a route only takes reach
+	// away, and a route left to a gone gateway's /24 would lead to whoever gets it next.
+	if len(remove) > 0 && !removed {
+		if err := removeStale(); err != nil && failure == nil {
+			failure = err
 		}
 	}
 
@@ -441,12 +526,25 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 	}
 	link.Status.ReverseRoutes = recorded
 
+	if full {
+		hint := "raise the cloud's max_routes, or set spec.reverseRouteMode: Aggregate (one route for the whole service-CIDR pool)"
+		if lc.cross {
+			hint = "raise the cloud's max_routes, or serve fewer gateways with this link (a cross-tenant link routes each gateway it serves)"
+		}
+		lc.set.False(v1.ConditionReverseRoutesInstalled, v1.ReasonRouteLimitExceeded, fmt.Sprintf(
+			"%srouter %s cannot take %d more route(s) beside its %d: %s; nothing of the batch was added; %s",
+			lc.legPrefix(), lc.router.Name, len(add), len(lc.router.Routes), outcome.Describe(failure), hint))
+		return false, failure
+	}
 	if failure != nil {
 		lc.set.False(v1.ConditionReverseRoutesInstalled, v1.ReasonEnsureReverseRoutesFailed, lc.legPrefix()+outcome.Describe(failure))
 		return false, failure
 	}
 	msg := "no gateway this link serves has reverse exposures"
-	if n := len(recorded); n > 0 {
+	switch n := len(recorded); {
+	case n > 0 && mode == v1.ReverseRouteAggregate:
+		msg = fmt.Sprintf("the service-CIDR pool %s via the gateway cluster's router (%s) on router %s reaches the %d gateway(s) with reverse exposures this link serves (reverseRouteMode Aggregate)", recorded[0].ServiceCIDR, recorded[0].NextHop, lc.router.Name, served)
+	case n > 0:
 		msg = fmt.Sprintf("%d reverse route(s) on router %s to the gateways with reverse exposures this link serves", n, lc.router.Name)
 	}
 	msg += " (it serves " + linkselect.Describe(link) + ")"
@@ -458,6 +556,11 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 	}
 	lc.set.True(v1.ConditionReverseRoutesInstalled, v1.ReasonReverseRoutesInstalled, msg)
 	return true, nil
+}
+
+// routesExhausted reports Neutron's refusal of routes beyond its max_routes.
+func routesExhausted(err error) bool {
+	return err != nil && openstack.NeutronErrorType(err) == "RoutesExhausted"
 }
 
 // recordReverse adds the desired entries for routes (not yet on the router) to
