@@ -318,6 +318,21 @@ func createAll(t *testing.T, ctx context.Context, c client.Client, clients, n in
 	wg.Wait()
 }
 
+// linkCarries: the link is Ready and reaches all n gateways: a route to each
+// (PerGateway), or its one route to the pool serving all n (Aggregate; the gateway
+// cluster's router carries the per-gateway routes, which the gateways' own RoutingReady
+// phase reports).
+func linkCarries(lk *v1alpha1.ClusterLink, n int) bool {
+	if !meta.IsStatusConditionTrue(lk.Status.Conditions, v1alpha1.ConditionReady) {
+		return false
+	}
+	if lk.Status.ReverseRouteMode != v1alpha1.ReverseRouteAggregate {
+		return len(lk.Status.ReverseRoutes) == n
+	}
+	c := meta.FindStatusCondition(lk.Status.Conditions, v1alpha1.ConditionReverseRoutesInstalled)
+	return len(lk.Status.ReverseRoutes) == 1 && c != nil && strings.Contains(c.Message, fmt.Sprintf("reaches the %d gateway(s)", n))
+}
+
 // waitReady waits until n gateways in ns are converged (every phase condition True) and
 // every ClusterLink is Ready with a reverse route to each of them; it returns when the
 // gateways had all converged.
@@ -354,7 +369,7 @@ func waitReady(t *testing.T, ctx context.Context, c client.Client, ns string, n,
 		must(t, c.List(ctx, &cl))
 		for i := range cl.Items {
 			lk := &cl.Items[i]
-			if meta.IsStatusConditionTrue(lk.Status.Conditions, v1alpha1.ConditionReady) && len(lk.Status.ReverseRoutes) == n {
+			if linkCarries(lk, n) {
 				linksDone++
 			}
 		}
