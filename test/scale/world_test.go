@@ -40,16 +40,25 @@ type world struct {
 func newWorld(t *testing.T) *world {
 	t.Helper()
 	testenv.SkipUnit(t, "starts a control plane and the simulator")
+	seed, err := sim.LoadSeed(filepath.Join(testenv.RepoRoot(), "examples", "sim-estate.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newWorldOf(t, seed, []string{"11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222", "33333333-3333-4333-8333-333333333333"})
+}
+
+// newWorldOf is newWorld on another estate whose operator project, networks and gateway
+// cluster router carry the example estate's names (harness.Estate does), with a Ready
+// worker node for each of servers.
+func newWorldOf(t *testing.T, seed *sim.Seed, servers []string) *world {
+	t.Helper()
+	testenv.SkipUnit(t, "starts a control plane and the simulator")
 	ctrllog.SetLogger(logr.Discard())
 	env, err := testenv.Start()
 	if err != nil {
 		t.Fatalf("control plane: %v", err)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
-	seed, err := sim.LoadSeed(filepath.Join(testenv.RepoRoot(), "examples", "sim-estate.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	s, err := sim.Start(seed)
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +72,7 @@ func newWorld(t *testing.T) *world {
 		t.Fatal(err)
 	}
 	c := env.Client
-	for i, srv := range []string{"11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222", "33333333-3333-4333-8333-333333333333"} {
+	for i, srv := range servers {
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("worker-%d", i)}, Spec: corev1.NodeSpec{ProviderID: "openstack:///" + srv}}
 		must(t, c.Create(ctx, node))
 		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
@@ -87,14 +96,17 @@ func (w *world) namespace(ns string) {
 	must(w.t, w.env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "psk"}, Data: map[string][]byte{"psk": []byte("scale-test-pre-shared-key-0123456789")}}))
 }
 
-// startOperator runs a manager with a fresh gateway reconciler (a restarted operator);
-// the returned func stops it.
-func (w *world) startOperator(d gateway.Deps) func() {
+// startOperator runs a manager with a fresh gateway reconciler (a restarted operator)
+// and whatever more the setup funcs add to it; the returned func stops it.
+func (w *world) startOperator(d gateway.Deps, setup ...func(ctrl.Manager) error) func() {
 	w.t.Helper()
 	mgr, err := ctrl.NewManager(w.env.Config, ctrl.Options{Scheme: w.env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0", Logger: logr.Discard()})
 	must(w.t, err)
 	r := gateway.New(d)
 	must(w.t, r.SetupWithManager(mgr))
+	for _, f := range setup {
+		must(w.t, f(mgr))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
