@@ -91,7 +91,7 @@ func TestLinkWritesBounded(t *testing.T) {
 				continue
 			}
 			if o, ok := ev.Object.(client.Object); ok {
-				lw.add(o.GetName())
+				lw.note(o.GetName())
 			}
 		}
 	}()
@@ -190,7 +190,7 @@ type linkWrites struct {
 	n   int
 }
 
-func (l *linkWrites) add(name string) {
+func (l *linkWrites) note(name string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.per[name]++
