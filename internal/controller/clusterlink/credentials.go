@@ -88,7 +88,7 @@ func (r *Reconciler) customerCredential(ctx context.Context, lc *linkCtx) credRe
 	// Follow this one Secret, metadata only: updating it retries at once, not at the
 	// resync, and the operator still caches no Secret.
 	if r.secrets != nil {
-		r.secrets.Set(secretOwner(link.Name), []types.NamespacedName{{Namespace: ref.Namespace, Name: ref.Name}})
+		r.secrets.Set(secretOwner(link.Name), []types.NamespacedName{{Namespace: ref.Namespace, Name: ref.Name}}, nil)
 	}
 	secret := &corev1.Secret{}
 	if err := r.reader.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, secret); err != nil {

@@ -37,7 +37,7 @@ func (r *Reconciler) finalize(ctx context.Context, lc *linkCtx) error {
 		}
 		r.forgetLink(link.UID)
 		if r.secrets != nil {
-			r.secrets.Set(secretOwner(link.Name), nil)
+			r.secrets.Set(secretOwner(link.Name), nil, nil)
 		}
 		r.fresh.Forget(link.UID)
 		lc.log.Info("ClusterLink unwound; finalizer released")

@@ -35,7 +35,7 @@ func (r *Reconciler) finalize(ctx context.Context, g *gateway) error {
 	delete(r.placed, g.obj.GetUID())
 	r.novaMu.Unlock()
 	if r.secrets != nil {
-		r.secrets.Set(g.String(), nil)
+		r.secrets.Set(g.String(), nil, nil)
 	}
 	r.fresh.Forget(g.obj.GetUID())
 	r.forgetActedOn(g.obj.GetUID())

@@ -51,14 +51,20 @@ func (r *Reconciler) ensureWorkload(ctx context.Context, g *gateway) (bool, erro
 		return terminal(v1alpha1.ReasonWorkloadFailed, err.Error())
 	}
 	// The pod reads the keys itself; follow the Secrets it names (metadata only, one
-	// watch per Secret) so a fixed or rotated key re-checks the condition at once.
+	// watch per Secret) so a fixed or rotated key re-checks the condition at once. The
+	// watches are named after checkPSKs read the Secrets, with the versions it read, so
+	// a watch's first listing of a version already checked wakes no one; a reconcile
+	// that stops before that names them without versions.
 	secrets := pskSecretNames(g.spec)
-	if r.secrets != nil {
+	follow := func(seen map[types.NamespacedName]string) {
+		if r.secrets == nil {
+			return
+		}
 		refs := make([]types.NamespacedName, 0, len(secrets))
 		for _, n := range secrets {
 			refs = append(refs, types.NamespacedName{Namespace: ref.Namespace, Name: n})
 		}
-		r.secrets.Set(g.String(), refs)
+		r.secrets.Set(g.String(), refs, seen)
 	}
 
 	cm, err := render.ConfigMap(ref, cfg)
@@ -108,6 +114,7 @@ func (r *Reconciler) ensureWorkload(ctx context.Context, g *gateway) (bool, erro
 	}
 	for _, step := range steps {
 		if err := step(); err != nil {
+			follow(nil)
 			if errors.Is(err, errNotOurs) {
 				return terminal(v1alpha1.ReasonWorkloadFailed, err.Error())
 			}
@@ -116,9 +123,13 @@ func (r *Reconciler) ensureWorkload(ctx context.Context, g *gateway) (bool, erro
 	}
 	// Every object is in place (a tunnel with a good key keeps working whatever another
 	// tunnel's key does); now the keys themselves.
-	if reason, msg, err := r.checkPSKs(ctx, g); err != nil {
+	reason, msg, seen, err := r.checkPSKs(ctx, g)
+	if err != nil {
+		follow(nil)
 		return fail(err)
-	} else if reason != "" {
+	}
+	follow(seen)
+	if reason != "" {
 		return terminal(reason, msg)
 	}
 	r.condTrue(g, v1alpha1.ConditionWorkloadReady, v1alpha1.ReasonWorkloadReady,
@@ -128,9 +139,11 @@ func (r *Reconciler) ensureWorkload(ctx context.Context, g *gateway) (bool, erro
 
 // checkPSKs reads each tunnel's Secret around the cache (the operator caches no
 // Secret) and checks its key is there and long enough. The reason and message name the
-// Secret and key, never the value or its length.
-func (r *Reconciler) checkPSKs(ctx context.Context, g *gateway) (reason, msg string, err error) {
+// Secret and key, never the value or its length. seen holds the resourceVersion read of
+// each Secret ("" for one not found).
+func (r *Reconciler) checkPSKs(ctx context.Context, g *gateway) (reason, msg string, seen map[types.NamespacedName]string, err error) {
 	ns := g.obj.GetNamespace()
+	seen = map[types.NamespacedName]string{}
 	var missing, short []string
 	for _, t := range g.spec.Tunnels {
 		key := t.PreSharedKey.Key
@@ -141,11 +154,13 @@ func (r *Reconciler) checkPSKs(ctx context.Context, g *gateway) (reason, msg str
 		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: t.PreSharedKey.Name}, &s)
 		switch {
 		case apierrors.IsNotFound(err):
+			seen[types.NamespacedName{Namespace: ns, Name: t.PreSharedKey.Name}] = ""
 			missing = append(missing, fmt.Sprintf("tunnel %s: Secret %s/%s not found", t.Name, ns, t.PreSharedKey.Name))
 			continue
 		case err != nil:
-			return "", "", err
+			return "", "", nil, err
 		}
+		seen[types.NamespacedName{Namespace: ns, Name: t.PreSharedKey.Name}] = s.ResourceVersion
 		v, ok := s.Data[key]
 		if !ok || len(v) == 0 {
 			missing = append(missing, fmt.Sprintf("tunnel %s: Secret %s/%s has no key %q", t.Name, ns, t.PreSharedKey.Name, key))
@@ -158,11 +173,11 @@ func (r *Reconciler) checkPSKs(ctx context.Context, g *gateway) (reason, msg str
 	const tail = "; the gateway pod does not start such a tunnel, and picks the key up as soon as it is there"
 	switch {
 	case len(missing) > 0:
-		return v1alpha1.ReasonPSKSecretMissing, strings.Join(append(missing, short...), "; ") + tail, nil
+		return v1alpha1.ReasonPSKSecretMissing, strings.Join(append(missing, short...), "; ") + tail, seen, nil
 	case len(short) > 0:
-		return v1alpha1.ReasonPSKTooShort, strings.Join(short, "; ") + tail, nil
+		return v1alpha1.ReasonPSKTooShort, strings.Join(short, "; ") + tail, seen, nil
 	}
-	return "", "", nil
+	return "", "", seen, nil
 }
 
 // deleteLegacySecret removes the Secret of rendered keys earlier releases wrote (the

@@ -46,6 +46,10 @@ type Watcher struct {
 type follow struct {
 	refs map[string]bool
 	stop context.CancelFunc
+	// seen is the resourceVersion the owner that started the watch had just read ("" for
+	// absent), when known: the watch's first listing of that same version is not news.
+	seen  string
+	known bool
 }
 
 // New returns a watcher of gvr (whose kind is kind) through the metadata client.
@@ -70,7 +74,7 @@ func (w *Watcher) Start(ctx context.Context) error {
 	w.ctx = ctx
 	for r, f := range w.follows {
 		// Named before the manager started.
-		f.stop = w.start(r)
+		f.stop = w.start(r, f.seen, f.known)
 	}
 	w.mu.Unlock()
 	<-ctx.Done()
@@ -85,8 +89,17 @@ func (w *Watcher) Start(ctx context.Context) error {
 
 // Set makes owner (any stable key, such as "IPsecGateway/ns/name") name exactly refs: a
 // watch starts for every object no one named before, and stops for every object no one
-// names any more. Set(owner, nil) forgets the owner.
-func (w *Watcher) Set(owner string, refs []types.NamespacedName) {
+// names any more. Set(owner, nil, nil) forgets the owner.
+//
+// seen, when not nil, holds the resourceVersion of each ref as the owner's reconcile read
+// it just before this call ("" for an object it found absent). A watch this call starts
+// then does not report its first listing of the object when that is the version the
+// owner read (the reconcile already acted on it): without that, an operator restart
+// reconciled every gateway twice, once from its own informer and once more when the
+// watch of the Secret it names first listed it. A different version, an object that
+// appeared, and every later change are reported. The read must come before Set: a
+// change between the two then shows as a different version in the first listing.
+func (w *Watcher) Set(owner string, refs []types.NamespacedName, seen map[types.NamespacedName]string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	want := map[types.NamespacedName]bool{}
@@ -116,8 +129,11 @@ func (w *Watcher) Set(owner string, refs []types.NamespacedName) {
 		f := w.follows[r]
 		if f == nil {
 			f = &follow{refs: map[string]bool{}, stop: func() {}}
+			if seen != nil {
+				f.seen, f.known = seen[r]
+			}
 			if w.ctx != nil {
-				f.stop = w.start(r)
+				f.stop = w.start(r, f.seen, f.known)
 			}
 			w.follows[r] = f
 		}
@@ -152,7 +168,7 @@ func strip(obj any) (any, error) {
 	}, nil
 }
 
-func (w *Watcher) start(ref types.NamespacedName) context.CancelFunc {
+func (w *Watcher) start(ref types.NamespacedName, seen string, known bool) context.CancelFunc {
 	ctx, stop := context.WithCancel(w.ctx)
 	sel := fields.OneTermEqualSelector("metadata.name", ref.Name).String()
 	inf := metadatainformer.NewFilteredMetadataInformer(w.client, w.gvr, ref.Namespace, 0, cache.Indexers{},
@@ -174,8 +190,13 @@ func (w *Watcher) start(ref types.NamespacedName) context.CancelFunc {
 			}
 		}
 	}
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { notify() },
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, initial bool) {
+			if m, ok := obj.(*metav1.PartialObjectMetadata); ok && initial && known && m.ResourceVersion == seen {
+				return // the version the owner read before naming it
+			}
+			notify()
+		},
 		UpdateFunc: func(any, any) { notify() },
 		DeleteFunc: func(any) { notify() },
 	})
