@@ -64,6 +64,11 @@ func TestReverseRoutesAggregateOneRoute(t *testing.T) {
 	if c := h.sim.Counters(); c.ByRoute[addRoutes]+c.ByRoute[removeRoutes] != 0 {
 		t.Fatalf("five more gateways wrote the router: %v", c.ByRoute)
 	}
+	// Nor is every gateway port listed to check the gateways' status: no status field
+	// reaches an Aggregate link's route.
+	if c := h.sim.Counters(); c.ByRoute["GET /network/v2.0/ports"] != 0 {
+		t.Fatalf("an Aggregate link listed the gateway ports %d times: %v", c.ByRoute["GET /network/v2.0/ports"], c.ByRoute)
+	}
 
 	// No gateway with reverse exposures left: the route goes.
 	for i := 1; i <= 8; i++ {

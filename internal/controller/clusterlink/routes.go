@@ -206,7 +206,12 @@ func reverseTarget(spec *v1.GatewaySpec, st *v1.GatewayStatus, deleting bool) (o
 // CIDR is a /24 of the pool that the gateway's dedicated port records as its
 // allocation, and the next hop is that port's address. The others are returned in
 // unverified, one line each.
-func (r *Reconciler) desiredReverse(ctx context.Context, link *v1.ClusterLink) (out []v1.ReverseRoute, unverified []string, err error) {
+//
+// verify=false skips that check (and its list of every gateway port, one OpenStack read
+// of the whole estate's ports): an Aggregate link only counts the gateways it serves,
+// and its one route's destination and next hop come from the operator's configuration,
+// never from a gateway's status.
+func (r *Reconciler) desiredReverse(ctx context.Context, link *v1.ClusterLink, verify bool) (out []v1.ReverseRoute, unverified []string, err error) {
 	var nsList corev1.NamespaceList
 	if err := r.d.Client.List(ctx, &nsList); err != nil {
 		return nil, nil, err
@@ -252,7 +257,7 @@ func (r *Reconciler) desiredReverse(ctx context.Context, link *v1.ClusterLink) (
 			return nil, nil, err
 		}
 	}
-	if len(out) > 0 {
+	if verify && len(out) > 0 {
 		ports, err := r.gatewayPorts(ctx)
 		if err != nil {
 			return nil, nil, fmt.Errorf("listing the gateway ports to verify the gateways' status: %w", err)
@@ -389,7 +394,7 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 		lc.set.False(v1.ConditionReverseRoutesInstalled, v1.ReasonEnsureReverseRoutesFailed, "the leg is not attached, so the service cluster's router cannot reach any gateway port")
 		return false, nil
 	}
-	desired, unverified, err := r.desiredReverse(ctx, link)
+	desired, unverified, err := r.desiredReverse(ctx, link, mode != v1.ReverseRouteAggregate)
 	for _, u := range unverified {
 		lc.eventf(corev1.EventTypeWarning, v1.ReasonStatusForged, "not routing gateway %s", u)
 	}
