@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/conditions"
@@ -150,8 +151,10 @@ func (r *Reconciler) routedOverlap(ctx context.Context, link *v1.ClusterLink, ci
 		}
 		return ""
 	}
+	// The cache's own objects are read, not copied (nothing here writes to them): the
+	// copies of a thousand gateways per link reconcile were a fifth of the operator's CPU.
 	var ipsec v1.IPsecGatewayList
-	if err := r.d.Client.List(ctx, &ipsec); err != nil {
+	if err := r.d.Client.List(ctx, &ipsec, client.UnsafeDisableDeepCopy); err != nil {
 		return "", err
 	}
 	for i := range ipsec.Items {
@@ -161,7 +164,7 @@ func (r *Reconciler) routedOverlap(ctx context.Context, link *v1.ClusterLink, ci
 		}
 	}
 	var vpn v1.VPNGatewayList
-	if err := r.d.Client.List(ctx, &vpn); err != nil {
+	if err := r.d.Client.List(ctx, &vpn, client.UnsafeDisableDeepCopy); err != nil {
 		return "", err
 	}
 	for i := range vpn.Items {

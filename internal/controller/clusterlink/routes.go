@@ -352,15 +352,17 @@ func (r *Reconciler) reverseMode(link *v1.ClusterLink) string {
 // route per reverse-exposure gateway to the gateway's port). Resolved once per router ID:
 // a router's interface on the transit subnet is part of the estate's fixed plumbing.
 func (r *Reconciler) operatorRouterTransitIP(ctx context.Context, tn *transitNet) (string, error) {
+	// The router as resolved by this process, not read again: it carries a route per
+	// reverse-exposure gateway, a large object to read on every reconcile of every link.
+	r.netMu.Lock()
+	ip, forID, id := r.opRouterTransitIP, r.opRouterTransitFor, r.opRouterID
+	r.netMu.Unlock()
+	if ip != "" && forID == id {
+		return ip, nil
+	}
 	rt, err := r.operatorRouter(ctx)
 	if err != nil {
 		return "", err
-	}
-	r.netMu.Lock()
-	ip, forID := r.opRouterTransitIP, r.opRouterTransitFor
-	r.netMu.Unlock()
-	if ip != "" && forID == rt.ID {
-		return ip, nil
 	}
 	ports, err := r.d.Operator.Networking.ListPorts(ctx, openstack.ListPortsOpts{DeviceID: rt.ID, NetworkID: tn.network.ID})
 	if err != nil {
