@@ -430,107 +430,13 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 		desired = []v1.ReverseRoute{{ServiceCIDR: pool.Masked().String(), NextHop: nh, GatewayRef: v1.AggregateGatewayRef}}
 	}
 
-	have := map[openstack.Route]bool{}
-	for _, x := range lc.router.Routes {
-		have[x] = true
+	add, remove, want := reverseDiff(lc.router.Routes, desired, link.Status.ReverseRoutes)
+	res := r.writeReverse(ctx, lc, desired, add, remove)
+	if res.persistErr != nil {
+		return false, res.persistErr
 	}
-	want := map[openstack.Route]bool{}
-	var add []openstack.Route
-	for _, d := range desired {
-		rt := routeOf(d)
-		if want[rt] {
-			continue
-		}
-		want[rt] = true
-		if !have[rt] {
-			add = append(add, rt)
-		}
-	}
-	var remove []openstack.Route
-	seen := map[openstack.Route]bool{}
-	for _, o := range link.Status.ReverseRoutes {
-		rt := routeOf(o)
-		if !want[rt] && have[rt] && !seen[rt] {
-			remove = append(remove, rt)
-			seen[rt] = true
-		}
-	}
-
-	net := lc.leg.Networking
-	var failure error
-	removed := false
-	removeStale := func() error {
-		upd, err := net.RemoveRouterRoutes(ctx, lc.router.ID, remove)
-		if err != nil {
-			return fmt.Errorf("removing stale reverse %s: %w", describeRoutes(remove), err)
-		}
-		removed = true
-		lc.router = upd
-		lc.eventf(corev1.EventTypeNormal, "ReverseRoutesRemoved", "removed reverse %s from router %s", describeRoutes(remove), lc.router.Name)
-		return nil
-	}
-	addUnanswered, full := false, false
-	if len(add) > 0 {
-		// Persist before programming: the routes about to be added are recorded first,
-		// so a crash or a lost status write after the router write cannot leave a route
-		// this link no longer knows it owns (one that would outlive its gateway, and
-		// block the leg's detach on deletion).
-		if err := r.recordReverse(ctx, lc, desired, add); err != nil {
-			return false, err
-		}
-		upd, err := net.AddRouterRoutes(ctx, lc.router.ID, add)
-		if routesExhausted(err) && len(remove) > 0 {
-			// No room for the new routes beside the stale ones: the stale ones go first.
-			if rerr := removeStale(); rerr != nil {
-				failure = rerr
-			} else {
-				upd, err = net.AddRouterRoutes(ctx, lc.router.ID, add)
-			}
-		}
-		switch {
-		case failure != nil:
-		case err != nil:
-			addUnanswered = openstack.StatusCode(err) == 0
-			full = routesExhausted(err)
-			failure = fmt.Errorf("adding reverse %s: %w", describeRoutes(add), err)
-		default:
-			lc.router = upd
-			lc.eventf(corev1.EventTypeNormal, "ReverseRoutesInstalled", "added reverse %s to router %s", describeRoutes(add), lc.router.Name)
-		}
-	}
-	// Stale routes go whatever became of the adds: removing a route only takes reach
-	// away, and a route left to a gone gateway's /24 would lead to whoever gets it next.
-	if len(remove) > 0 && !removed {
-		if err := removeStale(); err != nil && failure == nil {
-			failure = err
-		}
-	}
-
-	// Status records what is on the router and ours: every desired route present, and
-	// every formerly owned route that could not be removed yet (so deletion finds it).
-	now := map[openstack.Route]bool{}
-	for _, x := range lc.router.Routes {
-		now[x] = true
-	}
-	if addUnanswered {
-		// Without an answer (a timeout, a broken connection) the routes may have been
-		// added: they stay on record until a read of the router shows them absent. A
-		// refusal is an answer: nothing was added.
-		for _, x := range add {
-			now[x] = true
-		}
-	}
-	var recorded []v1.ReverseRoute
-	for _, d := range desired {
-		if now[routeOf(d)] {
-			recorded = append(recorded, d)
-		}
-	}
-	for _, o := range link.Status.ReverseRoutes {
-		if rt := routeOf(o); !want[rt] && now[rt] {
-			recorded = append(recorded, o)
-		}
-	}
+	failure, full := res.failure, res.full
+	recorded := recordedReverse(lc.router.Routes, desired, link.Status.ReverseRoutes, want, add, res.addUnanswered)
 	link.Status.ReverseRoutes = recorded
 
 	if full {
@@ -563,6 +469,126 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 	}
 	lc.set.True(v1.ConditionReverseRoutesInstalled, v1.ReasonReverseRoutesInstalled, msg)
 	return true, nil
+}
+
+// reverseDiff is what the router lacks of desired (add), and what of the routes the
+// link owns (status.reverseRoutes) is on the router but no longer desired (remove).
+func reverseDiff(onRouter []openstack.Route, desired, owned []v1.ReverseRoute) (add, remove []openstack.Route, want map[openstack.Route]bool) {
+	have := map[openstack.Route]bool{}
+	for _, x := range onRouter {
+		have[x] = true
+	}
+	want = map[openstack.Route]bool{}
+	for _, d := range desired {
+		rt := routeOf(d)
+		if want[rt] {
+			continue
+		}
+		want[rt] = true
+		if !have[rt] {
+			add = append(add, rt)
+		}
+	}
+	seen := map[openstack.Route]bool{}
+	for _, o := range owned {
+		rt := routeOf(o)
+		if !want[rt] && have[rt] && !seen[rt] {
+			remove = append(remove, rt)
+			seen[rt] = true
+		}
+	}
+	return add, remove, want
+}
+
+// reverseWrite is how writeReverse ended.
+type reverseWrite struct {
+	failure       error // a router write failed (the condition says so)
+	persistErr    error // recording the routes before adding them failed: nothing was written
+	addUnanswered bool  // the add got no answer, so its routes may be there
+	full          bool  // Neutron refused the add: the router is at max_routes
+}
+
+// writeReverse adds, then removes, on the service cluster's router, with at most one
+// atomic call each (a third, the add again, when the router was full beside stale
+// routes). lc.router follows every successful write.
+func (r *Reconciler) writeReverse(ctx context.Context, lc *linkCtx, desired []v1.ReverseRoute, add, remove []openstack.Route) (res reverseWrite) {
+	net := lc.leg.Networking
+	removed := false
+	removeStale := func() error {
+		upd, err := net.RemoveRouterRoutes(ctx, lc.router.ID, remove)
+		if err != nil {
+			return fmt.Errorf("removing stale reverse %s: %w", describeRoutes(remove), err)
+		}
+		removed = true
+		lc.router = upd
+		lc.eventf(corev1.EventTypeNormal, "ReverseRoutesRemoved", "removed reverse %s from router %s", describeRoutes(remove), lc.router.Name)
+		return nil
+	}
+	if len(add) > 0 {
+		// Persist before programming: the routes about to be added are recorded first,
+		// so a crash or a lost status write after the router write cannot leave a route
+		// this link no longer knows it owns (one that would outlive its gateway, and
+		// block the leg's detach on deletion).
+		if err := r.recordReverse(ctx, lc, desired, add); err != nil {
+			return reverseWrite{persistErr: err}
+		}
+		upd, err := net.AddRouterRoutes(ctx, lc.router.ID, add)
+		if routesExhausted(err) && len(remove) > 0 {
+			// No room for the new routes beside the stale ones: the stale ones go first.
+			if rerr := removeStale(); rerr != nil {
+				res.failure = rerr
+			} else {
+				upd, err = net.AddRouterRoutes(ctx, lc.router.ID, add)
+			}
+		}
+		switch {
+		case res.failure != nil:
+		case err != nil:
+			res.addUnanswered = openstack.StatusCode(err) == 0
+			res.full = routesExhausted(err)
+			res.failure = fmt.Errorf("adding reverse %s: %w", describeRoutes(add), err)
+		default:
+			lc.router = upd
+			lc.eventf(corev1.EventTypeNormal, "ReverseRoutesInstalled", "added reverse %s to router %s", describeRoutes(add), lc.router.Name)
+		}
+	}
+	// Stale routes go whatever became of the adds: removing a route only takes reach
+	// away, and a route left to a gone gateway's /24 would lead to whoever gets it next.
+	if len(remove) > 0 && !removed {
+		if err := removeStale(); err != nil && res.failure == nil {
+			res.failure = err
+		}
+	}
+	return res
+}
+
+// recordedReverse is status.reverseRoutes after the writes: every desired route on the
+// router, and every formerly owned one still there (so deletion finds it).
+func recordedReverse(onRouter []openstack.Route, desired, owned []v1.ReverseRoute, want map[openstack.Route]bool, add []openstack.Route, addUnanswered bool) []v1.ReverseRoute {
+	now := map[openstack.Route]bool{}
+	for _, x := range onRouter {
+		now[x] = true
+	}
+	if addUnanswered {
+		// Without an answer (a timeout, a broken connection) the routes may have been
+		// added: they stay on record until a read of the router shows them absent. A
+		// refusal is an answer: nothing was added.
+		for _, x := range add {
+			now[x] = true
+		}
+	}
+	var recorded []v1.ReverseRoute
+	for _, d := range desired {
+		if now[routeOf(d)] {
+			recorded = append(recorded, d)
+		}
+	}
+	for _, o := range owned {
+		if rt := routeOf(o); !want[rt] && now[rt] {
+			recorded = append(recorded, o)
+		}
+	}
+	return recorded
 }
 
 // routesExhausted reports Neutron's refusal of routes beyond its max_routes.
