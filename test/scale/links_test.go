@@ -3,6 +3,7 @@ package scale
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -209,11 +210,7 @@ func (l *linkWrites) total() int {
 func (l *linkWrites) snapshot() map[string]int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make(map[string]int, len(l.per))
-	for k, v := range l.per {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(l.per)
 }
 
 // waitLinks waits until every one of links ClusterLinks is Ready with routes reverse
