@@ -798,7 +798,7 @@ func TestConformanceSecurityGroups(t *testing.T) {
 
 // Rules: duplicates (also spelled differently: a protocol number, a host address) are
 // 409 SecurityGroupRuleExists; contradictions are 400 with Neutron's types; a prefix
-// is stored as given.
+// is stored as given; a bulk create stores all its rules or none.
 func TestConformanceSecurityGroupRules(t *testing.T) {
 	forTargets(t, func(t *testing.T, w *world) {
 		ctx := ctxT(t)
@@ -844,6 +844,28 @@ func TestConformanceSecurityGroupRules(t *testing.T) {
 			if !openstack.IsBadRequest(err) || openstack.NeutronErrorType(err) != tc.typ {
 				t.Errorf("%s: want 400 %s, got %v", name, tc.typ, err)
 			}
+		}
+
+		// Bulk create, one POST for several rules of the group: all stored, each returned
+		// as stored. A bulk request holding one rule the group already has is refused as
+		// a whole, 409 SecurityGroupRuleExists, and stores none of the others (the
+		// operator then creates them one by one).
+		bulk := must(n.CreateSecurityGroupRules(ctx, []openstack.CreateSecurityGroupRuleOpts{
+			rule("tcp", 443, 443, "10.254.1.0/24"), rule("udp", 53, 53, "10.254.1.0/24")})).get(t)
+		if len(bulk) != 2 || bulk[0].SecurityGroupID != sg.ID || bulk[0].ID == "" || bulk[0].ID == bulk[1].ID ||
+			bulk[0].Protocol != "tcp" || bulk[0].PortRangeMin != 443 || bulk[1].Protocol != "udp" || bulk[1].RemoteIPPrefix != "10.254.1.0/24" {
+			t.Errorf("bulk create returned %+v", bulk)
+		}
+		for i := range bulk {
+			created = append(created, &bulk[i])
+		}
+		held := len(must(n.GetSecurityGroup(ctx, sg.ID)).get(t).Rules)
+		err := second(n.CreateSecurityGroupRules(ctx, []openstack.CreateSecurityGroupRuleOpts{rule("tcp", 80, 80, "10.254.2.0/24"), ike}))
+		if !openstack.IsRuleExists(err) {
+			t.Errorf("bulk create with a held rule: want 409 SecurityGroupRuleExists, got %v", err)
+		}
+		if left := len(must(n.GetSecurityGroup(ctx, sg.ID)).get(t).Rules); left != held {
+			t.Errorf("a refused bulk create left %d rules in the group, want %d (none of it stored)", left, held)
 		}
 
 		got := must(n.GetSecurityGroup(ctx, sg.ID)).get(t)

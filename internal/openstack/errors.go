@@ -130,6 +130,12 @@ func IsNotFound(err error) bool {
 }
 
 func IsConflict(err error) bool     { return StatusCode(err) == http.StatusConflict }
+
+// IsRuleExists reports Neutron's refusal of a security-group rule that the group
+// already holds. Not every 409 means that: a quota refusal is 409 OverQuota too.
+func IsRuleExists(err error) bool {
+	return IsConflict(err) && NeutronErrorType(err) == "SecurityGroupRuleExists"
+}
 func IsForbidden(err error) bool    { return StatusCode(err) == http.StatusForbidden }
 func IsBadRequest(err error) bool   { return StatusCode(err) == http.StatusBadRequest }
 func IsUnauthorized(err error) bool { return StatusCode(err) == http.StatusUnauthorized }

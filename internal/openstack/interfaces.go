@@ -25,6 +25,9 @@ type Networking interface {
 	ListSecurityGroups(ctx context.Context, tags []string) ([]SecurityGroup, error)
 	DeleteSecurityGroup(ctx context.Context, id string) error
 	CreateSecurityGroupRule(ctx context.Context, opts CreateSecurityGroupRuleOpts) (*SecurityGroupRule, error)
+	// CreateSecurityGroupRules creates rules of one security group in one request
+	// (Neutron's bulk create): all of them or, on any refusal, none.
+	CreateSecurityGroupRules(ctx context.Context, opts []CreateSecurityGroupRuleOpts) ([]SecurityGroupRule, error)
 	DeleteSecurityGroupRule(ctx context.Context, id string) error
 	// SeesDefaultSecurityGroup reports whether the credential sees its project's
 	// default security group (filtered by name and project), which tells whether the

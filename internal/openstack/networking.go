@@ -498,18 +498,43 @@ func (n *networking) DeleteSecurityGroup(ctx context.Context, id string) error {
 	return wrapErr("delete security group "+id, groups.Delete(ctx, n.c, id).ExtractErr())
 }
 
-func (n *networking) CreateSecurityGroupRule(ctx context.Context, opts CreateSecurityGroupRuleOpts) (*SecurityGroupRule, error) {
-	r, err := rules.Create(ctx, n.c, rules.CreateOpts{
+func ruleCreateOpts(opts CreateSecurityGroupRuleOpts) rules.CreateOpts {
+	return rules.CreateOpts{
 		SecGroupID: opts.SecurityGroupID, Direction: rules.RuleDirection(opts.Direction),
 		EtherType: rules.RuleEtherType(opts.EtherType), Protocol: rules.RuleProtocol(opts.Protocol),
 		PortRangeMin: opts.PortRangeMin, PortRangeMax: opts.PortRangeMax,
 		RemoteIPPrefix: opts.RemoteIPPrefix, Description: opts.Description,
-	}).Extract()
+	}
+}
+
+func (n *networking) CreateSecurityGroupRule(ctx context.Context, opts CreateSecurityGroupRuleOpts) (*SecurityGroupRule, error) {
+	r, err := rules.Create(ctx, n.c, ruleCreateOpts(opts)).Extract()
 	if err != nil {
 		return nil, wrapErr("create rule in security group "+opts.SecurityGroupID, err)
 	}
 	res := toRule(*r)
 	return &res, nil
+}
+
+// CreateSecurityGroupRules is Neutron's bulk create: one POST, checked as a whole
+// (every rule in one group, none a duplicate) before any rule is stored.
+func (n *networking) CreateSecurityGroupRules(ctx context.Context, opts []CreateSecurityGroupRuleOpts) ([]SecurityGroupRule, error) {
+	if len(opts) == 0 {
+		return nil, nil
+	}
+	body := make([]rules.CreateOpts, 0, len(opts))
+	for _, o := range opts {
+		body = append(body, ruleCreateOpts(o))
+	}
+	rs, err := rules.CreateBulk(ctx, n.c, body).Extract()
+	if err != nil {
+		return nil, wrapErr(fmt.Sprintf("create %d rules in security group %s", len(opts), opts[0].SecurityGroupID), err)
+	}
+	out := make([]SecurityGroupRule, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, toRule(r))
+	}
+	return out, nil
 }
 
 func (n *networking) DeleteSecurityGroupRule(ctx context.Context, id string) error {

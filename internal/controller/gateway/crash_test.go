@@ -91,6 +91,13 @@ func (n crashNet) CreateSecurityGroupRule(ctx context.Context, o openstack.Creat
 	}
 	return r, nil
 }
+func (n crashNet) CreateSecurityGroupRules(ctx context.Context, o []openstack.CreateSecurityGroupRuleOpts) ([]openstack.SecurityGroupRule, error) {
+	r, err := n.Networking.CreateSecurityGroupRules(ctx, o)
+	if err = n.c.after("CreateSecurityGroupRules", err); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
 func (n crashNet) DeleteSecurityGroupRule(ctx context.Context, id string) error {
 	return n.c.after("DeleteSecurityGroupRule", n.Networking.DeleteSecurityGroupRule(ctx, id))
 }

@@ -164,22 +164,14 @@ func (r *Reconciler) ensureSecurityGroup(ctx context.Context, g *gateway) (bool,
 		}
 		have[k] = true
 	}
+	var missing []openstack.CreateSecurityGroupRuleOpts
 	for _, k := range want {
-		if have[k] {
-			continue
+		if !have[k] {
+			missing = append(missing, k.createOpts(sg.ID))
 		}
-		_, err := r.net().CreateSecurityGroupRule(ctx, openstack.CreateSecurityGroupRuleOpts{
-			SecurityGroupID: sg.ID,
-			Direction:       openstack.DirectionIngress,
-			EtherType:       openstack.EtherTypeIPv4,
-			Protocol:        k.Protocol,
-			PortRangeMin:    k.Min,
-			PortRangeMax:    k.Max,
-			RemoteIPPrefix:  k.Remote,
-		})
-		if err != nil && !openstack.IsConflict(err) {
-			return fail(err)
-		}
+	}
+	if err := r.createRules(ctx, missing); err != nil {
+		return fail(err)
 	}
 	if len(g.port.SecurityGroups) != 1 || g.port.SecurityGroups[0] != sg.ID {
 		p, err := r.net().UpdatePortSecurityGroups(ctx, g.port.ID, []string{sg.ID})
@@ -198,6 +190,40 @@ func (r *Reconciler) ensureSecurityGroup(ctx context.Context, g *gateway) (bool,
 	}
 	r.condTrue(g, v1alpha1.ConditionSecurityGroupReady, v1alpha1.ReasonSecurityGroup, msg)
 	return true, nil
+}
+
+func (k ruleKey) createOpts(sgID string) openstack.CreateSecurityGroupRuleOpts {
+	return openstack.CreateSecurityGroupRuleOpts{
+		SecurityGroupID: sgID,
+		Direction:       openstack.DirectionIngress,
+		EtherType:       openstack.EtherTypeIPv4,
+		Protocol:        k.Protocol,
+		PortRangeMin:    k.Min,
+		PortRangeMax:    k.Max,
+		RemoteIPPrefix:  k.Remote,
+	}
+}
+
+// createRules adds the missing rules of one group in one bulk request: a gateway
+// served by a hundred ClusterLinks needs a rule per link, and one request each was what
+// held a thousand gateways for minutes. Neutron refuses a bulk create as a whole when
+// any rule already exists (a concurrent writer, or a create whose answer was lost after
+// the group was read); the rules are then created one by one, an existing one counting
+// as created. Any other refusal (a quota, 409 OverQuota) fails the phase: the rules are
+// not in place, so the condition must not say they are.
+func (r *Reconciler) createRules(ctx context.Context, rules []openstack.CreateSecurityGroupRuleOpts) error {
+	if len(rules) > 1 {
+		_, err := r.net().CreateSecurityGroupRules(ctx, rules)
+		if !openstack.IsRuleExists(err) {
+			return err
+		}
+	}
+	for _, o := range rules {
+		if _, err := r.net().CreateSecurityGroupRule(ctx, o); err != nil && !openstack.IsRuleExists(err) {
+			return err
+		}
+	}
+	return nil
 }
 
 func contains(list []string, v string) bool {

@@ -108,6 +108,12 @@ func (s *Server) quotaDetails(w http.ResponseWriter, r *http.Request, c *caller)
 
 // checkQuota refuses one more resource of kind for project once it holds its quota.
 func (st *state) checkQuota(project, kind string) *apiError {
+	return st.checkQuotaN(project, kind, 1)
+}
+
+// checkQuotaN refuses a request for n more of kind that would go over the project's
+// quota (a bulk create is counted as a whole).
+func (st *state) checkQuotaN(project, kind string, n int) *apiError {
 	limit, ok := st.quotas[project][kind]
 	if !ok {
 		limit = defaultQuotas[kind]
@@ -115,7 +121,7 @@ func (st *state) checkQuota(project, kind string) *apiError {
 	if limit < 0 {
 		return nil
 	}
-	if st.countOwned(project, kind) >= limit {
+	if st.countOwned(project, kind)+n > limit {
 		return errf(409, "OverQuota", "Quota exceeded for resources: ['%s'].", kind)
 	}
 	return nil

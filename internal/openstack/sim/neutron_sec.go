@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -349,44 +350,92 @@ func (s *Server) getRule(w http.ResponseWriter, r *http.Request, c *caller) {
 	writeJSON(w, 200, map[string]any{"security_group_rule": ruleOut(g.Rules[i])})
 }
 
+// createRule answers both forms of POST /security-group-rules: one rule
+// ({"security_group_rule": {...}}) or Neutron's bulk create ({"security_group_rules":
+// [...]}), which is judged as a whole before any rule is stored: every rule in one
+// group (400 SecurityGroupNotSingleGroupRules), none repeated in the request (409
+// DuplicateSecurityGroupRuleInPost) or already in the group (409
+// SecurityGroupRuleExists), the quota counted for all of them.
 func (s *Server) createRule(w http.ResponseWriter, r *http.Request, c *caller) {
-	var b ruleBody
+	var b struct {
+		ruleBody
+		Rules []json.RawMessage `json:"security_group_rules"`
+	}
 	if e := decode(r, &b); e != nil {
 		s.neutronFail(w, e)
 		return
 	}
-	rule, e := validateRule(b)
-	if e != nil {
-		s.neutronFail(w, e)
+	bodies := []ruleBody{b.ruleBody}
+	if b.Rules != nil {
+		bodies = bodies[:0]
+		for _, raw := range b.Rules {
+			var one ruleBody
+			if err := json.Unmarshal(raw, &one.Rule); err != nil {
+				s.neutronFail(w, errf(400, "BadRequest", "Malformed request body: %v", err))
+				return
+			}
+			bodies = append(bodies, one)
+		}
+	}
+	if len(bodies) == 0 {
+		s.neutronFail(w, errf(400, "BadRequest", "Resource body required"))
 		return
+	}
+	rules := make([]SecurityGroupRule, 0, len(bodies))
+	for _, one := range bodies {
+		rule, e := validateRule(one)
+		if e != nil {
+			s.neutronFail(w, e)
+			return
+		}
+		if len(rules) > 0 && rule.SecurityGroupID != rules[0].SecurityGroupID {
+			s.neutronFail(w, errf(400, "SecurityGroupNotSingleGroupRules", "Only allowed to update rules for one security profile at a time"))
+			return
+		}
+		rules = append(rules, rule)
 	}
 	st := s.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	g, e := st.visibleSG(c, rule.SecurityGroupID)
+	g, e := st.visibleSG(c, rules[0].SecurityGroupID)
 	if e != nil {
 		s.neutronFail(w, e)
 		return
 	}
-	if rule.RemoteGroupID != "" {
-		if _, e := st.visibleSG(c, rule.RemoteGroupID); e != nil {
-			s.neutronFail(w, e)
+	for i, rule := range rules {
+		if rule.RemoteGroupID != "" {
+			if _, e := st.visibleSG(c, rule.RemoteGroupID); e != nil {
+				s.neutronFail(w, e)
+				return
+			}
+		}
+		if slices.ContainsFunc(rules[:i], func(x SecurityGroupRule) bool { return sameRule(x, rule) }) {
+			s.neutronFail(w, errf(409, "DuplicateSecurityGroupRuleInPost", "Duplicate Security Group Rule in POST."))
 			return
 		}
 	}
-	if e := st.checkQuota(g.ProjectID, "security_group_rule"); e != nil {
+	if e := st.checkQuotaN(g.ProjectID, "security_group_rule", len(rules)); e != nil {
 		s.neutronFail(w, e)
 		return
 	}
-	for _, ex := range g.Rules {
-		if sameRule(ex, rule) {
-			s.neutronFail(w, errf(409, "SecurityGroupRuleExists", "Security group rule already exists. Rule id is %s.", ex.ID))
-			return
+	for _, rule := range rules {
+		for _, ex := range g.Rules {
+			if sameRule(ex, rule) {
+				s.neutronFail(w, errf(409, "SecurityGroupRuleExists", "Security group rule already exists. Rule id is %s.", ex.ID))
+				return
+			}
 		}
 	}
-	out := st.addRule(g, rule)
+	out := make([]map[string]any, 0, len(rules))
+	for _, rule := range rules {
+		out = append(out, ruleOut(st.addRule(g, rule)))
+	}
 	g.UpdatedAt = now()
-	writeJSON(w, 201, map[string]any{"security_group_rule": ruleOut(out)})
+	if b.Rules != nil {
+		writeJSON(w, 201, map[string]any{"security_group_rules": out})
+		return
+	}
+	writeJSON(w, 201, map[string]any{"security_group_rule": out[0]})
 }
 
 func (s *Server) deleteRule(w http.ResponseWriter, r *http.Request, c *caller) {
