@@ -129,7 +129,7 @@ func IsNotFound(err error) bool {
 	return StatusCode(err) == http.StatusNotFound || errors.As(err, &rnf)
 }
 
-func IsConflict(err error) bool     { return StatusCode(err) == http.StatusConflict }
+func IsConflict(err error) bool { return StatusCode(err) == http.StatusConflict }
 
 // IsRuleExists reports Neutron's refusal of a security-group rule that the group
 // already holds. Not every 409 means that: a quota refusal is 409 OverQuota too.
