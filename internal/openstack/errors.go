@@ -129,16 +129,16 @@ func IsNotFound(err error) bool {
 	return StatusCode(err) == http.StatusNotFound || errors.As(err, &rnf)
 }
 
-func IsConflict(err error) bool { return StatusCode(err) == http.StatusConflict }
+func IsConflict(err error) bool     { return StatusCode(err) == http.StatusConflict }
+func IsForbidden(err error) bool    { return StatusCode(err) == http.StatusForbidden }
+func IsBadRequest(err error) bool   { return StatusCode(err) == http.StatusBadRequest }
+func IsUnauthorized(err error) bool { return StatusCode(err) == http.StatusUnauthorized }
 
 // IsRuleExists reports Neutron's refusal of a security-group rule that the group
 // already holds. Not every 409 means that: a quota refusal is 409 OverQuota too.
 func IsRuleExists(err error) bool {
 	return IsConflict(err) && NeutronErrorType(err) == "SecurityGroupRuleExists"
 }
-func IsForbidden(err error) bool    { return StatusCode(err) == http.StatusForbidden }
-func IsBadRequest(err error) bool   { return StatusCode(err) == http.StatusBadRequest }
-func IsUnauthorized(err error) bool { return StatusCode(err) == http.StatusUnauthorized }
 
 // IsTransient reports failures worth retrying with backoff: server errors,
 // rate limiting, timeouts and broken connections. Refusals (4xx) and
