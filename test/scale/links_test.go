@@ -144,8 +144,8 @@ func TestLinkWritesBounded(t *testing.T) {
 
 	// Each gateway's rules (its peer's IKE and NAT-T, its reverse exposure from the
 	// internal sources and from every link's service cluster) are created in one bulk
-	// request: at most one per gateway (40 of 40 measured), where a request per rule was
-	// 6 per gateway here (and over 100 per gateway with 100 links).
+	// request: at most one per gateway (40 for 40 measured), where a request per rule
+	// would be 6 per gateway here (counted from gwSpec) and over 100 with 100 links.
 	if rulePosts > n {
 		t.Errorf("%d security-group rule creates for %d gateways, want at most one per gateway (one bulk create)", rulePosts, n)
 	}
