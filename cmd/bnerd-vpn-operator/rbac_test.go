@@ -27,6 +27,9 @@ var reviewedClusterRole = []string{
 	// Pods: the health controllers watch gateway pods (the cache holds only those); a
 	// gateway pod stranded on a lost node is deleted so its replacement can start.
 	`"" pods delete,get,list,watch`,
+	// The operator binds new gateway pods (it is their scheduler) once the pod before
+	// them has left the node, after reading the ReplicaSet that owns the pod.
+	`"" pods/binding create`,
 	// Secrets: get/list/watch because Kubernetes lets the operator create the gateway
 	// pod's Role (get/list/watch on the Secrets its tunnels name) only if it holds them;
 	// used by name only (no cluster-wide list or watch: the audit test). create/update:
@@ -35,6 +38,7 @@ var reviewedClusterRole = []string{
 	// earlier releases wrote.
 	`"" secrets create,delete,get,list,update,watch`,
 	`apps deployments create,get,list,update,watch`,
+	`apps replicasets get`,
 	// The metrics filter (--metrics-secure) asks the API server who a scraper is and
 	// whether it may get /metrics.
 	`authentication.k8s.io tokenreviews create`,

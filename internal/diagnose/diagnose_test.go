@@ -469,6 +469,42 @@ func TestDiagnose(t *testing.T) {
 		w.expectHealthy("after replacing the pod")
 	})
 
+	t.Run("pod waiting for the operator's binding", func(t *testing.T) {
+		w.t = t
+		st := w.gateway().Status
+		old := w.startPod(st.NodeName)
+		var d appsv1.Deployment
+		if err := env.Client.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: render.DeploymentName(w.name)}, &d); err != nil {
+			t.Fatal(err)
+		}
+		// As the ReplicaSet creates it, unbound, while the old pod still runs on the node.
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, GenerateName: render.DeploymentName(w.name) + "-", Labels: d.Spec.Template.Labels},
+			Spec: *d.Spec.Template.Spec.DeepCopy()}
+		if err := env.Client.Create(w.ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.Client.Delete(w.ctx, old, client.GracePeriodSeconds(0)); err != nil {
+			t.Fatal(err)
+		}
+		old.Name, old.ResourceVersion, old.UID = "", "", ""
+		old.Finalizers = []string{"test.bnerd.net/hold"}
+		if err := env.Client.Create(w.ctx, old); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.Client.Delete(w.ctx, old); err != nil {
+			t.Fatal(err)
+		}
+		w.expectFirst(w.diagnose(), "kubernetes.pod", "not bound to a node yet", "binds it to "+st.NodeName, old.Name+" is still there (terminating)", "has not left node")
+		_ = env.Client.Get(w.ctx, client.ObjectKeyFromObject(old), old)
+		old.Finalizers = nil
+		if err := env.Client.Update(w.ctx, old); err != nil {
+			t.Fatal(err)
+		}
+		_ = env.Client.Delete(w.ctx, old, client.GracePeriodSeconds(0))
+		w.startPod(st.NodeName)
+		w.expectHealthy("after the pod is bound and runs")
+	})
+
 	t.Run("pod pending without its second interface", func(t *testing.T) {
 		w.t = t
 		st := w.gateway().Status

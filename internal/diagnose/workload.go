@@ -108,6 +108,20 @@ func (r *run) checkPod() bool {
 			Runbook: anchor(FindingPodWrongNode)})
 		return false
 	}
+	if pod.Spec.NodeName == "" && pod.Spec.SchedulerName == render.SchedulerName {
+		// The operator binds a gateway pod only once no earlier pod of the gateway is left
+		// on the node (the port's interface is free again).
+		detail := fmt.Sprintf("pod %s is not bound to a node yet: the operator binds it to %s once no earlier pod of the gateway is left there", pod.Name, st.NodeName)
+		fix := "Check that the operator runs and read its log: " + r.nudge()
+		for i := range pods.Items {
+			if p := &pods.Items[i]; p.UID != pod.UID && p.Spec.NodeName == st.NodeName && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+				detail += fmt.Sprintf("; pod %s is still there (%s)", p.Name, orPhase(p))
+				fix = fmt.Sprintf("Pod %s has not left node %s: its kubelet has not finished stopping it (kubectl -n %s describe pod %s); if the node is gone, the operator moves the gateway", p.Name, st.NodeName, p.Namespace, p.Name)
+			}
+		}
+		r.add(Check{ID: id, Title: title, Status: Fail, Detail: detail, Fix: fix, Runbook: anchor(FindingPodNotReady)})
+		return false
+	}
 	for _, e := range r.podEvents(pod) {
 		if strings.Contains(e.Message, "failed to find host device") || strings.Contains(e.Message, "failed to find physical interface") {
 			if pod.Status.Phase != corev1.PodRunning {
@@ -160,4 +174,12 @@ func podConditionText(p *corev1.Pod) string {
 		return "no further detail"
 	}
 	return strings.Join(s, "; ")
+}
+
+// orPhase is how a pod that holds a node reads: terminating, or its phase.
+func orPhase(p *corev1.Pod) string {
+	if p.DeletionTimestamp != nil {
+		return "terminating"
+	}
+	return strings.ToLower(string(p.Status.Phase))
 }

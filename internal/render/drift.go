@@ -231,6 +231,6 @@ func RestartsPod(drift []string) bool {
 // Moves reports whether the rendering moves the pod: another node, or another dedicated
 // port (its MAC). Such a change is never paced: the old pod cannot carry the tunnels.
 func Moves(stored, live appsv1.DeploymentSpec) bool {
-	return stored.Template.Spec.NodeName != live.Template.Spec.NodeName ||
+	return PinnedNode(&stored.Template.Spec) != PinnedNode(&live.Template.Spec) ||
 		stored.Template.Annotations[AnnotationPortMAC] != live.Template.Annotations[AnnotationPortMAC]
 }

@@ -262,9 +262,6 @@ func Deployment(w Workload) (*appsv1.Deployment, error) {
 					},
 				},
 				Spec: corev1.PodSpec{
-					// A hard pin, not a scheduling hint: the port is attached to exactly
-					// this node's server.
-					NodeName:                      w.NodeName,
 					ServiceAccountName:            ServiceAccountName(g.Name),
 					AutomountServiceAccountToken:  &f,
 					EnableServiceLinks:            &f,
@@ -299,6 +296,9 @@ func Deployment(w Workload) (*appsv1.Deployment, error) {
 		},
 	}
 	w.Pod.Apply(&d.Spec.Template)
+	// A hard pin, not a scheduling hint: the port is attached to exactly this node's
+	// server, and the operator binds the pod there once the port is free (pinTo).
+	pinTo(&d.Spec.Template.Spec, w.NodeName)
 	return d, nil
 }
 

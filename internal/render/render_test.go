@@ -112,8 +112,10 @@ func TestDeploymentShape(t *testing.T) {
 		t.Fatal("one replica, Recreate")
 	}
 	ps := d.Spec.Template.Spec
-	if ps.NodeName != "node-a" || ps.Affinity != nil || ps.NodeSelector != nil {
-		t.Fatal("hard nodeName pin expected")
+	// Pinned, but bound by the operator (not started by the kubelet at once): no
+	// nodeName, the operator as scheduler, the node by name in the required affinity.
+	if ps.NodeName != "" || ps.SchedulerName != SchedulerName || PinnedNode(&ps) != "node-a" || ps.NodeSelector != nil {
+		t.Fatalf("pin to node-a for the operator's binding expected: nodeName %q scheduler %q affinity %+v", ps.NodeName, ps.SchedulerName, ps.Affinity)
 	}
 	names := []string{}
 	for _, c := range ps.Containers {
@@ -428,8 +430,8 @@ func TestGatewayPodShape(t *testing.T) {
 				d.Spec.Template.Labels["team"] != "net" || d.Spec.Template.Annotations["example.com/owner"] != "platform" {
 				t.Errorf("%s: the shape is not on the pod: %+v", tc.name, d.Spec.Template)
 			}
-			if ps.NodeName != "node-a" || len(ps.NodeSelector) != 0 {
-				t.Errorf("%s: nodeName %q nodeSelector %v: the pod stays pinned, with no selector that could fail it", tc.name, ps.NodeName, ps.NodeSelector)
+			if PinnedNode(&ps) != "node-a" || ps.SchedulerName != SchedulerName || len(ps.NodeSelector) != 0 {
+				t.Errorf("%s: pinned to %q, scheduler %q, nodeSelector %v: the pod stays pinned, with no selector that could fail it", tc.name, PinnedNode(&ps), ps.SchedulerName, ps.NodeSelector)
 			}
 			if tc.name == "wireguard" {
 				for _, c := range ps.Containers {

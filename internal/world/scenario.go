@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -159,18 +160,13 @@ func (w *World) InPod(p *corev1.Pod, container string, args ...string) (string, 
 	return Exec("", append([]string{"nsenter", "-t", pid, "-n", "--"}, args...)...)
 }
 
-// LoseNode makes a node die as a machine does: its kubelet stops, every container it ran
-// is killed, and its Node object is deleted (as the cloud controller manager deletes the
-// Node of a server that is gone).
-func (w *World) LoseNode(ctx context.Context, name string) error {
-	n, ok := w.Node(name)
-	if !ok {
-		return fmt.Errorf("unknown node %s", name)
-	}
+// kubeletPID is the PID of a node's kubelet as hack/node/up.sh recorded it (the last
+// line for the node wins: a restart appends one).
+func (w *World) kubeletPID(n Node) (int, error) {
 	suffix := strings.TrimPrefix(n.Namespace, "bn-node-")
 	pids, err := os.ReadFile(filepath.Join(w.opts.NodeState, "pids"))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var kubelet int
 	for _, l := range strings.Split(string(pids), "\n") {
@@ -180,7 +176,74 @@ func (w *World) LoseNode(ctx context.Context, name string) error {
 		}
 	}
 	if kubelet == 0 {
-		return fmt.Errorf("no kubelet of node %s recorded", name)
+		return 0, fmt.Errorf("no kubelet of node %s recorded", n.Name)
+	}
+	return kubelet, nil
+}
+
+// RestartKubelet stops a node's kubelet (SIGTERM, as a service manager's restart does)
+// and starts it again with the same command line in the node's network namespace, logged
+// and recorded as hack/node/up.sh does, so that hack/node/down.sh stops the new one. The
+// node's containers keep running.
+func (w *World) RestartKubelet(name string) error {
+	n, ok := w.Node(name)
+	if !ok {
+		return fmt.Errorf("unknown node %s", name)
+	}
+	pid, err := w.kubeletPID(n)
+	if err != nil {
+		return err
+	}
+	if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) != "kubelet" {
+		return fmt.Errorf("process %d of node %s is not a kubelet", pid, name)
+	}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return err
+	}
+	args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		return err
+	}
+	for i := 0; i < 100; i++ {
+		if err := syscall.Kill(pid, 0); err != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	suffix := strings.TrimPrefix(n.Namespace, "bn-node-")
+	logf, err := os.OpenFile(filepath.Join(w.opts.NodeState, "logs", "kubelet-"+suffix+".log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command("nsenter", append([]string{"--net=/var/run/netns/" + n.Namespace, "--"}, args...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	go func() { _ = cmd.Wait() }() // reaped when it exits (hack/node/down.sh stops it)
+	pf, err := os.OpenFile(filepath.Join(w.opts.NodeState, "pids"), os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer pf.Close()
+	_, err = fmt.Fprintf(pf, "kubelet-%s %d kubelet\n", suffix, cmd.Process.Pid)
+	return err
+}
+
+// LoseNode makes a node die as a machine does: its kubelet stops, every container it ran
+// is killed, and its Node object is deleted (as the cloud controller manager deletes the
+// Node of a server that is gone).
+func (w *World) LoseNode(ctx context.Context, name string) error {
+	n, ok := w.Node(name)
+	if !ok {
+		return fmt.Errorf("unknown node %s", name)
+	}
+	kubelet, err := w.kubeletPID(n)
+	if err != nil {
+		return err
 	}
 	if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", kubelet)); strings.TrimSpace(string(comm)) == "kubelet" {
 		if err := syscall.Kill(kubelet, syscall.SIGKILL); err != nil {

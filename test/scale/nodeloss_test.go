@@ -105,7 +105,7 @@ func TestNodeLossTiming(t *testing.T) {
 				if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: render.DeploymentName(g.Name)}, &dep); err != nil {
 					continue
 				}
-				if p.DeviceID == target && dep.Spec.Template.Spec.NodeName == harness.WorkerNode(1) {
+				if p.DeviceID == target && render.PinnedNode(&dep.Spec.Template.Spec) == harness.WorkerNode(1) {
 					done[g.Name] = time.Since(t0)
 				}
 			}

@@ -119,7 +119,7 @@ func TestCreateToReadyAndSteadyState(t *testing.T) {
 	}
 	var dep appsv1.Deployment
 	mustGet(t, h, key(render.DeploymentName("acme")), &dep)
-	if dep.Spec.Template.Spec.NodeName != "node-a" || dep.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType ||
+	if render.PinnedNode(&dep.Spec.Template.Spec) != "node-a" || dep.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType ||
 		!strings.Contains(dep.Spec.Template.Annotations[render.AnnotationNetworks], render.NADName("acme")) {
 		t.Fatalf("deployment %+v", dep.Spec)
 	}

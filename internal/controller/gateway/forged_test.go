@@ -120,7 +120,7 @@ func TestForgedStatusIsNotActedOn(t *testing.T) {
 		if err := env.Client.Get(h.ctx, client.ObjectKey{Namespace: h.ns, Name: render.DeploymentName("attacker")}, &dep); err != nil {
 			t.Fatal(err)
 		}
-		if n := dep.Spec.Template.Spec.NodeName; n != "node-a" {
+		if n := render.PinnedNode(&dep.Spec.Template.Spec); n != "node-a" {
 			t.Fatalf("%s: the attacker's pod is pinned to %q", stage, n)
 		}
 		if p, _ := h.sim.Port(atk.PortID); p.DeviceID != serverA {

@@ -146,7 +146,11 @@ func (r *Reconciler) ensurePodReady(ctx context.Context, g *gateway, pod *corev1
 				return PendingRecheck
 			}
 		}
-		r.condFalse(g, cond, v1alpha1.ReasonPodPending, fmt.Sprintf("pod %s is Pending: %s", pod.Name, pendingDetail(pod)))
+		detail := pendingDetail(pod)
+		if pod.Spec.NodeName == "" && pod.Spec.SchedulerName == render.SchedulerName {
+			detail = waitingForBinding(g, pod, terminating)
+		}
+		r.condFalse(g, cond, v1alpha1.ReasonPodPending, fmt.Sprintf("pod %s is Pending: %s", pod.Name, detail))
 		return PendingRecheck
 	}
 	for _, c := range pod.Status.Conditions {

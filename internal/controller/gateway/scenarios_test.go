@@ -384,8 +384,8 @@ func TestNodeStickyAndMove(t *testing.T) {
 	}
 	eventually(t, "pod template rolled to node-a", func() (bool, string) {
 		mustGet(t, h, client.ObjectKey{Namespace: h.ns, Name: render.DeploymentName("mv")}, &dep)
-		return dep.Spec.Template.Spec.NodeName == "node-a" && dep.Generation != gen,
-			fmt.Sprintf("nodeName %s, generation %d -> %d", dep.Spec.Template.Spec.NodeName, gen, dep.Generation)
+		return render.PinnedNode(&dep.Spec.Template.Spec) == "node-a" && dep.Generation != gen,
+			fmt.Sprintf("nodeName %s, generation %d -> %d", render.PinnedNode(&dep.Spec.Template.Spec), gen, dep.Generation)
 	})
 }
 

@@ -174,6 +174,19 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			Complete(healthReconciler{r: r, kind: kind}); err != nil {
 			return err
 		}
+		// The binding of new gateway pods (bind.go): woken by a new or finished pod and
+		// by a gateway whose node changed.
+		if err := ctrl.NewControllerManagedBy(mgr).
+			Named(strings.ToLower(kind)+"-bind").
+			For(newObject(kind), builder.WithPredicates(pinChanged)).
+			Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(mapPod(kind)), builder.WithPredicates(podPlacementChanged)).
+			WithOptions(controller.Options{
+				MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles,
+				SkipNameValidation:      r.skipNameValidation(),
+			}).
+			Complete(newBindReconciler(r, kind)); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -435,6 +448,35 @@ func (r *Reconciler) actedOnWrittenByOthers() predicate.Funcs {
 var podMoved = predicate.Funcs{
 	CreateFunc:  func(e event.CreateEvent) bool { return podNode(e.Object) != "" },
 	UpdateFunc:  func(e event.UpdateEvent) bool { return podNode(e.ObjectOld) != podNode(e.ObjectNew) },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// podPlacementChanged passes the pod events that can free a gateway's node or bring a pod
+// to bind: a pod created or deleted, bound, finished or marked for deletion.
+var podPlacementChanged = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return true },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*corev1.Pod)
+		n, ok2 := e.ObjectNew.(*corev1.Pod)
+		if !ok1 || !ok2 {
+			return true
+		}
+		return o.Spec.NodeName != n.Spec.NodeName || o.Status.Phase != n.Status.Phase ||
+			o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero()
+	},
+	DeleteFunc:  func(event.DeleteEvent) bool { return true },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// pinChanged passes a gateway's creation and a change of the node it is pinned to.
+var pinChanged = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return true },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, err1 := viewOf(e.ObjectOld)
+		n, err2 := viewOf(e.ObjectNew)
+		return err1 != nil || err2 != nil || o.status.NodeName != n.status.NodeName
+	},
 	DeleteFunc:  func(event.DeleteEvent) bool { return false },
 	GenericFunc: func(event.GenericEvent) bool { return false },
 }

@@ -733,22 +733,88 @@ func permutations(s []string) [][]string {
 	return out
 }
 
+// podDeleteRuns is how many times podDeleted deletes the running pod (the goal
+// is the figure in each of ten runs).
+const podDeleteRuns = 10
+
+// podDeleted deletes the gateway's running pod ten times in a row, then deletes a
+// replacement again before it runs, then deletes the pod and restarts its node's kubelet
+// at once; each time until a new pod carries the client's traffic. The operator binds a
+// replacement only once the old pod has left the node, so no sandbox ever asks for the
+// port's interface while another still holds it: not one FailedCreatePodSandBox on the
+// gateway's pods over all of it (the race this replaced cost the kubelet's ten-second
+// back-off). The durations are figures, not assertions.
 func (e *env) podDeleted(t *testing.T) {
 	e.t = t
-	e.waitFor("operator back and the gateway converged", 2*time.Minute, func() bool {
-		p, _ := e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
-		return p != nil && p.Spec.Containers[0].Command == nil && e.gateway().Status.TunnelsReady == "1/1" && e.portalAnswers()
-	})
-	pod, _ := e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
+	since := time.Now()
+	converged := func() *corev1.Pod {
+		var pod *corev1.Pod
+		e.waitFor("operator back and the gateway converged", 2*time.Minute, func() bool {
+			pod, _ = e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
+			return pod != nil && pod.Spec.Containers[0].Command == nil && e.gateway().Status.TunnelsReady == "1/1" && e.portalAnswers()
+		})
+		return pod
+	}
+	backAfter := func(name string, old *corev1.Pod, start time.Time) {
+		e.waitFor("a new pod carries traffic", 3*time.Minute, func() bool {
+			p, _ := e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
+			return p != nil && p.UID != old.UID && e.portalAnswers()
+		})
+		e.figure(name, time.Since(start))
+	}
+	for i := 1; i <= podDeleteRuns; i++ {
+		pod := converged()
+		start := time.Now()
+		if err := e.w.Kube.Delete(e.ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		backAfter(fmt.Sprintf("gateway pod deleted -> traffic back (run %d)", i), pod, start)
+	}
+
+	// Deleted again before the replacement runs: the third pod waits for both.
+	pod := converged()
 	start := time.Now()
 	if err := e.w.Kube.Delete(e.ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	e.waitFor("a new pod carries traffic", 3*time.Minute, func() bool {
-		p, _ := e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
-		return p != nil && p.UID != pod.UID && e.portalAnswers()
+	var second *corev1.Pod
+	e.waitFor("the replacement created", time.Minute, func() bool {
+		var pods corev1.PodList
+		_ = e.w.Kube.List(e.ctx, &pods, client.InNamespace(world.TenantNamespace), client.MatchingLabels{render.LabelInstance: "acme", render.LabelName: render.AppName})
+		for i := range pods.Items {
+			if p := &pods.Items[i]; p.UID != pod.UID && p.DeletionTimestamp == nil {
+				second = p
+				return true
+			}
+		}
+		return false
 	})
-	e.figure("gateway pod deleted -> traffic back", time.Since(start))
+	if err := e.w.Kube.Delete(e.ctx, second); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	backAfter("gateway pod deleted, its replacement deleted before running -> traffic back", second, start)
+
+	// Deleted while the node's kubelet restarts.
+	pod = converged()
+	start = time.Now()
+	if err := e.w.Kube.Delete(e.ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.w.RestartKubelet(pod.Spec.NodeName); err != nil {
+		t.Fatal(err)
+	}
+	backAfter("gateway pod deleted and its node's kubelet restarted -> traffic back", pod, start)
+
+	var events corev1.EventList
+	if err := e.w.Kube.List(e.ctx, &events, client.InNamespace(world.TenantNamespace)); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range events.Items {
+		if ev.Reason == "FailedCreatePodSandBox" && ev.InvolvedObject.Kind == "Pod" && strings.HasPrefix(ev.InvolvedObject.Name, render.DeploymentName("acme")) &&
+			(ev.LastTimestamp.After(since) || ev.EventTime.After(since)) {
+			t.Errorf("pod %s: %s (%d times): a sandbox was set up while another held the port's interface", ev.InvolvedObject.Name, ev.Message, ev.Count)
+		}
+	}
 }
 
 func (e *env) nodeLost(t *testing.T) {
