@@ -35,6 +35,12 @@ type Loop struct {
 	// secrets.conf (the file mode).
 	Keys     psk.Source
 	Interval time.Duration
+	// RetryFirst is the wait before the first retry of a round that failed for want of
+	// something that is coming (charon's socket, the port's routing): doubled per further
+	// failure up to Interval, so a pod whose containers start in any order loads its
+	// connections within moments of charon answering, not at the next Interval (default
+	// 100ms).
+	RetryFirst time.Duration
 	// Timeout bounds one Apply as a whole (each VICI call is bounded on its own too).
 	Timeout time.Duration
 	// PortRouting, when set, gates loading on the port's policy routing: connections are
@@ -119,10 +125,28 @@ func (l *Loop) Run(ctx context.Context, snaps <-chan source.Snapshot) {
 		now = time.Now
 	}
 	pendingSince := map[string]time.Time{}
+	// retry fires a round soon after one that failed (retryIn doubles per failure);
+	// nil while the last round succeeded.
+	var retry <-chan time.Time
+	var retryIn time.Duration
+	failed := func() {
+		switch {
+		case retryIn == 0 && l.RetryFirst > 0:
+			retryIn = l.RetryFirst
+		case retryIn == 0:
+			retryIn = 100 * time.Millisecond
+		default:
+			retryIn *= 2
+		}
+		retryIn = min(retryIn, interval)
+		retry = time.After(retryIn)
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-retry:
+			retry = nil
 		case s := <-snaps:
 			if file != nil {
 				file.Update(s.Secrets)
@@ -173,6 +197,7 @@ func (l *Loop) Run(ctx context.Context, snaps <-chan source.Snapshot) {
 		if l.PortRouting != nil {
 			if ok, why := l.portReady(cfg); !ok {
 				report(why)
+				failed()
 				continue
 			}
 		}
@@ -181,8 +206,10 @@ func (l *Loop) Run(ctx context.Context, snaps <-chan source.Snapshot) {
 		cancel()
 		if err != nil {
 			report(err.Error())
+			failed()
 			continue
 		}
+		retry, retryIn = nil, 0
 		report("")
 	}
 }

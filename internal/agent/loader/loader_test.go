@@ -384,3 +384,27 @@ func TestLoopHoldsWhileAKeyWasNeverRead(t *testing.T) {
 		}
 	})
 }
+
+// TestLoopRetriesSoonAfterAFailedRound: a round that fails because charon does not answer
+// yet (its container starts after the agent's) is retried after RetryFirst, doubling, not
+// at the next Interval. With an Interval of an hour, only the retry can bring the
+// applies that follow the failures.
+func TestLoopRetriesSoonAfterAFailedRound(t *testing.T) {
+	down := errors.New("connecting to charon: dial unix /run/charon.vici: connect: no such file or directory")
+	f := &fakeApplier{errs: []error{down, down, down, nil}}
+	var lg logs
+	l := &Loop{Applier: f, Interval: time.Hour, RetryFirst: time.Millisecond, Logf: lg.logf}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	snaps := make(chan source.Snapshot, 1)
+	go l.Run(ctx, snaps)
+	js := config(t)
+	snaps <- source.Snapshot{Config: js, Secrets: secretsFile(t, js, map[string]string{"hq": hqKey, "branch": branchKey})}
+	waitFor(t, "four applies, the last one succeeding", func() bool { return f.n() >= 4 })
+	waitFor(t, "recovery logged", func() bool { return strings.Contains(lg.all(), "charon reachable again") })
+	// Once a round succeeded nothing is retried: the hour's tick is far.
+	time.Sleep(50 * time.Millisecond)
+	if n := f.n(); n != 4 {
+		t.Errorf("%d applies after the successful one: a retry outlived its success", n)
+	}
+}

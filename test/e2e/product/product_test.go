@@ -402,6 +402,55 @@ func (e *env) firstAnswer(start time.Time, url func() string, want string) (time
 	}
 }
 
+// backAgain measures an outage that begins after start: it sends the client's request to
+// the portal every 50 ms without waiting for answers (each with a 2 s timeout) and returns
+// the time from start to the answer of the first request sent after one that failed.
+// Requests answered before the outage began (the old pod still serving) do not count.
+func (e *env) backAgain(start time.Time) (time.Duration, error) {
+	type probe struct {
+		done, ok bool
+		answer   time.Duration
+	}
+	var mu sync.Mutex
+	var probes []*probe
+	ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	u := e.portalURL()
+	for {
+		p := &probe{}
+		mu.Lock()
+		probes = append(probes, p)
+		mu.Unlock()
+		go func() {
+			got, err := world.Get(ctx, world.SiteHostNamespace, u, 2*time.Second)
+			mu.Lock()
+			p.done, p.ok, p.answer = true, err == nil && strings.HasPrefix(got, world.ServiceHostBody), time.Since(start)
+			mu.Unlock()
+		}()
+		mu.Lock()
+		failed := false
+		for _, q := range probes {
+			if !q.done {
+				break // in order of sending: wait for the earlier ones
+			}
+			if !q.ok {
+				failed = true
+			} else if failed {
+				mu.Unlock()
+				return q.answer, nil
+			}
+		}
+		mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("no outage followed by an answer from %s within a minute", u)
+		case <-tick.C:
+		}
+	}
+}
+
 // traffic keeps requests running from the service cluster to the reverse exposure (the
 // gateway DNATs them towards the client's subnet: a leak would carry that address in the
 // clear) and from the client to the portal, until stop.
@@ -755,12 +804,44 @@ func (e *env) podDeleted(t *testing.T) {
 		})
 		return pod
 	}
+	// backAfter waits for a new pod to carry the client's traffic and logs where the time
+	// went: the old pod gone from the API (its kubelet done with it), a new pod bound, its
+	// containers running.
 	backAfter := func(name string, old *corev1.Pod, start time.Time) {
+		var gone, bound, running time.Duration
+		var back time.Duration
+		var backErr error
+		probed := make(chan struct{})
+		go func() { back, backErr = e.backAgain(start); close(probed) }()
 		e.waitFor("a new pod carries traffic", 3*time.Minute, func() bool {
+			at := time.Since(start)
+			if gone == 0 && apierrors.IsNotFound(e.w.Kube.Get(e.ctx, client.ObjectKeyFromObject(old), &corev1.Pod{})) {
+				gone = at
+			}
+			var pods corev1.PodList
+			_ = e.w.Kube.List(e.ctx, &pods, client.InNamespace(world.TenantNamespace), client.MatchingLabels{render.LabelInstance: "acme", render.LabelName: render.AppName})
+			for i := range pods.Items {
+				p := &pods.Items[i]
+				if p.UID == old.UID || p.DeletionTimestamp != nil {
+					continue
+				}
+				if bound == 0 && p.Spec.NodeName != "" {
+					bound = at
+				}
+				if running == 0 && p.Status.Phase == corev1.PodRunning {
+					running = at
+				}
+			}
 			p, _ := e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
 			return p != nil && p.UID != old.UID && e.portalAnswers()
 		})
-		e.figure(name, time.Since(start))
+		<-probed
+		if backErr != nil {
+			t.Fatal(backErr)
+		}
+		t.Logf("%s: old pod gone %.2fs, new pod bound %.2fs, running %.2fs (polled), first answer %.2fs",
+			name, gone.Seconds(), bound.Seconds(), running.Seconds(), back.Seconds())
+		e.figure(name, back)
 	}
 	for i := 1; i <= podDeleteRuns; i++ {
 		pod := converged()
