@@ -641,6 +641,13 @@ func (e *env) startOrders(t *testing.T) {
 		e.setTemplate(key, orig.Spec.Template)
 	}()
 	node, _ := e.w.Node(e.gateway().Status.NodeName)
+	// The operator binds gateway pods to their node; while it is scaled down the test pins
+	// them itself (nodeName). Safe here: the Deployment's Recreate rollout creates the new
+	// pod only once the old one is gone.
+	pinned := func(tmpl corev1.PodTemplateSpec) corev1.PodTemplateSpec {
+		tmpl.Spec.NodeName = node.Name
+		return tmpl
+	}
 
 	// ikeOnPodNetwork captures the node's pod bridge while f runs and returns the IKE and
 	// ESP packets seen there.
@@ -679,7 +686,7 @@ func (e *env) startOrders(t *testing.T) {
 			if old == nil {
 				t.Fatal("no gateway pod")
 			}
-			template := *orig.Spec.Template.DeepCopy()
+			template := pinned(*orig.Spec.Template.DeepCopy())
 			for i, cname := range perm {
 				for j := range template.Spec.Containers {
 					c := &template.Spec.Containers[j]
@@ -708,7 +715,7 @@ func (e *env) startOrders(t *testing.T) {
 	}
 	e.t = t
 	// Each container restarted alone, in the original pod.
-	e.setTemplate(key, *orig.Spec.Template.DeepCopy())
+	e.setTemplate(key, pinned(*orig.Spec.Template.DeepCopy()))
 	e.waitFor("the original pod back", 2*time.Minute, func() bool {
 		p, _ := e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
 		return p != nil && p.Spec.Containers[0].Command == nil
