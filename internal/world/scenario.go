@@ -205,11 +205,15 @@ func (w *World) RestartKubelet(name string) error {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		return err
 	}
-	for i := 0; i < 100; i++ {
-		if err := syscall.Kill(pid, 0); err != nil {
-			break
-		}
+	stopped := false
+	for i := 0; i < 200 && !stopped; i++ {
 		time.Sleep(50 * time.Millisecond)
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		// Gone, or a zombie waiting for its reaper (it was started by hack/node/up.sh).
+		stopped = err != nil || strings.Contains(string(stat), ") Z ")
+	}
+	if !stopped {
+		return fmt.Errorf("the kubelet of node %s (%d) did not stop within 10 s of SIGTERM", name, pid)
 	}
 	suffix := strings.TrimPrefix(n.Namespace, "bn-node-")
 	logf, err := os.OpenFile(filepath.Join(w.opts.NodeState, "logs", "kubelet-"+suffix+".log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)

