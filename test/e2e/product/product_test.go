@@ -403,21 +403,21 @@ func (e *env) firstAnswer(start time.Time, url func() string, want string) (time
 }
 
 // backAgain measures an outage that begins after start: it sends the client's request to
-// the portal every 50 ms without waiting for answers (each with a 2 s timeout) and returns
-// the time from start to the answer of the first request sent after one that failed.
-// Requests answered before the outage began (the old pod still serving) do not count.
-func (e *env) backAgain(start time.Time) (time.Duration, error) {
+// u (the portal) every 50 ms without waiting for answers (each with a 2 s timeout) and
+// returns the time from start to the answer of the first request sent after one that
+// failed. Requests answered before the outage began (the old pod still serving) do not
+// count. It runs in its own goroutine, so it reports by its result, never through t.
+func backAgain(ctx context.Context, u string, start time.Time) (time.Duration, error) {
 	type probe struct {
 		done, ok bool
 		answer   time.Duration
 	}
 	var mu sync.Mutex
 	var probes []*probe
-	ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	u := e.portalURL()
 	for {
 		p := &probe{}
 		mu.Lock()
@@ -819,7 +819,8 @@ func (e *env) podDeleted(t *testing.T) {
 		var back time.Duration
 		var backErr error
 		probed := make(chan struct{})
-		go func() { back, backErr = e.backAgain(start); close(probed) }()
+		u := e.portalURL()
+		go func() { back, backErr = backAgain(e.ctx, u, start); close(probed) }()
 		e.waitFor("a new pod carries traffic", 3*time.Minute, func() bool {
 			at := time.Since(start)
 			if gone == 0 && apierrors.IsNotFound(e.w.Kube.Get(e.ctx, client.ObjectKeyFromObject(old), &corev1.Pod{})) {
