@@ -24,7 +24,7 @@ import (
 // Failed), and then removes the object, only after it has stopped the pod's sandbox, and
 // stopping the sandbox (the CNI DEL) hands the interface back to the node. On the node
 // world the binding followed the old pod's finished phase, 0.6-1.6 s after the delete and
-// before its removal, with no sandbox failure in forty-eight replacements.
+// before its removal, with no sandbox failure in four runs of twelve deletes each.
 //
 // +kubebuilder:rbac:groups="",resources=pods/binding,verbs=create
 // +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=get
