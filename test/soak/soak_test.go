@@ -152,9 +152,12 @@ func (w *world) startKiller(period time.Duration) (stop func()) {
 			case <-done:
 				return
 			case <-tick.C:
+				w.restarting.Lock()
 				w.op.Kill()
 				w.kills++
-				if err := w.op.Start(); err != nil {
+				err := w.op.Start()
+				w.restarting.Unlock()
+				if err != nil {
 					w.t.Errorf("restarting the operator: %v", err)
 				}
 			}

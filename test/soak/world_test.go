@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,15 +40,20 @@ var tenantNamespaces = []string{"soak-a", "soak-b", "soak-c"}
 // world is the soak's view of what it made: the live objects (created and not deleted)
 // and the UIDs of the deleted ones, whose footprint the audit checks is gone.
 type world struct {
-	t        *testing.T
-	ctx      context.Context
-	cfg      settings
-	c        client.Client
-	r        *rand.Rand
-	sim      *sim.Server
-	op       *harness.Operator
-	baseline *sim.Snapshot
-	secrets  []string
+	t   *testing.T
+	ctx context.Context
+	cfg settings
+	c   client.Client
+	r   *rand.Rand
+	sim *sim.Server
+	op  *harness.Operator
+	// restarting is held by the killer from its kill to its start, and by ensureRunning:
+	// without it, ensureRunning could see the killed process gone before the killer
+	// started the next, report an exit the soak caused as the operator's own, and start
+	// a process the killer then could not.
+	restarting sync.Mutex
+	baseline   *sim.Snapshot
+	secrets    []string
 
 	gws     map[string]*gwRec // by kind/namespace/name
 	links   map[string]*linkRec
@@ -162,6 +168,8 @@ func newWorld(t *testing.T, ctx context.Context, cfg settings) *world {
 // ensureRunning restarts an operator that exited by itself, which the soak reports: the
 // process must survive the faults and only die when killed.
 func (w *world) ensureRunning() {
+	w.restarting.Lock()
+	defer w.restarting.Unlock()
 	if w.op.Running() {
 		return
 	}
