@@ -473,9 +473,9 @@ var podPlacementChanged = predicate.Funcs{
 var pinChanged = predicate.Funcs{
 	CreateFunc: func(event.CreateEvent) bool { return true },
 	UpdateFunc: func(e event.UpdateEvent) bool {
-		o, err1 := viewOf(e.ObjectOld)
-		n, err2 := viewOf(e.ObjectNew)
-		return err1 != nil || err2 != nil || o.status.NodeName != n.status.NodeName
+		// statusOf, not viewOf: this sees every status write (the agents' heartbeats),
+		// and viewOf copies the whole object.
+		return statusOf(e.ObjectOld).NodeName != statusOf(e.ObjectNew).NodeName
 	},
 	DeleteFunc:  func(event.DeleteEvent) bool { return false },
 	GenericFunc: func(event.GenericEvent) bool { return false },
