@@ -24,6 +24,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"bnerd.net/vpn-operator/internal/agent/statefile"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
 )
 
@@ -33,6 +34,13 @@ type Options struct {
 	VICISocket string
 	// Conf is where strongswan.conf is written; Binary the charon to exec.
 	Conf, Binary string
+	// PrivateDir closes the directories of Conf and VICISocket to all but root and
+	// root's group (mode 0750): in the gateway pod they are an emptyDir (mode 0777)
+	// that only charon and the status agent mount, and the status agent, a member of
+	// root's group, may enter it and use the socket but neither create nor replace a
+	// file there. charon owns the directory (kubelet creates it as root), so the change
+	// needs no capability.
+	PrivateDir bool
 	// TUNDevice, when set, is created as the TUN character device if missing, with the
 	// libipsec dataplane only: libipsec opens /dev/net/tun, which container runtimes do
 	// not provide (their device cgroup allows it; creating the node takes CAP_MKNOD).
@@ -62,7 +70,15 @@ func Prepare(o Options, environ []string) (Start, error) {
 	if err != nil {
 		return Start{}, err
 	}
-	if err := os.WriteFile(o.Conf, []byte(text), 0o644); err != nil {
+	if o.PrivateDir {
+		for _, dir := range []string{filepath.Dir(o.Conf), filepath.Dir(o.VICISocket)} {
+			if err := os.Chmod(dir, 0o750); err != nil {
+				return Start{}, fmt.Errorf("closing %s to other users: %w", dir, err)
+			}
+		}
+	}
+	// Never through a link left in the directory (package statefile).
+	if err := statefile.Write(o.Conf, []byte(text)); err != nil {
 		return Start{}, fmt.Errorf("writing %s: %w", o.Conf, err)
 	}
 	if o.Dataplane == gatewayconfig.DataplaneKernel && o.FlushXFRM != nil {

@@ -79,3 +79,41 @@ func TestPrepareCreatesTheTUNDevice(t *testing.T) {
 		}
 	}
 }
+
+// TestPreparePrivateDirAndNoLinkFollowed (review L1): with PrivateDir the run directory
+// is closed to all but root's group, and a link planted where strongswan.conf goes is
+// replaced, not written through.
+func TestPreparePrivateDirAndNoLinkFollowed(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	if err := os.Mkdir(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil { // as kubelet leaves an emptyDir
+		t.Fatal(err)
+	}
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("untouched"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "strongswan.conf")
+	if err := os.Symlink(victim, conf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Prepare(Options{Dataplane: gatewayconfig.DataplaneLibipsec, VICISocket: filepath.Join(dir, "charon.vici"), Conf: conf,
+		Binary: "/usr/sbin/charon-systemd", PrivateDir: true}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "untouched" {
+		t.Errorf("strongswan.conf was written through the planted link: the victim holds %q", b)
+	}
+	if fi, err := os.Lstat(conf); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("strongswan.conf is not a regular file: %v %v", fi, err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o750 {
+		t.Errorf("run directory mode %v, want 0750", fi.Mode().Perm())
+	}
+}

@@ -1,5 +1,7 @@
-// Package exporter publishes tunnel and NAT metrics for Prometheus. Tunnel metrics are
-// read from charon over VICI at scrape time; NAT metrics come from the state file the
+// Package exporter publishes tunnel and NAT metrics for Prometheus. In the gateway pod
+// tunnel metrics come from the listing the status agent publishes (IPsecState, written
+// by Publisher, read through IPsecStateFile); without it (the namespace tiers) they are
+// read from charon over VICI at scrape time. NAT metrics come from the state file the
 // init-nat role writes.
 package exporter
 
@@ -14,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"bnerd.net/vpn-operator/internal/agent/cause"
+	"bnerd.net/vpn-operator/internal/agent/statefile"
 	"bnerd.net/vpn-operator/internal/agent/vici"
 )
 
@@ -29,17 +32,9 @@ type NATState struct {
 	GuardDroppedPackets uint64 `json:"guardDroppedPackets"`
 }
 
-// WriteNATState replaces path atomically.
+// WriteNATState replaces path atomically, never through a link (package statefile).
 func WriteNATState(path string, st NATState) error {
-	b, err := json.Marshal(st)
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return statefile.WriteJSON(path, st)
 }
 
 // Source lists the named tunnels' SAs (vici.ListSAsOn in production, whose listings are
@@ -77,7 +72,7 @@ var (
 	descPackets     = prometheus.NewDesc("bnerd_ipsec_packets_total", "ESP packets of the tunnel's child SAs.", []string{"tunnel", "direction"}, nil)
 	descEstablished = prometheus.NewDesc("bnerd_ipsec_established_seconds", "Seconds since the tunnel's newest IKE SA was established.", []string{"tunnel"}, nil)
 	descRekeys      = prometheus.NewDesc("bnerd_ipsec_rekeys_total", "IKE and child SA rekeys seen since the exporter started.", []string{"tunnel"}, nil)
-	descScrapeErr   = prometheus.NewDesc("bnerd_ipsec_vici_up", "1 when charon answered over VICI during this scrape.", nil, nil)
+	descScrapeErr   = prometheus.NewDesc("bnerd_ipsec_vici_up", "1 when charon answered the listing behind this scrape (in the gateway pod the status agent's, at most 10 s old; else the exporter's own over VICI).", nil, nil)
 	descNATErrors   = prometheus.NewDesc("bnerd_gateway_nat_apply_errors_total", "Failed NAT ruleset applies.", nil, nil)
 	descNATApplies  = prometheus.NewDesc("bnerd_gateway_nat_applies_total", "NAT ruleset applies.", nil, nil)
 	descNATDur      = prometheus.NewDesc("bnerd_gateway_nat_apply_duration_seconds", "Duration of the last NAT ruleset apply.", nil, nil)

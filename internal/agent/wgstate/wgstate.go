@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"bnerd.net/vpn-operator/internal/agent/statefile"
 )
 
 // Peer is one peer of the device as last read.
@@ -41,17 +43,9 @@ type State struct {
 // Stale is how old a state may be before readers treat the wireguard role as gone.
 const Stale = 30 * time.Second
 
-// Write replaces path atomically.
+// Write replaces path atomically, never through a link (package statefile).
 func Write(path string, st State) error {
-	b, err := json.Marshal(st)
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return statefile.WriteJSON(path, st)
 }
 
 // Read returns the state, or an error when it is missing, unreadable or older than
