@@ -253,8 +253,9 @@ func runCharon(args []string) error {
 	dataplane := fs.String("dataplane", string(gatewayconfig.DataplaneKernel), "kernel (XFRM) or libipsec (userspace ESP over a TUN device)")
 	conf := fs.String("conf", "/var/run/charon/strongswan.conf", "where to write the rendered strongswan.conf")
 	bin := fs.String("charon", "/usr/sbin/charon-systemd", "charon binary to run")
+	private := fs.Bool("private-dir", false, "close the directories of --conf and --vici-socket to all but root and root's group (mode 0750)")
 	_ = fs.Parse(args)
-	st, err := charon.Prepare(charon.Options{Dataplane: gatewayconfig.DataplaneMode(*dataplane), VICISocket: *sock, Conf: *conf, Binary: *bin,
+	st, err := charon.Prepare(charon.Options{Dataplane: gatewayconfig.DataplaneMode(*dataplane), VICISocket: *sock, Conf: *conf, Binary: *bin, PrivateDir: *private,
 		TUNDevice: "/dev/net/tun", FlushXFRM: charon.FlushXFRM, Logf: log.Printf}, os.Environ())
 	if err != nil {
 		return err
@@ -271,12 +272,20 @@ func runStatus(ctx context.Context, args []string) error {
 	heartbeat := fs.Duration("heartbeat", operatorconfig.DefaultStatusAgentHeartbeat, "longest time between two status writes while nothing changes (the operator calls a report stale after its IPSEC_STATUS_AGENT_STALE_AFTER)")
 	load := fs.Bool("load", false, "also load the connections into charon, with each tunnel's pre-shared key read from its Secret (or the secrets file with --config-file)")
 	wgState := fs.String("wireguard-state-file", "", "a WireGuard gateway: report its peers from the wireguard role's state file (no charon)")
+	publishConfig := fs.String("publish-config", "", "write the configuration (gateway.json, no key) to this file for the containers that read it without API access")
+	ipsecState := fs.String("ipsec-state-file", "", "write the tunnels' SAs, rekey counts and failure causes to this file every second, for ipsec-exporter --ipsec-state-file")
 	var r retries
 	r.register(fs)
 	_ = fs.Parse(args)
 	snaps, err := c.run(ctx)
 	if err != nil {
 		return err
+	}
+	if *publishConfig != "" {
+		rest, pub := make(chan source.Snapshot, 1), make(chan source.Snapshot, 1)
+		go source.Fanout(ctx, snaps, rest, pub)
+		go source.Publish(ctx, pub, *publishConfig, log.Printf)
+		snaps = rest
 	}
 	rc, err := c.restConfig()
 	if err != nil {
@@ -316,15 +325,21 @@ func runStatus(ctx context.Context, args []string) error {
 	}
 	go tn.Follow(ctx, tunnelSnaps)
 	kicks, kick := status.Kicker()
+	var rekeys exporter.Rekeys
 	go (&vici.Watcher{
 		Dial: vici.DialEvents(*sock), Events: []string{"ike-updown", "child-updown", "ike-rekey", "child-rekey", "log"},
 		OnConnect: kick, OnEvent: func(ev govici.Event) {
+			rekeys.Observe(ev)
 			// Every SA event, and a log line that changes a tunnel's cause.
 			if ev.Name != "log" || causes.Observe(ev) {
 				kick()
 			}
 		}, Logf: log.Printf,
 	}).Run(ctx)
+	if *ipsecState != "" {
+		go (&exporter.Publisher{File: *ipsecState, Interval: exporter.DefaultIPsecStateInterval, Tunnels: tn.Names, SAs: vici.ListSAsOn(*sock),
+			Rekeys: rekeys.Counts, Causes: causes, Logf: log.Printf}).Run(ctx)
+	}
 	(&status.Agent{Tunnels: tn.Get, SAs: vici.ListSAsOn(*sock), Notes: status.Notes(causes, plans, nil), Waiting: waiting, Write: status.ClientWriter(cl, *heartbeat), Kick: kicks, Interval: *interval, Logf: log.Printf}).Run(ctx)
 	return nil
 }
@@ -337,6 +352,7 @@ func runExporter(ctx context.Context, args []string) error {
 	listen := fs.String("listen", ":9903", "metrics listen address")
 	stateFile := fs.String("nat-state-file", "", "init-nat's state file")
 	wgState := fs.String("wireguard-state-file", "", "a WireGuard gateway: per-peer metrics from the wireguard role's state file (no charon)")
+	ipsecState := fs.String("ipsec-state-file", "", "tunnel metrics from the status agent's state file (status-agent --ipsec-state-file) instead of charon's VICI socket")
 	_ = fs.Parse(args)
 	snaps, err := c.run(ctx)
 	if err != nil {
@@ -346,6 +362,10 @@ func runExporter(ctx context.Context, args []string) error {
 	go tn.Follow(ctx, snaps)
 	if *wgState != "" {
 		return serveMetrics(ctx, *listen, &exporter.WireGuardCollector{Peers: tn.Names, StateFile: *wgState, NATStateFile: *stateFile})
+	}
+	if *ipsecState != "" {
+		src := &exporter.IPsecStateFile{Path: *ipsecState}
+		return serveMetrics(ctx, *listen, &exporter.Collector{Tunnels: tn.Names, SAs: src.SAs, NATStateFile: *stateFile, Rekeys: src.Rekeys, Causes: src})
 	}
 	var rekeys exporter.Rekeys
 	causes := &cause.Tracker{PeerTunnel: tn.ByPeer}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -38,8 +39,12 @@ func (s Snapshot) Equal(o Snapshot) bool {
 // Complete reports whether the snapshot carries a config.
 func (s Snapshot) Complete() bool { return len(s.Config) > 0 }
 
-// Files polls gateway.json and (optionally) secrets.conf. Kubelet-projected volumes
-// replace files through a symlink swap, which polling content handles without inotify.
+// Files reads gateway.json and (optionally) secrets.conf again whenever their
+// directories change (inotify, through fsnotify: the gateway pod's status agent
+// publishes the configuration by renaming a new file over the old one, and init-nat
+// applies a change at once) and at every Interval besides (kubelet-projected volumes
+// replace files through a symlink swap, and a missed or unavailable notification must
+// not leave a change unread). A snapshot is sent only when the content changed.
 type Files struct {
 	ConfigFile, SecretsFile string
 	Interval                time.Duration
@@ -59,6 +64,7 @@ func (f *Files) Run(ctx context.Context, out chan Snapshot) error {
 	first := true
 	t := time.NewTicker(f.Interval)
 	defer t.Stop()
+	changed := f.watch(ctx)
 	for {
 		var s Snapshot
 		// A missing file is an empty one: the snapshot says so and the roles wait.
@@ -74,8 +80,51 @@ func (f *Files) Run(ctx context.Context, out chan Snapshot) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-changed:
 		}
 	}
+}
+
+// watch returns a channel that receives after any change in the files' directories;
+// it never receives when inotify is unavailable (the ticker still reads).
+func (f *Files) watch(ctx context.Context) <-chan struct{} {
+	out := make(chan struct{}, 1)
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return out
+	}
+	added := 0
+	for _, dir := range []string{filepath.Dir(f.ConfigFile), filepath.Dir(f.SecretsFile)} {
+		if w.Add(dir) == nil {
+			added++
+		}
+	}
+	if added == 0 {
+		_ = w.Close()
+		return out
+	}
+	go func() {
+		defer w.Close()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case _, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				select {
+				case out <- struct{}{}:
+				default:
+				}
+			case _, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+			}
+		}
+	}()
+	return out
 }
 
 func send(ctx context.Context, out chan Snapshot, s Snapshot) {

@@ -46,3 +46,33 @@ func TestFilesDeliversChanges(t *testing.T) {
 		}
 	}
 }
+
+// TestPublishedConfigReachesFilesAtOnce: the status agent's Publish renames each new
+// configuration into place, and a Files reader whose polling interval is an hour (so
+// only the directory's notification can wake it) delivers every change.
+func TestPublishedConfigReachesFilesAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "gateway.json")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	in := make(chan Snapshot, 1)
+	go Publish(ctx, in, cfg, t.Logf)
+	f := NewFiles(cfg, "")
+	f.Interval = time.Hour
+	out := make(chan Snapshot, 1)
+	go func() { _ = f.Run(ctx, out) }()
+	if s := <-out; s.Complete() {
+		t.Fatalf("a snapshot before anything was published: %+v", s)
+	}
+	for i, want := range []string{`{"a":1}`, `{"a":2}`, `{"a":3}`} {
+		in <- Snapshot{Config: []byte(want)}
+		select {
+		case s := <-out:
+			if string(s.Config) != want {
+				t.Fatalf("change %d: got %q, want %q", i, s.Config, want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("change %d never delivered (the reader polls hourly: no notification reached it)", i)
+		}
+	}
+}
