@@ -61,7 +61,7 @@ func TestDeploymentDrift(t *testing.T) {
 			ps.Containers[2].Env = append(ps.Containers[2].Env, corev1.EnvVar{Name: "LD_PRELOAD", Value: "/tmp/x.so"})
 		}},
 		{"an extra volume mount", charon + ".volumeMounts", func(_ *appsv1.DeploymentSpec, ps *corev1.PodSpec) {
-			ps.Containers[1].VolumeMounts = append(ps.Containers[1].VolumeMounts, ps.Containers[0].VolumeMounts[1])
+			ps.Containers[1].VolumeMounts = append(ps.Containers[1].VolumeMounts, ps.Containers[2].VolumeMounts[2])
 		}},
 		{"privileged", charon + ".securityContext", func(_ *appsv1.DeploymentSpec, ps *corev1.PodSpec) { ps.Containers[1].SecurityContext.Privileged = &yes }},
 		{"a capability", status + ".securityContext", func(_ *appsv1.DeploymentSpec, ps *corev1.PodSpec) {

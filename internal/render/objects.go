@@ -227,15 +227,21 @@ func Deployment(w Workload) (*appsv1.Deployment, error) {
 	grace := int64(30)
 	caps := dropAllBut
 	unprivileged := unprivilegedContext
+	// Review findings L1/L2: charon's directory (its configuration and VICI socket)
+	// is mounted into charon and the status agent only; the files the containers hand
+	// each other go through the state volume, read-only in the exporter; and the
+	// ServiceAccount token reaches the status agent alone, the one container that
+	// talks to the API server. init-nat and the exporter read the status agent's copy
+	// of the configuration. charon, which parses IKE from the internet, has none of it.
 	run := corev1.VolumeMount{Name: "run", MountPath: RunMountPath}
-	// The ServiceAccount token reaches only the containers that talk to the API server;
-	// charon, which parses IKE from the internet, has none.
-	token := apiAccessMount
-	// Every agent role reads the ConfigMap through the API (kubelet refreshes a mounted
-	// ConfigMap only after up to minutes; a watch applies a change within a second).
+	state := corev1.VolumeMount{Name: "state", MountPath: StateMountPath}
+	stateRO := corev1.VolumeMount{Name: "state", MountPath: StateMountPath, ReadOnly: true}
 	sock := RunMountPath + "/charon.vici"
-	natState := RunMountPath + "/nat-state.json"
+	// The status agent reads the ConfigMap through the API (kubelet refreshes a mounted
+	// ConfigMap only after up to minutes; a watch applies a change within a second) and
+	// publishes it to ConfigFile, which the other roles poll every 200 ms.
 	source := []string{"--namespace=" + g.Namespace, "--configmap=" + ConfigMapName(g.Name)}
+	fromFile := []string{"--config-file=" + ConfigFile}
 	agent := func(name string, args []string, sc *corev1.SecurityContext, mounts ...corev1.VolumeMount) corev1.Container {
 		return corev1.Container{
 			Name:            name,
@@ -268,27 +274,31 @@ func Deployment(w Workload) (*appsv1.Deployment, error) {
 					TerminationGracePeriodSeconds: &grace,
 					SecurityContext:               podSecurityContext(),
 					Containers: []corev1.Container{
-						agent(ContainerInitNAT, append(append(append([]string{"init-nat"}, guard...), "--state-file="+natState), source...),
-							caps("NET_ADMIN"), run, token),
+						agent(ContainerInitNAT, append(append(append([]string{"init-nat"}, guard...), "--state-file="+NATStateFile), fromFile...),
+							caps("NET_ADMIN"), state),
 						{
-							Name:            ContainerStrongswan,
-							Image:           w.GatewayImage,
-							Args:            []string{"charon", "--vici-socket=" + sock, "--conf=" + RunMountPath + "/strongswan.conf", "--dataplane=" + string(dataplane)},
+							Name:  ContainerStrongswan,
+							Image: w.GatewayImage,
+							Args: []string{"charon", "--vici-socket=" + sock, "--conf=" + RunMountPath + "/strongswan.conf", "--dataplane=" + string(dataplane),
+								"--private-dir"},
 							SecurityContext: caps(charonCaps...),
 							VolumeMounts:    []corev1.VolumeMount{run},
 						},
 						// The status agent also loads the connections over VICI, rendered
 						// from gateway.json, with each tunnel's key read from the tenant's
-						// Secret through the API (the Role names exactly those Secrets).
-						agent(ContainerStatus, append([]string{"status-agent", "--vici-socket=" + sock, "--load"}, source...),
-							unprivileged(), run, token),
+						// Secret through the API (the Role names exactly those Secrets), and
+						// publishes the configuration and its listing of the tunnels.
+						agent(ContainerStatus, append([]string{"status-agent", "--vici-socket=" + sock, "--load",
+							"--publish-config=" + ConfigFile, "--ipsec-state-file=" + IPsecStateFile}, source...),
+							unprivileged(), run, state, apiAccessMount),
 						// The pod's own address only: not the port's address on NIC2 or the
 						// service CIDR's, so nothing reaches it through a tunnel.
 						exporterOnPodIP(agent(ContainerExporter, append([]string{"ipsec-exporter", fmt.Sprintf("--listen=$(POD_IP):%d", MetricsPort),
-							"--vici-socket=" + sock, "--nat-state-file=" + natState}, source...), unprivileged(), run, token)),
+							"--ipsec-state-file=" + IPsecStateFile, "--nat-state-file=" + NATStateFile}, fromFile...), exporterContext(), stateRO)),
 					},
 					Volumes: []corev1.Volume{
 						{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+						{Name: "state", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 						apiAccessVolume(),
 					},
 				},
@@ -320,14 +330,22 @@ func dropAllBut(add ...corev1.Capability) *corev1.SecurityContext {
 }
 
 // unprivilegedContext is for the containers that need no privilege (the status agent
-// and the exporter): another user than root, no capability, nothing writable but the
-// shared run directory.
+// and the exporter): another user than root, no capability, a read-only root file
+// system (what they write goes to the pod's volumes).
 func unprivilegedContext() *corev1.SecurityContext {
 	t := true
 	uid, gid := int64(AgentUID), int64(AgentGID)
 	sc := dropAllBut()
 	sc.RunAsUser, sc.RunAsGroup, sc.RunAsNonRoot = &uid, &gid, &t
 	sc.ReadOnlyRootFilesystem = &t
+	return sc
+}
+
+// exporterContext is unprivilegedContext in a group of its own (ExporterGID).
+func exporterContext() *corev1.SecurityContext {
+	sc := unprivilegedContext()
+	gid := int64(ExporterGID)
+	sc.RunAsGroup = &gid
 	return sc
 }
 

@@ -40,16 +40,37 @@ const (
 	// NIC2Interface is the name of the dedicated port inside the pod.
 	NIC2Interface = "net1"
 
+	// RunMountPath is charon's directory (strongswan.conf, the VICI socket), mounted
+	// into charon and the status agent only and closed by charon to all but root's
+	// group (mode 0750).
 	RunMountPath = "/var/run/charon"
+	// StateMountPath is the pod's exchange of files between containers: the status
+	// agent's copy of the configuration and its IPsec listing, init-nat's statistics
+	// (and the WireGuard pod's interface state). The exporter mounts it read-only.
+	StateMountPath = "/var/run/bnerd"
 	// ServiceAccountMountPath is where client-go looks for the in-cluster token; only
-	// the containers that talk to the API server mount it.
+	// the status agent mounts it.
 	ServiceAccountMountPath = "/var/run/secrets/kubernetes.io/serviceaccount"
 	// AgentUID runs the containers that need no privilege (status agent, exporter).
 	AgentUID = 65532
-	// AgentGID is their primary group: root's group, the one that may open charon's
-	// VICI socket (charon creates it root:root, mode 0770). Nothing else on the
-	// read-only root file system is writable by that group.
+	// AgentGID is the status agent's primary group: root's group, the one that may
+	// enter charon's directory and open its VICI socket (charon creates it root:root,
+	// mode 0770). Nothing else on the read-only root file system is writable by it.
 	AgentGID = 0
+	// ExporterGID is the exporter's group: not root's, so that even a mount of
+	// charon's directory added to it would not open the socket.
+	ExporterGID = 65532
+)
+
+// Files on StateMountPath.
+const (
+	// ConfigFile is the status agent's copy of the ConfigMap's gateway.json, read by
+	// the containers that have no token.
+	ConfigFile = StateMountPath + "/gateway.json"
+	// NATStateFile is init-nat's apply statistics for the exporter.
+	NATStateFile = StateMountPath + "/nat-state.json"
+	// IPsecStateFile is the status agent's listing of the tunnels for the exporter.
+	IPsecStateFile = StateMountPath + "/ipsec-state.json"
 )
 
 // Container names of the gateway pod.

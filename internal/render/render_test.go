@@ -140,15 +140,31 @@ func TestDeploymentShape(t *testing.T) {
 
 // The pod's hardening: seccomp at the pod level; the status agent and the exporter run
 // as another user than root, without capabilities, on a read-only root file system;
-// only the containers that talk to the API server get the ServiceAccount token, charon
-// none; the exporter binds the pod's own address; no rendered Secret is mounted.
+// only the status agent, which talks to the API server, gets the ServiceAccount token;
+// charon's directory reaches charon and the status agent only; the exporter binds the
+// pod's own address and reads the shared volume read-only; no rendered Secret is
+// mounted (review findings L1, L2).
 func TestDeploymentHardening(t *testing.T) {
 	d, err := Deployment(workload())
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkHardening(t, d.Spec.Template.Spec, map[string]bool{ContainerInitNAT: true, ContainerStatus: true, ContainerExporter: true})
+	checkHardening(t, d.Spec.Template.Spec, map[string]bool{ContainerStatus: true})
 	ps := d.Spec.Template.Spec
+	checkInPod(t, ps, "state")
+	// charon's directory (configuration and VICI socket): charon and the status agent.
+	for _, c := range ps.Containers {
+		mounts := false
+		for _, m := range c.VolumeMounts {
+			mounts = mounts || m.Name == "run"
+		}
+		if want := c.Name == ContainerStrongswan || c.Name == ContainerStatus; mounts != want {
+			t.Errorf("%s: mounts charon's directory %v, want %v", c.Name, mounts, want)
+		}
+	}
+	if !slices.Contains(byNameOf(ps)[ContainerStrongswan].Args, "--private-dir") {
+		t.Errorf("charon must close its directory: %v", byNameOf(ps)[ContainerStrongswan].Args)
+	}
 	byName := map[string]corev1.Container{}
 	for _, c := range ps.Containers {
 		byName[c.Name] = c
@@ -163,9 +179,9 @@ func TestDeploymentHardening(t *testing.T) {
 	}
 }
 
-// TestWireGuardDeploymentHardening: the WireGuard pod is hardened as the IPsec one; every
-// container reads its ConfigMap through the API, so each gets the token, and the only
-// Secret mounted is the key, into the wireguard container alone.
+// TestWireGuardDeploymentHardening: the WireGuard pod is hardened as the IPsec one; the
+// status agent alone reads the ConfigMap through the API and holds the token, and the
+// only Secret mounted is the key, into the wireguard container alone.
 func TestWireGuardDeploymentHardening(t *testing.T) {
 	w := workload()
 	w.WireGuardImage = "example.org/wireguard:1"
@@ -174,7 +190,8 @@ func TestWireGuardDeploymentHardening(t *testing.T) {
 		t.Fatal(err)
 	}
 	ps := d.Spec.Template.Spec
-	checkHardening(t, ps, map[string]bool{ContainerInitNAT: true, ContainerWireGuard: true, ContainerStatus: true, ContainerExporter: true})
+	checkHardening(t, ps, map[string]bool{ContainerStatus: true})
+	checkInPod(t, ps, "run")
 	for _, c := range ps.Containers {
 		for _, m := range c.VolumeMounts {
 			if m.Name == "wireguard-key" && c.Name != ContainerWireGuard {
@@ -184,6 +201,46 @@ func TestWireGuardDeploymentHardening(t *testing.T) {
 		if c.Name == ContainerWireGuard && !slices.Equal(c.SecurityContext.Capabilities.Add, []corev1.Capability{"NET_ADMIN", "MKNOD"}) {
 			t.Errorf("wireguard: capabilities %v, want NET_ADMIN and MKNOD only", c.SecurityContext.Capabilities.Add)
 		}
+	}
+}
+
+func byNameOf(ps corev1.PodSpec) map[string]corev1.Container {
+	out := map[string]corev1.Container{}
+	for _, c := range ps.Containers {
+		out[c.Name] = c
+	}
+	return out
+}
+
+// checkInPod: only the status agent reads the configuration through the API (the
+// others read its copy on the shared volume), the exporter mounts that volume
+// read-only and runs outside root's group.
+func checkInPod(t *testing.T, ps corev1.PodSpec, shared string) {
+	t.Helper()
+	for _, c := range ps.Containers {
+		fromAPI := slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--configmap=") })
+		fromFile := slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--config-file=") })
+		if c.Name == ContainerStatus {
+			if !fromAPI || !slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--publish-config=") }) {
+				t.Errorf("the status agent must read the ConfigMap and publish it: %v", c.Args)
+			}
+			continue
+		}
+		if c.Name != ContainerStrongswan && (fromAPI || !fromFile) {
+			t.Errorf("%s must read the status agent's copy of the configuration, not the API: %v", c.Name, c.Args)
+		}
+		for _, m := range c.VolumeMounts {
+			if c.Name == ContainerExporter && m.Name == shared && !m.ReadOnly {
+				t.Errorf("the exporter mounts %s writable", shared)
+			}
+		}
+	}
+	exp := byNameOf(ps)[ContainerExporter]
+	if exp.SecurityContext.RunAsGroup == nil || *exp.SecurityContext.RunAsGroup == 0 {
+		t.Errorf("the exporter runs in root's group")
+	}
+	if slices.ContainsFunc(exp.Args, func(a string) bool { return strings.HasPrefix(a, "--vici-socket") }) {
+		t.Errorf("the exporter must not use VICI: %v", exp.Args)
 	}
 }
 

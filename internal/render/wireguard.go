@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/gatewayconfig"
 )
 
 // A WireGuard gateway's key Secret and pod.
@@ -62,7 +63,7 @@ func WireGuardKeySecret(g Gateway, privateKey, previousKey, token string) *corev
 // pod it is hard-pinned to the node holding the port and replaced, never surged, and
 // hardened the same way: RuntimeDefault seccomp, every capability dropped but what a
 // container uses, the status agent and the exporter as UID 65532 on a read-only root,
-// the token projected into the containers that use the API, the exporter on the pod IP.
+// the token projected into the status agent alone, the exporter on the pod IP.
 func WireGuardDeployment(w Workload) (*appsv1.Deployment, error) {
 	g := w.Gateway
 	if w.NodeName == "" {
@@ -77,19 +78,22 @@ func WireGuardDeployment(w Workload) (*appsv1.Deployment, error) {
 	grace := int64(30)
 	readOnly := int32(0o440)
 	run := corev1.VolumeMount{Name: "run", MountPath: WireGuardRunPath}
+	runRO := corev1.VolumeMount{Name: "run", MountPath: WireGuardRunPath, ReadOnly: true}
 	natState := WireGuardRunPath + "/nat-state.json"
 	wgState := WireGuardRunPath + "/wireguard-state.json"
+	// As in the IPsec pod (review findings L1/L2): the status agent alone reads the
+	// ConfigMap through the API, writes the status and mounts the token; it publishes
+	// the configuration to the shared volume for the other containers.
 	source := []string{"--namespace=" + g.Namespace, "--configmap=" + ConfigMapName(g.Name)}
-	// Every container reads the ConfigMap (the status agent also writes the status)
-	// through the API, so each mounts the token; none gets it by automounting.
+	fromFile := []string{"--config-file=" + WireGuardRunPath + "/" + gatewayconfig.ConfigMapKeyConfig}
 	agent := func(name, image string, args []string, sc *corev1.SecurityContext, mounts ...corev1.VolumeMount) corev1.Container {
-		return corev1.Container{Name: name, Image: image, Args: append(args, source...), SecurityContext: sc, VolumeMounts: append(mounts, apiAccessMount)}
+		return corev1.Container{Name: name, Image: image, Args: args, SecurityContext: sc, VolumeMounts: mounts}
 	}
-	// The status agent and the exporter only read the state files the wireguard role and
-	// init-nat write (mode 0644) on the shared emptyDir: no privilege, as in the IPsec
-	// pod; the exporter on the pod's own address, so nothing reaches it through a tunnel.
-	exporter := exporterOnPodIP(agent(ContainerExporter, w.AgentImage, []string{"ipsec-exporter", fmt.Sprintf("--listen=$(POD_IP):%d", MetricsPort),
-		"--wireguard-state-file=" + wgState, "--nat-state-file=" + natState}, unprivilegedContext(), run))
+	// The exporter only reads the state files the wireguard role and init-nat write
+	// (mode 0644) on the shared emptyDir, mounted read-only: no privilege, no token, as
+	// in the IPsec pod; on the pod's own address, so nothing reaches it through a tunnel.
+	exporter := exporterOnPodIP(agent(ContainerExporter, w.AgentImage, append([]string{"ipsec-exporter", fmt.Sprintf("--listen=$(POD_IP):%d", MetricsPort),
+		"--wireguard-state-file=" + wgState, "--nat-state-file=" + natState}, fromFile...), exporterContext(), runRO))
 	d := &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: objectMeta(g, DeploymentName(g.Name)),
@@ -112,15 +116,16 @@ func WireGuardDeployment(w Workload) (*appsv1.Deployment, error) {
 					TerminationGracePeriodSeconds: &grace,
 					SecurityContext:               podSecurityContext(),
 					Containers: []corev1.Container{
-						agent(ContainerInitNAT, w.AgentImage, []string{"init-nat", "--guard=interface", "--tunnel-interface=" + WireGuardInterface,
-							"--state-file=" + natState}, dropAllBut("NET_ADMIN"), run),
+						agent(ContainerInitNAT, w.AgentImage, append([]string{"init-nat", "--guard=interface", "--tunnel-interface=" + WireGuardInterface,
+							"--state-file=" + natState}, fromFile...), dropAllBut("NET_ADMIN"), run),
 						// MKNOD: the userspace fallback creates /dev/net/tun where the
 						// runtime provides none.
-						agent(ContainerWireGuard, w.WireGuardImage, []string{"wireguard", "--interface=" + WireGuardInterface,
-							"--private-key-file=" + WireGuardKeyMountPath + "/" + WireGuardKeyFile, "--state-file=" + wgState},
+						agent(ContainerWireGuard, w.WireGuardImage, append([]string{"wireguard", "--interface=" + WireGuardInterface,
+							"--private-key-file=" + WireGuardKeyMountPath + "/" + WireGuardKeyFile, "--state-file=" + wgState}, fromFile...),
 							dropAllBut("NET_ADMIN", "MKNOD"), run,
 							corev1.VolumeMount{Name: "wireguard-key", MountPath: WireGuardKeyMountPath, ReadOnly: true}),
-						agent(ContainerStatus, w.AgentImage, []string{"status-agent", "--wireguard-state-file=" + wgState}, unprivilegedContext(), run),
+						agent(ContainerStatus, w.AgentImage, append([]string{"status-agent", "--wireguard-state-file=" + wgState,
+							"--publish-config=" + WireGuardRunPath + "/" + gatewayconfig.ConfigMapKeyConfig}, source...), unprivilegedContext(), run, apiAccessMount),
 						exporter,
 					},
 					Volumes: []corev1.Volume{

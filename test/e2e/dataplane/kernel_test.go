@@ -123,9 +123,12 @@ func connectPodAPI(t testing.TB, e *env) *podAPI {
 	for name, content := range map[string]string{"token": tok.Status.Token, "ca.crt": string(ca), "namespace": a.gw.Namespace} {
 		writeAtomic(t, filepath.Join(serviceAccountDir, name), content)
 	}
-	// The pod's emptyDir for charon's socket, strongswan.conf and init-nat's state.
-	if err := os.MkdirAll(render.RunMountPath, 0o755); err != nil {
-		t.Fatal(err)
+	// The pod's emptyDirs: charon's (its socket and strongswan.conf) and the state
+	// volume the containers hand each other files on.
+	for _, dir := range []string{render.RunMountPath, render.StateMountPath} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	d, err := render.Deployment(render.Workload{Gateway: a.gw, NodeName: "vm", PortMAC: "fa:16:3e:00:00:01", GatewayImage: "gateway", AgentImage: "agent"})
 	if err != nil {

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -23,6 +24,7 @@ import (
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/agent/cause"
+	"bnerd.net/vpn-operator/internal/agent/exporter"
 	"bnerd.net/vpn-operator/internal/agent/vici"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
 	"bnerd.net/vpn-operator/internal/render"
@@ -440,6 +442,16 @@ func TestTunnelLifecycle(t *testing.T) {
 		e.configurePeerWith(bad)
 		if out, err := e.swanctl("p", "--terminate", "--ike", "gw"); err != nil {
 			t.Fatalf("terminating at the client: %v %s", err, out)
+		}
+		if e.kernel {
+			// The pod's exporter serves the status agent's listing, published every
+			// second: the next scrape is the first after a listing taken since.
+			ended := time.Now().UnixMilli()
+			e.eventually("the status agent's listing taken after the client ended the tunnel", func() bool {
+				var st exporter.IPsecState
+				b, err := os.ReadFile(render.IPsecStateFile)
+				return err == nil && json.Unmarshal(b, &st) == nil && st.Written > ended
+			})
 		}
 		first, second := scrape(series), scrape(series)
 		figure(t.Logf, "%s tunnel ended by the client: tunnel_up %v, then %v", e.dataplane(), first, second)

@@ -22,9 +22,10 @@ import (
 // podHardened checks, on the real kubelet and containerd, what the rendered pod's
 // security settings must become (docs/security.md, "The gateway pod is hardened"): read
 // from the containers' processes on the host, not from the pod spec. The status agent
-// and the exporter run as UID 65532 with no effective capability, no new privileges, a
-// read-only root and the ServiceAccount token; charon runs under seccomp without the
-// token; the exporter listens on the pod's address only; a new connection from the
+// and the exporter run as UID 65532 with no effective capability, no new privileges and
+// a read-only root; the status agent alone has the ServiceAccount token; charon and
+// init-nat run under seccomp without it; the exporter listens on the pod's address only
+// and serves the tunnel from the status agent's state; a new connection from the
 // client's subnet through the tunnel to the pod itself is dropped by the input chain.
 func (e *env) podHardened(t *testing.T) {
 	e.t = t
@@ -39,9 +40,10 @@ func (e *env) podHardened(t *testing.T) {
 		nonRoot   bool
 		wantToken bool
 	}{
+		{render.ContainerInitNAT, false, false},
 		{render.ContainerStrongswan, false, false},
 		{render.ContainerStatus, true, true},
-		{render.ContainerExporter, true, true},
+		{render.ContainerExporter, true, false},
 	} {
 		pid, err := e.w.PodPID(pod, c.name)
 		if err != nil {
@@ -101,7 +103,78 @@ func (e *env) podHardened(t *testing.T) {
 			t.Errorf("the exporter listens on %q, want only %s:9903", l, podIP(pod))
 		}
 	}
+	e.exporterServesTheTunnel(t, pod)
+	e.containersStayInTheirLane(t, pod)
 	e.clientCannotReachPod(t, pod)
+}
+
+// exporterServesTheTunnel scrapes the exporter, which reads the status agent's state
+// file and no longer charon: the tunnel is up, charon answered, init-nat applied.
+func (e *env) exporterServesTheTunnel(t *testing.T, pod *corev1.Pod) {
+	url := "http://" + net.JoinHostPort(podIP(pod), strconv.Itoa(render.MetricsPort)) + "/metrics"
+	var body string
+	e.waitFor("the exporter serving tunnel_up 1 from the status agent's state", time.Minute, func() bool {
+		body, _ = e.w.InPod(pod, render.ContainerExporter, "curl", "-s", "--max-time", "4", url)
+		return strings.Contains(body, "bnerd_ipsec_tunnel_up{tunnel=") && strings.Contains(body, "} 1\n") &&
+			strings.Contains(body, "bnerd_ipsec_vici_up 1")
+	})
+	for _, want := range []string{"bnerd_ipsec_child_sas{", "bnerd_gateway_nat_applies_total "} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the exporter serves no %s:\n%s", want, body)
+		}
+	}
+}
+
+// containersStayInTheirLane tries, in each container of the gateway pod with that
+// container's own user, groups and mounts (kubectl exec), what review findings L1 and
+// L2 said it could do: reach charon's VICI socket, write or plant a link in charon's
+// directory or the shared volume, read the API token. Each forbidden action must fail,
+// and the allowed ones beside it succeed (the controls: the status agent reaches the
+// socket and writes the shared volume; charon writes its own directory).
+func (e *env) containersStayInTheirLane(t *testing.T, pod *corev1.Pod) {
+	sock := render.RunMountPath + "/charon.vici"
+	token := render.ServiceAccountMountPath + "/token"
+	probe := func(container, script string) string {
+		out, err := e.w.KubectlRun(e.ctx, "exec", "-n", world.TenantNamespace, pod.Name, "-c", container, "--", "sh", "-c", script+" >/dev/null 2>&1; echo rc=$?")
+		if err != nil {
+			t.Fatalf("exec in %s: %v %s", container, err, out)
+		}
+		return strings.TrimSpace(out)
+	}
+	allowed, denied := "rc=0", func(rc string) bool { return rc != "rc=0" }
+	for _, c := range []struct {
+		container, what, script string
+		allow                   bool
+	}{
+		{render.ContainerExporter, "see charon's VICI socket", "test -S " + sock, false},
+		{render.ContainerExporter, "read the API token", "cat " + token, false},
+		{render.ContainerExporter, "write the shared volume", "touch " + render.StateMountPath + "/x", false},
+		{render.ContainerExporter, "replace the configuration copy by a link", "ln -sf /etc/passwd " + render.ConfigFile, false},
+		{render.ContainerExporter, "run in root's group", "id -G | grep -qw 0", false},
+		{render.ContainerInitNAT, "see charon's VICI socket", "test -S " + sock, false},
+		{render.ContainerInitNAT, "read the API token", "cat " + token, false},
+		{render.ContainerStrongswan, "read the API token", "cat " + token, false},
+		{render.ContainerStrongswan, "write its own directory (control)", "touch " + render.RunMountPath + "/x && rm " + render.RunMountPath + "/x", true},
+		{render.ContainerStatus, "write charon's directory", "touch " + render.RunMountPath + "/x", false},
+		{render.ContainerStatus, "plant a link in charon's directory", "ln -s /etc/passwd " + render.RunMountPath + "/strongswan.conf.new", false},
+		{render.ContainerStatus, "replace strongswan.conf", "mv -f " + render.RunMountPath + "/strongswan.conf " + render.StateMountPath + "/moved", false},
+		{render.ContainerStatus, "see charon's VICI socket (control)", "test -S " + sock, true},
+		{render.ContainerStatus, "read the API token (control)", "cat " + token, true},
+		{render.ContainerStatus, "write the shared volume (control)", "touch " + render.StateMountPath + "/x && rm " + render.StateMountPath + "/x", true},
+	} {
+		got := probe(c.container, c.script)
+		if c.allow && got != allowed {
+			t.Errorf("%s could not %s (%s): %s", c.container, c.what, c.script, got)
+		}
+		if !c.allow && !denied(got) {
+			t.Errorf("%s could %s (%s)", c.container, c.what, c.script)
+		}
+	}
+	// charon's directory itself: root's group may enter, nobody else.
+	st, err := e.w.KubectlRun(e.ctx, "exec", "-n", world.TenantNamespace, pod.Name, "-c", render.ContainerStrongswan, "--", "stat", "-c", "%a %u %g", render.RunMountPath)
+	if err != nil || strings.TrimSpace(st) != "750 0 0" {
+		t.Errorf("charon's directory is %q (%v), want mode 750 owned by root:root", strings.TrimSpace(st), err)
+	}
 }
 
 // clientCannotReachPod dials, from the client's host through the tunnel, a port of the
