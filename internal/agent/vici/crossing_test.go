@@ -34,6 +34,14 @@ func (p *pair) clientSAs(conn string) []IKESA {
 // viciCall runs one command on sock and fails the test on an error.
 func viciCall(t *testing.T, sock, cmd string, kv ...string) {
 	t.Helper()
+	if err := viciTry(t, sock, cmd, kv...); err != nil {
+		t.Fatalf("%s %v on %s: %v", cmd, kv, sock, err)
+	}
+}
+
+// viciTry runs one command on sock and returns charon's error.
+func viciTry(t *testing.T, sock, cmd string, kv ...string) error {
+	t.Helper()
 	s, err := Dial(sock)
 	if err != nil {
 		t.Fatal(err)
@@ -43,9 +51,7 @@ func viciCall(t *testing.T, sock, cmd string, kv ...string) {
 	for i := 0; i+1 < len(kv); i += 2 {
 		_ = m.Set(kv[i], kv[i+1])
 	}
-	if err := call(context.Background(), s, cmd, m); err != nil {
-		t.Fatalf("%s %v on %s: %v", cmd, kv, sock, err)
-	}
+	return call(context.Background(), s, cmd, m)
 }
 
 // terminateGone ends IKE SA id on sock; an SA already gone is not an error: the
@@ -53,16 +59,8 @@ func viciCall(t *testing.T, sock, cmd string, kv ...string) {
 // terminate (seen in CI: "no matching SAs to terminate found").
 func terminateGone(t *testing.T, sock, id string) {
 	t.Helper()
-	s, err := Dial(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	m := govici.NewMessage()
-	for _, kv := range [][2]string{{"ike-id", id}, {"force", "yes"}, {"timeout", "-1"}} {
-		_ = m.Set(kv[0], kv[1])
-	}
-	if err := call(context.Background(), s, "terminate", m); err != nil && !strings.Contains(err.Error(), "no matching SAs") {
+	err := viciTry(t, sock, "terminate", "ike-id", id, "force", "yes", "timeout", "-1")
+	if err != nil && !strings.Contains(err.Error(), "no matching SAs") {
 		t.Fatalf("terminate IKE SA #%s on %s: %v", id, sock, err)
 	}
 }
