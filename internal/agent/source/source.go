@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -85,8 +86,10 @@ func (f *Files) Run(ctx context.Context, out chan Snapshot) error {
 	}
 }
 
-// watch returns a channel that receives after any change in the files' directories;
-// it never receives when inotify is unavailable (the ticker still reads).
+// watch returns a channel that receives after any change of the files in their
+// directories; it never receives when inotify is unavailable, for example when the
+// node's fs.inotify.max_user_instances is used up by the user the container runs as
+// (the ticker still reads, within Interval).
 func (f *Files) watch(ctx context.Context) <-chan struct{} {
 	out := make(chan struct{}, 1)
 	w, err := fsnotify.NewWatcher()
@@ -109,9 +112,14 @@ func (f *Files) watch(ctx context.Context) <-chan struct{} {
 			select {
 			case <-ctx.Done():
 				return
-			case _, ok := <-w.Events:
+			case ev, ok := <-w.Events:
 				if !ok {
 					return
+				}
+				// Only the files themselves (a rename over one names it) and kubelet's
+				// ..data swap: the state volume sees other writes every second.
+				if ev.Name != f.ConfigFile && ev.Name != f.SecretsFile && !strings.HasPrefix(filepath.Base(ev.Name), "..") {
+					continue
 				}
 				select {
 				case out <- struct{}{}:
