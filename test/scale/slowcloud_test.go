@@ -109,7 +109,13 @@ func TestSlowCloudScale(t *testing.T) {
 	ctx := context.Background()
 	c := env.Client
 
-	s, err := sim.Start(harness.Estate(harness.EstateOptions{TransitCIDR: "10.254.0.0/20", PublicCIDR: "198.18.0.0/19",
+	// Room for every gateway: a transit address each (a /20 holds about 4,000) and a
+	// floating IP each (the /19, about 8,000); a /24 each from the pool below.
+	transit, pool := "10.254.0.0/20", "100.64.0.0/13"
+	if cfg.gateways > 2000 {
+		transit, pool = "10.254.0.0/18", "100.64.0.0/11"
+	}
+	s, err := sim.Start(harness.Estate(harness.EstateOptions{TransitCIDR: transit, PublicCIDR: "198.18.0.0/19",
 		ServiceClusters: cfg.links, Workers: 3}))
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +143,7 @@ func TestSlowCloudScale(t *testing.T) {
 	opEnv, err := harness.OperatorEnv(s, kubeconfig, "10.250.0.0/16",
 		fmt.Sprintf("IPSEC_MAX_CONCURRENT_RECONCILES=%d", cfg.workers),
 		fmt.Sprintf("IPSEC_OPENSTACK_QPS=%g", cfg.opQPS), fmt.Sprintf("IPSEC_OPENSTACK_BURST=%d", cfg.opBurst),
-		"IPSEC_RESYNC_INTERVAL=1h", "IPSEC_SERVICE_CIDR_POOL=100.64.0.0/13")
+		"IPSEC_RESYNC_INTERVAL=1h", "IPSEC_SERVICE_CIDR_POOL="+pool)
 	must(t, err)
 	// BNERD_SCALE_OPERATOR_ENV adds NAME=value settings (comma-separated), for example
 	// GOMEMLIMIT=230MiB as the chart's 256Mi limit would set it.
