@@ -239,7 +239,8 @@ func Deployment(w Workload) (*appsv1.Deployment, error) {
 	sock := RunMountPath + "/charon.vici"
 	// The status agent reads the ConfigMap through the API (kubelet refreshes a mounted
 	// ConfigMap only after up to minutes; a watch applies a change within a second) and
-	// publishes it to ConfigFile, which the other roles poll every 200 ms.
+	// publishes it to ConfigFile, which the other roles read when inotify reports the
+	// rename (their 200 ms poll is the fallback).
 	source := []string{"--namespace=" + g.Namespace, "--configmap=" + ConfigMapName(g.Name)}
 	fromFile := []string{"--config-file=" + ConfigFile}
 	agent := func(name string, args []string, sc *corev1.SecurityContext, mounts ...corev1.VolumeMount) corev1.Container {
