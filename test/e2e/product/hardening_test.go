@@ -115,8 +115,13 @@ func (e *env) exporterServesTheTunnel(t *testing.T, pod *corev1.Pod) {
 	var body string
 	e.waitFor("the exporter serving tunnel_up 1 from the status agent's state", time.Minute, func() bool {
 		body, _ = e.w.InPod(pod, render.ContainerExporter, "curl", "-s", "--max-time", "4", url)
-		return strings.Contains(body, "bnerd_ipsec_tunnel_up{tunnel=") && strings.Contains(body, "} 1\n") &&
-			strings.Contains(body, "bnerd_ipsec_vici_up 1")
+		up := false
+		for _, l := range strings.Split(body, "\n") {
+			if strings.HasPrefix(l, "bnerd_ipsec_tunnel_up{") && strings.HasSuffix(l, "} 1") {
+				up = true
+			}
+		}
+		return up && strings.Contains(body, "\nbnerd_ipsec_vici_up 1\n")
 	})
 	for _, want := range []string{"bnerd_ipsec_child_sas{", "bnerd_gateway_nat_applies_total "} {
 		if !strings.Contains(body, want) {
