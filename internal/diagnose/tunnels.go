@@ -113,8 +113,8 @@ func (r *run) podName() string {
 	return "<gateway pod>"
 }
 
-// checkExporter reads the pod's exporter: charon's own view over VICI and the NAT
-// applies.
+// checkExporter reads the pod's exporter: charon's view (the status agent's listing,
+// published every second) and the NAT applies.
 func (r *run) checkExporter(podOK bool) {
 	const id, title = "exporter", "charon and NAT (the exporter's view)"
 	if r.src.SkipExporter {
@@ -152,8 +152,8 @@ func (r *run) checkExporter(podOK bool) {
 		}
 	} else if v, ok := single(fams, upMetric); !ok || v != 1 {
 		r.add(Check{ID: id, Title: title, Status: Fail,
-			Detail:  "charon does not answer the exporter over VICI: every tunnel of the gateway is down or unobservable",
-			Fix:     fmt.Sprintf("Read charon's log: kubectl -n %s logs %s -c strongswan", r.pod.Namespace, r.pod.Name),
+			Detail:  "charon does not answer the status agent's listing over VICI, or the status agent publishes none (the exporter serves that listing): every tunnel of the gateway is down or unobservable",
+			Fix:     fmt.Sprintf("Read charon's and the status agent's logs: kubectl -n %s logs %s -c strongswan; kubectl -n %s logs %s -c status-agent", r.pod.Namespace, r.pod.Name, r.pod.Namespace, r.pod.Name),
 			Runbook: anchor(FindingCharonDown)})
 		return
 	}
@@ -165,7 +165,8 @@ func (r *run) checkExporter(podOK bool) {
 			Runbook: anchor(FindingNATNotApplied)})
 		return
 	}
-	// charon's view next to the status agent's.
+	// charon's view next to the status the status agent wrote (a stale status write
+	// shows here even though both come from the status agent).
 	var disagree []string
 	if f := fams[tunnelMetric]; f != nil {
 		for _, m := range f.Metric {
