@@ -108,11 +108,13 @@ vet:
 build:
 	$(GO) build ./...
 
-# openstack-up RELEASE STATE: bring a real OpenStack up; when it does not come up, stop
-# it and try once more.
+# openstack-up RELEASE STATE: bring a real OpenStack up; when it does not come up, print
+# Nova's errors (stopping it removes its logs), stop it and try once more.
 define openstack-up
 { bash hack/openstack.sh --release $(1) up "$(2)" >/dev/null || { \
-  echo "real OpenStack $(1) did not come up; stopping it and trying once more" >&2; \
+  echo "real OpenStack $(1) did not come up; Nova's last errors:" >&2; \
+  grep -h -E "ERROR|database is locked" "$(2)"/log/nova-*.log 2>/dev/null | tail -n 20 >&2; \
+  echo "stopping it and trying once more" >&2; \
   bash hack/openstack.sh --release $(1) down "$(2)"; \
   bash hack/openstack.sh --release $(1) up "$(2)" >/dev/null; }; }
 endef
