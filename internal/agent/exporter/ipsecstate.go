@@ -79,13 +79,9 @@ func (p *Publisher) Run(ctx context.Context) {
 
 // Publish takes one listing and writes it.
 func (p *Publisher) Publish(ctx context.Context) error {
-	now := time.Now
-	if p.Now != nil {
-		now = p.Now
-	}
 	// Stamped before the listing: a reader that waits for a state written after some
 	// moment gets a listing taken after it.
-	st := IPsecState{Written: now().UnixMilli()}
+	st := IPsecState{Written: clock(p.Now).UnixMilli()}
 	names := p.Tunnels()
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	sas, err := p.SAs(lctx, names)
@@ -128,9 +124,12 @@ type IPsecStateFile struct {
 // it says nothing about the tunnels.
 var errStale = errors.New("the status agent's IPsec state is missing or stale")
 
-func (f *IPsecStateFile) now() time.Time {
-	if f.Now != nil {
-		return f.Now()
+func (f *IPsecStateFile) now() time.Time { return clock(f.Now) }
+
+// clock is now(), or the wall clock when now is nil (tests set it).
+func clock(now func() time.Time) time.Time {
+	if now != nil {
+		return now()
 	}
 	return time.Now()
 }
