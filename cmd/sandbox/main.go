@@ -358,7 +358,19 @@ func waitReady(ctx context.Context, c client.Client, obj client.Object, conds fu
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s %s not %s after %s", kind, name, what, timeout)
+			// The conditions still missing, in the error: it is printed last, after the
+			// teardown's lines, where a truncated log still shows it.
+			var missing []string
+			for _, t := range want {
+				if !conditions.IsTrue(conds(), t, obj.GetGeneration()) {
+					line := seen[t]
+					if line == "" {
+						line = t + " not reported"
+					}
+					missing = append(missing, line)
+				}
+			}
+			return fmt.Errorf("%s %s not %s after %s; not yet: %s", kind, name, what, timeout, strings.Join(missing, "; "))
 		}
 		select {
 		case <-ctx.Done():

@@ -139,8 +139,17 @@ func (b *bindReconciler) ownedByDeployment(ctx context.Context, g *gateway, pod 
 	if owner == nil || owner.Kind != "ReplicaSet" || owner.APIVersion != appsv1.SchemeGroupVersion.String() {
 		return false, nil
 	}
+	// The pod's event can arrive before the Deployment's (two watches; the operator has
+	// just created it): a Deployment the cache does not have yet is read directly, or
+	// the pod would wait for an event that never comes. A sandbox run on a loaded machine
+	// left a gateway's first pod pending for three minutes that way.
 	var dep appsv1.Deployment
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: render.DeploymentName(g.obj.GetName())}, &dep); err != nil {
+	key := client.ObjectKey{Namespace: pod.Namespace, Name: render.DeploymentName(g.obj.GetName())}
+	err := r.Client.Get(ctx, key, &dep)
+	if apierrors.IsNotFound(err) {
+		err = r.APIReader.Get(ctx, key, &dep)
+	}
+	if err != nil {
 		return false, client.IgnoreNotFound(err)
 	}
 	if c := metav1.GetControllerOf(&dep); c == nil || c.UID != g.obj.GetUID() {

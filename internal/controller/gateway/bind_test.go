@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -125,5 +126,61 @@ func TestNewPodBoundOnlyOnceTheOldOneLeftTheNode(t *testing.T) {
 		if n := nodeOf(p); n != "" {
 			t.Errorf("pod %s bound to %q: only the Deployment's pods pinned to the gateway's node are bound", p.Name, n)
 		}
+	}
+}
+
+// laggingCache is the operator's cache before the Deployment's watch event arrived: it
+// has every object but the Deployments.
+type laggingCache struct{ client.Client }
+
+func (c laggingCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*appsv1.Deployment); ok {
+		return apierrors.NewNotFound(appsv1.Resource("deployments"), key.Name)
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
+}
+
+// A pod's event can reach the operator before its Deployment's (they come by two
+// watches): the pod is still recognised as the gateway's, by reading the Deployment
+// around the cache, instead of waiting for a pod event that never comes. A pod whose
+// Deployment does not exist at all stays unrecognised.
+func TestPodRecognisedWhenTheCacheLacksTheDeployment(t *testing.T) {
+	h := newHarness(t)
+	gw := h.create("lag", spec(false))
+	yes := true
+	labels := map[string]string{"app": "lag"}
+	template := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}}}}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: render.DeploymentName(gw.Name),
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "IPsecGateway", Name: gw.Name, UID: gw.UID, Controller: &yes}}},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: template},
+	}
+	if err := env.Client.Create(h.ctx, dep); err != nil {
+		t.Fatal(err)
+	}
+	rs := &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: dep.Name + "-5c8d7",
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: dep.Name, UID: dep.UID, Controller: &yes}}},
+		Spec: appsv1.ReplicaSetSpec{Selector: dep.Spec.Selector, Template: template},
+	}
+	if err := env.Client.Create(h.ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: rs.Name + "-x7k2p",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: &yes}}}}
+	g, err := viewOf(gw)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	b := newBindReconciler(&Reconciler{Deps: Deps{Client: laggingCache{env.Client}, APIReader: env.Client}}, KindIPsecGateway)
+	if ok, err := b.ownedByDeployment(h.ctx, g, pod); err != nil || !ok {
+		t.Fatalf("the Deployment's pod, with the Deployment not yet in the cache: owned %v, error %v; want owned", ok, err)
+	}
+	// Control: the Deployment in neither the cache nor the API server.
+	b = newBindReconciler(&Reconciler{Deps: Deps{Client: laggingCache{env.Client}, APIReader: laggingCache{env.Client}}}, KindIPsecGateway)
+	if ok, err := b.ownedByDeployment(h.ctx, g, pod); err != nil || ok {
+		t.Fatalf("a pod whose Deployment does not exist: owned %v, error %v; want not owned, no error", ok, err)
 	}
 }
