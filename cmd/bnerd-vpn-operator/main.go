@@ -17,6 +17,7 @@ import (
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -126,6 +127,9 @@ func managerOptions(f flags, cfg operatorconfig.Config, scheme *runtime.Scheme) 
 		Cache: cache.Options{
 			ByObject: map[client.Object]cache.ByObject{
 				&corev1.Pod{}: {Label: gateway.GatewayPodSelector()},
+				// The gateways' liveness Leases (the same labels), not the nodes' or
+				// anyone else's.
+				&coordinationv1.Lease{}: {Label: gateway.GatewayPodSelector()},
 			},
 			// Nothing reads managedFields from the cache (status is written by
 			// server-side apply, which the API server merges); dropping them keeps a

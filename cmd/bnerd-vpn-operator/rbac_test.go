@@ -43,6 +43,12 @@ var reviewedClusterRole = []string{
 	// whether it may get /metrics.
 	`authentication.k8s.io tokenreviews create`,
 	`authorization.k8s.io subjectaccessreviews create`,
+	// The gateways' liveness Leases: created (and removed when the detection is turned
+	// off) by the operator, watched to time a node failure from the failure. update
+	// only because the gateway pod's Role grants its status agent update on its own
+	// Lease, and Kubernetes lets the operator create that Role only then; the operator
+	// itself writes only the Leases it labelled and owns.
+	`coordination.k8s.io leases create,delete,get,list,update,watch`,
 	`events.k8s.io events create,patch`,
 	// Gateways: the finalizer goes on and off by merge patch, never by update.
 	// ClusterLinks: the finalizer goes on and off by update, never by patch.

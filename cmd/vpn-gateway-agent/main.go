@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	govici "github.com/strongswan/govici/vici"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -274,6 +275,8 @@ func runStatus(ctx context.Context, args []string) error {
 	wgState := fs.String("wireguard-state-file", "", "a WireGuard gateway: report its peers from the wireguard role's state file (no charon)")
 	publishConfig := fs.String("publish-config", "", "write the configuration (gateway.json, no key) to this file for the containers that read it without API access")
 	ipsecState := fs.String("ipsec-state-file", "", "write the tunnels' SAs, rekey counts and failure causes to this file every second, for ipsec-exporter --ipsec-state-file")
+	livenessLease := fs.String("liveness-lease", "", "renew this Lease (in --namespace) with the pod's name (env POD_NAME) as the holder every --liveness-interval: the operator's sign that the pod's node is alive")
+	livenessInterval := fs.Duration("liveness-interval", 2*time.Second, "how often the liveness Lease is renewed")
 	var r retries
 	r.register(fs)
 	_ = fs.Parse(args)
@@ -295,9 +298,16 @@ func runStatus(ctx context.Context, args []string) error {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return err
 	}
+	if err := coordinationv1.AddToScheme(scheme); err != nil { // the liveness Lease
+		return err
+	}
 	cl, err := client.New(rc, client.Options{Scheme: scheme})
 	if err != nil {
 		return err
+	}
+	if *livenessLease != "" {
+		go (&status.Renewer{Client: cl, Key: client.ObjectKey{Namespace: c.namespace, Name: *livenessLease}, Holder: os.Getenv("POD_NAME"),
+			Interval: *livenessInterval, Logf: log.Printf}).Run(ctx)
 	}
 	if *wgState != "" {
 		runWireGuardStatus(ctx, snaps, cl, *wgState, *interval, *heartbeat)

@@ -75,6 +75,12 @@ type Config struct {
 	// being Ready before it is moved to another one: a node that flaps back within it
 	// keeps its gateways. A deleted node is left at once.
 	NodeNotReadyGrace time.Duration
+	// GatewayLivenessTimeout is how long a gateway pod's status agent may go without
+	// renewing the gateway's liveness Lease (it renews every third of it) before the
+	// operator counts the pod silent; a node all of whose gateway pods are silent while
+	// the API server still calls them ready is declared failed and its gateways move at
+	// once, without waiting for NotReady. Zero turns the Lease and the detection off.
+	GatewayLivenessTimeout time.Duration
 	// NodeMaxGateways is the most gateways the operator places on one node (0: no
 	// limit): each takes a NIC slot of the node's server, and a server has a bounded
 	// number. New gateways go to the eligible node holding the fewest.
@@ -112,6 +118,7 @@ const (
 	DefaultGatewayImage                = "ghcr.io/bnerd/bnerd-vpn-gateway:v0.1.0"
 	DefaultAgentImage                  = "ghcr.io/bnerd/bnerd-vpn-status-agent:v0.1.0"
 	DefaultNodeNotReadyGrace           = 5 * time.Second
+	DefaultGatewayLivenessTimeout      = 6 * time.Second
 	DefaultOpenStackTimeout            = 30 * time.Second
 	DefaultWireGuardImage              = "ghcr.io/bnerd/bnerd-vpn-gateway-wireguard:v0.1.0"
 	DefaultGatewayDataplane            = "kernel"
@@ -144,6 +151,7 @@ func Default() Config {
 		ResyncInterval:                  DefaultResyncInterval,
 		MaxConcurrentReconciles:         4,
 		NodeNotReadyGrace:               DefaultNodeNotReadyGrace,
+		GatewayLivenessTimeout:          DefaultGatewayLivenessTimeout,
 		OpenStackTimeout:                DefaultOpenStackTimeout,
 		StatusAgentStaleAfter:           DefaultStatusAgentStaleAfter,
 		GatewayRolloutBudget:            DefaultGatewayRolloutBudget,
@@ -157,7 +165,7 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 		getenv = os.Getenv
 	}
 	c := Default()
-	var pool, internal, targets, roles, resync, netpol, conc, stale, grace, maxGW, osQPS, osBurst, osTimeout, podShape, rolloutTimeout string
+	var pool, internal, targets, roles, resync, netpol, conc, stale, grace, liveness, maxGW, osQPS, osBurst, osTimeout, podShape, rolloutTimeout string
 	env := func(name, def string) string {
 		if v := getenv(name); v != "" {
 			return v
@@ -184,6 +192,7 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	fs.StringVar(&resync, "resync-interval", env("IPSEC_RESYNC_INTERVAL", c.ResyncInterval.String()), "periodic resync (IPSEC_RESYNC_INTERVAL)")
 	fs.StringVar(&conc, "max-concurrent-reconciles", env("IPSEC_MAX_CONCURRENT_RECONCILES", strconv.Itoa(c.MaxConcurrentReconciles)), "workers per controller (IPSEC_MAX_CONCURRENT_RECONCILES)")
 	fs.StringVar(&grace, "node-not-ready-grace", env("IPSEC_NODE_NOT_READY_GRACE", c.NodeNotReadyGrace.String()), "how long a gateway stays on a node that stopped being Ready before it moves (IPSEC_NODE_NOT_READY_GRACE)")
+	fs.StringVar(&liveness, "gateway-liveness-timeout", env("IPSEC_GATEWAY_LIVENESS_TIMEOUT", c.GatewayLivenessTimeout.String()), "how long a gateway pod may go without renewing its liveness Lease before its node counts as failed, 0 to turn off (IPSEC_GATEWAY_LIVENESS_TIMEOUT)")
 	fs.StringVar(&maxGW, "node-max-gateways", env("IPSEC_NODE_MAX_GATEWAYS", "0"), "most gateways on one node, 0 for no limit (IPSEC_NODE_MAX_GATEWAYS)")
 	fs.StringVar(&osQPS, "openstack-qps", env("IPSEC_OPENSTACK_QPS", "0"), "OpenStack requests per second, 0 for unpaced (IPSEC_OPENSTACK_QPS)")
 	fs.StringVar(&osBurst, "openstack-burst", env("IPSEC_OPENSTACK_BURST", "0"), "OpenStack request burst above the QPS (IPSEC_OPENSTACK_BURST)")
@@ -233,6 +242,9 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	}
 	if c.NodeNotReadyGrace, err = time.ParseDuration(grace); err != nil || c.NodeNotReadyGrace < 0 {
 		return c, fmt.Errorf("node not-ready grace %q: must be a duration of zero or more", grace)
+	}
+	if c.GatewayLivenessTimeout, err = time.ParseDuration(liveness); err != nil || c.GatewayLivenessTimeout != 0 && c.GatewayLivenessTimeout < 3*time.Second {
+		return c, fmt.Errorf("gateway liveness timeout %q: must be 0 (off) or a duration of at least 3s (the pod renews every third of it)", liveness)
 	}
 	if c.NodeMaxGateways, err = strconv.Atoi(maxGW); err != nil || c.NodeMaxGateways < 0 {
 		return c, fmt.Errorf("node max gateways %q: must be an integer of zero or more", maxGW)

@@ -8,8 +8,10 @@ import (
 	"net/netip"
 	"sort"
 	"text/template"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -143,6 +145,14 @@ func Role(g Gateway, group string, pskSecrets ...string) *rbacv1.Role {
 			Verbs:         []string{"get", "list", "watch"},
 		})
 	}
+	// The status agent renews the gateway's liveness Lease, which the operator created:
+	// get and update that one Lease, never create (create cannot be pinned to a name).
+	rules = append(rules, rbacv1.PolicyRule{
+		APIGroups:     []string{coordinationv1.GroupName},
+		Resources:     []string{"leases"},
+		ResourceNames: []string{LivenessLeaseName(g.Name)},
+		Verbs:         []string{"get", "update"},
+	})
 	rules = append(rules, rbacv1.PolicyRule{
 		APIGroups:     []string{group},
 		Resources:     []string{g.Resource + "/status"},
@@ -188,6 +198,34 @@ type Workload struct {
 	// tolerations, pull secrets, extra labels and annotations); the zero Shape gives the
 	// default resources.
 	Pod gatewaypod.Shape
+	// LivenessInterval is how often the status agent renews the gateway's liveness
+	// Lease (LivenessLease); zero renders no renewal.
+	LivenessInterval time.Duration
+}
+
+// LivenessLease is the gateway's liveness Lease: the operator creates it, the status
+// agent renews it every LivenessInterval with the pod's name as the holder, and the
+// operator moves the gateway off a node whose gateway pods all stopped renewing while the
+// API server still calls them ready (the node or its network is gone), without waiting for
+// the node's NotReady. spec.leaseDurationSeconds says how long the operator waits.
+func LivenessLease(g Gateway, timeout time.Duration) *coordinationv1.Lease {
+	seconds := int32((timeout + time.Second - 1) / time.Second)
+	return &coordinationv1.Lease{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"},
+		ObjectMeta: objectMeta(g, LivenessLeaseName(g.Name)),
+		Spec:       coordinationv1.LeaseSpec{LeaseDurationSeconds: &seconds},
+	}
+}
+
+// withLiveness adds the liveness renewal to a status agent container: the Lease to renew,
+// how often, and the pod's name (the Lease's holder) from the downward API.
+func withLiveness(c corev1.Container, w Workload) corev1.Container {
+	if w.LivenessInterval <= 0 {
+		return c
+	}
+	c.Args = append(c.Args, "--liveness-lease="+LivenessLeaseName(w.Gateway.Name), "--liveness-interval="+w.LivenessInterval.String())
+	c.Env = append(c.Env, corev1.EnvVar{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}})
+	return c
 }
 
 // TunnelInterface is the TUN device charon's libipsec backend creates.
@@ -289,9 +327,9 @@ func Deployment(w Workload) (*appsv1.Deployment, error) {
 						// from gateway.json, with each tunnel's key read from the tenant's
 						// Secret through the API (the Role names exactly those Secrets), and
 						// publishes the configuration and its listing of the tunnels.
-						agent(ContainerStatus, append([]string{"status-agent", "--vici-socket=" + sock, "--load",
+						withLiveness(agent(ContainerStatus, append([]string{"status-agent", "--vici-socket=" + sock, "--load",
 							"--publish-config=" + ConfigFile, "--ipsec-state-file=" + IPsecStateFile}, source...),
-							unprivileged(), run, state, apiAccessMount),
+							unprivileged(), run, state, apiAccessMount), w),
 						// The pod's own address only: not the port's address on NIC2 or the
 						// service CIDR's, so nothing reaches it through a tunnel.
 						exporterOnPodIP(agent(ContainerExporter, append([]string{"ipsec-exporter", fmt.Sprintf("--listen=$(POD_IP):%d", MetricsPort),

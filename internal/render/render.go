@@ -103,6 +103,7 @@ func RoleName(gw string) string           { return gw + "-gateway" }
 func DeploymentName(gw string) string     { return gw + "-gateway" }
 func NADName(gw string) string            { return gw + "-nic2" }
 func NetworkPolicyName(gw string) string  { return gw + "-nic1" }
+func LivenessLeaseName(gw string) string  { return gw + "-gateway-liveness" }
 
 // SelectorLabels select the gateway's pod; they never change for a gateway, so the
 // Deployment's immutable selector stays valid.

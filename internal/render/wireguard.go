@@ -124,8 +124,8 @@ func WireGuardDeployment(w Workload) (*appsv1.Deployment, error) {
 							"--private-key-file=" + WireGuardKeyMountPath + "/" + WireGuardKeyFile, "--state-file=" + wgState}, fromFile...),
 							dropAllBut("NET_ADMIN", "MKNOD"), run,
 							corev1.VolumeMount{Name: "wireguard-key", MountPath: WireGuardKeyMountPath, ReadOnly: true}),
-						agent(ContainerStatus, w.AgentImage, append([]string{"status-agent", "--wireguard-state-file=" + wgState,
-							"--publish-config=" + WireGuardRunPath + "/" + gatewayconfig.ConfigMapKeyConfig}, source...), unprivilegedContext(), run, apiAccessMount),
+						withLiveness(agent(ContainerStatus, w.AgentImage, append([]string{"status-agent", "--wireguard-state-file=" + wgState,
+							"--publish-config=" + WireGuardRunPath + "/" + gatewayconfig.ConfigMapKeyConfig}, source...), unprivilegedContext(), run, apiAccessMount), w),
 						exporter,
 					},
 					Volumes: []corev1.Volume{

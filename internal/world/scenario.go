@@ -241,6 +241,31 @@ func (w *World) RestartKubelet(name string) error {
 // is killed, and its Node object is deleted (as the cloud controller manager deletes the
 // Node of a server that is gone).
 func (w *World) LoseNode(ctx context.Context, name string) error {
+	if err := w.stopNode(name); err != nil {
+		return err
+	}
+	return client.IgnoreNotFound(w.Kube.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}))
+}
+
+// PowerOffNode makes a node fail as a powered-off machine does: its kubelet and every
+// container it ran are killed and its network link goes down at once, and nothing else
+// happens: the Node object stays, Ready until the controller manager's node-monitor grace
+// period has passed.
+func (w *World) PowerOffNode(name string) error {
+	n, ok := w.Node(name)
+	if !ok {
+		return fmt.Errorf("unknown node %s", name)
+	}
+	// The root namespace's end of the node's link (hack/node/up.sh names it after the
+	// node's namespace): down first, so not one more renewal leaves the node.
+	if _, err := Exec("", "ip", "link", "set", n.Namespace, "down"); err != nil {
+		return err
+	}
+	return w.stopNode(name)
+}
+
+// stopNode kills a node's kubelet and every container it ran, and marks it lost.
+func (w *World) stopNode(name string) error {
 	n, ok := w.Node(name)
 	if !ok {
 		return fmt.Errorf("unknown node %s", name)
@@ -267,7 +292,7 @@ func (w *World) LoseNode(ctx context.Context, name string) error {
 	}
 	w.lost[name] = true
 	w.mu.Unlock()
-	return client.IgnoreNotFound(w.Kube.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}))
+	return nil
 }
 
 // Leftovers lists everything of gateways and links still present anywhere: OpenStack

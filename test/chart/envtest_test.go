@@ -208,12 +208,16 @@ func TestInstallOnAPIServer(t *testing.T) {
 		{"delete", "", "nodes", "", "", false},
 		{"create", "ipsec.bnerd.net", "ipsecgateways", "", "tenant-a", false},
 		// The only Secret the operator writes is a WireGuard gateway's key (create, and
-		// update on rotation); no patch, no bulk delete. Leases only in its own namespace.
+		// update on rotation); no patch, no bulk delete. Leases in a tenant's namespace:
+		// the gateways' liveness Leases (created, read, removed; update only because the
+		// gateway pod's Role grants it), never patched or deleted in bulk.
 		{"create", "", "secrets", "", "tenant-a", true},
 		{"update", "", "secrets", "", "tenant-a", true},
 		{"patch", "", "secrets", "", "tenant-a", false},
 		{"deletecollection", "", "secrets", "", "tenant-a", false},
-		{"create", "coordination.k8s.io", "leases", "", "tenant-a", false},
+		{"create", "coordination.k8s.io", "leases", "", "tenant-a", true},
+		{"patch", "coordination.k8s.io", "leases", "", "tenant-a", false},
+		{"deletecollection", "coordination.k8s.io", "leases", "", "tenant-a", false},
 		// The metrics filter's reviews (--metrics-secure).
 		{"create", "authentication.k8s.io", "tokenreviews", "", "", true},
 		{"create", "authorization.k8s.io", "subjectaccessreviews", "", "", true},

@@ -125,8 +125,10 @@ func TestCreateToReadyAndSteadyState(t *testing.T) {
 	}
 	var role rbacv1.Role
 	mustGet(t, h, key(render.RoleName("acme")), &role)
-	if len(role.Rules) != 3 || role.Rules[1].Resources[0] != "secrets" || strings.Join(role.Rules[1].ResourceNames, ",") != "hq-psk" ||
-		role.Rules[2].Resources[0] != "ipsecgateways/status" || role.Rules[2].ResourceNames[0] != "acme" {
+	if len(role.Rules) != 4 || role.Rules[1].Resources[0] != "secrets" || strings.Join(role.Rules[1].ResourceNames, ",") != "hq-psk" ||
+		role.Rules[2].Resources[0] != "leases" || strings.Join(role.Rules[2].ResourceNames, ",") != render.LivenessLeaseName("acme") ||
+		strings.Join(role.Rules[2].Verbs, ",") != "get,update" ||
+		role.Rules[3].Resources[0] != "ipsecgateways/status" || role.Rules[3].ResourceNames[0] != "acme" {
 		t.Fatalf("role %+v", role.Rules)
 	}
 	var rb rbacv1.RoleBinding
@@ -195,7 +197,7 @@ func TestCreateToReadyAndSteadyState(t *testing.T) {
 		t.Fatal("the VPNGateway got the IPsecGateway's service CIDR")
 	}
 	mustGet(t, h, key(render.RoleName("acme-vpn")), &role)
-	if role.Rules[2].Resources[0] != "vpngateways/status" {
+	if role.Rules[3].Resources[0] != "vpngateways/status" {
 		t.Fatalf("VPNGateway role %+v", role.Rules)
 	}
 }

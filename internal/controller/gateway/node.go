@@ -263,6 +263,12 @@ func (r *Reconciler) ensureNodeSelected(ctx context.Context, g *gateway) (bool, 
 		return false, err
 	}
 	avoid := r.avoided(g)
+	// A node declared failed by its gateways' silence (liveness.go) is left at once and
+	// taken by none, like a node a Nova attach failed on.
+	failed := r.failedNodeSet()
+	for n := range failed {
+		avoid[n] = true
+	}
 	now := time.Now()
 	if cur := g.status.NodeName; cur != "" && !r.trustedNode(g, nodes.Items, cur) {
 		r.statusForged(ctx, g, "nodeName", cur, "", "the node this gateway's port is attached to, or an eligible node,")
@@ -297,7 +303,13 @@ func (r *Reconciler) ensureNodeSelected(ctx context.Context, g *gateway) (bool, 
 	if prev := g.status.NodeName; prev != name {
 		logr.FromContextOrDiscard(ctx).Info("gateway node selected", "node", name, "previous", prev)
 		if prev != "" && r.Recorder != nil {
-			r.Recorder.Eventf(g.obj, nil, corev1.EventTypeWarning, "NodeChanged", "Reconcile", "node %s is gone or not Ready; moving the gateway to %s", prev, name)
+			if since, ok := r.nodeFailed(prev); ok {
+				r.Recorder.Eventf(g.obj, nil, corev1.EventTypeWarning, "NodeChanged", "Reconcile",
+					"the gateway pods on node %s stopped renewing their liveness leases at %s while the API server still called them ready (the node or its network is gone); moving the gateway to %s",
+					prev, since.UTC().Format(time.RFC3339), name)
+			} else {
+				r.Recorder.Eventf(g.obj, nil, corev1.EventTypeWarning, "NodeChanged", "Reconcile", "node %s is gone or not Ready; moving the gateway to %s", prev, name)
+			}
 		}
 	}
 	g.status.NodeName = name

@@ -38,6 +38,7 @@ func (r *Reconciler) releaseStrandedPods(ctx context.Context, g *gateway) error 
 		var node corev1.Node
 		err := r.Client.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, &node)
 		why := ""
+		_, failed := r.nodeFailed(p.Spec.NodeName)
 		switch {
 		case apierrors.IsNotFound(err):
 			why = "is gone"
@@ -45,6 +46,8 @@ func (r *Reconciler) releaseStrandedPods(ctx context.Context, g *gateway) error 
 			return fmt.Errorf("reading node %s of pod %s: %w", p.Spec.NodeName, p.Name, err)
 		case !nodeReady(&node):
 			why = "is not Ready"
+		case failed:
+			why = "was declared failed (its gateway pods stopped renewing their liveness leases)"
 		default:
 			continue // a live kubelet terminates it gracefully
 		}

@@ -100,6 +100,9 @@ type Reconciler struct {
 	// placed: per gateway, the node this process last chose for it (guarded by novaMu);
 	// a recorded node is trusted when it is this one (see trustedNode).
 	placed map[types.UID]string
+	// failedNodes: the nodes the liveness monitor declared failed (liveness.go; guarded
+	// by novaMu).
+	failedNodes map[string]nodeFailure
 
 	// acted remembers the acted-on status values this process wrote lately, per gateway
 	// (see actedOnWrittenByOthers).

@@ -105,6 +105,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.Add(r.secrets); err != nil {
 		return err
 	}
+	if r.Config.GatewayLivenessTimeout > 0 {
+		if err := mgr.Add(&livenessMonitor{r: r}); err != nil {
+			return err
+		}
+	}
 
 	for _, kind := range []string{KindIPsecGateway, KindVPNGateway} {
 		kind := kind

@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -83,6 +84,8 @@ func (r *Reconciler) ensureWorkload(ctx context.Context, g *gateway) (bool, erro
 		GatewayImage: r.Config.GatewayImage, AgentImage: r.Config.AgentImage, WireGuardImage: r.Config.WireGuardImage,
 		Dataplane: gatewayconfig.DataplaneMode(r.Config.GatewayDataplane),
 		Pod:       r.Config.GatewayPod,
+		// The pod renews its liveness Lease every third of the timeout.
+		LivenessInterval: r.Config.GatewayLivenessTimeout / 3,
 	}
 	deployment := render.Deployment
 	if g.wg != nil {
@@ -101,6 +104,7 @@ func (r *Reconciler) ensureWorkload(ctx context.Context, g *gateway) (bool, erro
 		func() error { return r.applyRole(ctx, render.Role(ref, v1alpha1.GroupVersion.Group, secrets...)) },
 		func() error { return r.applyRoleBinding(ctx, render.RoleBinding(ref)) },
 		func() error { return r.applyConfigMap(ctx, cm) },
+		func() error { return r.applyLivenessLease(ctx, ref) },
 		func() error { return r.deleteLegacySecret(ctx, ref) },
 		func() error { return r.applyNAD(ctx, nad) },
 		func() error { return r.applyDeployment(ctx, g, dep) },
@@ -269,6 +273,33 @@ func (r *Reconciler) applyConfigMap(ctx context.Context, d *corev1.ConfigMap) er
 	return r.apply(ctx, d, live,
 		func() bool { return maps.Equal(d.Data, live.Data) && len(live.BinaryData) == 0 },
 		func() { live.Data, live.BinaryData = d.Data, nil })
+}
+
+// applyLivenessLease creates the gateway's liveness Lease (the pod may renew it, not
+// create it) and keeps its duration; the renewals are the pod's. With the detection off
+// the Lease is removed.
+func (r *Reconciler) applyLivenessLease(ctx context.Context, ref render.Gateway) error {
+	if r.Config.GatewayLivenessTimeout <= 0 {
+		live := &coordinationv1.Lease{}
+		err := r.Client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: render.LivenessLeaseName(ref.Name)}, live)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if c := metav1.GetControllerOf(live); c == nil || c.UID != ref.UID {
+			return nil // not ours
+		}
+		return client.IgnoreNotFound(r.Client.Delete(ctx, live))
+	}
+	d := render.LivenessLease(ref, r.Config.GatewayLivenessTimeout)
+	live := &coordinationv1.Lease{}
+	return r.apply(ctx, d, live,
+		func() bool {
+			return live.Spec.LeaseDurationSeconds != nil && *live.Spec.LeaseDurationSeconds == *d.Spec.LeaseDurationSeconds
+		},
+		func() { live.Spec.LeaseDurationSeconds = d.Spec.LeaseDurationSeconds })
 }
 
 func (r *Reconciler) applyServiceAccount(ctx context.Context, d *corev1.ServiceAccount) error {

@@ -1,0 +1,124 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"bnerd.net/vpn-operator/internal/agent/status"
+	"bnerd.net/vpn-operator/internal/render"
+)
+
+func TestFailedNodes(t *testing.T) {
+	silent := func(n string) LeaseView { return LeaseView{Node: n, Silent: true} }
+	alive := func(n string) LeaseView { return LeaseView{Node: n} }
+	for _, tc := range []struct {
+		name         string
+		views        []LeaseView
+		workers      int
+		failed, held []string
+	}{
+		{"every pod on a node silent", []LeaseView{silent("a"), silent("a"), alive("b")}, 3, []string{"a"}, nil},
+		{"one pod silent beside a live one: a pod problem, not the node", []LeaseView{silent("a"), alive("a"), alive("b")}, 3, nil, nil},
+		{"nothing silent", []LeaseView{alive("a"), alive("b")}, 2, nil, nil},
+		{"one of two workers", []LeaseView{silent("a"), alive("b")}, 2, []string{"a"}, nil},
+		{"two of three workers at once: held", []LeaseView{silent("a"), silent("b"), alive("c")}, 3, nil, []string{"a", "b"}},
+		{"every node silent (the operator's connection): held", []LeaseView{silent("a"), silent("b")}, 2, nil, []string{"a", "b"}},
+		{"the only worker: held", []LeaseView{silent("a")}, 1, nil, []string{"a"}},
+		{"a pod with no node is not judged", []LeaseView{silent("")}, 2, nil, nil},
+	} {
+		failed, held := FailedNodes(tc.views, tc.workers)
+		if !reflect.DeepEqual(failed, tc.failed) || !reflect.DeepEqual(held, tc.held) {
+			t.Errorf("%s: failed %v held %v, want failed %v held %v", tc.name, failed, held, tc.failed, tc.held)
+		}
+	}
+}
+
+// The gateway's pod, which the API server still calls ready, stops renewing its liveness
+// Lease (its node powered off: no kubelet reports anything, and the node stays Ready for
+// its grace period, an hour here): the gateway moves to the other node after the
+// liveness timeout, the port detached from the old node's server first, and the
+// stranded pod is deleted. While the pod renews, nothing moves.
+func TestSilentGatewayPodMovesTheGatewayBeforeNotReady(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.GatewayLivenessTimeout = 3 * time.Second
+	h.cfg.NodeNotReadyGrace = time.Hour
+	h.node("node-b", "openstack:///"+serverB, true, nil)
+	h.psk("hq-psk", testPSK)
+	h.start()
+	gw := h.create("silent", spec(false))
+	h.waitConverged("silent")
+	h.node("node-a", "openstack:///"+serverA, true, nil)
+
+	// The gateway's pod on node-b as its kubelet last reported it: running and ready.
+	ref := render.Gateway{Kind: KindIPsecGateway, Namespace: h.ns, Name: "silent", UID: gw.UID}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: "silent-gateway-x1", Labels: render.Labels(ref)},
+		Spec: corev1.PodSpec{NodeName: "node-b", Containers: []corev1.Container{{Name: "c", Image: "gateway"}}}}
+	if err := env.Client.Create(h.ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	if err := env.Client.Status().Update(h.ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKey{Namespace: h.ns, Name: render.LivenessLeaseName("silent")}
+	eventually(t, "the operator created the liveness Lease", func() (bool, string) {
+		var l coordinationv1.Lease
+		err := env.Client.Get(h.ctx, key, &l)
+		return err == nil && l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds == 3, fmt.Sprintf("%v %+v", err, l.Spec)
+	})
+
+	// The status agent's renewer, as the pod runs it.
+	var logs []string
+	var mu sync.Mutex
+	ctx, stop := context.WithCancel(h.ctx)
+	defer stop()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		(&status.Renewer{Client: env.Client, Key: key, Holder: pod.Name, Interval: time.Second, Logf: func(f string, a ...any) {
+			mu.Lock()
+			logs = append(logs, fmt.Sprintf(f, a...))
+			mu.Unlock()
+		}}).Run(ctx)
+	}()
+	time.Sleep(3 * h.cfg.GatewayLivenessTimeout)
+	if g := h.get("silent"); g.Status.NodeName != "node-b" || h.detaches() != 0 {
+		mu.Lock()
+		t.Fatalf("moved while its pod renewed the Lease: node %s, %d detaches; renewer: %v", g.Status.NodeName, h.detaches(), logs)
+		mu.Unlock()
+	}
+	var l coordinationv1.Lease
+	mustGet(t, h, key, &l)
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != pod.Name || l.Spec.RenewTime == nil {
+		t.Fatalf("the Lease as renewed: %+v", l.Spec)
+	}
+
+	// The node powers off: the renewals stop, nothing else changes.
+	stop()
+	<-done
+	eventually(t, "moved to node-a, the port on its server, the stranded pod deleted", func() (bool, string) {
+		g := h.get("silent")
+		port, _ := h.sim.Port(g.Status.PortID)
+		err := env.Client.Get(h.ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})
+		return g.Status.NodeName == "node-a" && port.DeviceID == serverA && apierrors.IsNotFound(err),
+			fmt.Sprintf("node %s, port on %s, old pod: %v", g.Status.NodeName, port.DeviceID, err)
+	})
+	if !h.events.has("stopped renewing their liveness leases") {
+		t.Errorf("no Event names the liveness leases as the reason for the move")
+	}
+	var node corev1.Node
+	mustGet(t, h, client.ObjectKey{Name: "node-b"}, &node)
+	if !nodeReady(&node) {
+		t.Fatalf("node-b is not Ready: the move was not the liveness detection's")
+	}
+}
