@@ -83,13 +83,33 @@ type leaseSeen struct {
 	at      time.Time
 }
 
-// livenessMonitor is a leader-only Runnable: each tick it reads the Leases, the gateway
-// pods and the nodes from the cache and declares failed nodes (Reconciler.failedNodes).
+// livenessMonitor reads the Leases, the gateway pods and the nodes from the cache each
+// tick. Every replica observes (a warm standby knows how long each Lease has been silent
+// when it takes over, so a leader lost with the node costs the leader Lease's expiry, not
+// that plus a liveness timeout); only the elected one declares failed nodes
+// (Reconciler.failedNodes) and moves gateways.
 type livenessMonitor struct {
-	r    *Reconciler
-	seen map[types.UID]leaseSeen
+	r *Reconciler
+	// elected is closed once this replica leads (the manager's Elected()).
+	elected <-chan struct{}
+	seen    map[types.UID]leaseSeen
 	// heldLogged keeps the guard's log line to one per held set.
 	heldLogged string
+}
+
+// NeedLeaderElection: no, every replica observes; check acts only when elected.
+func (m *livenessMonitor) NeedLeaderElection() bool { return false }
+
+func (m *livenessMonitor) leading() bool {
+	if m.elected == nil {
+		return true
+	}
+	select {
+	case <-m.elected:
+		return true
+	default:
+		return false
+	}
 }
 
 func (m *livenessMonitor) Start(ctx context.Context) error {
@@ -164,6 +184,9 @@ func (m *livenessMonitor) check(ctx context.Context, now time.Time) error {
 		if !present[uid] {
 			delete(m.seen, uid)
 		}
+	}
+	if !m.leading() {
+		return nil // a standby only keeps its observations current
 	}
 	workers := 0
 	for i := range nodes.Items {

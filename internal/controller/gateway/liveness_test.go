@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"bnerd.net/vpn-operator/internal/agent/status"
@@ -120,5 +121,81 @@ func TestSilentGatewayPodMovesTheGatewayBeforeNotReady(t *testing.T) {
 	mustGet(t, h, client.ObjectKey{Name: "node-b"}, &node)
 	if !nodeReady(&node) {
 		t.Fatalf("node-b is not Ready: the move was not the liveness detection's")
+	}
+}
+
+// A standby replica observes the Leases before it leads, so when it takes over from a
+// leader lost with the node it judges at once: a Lease silent for the timeout is declared
+// at its first check as leader. A freshly started process has no observations and gives
+// every Lease a full timeout.
+func TestStandbyJudgesAtOnceWhenItTakesOver(t *testing.T) {
+	h := newHarness(t)
+	h.node("node-a", "openstack:///"+serverA, true, nil)
+	h.node("node-b", "openstack:///"+serverB, true, nil)
+	ref := func(name string) render.Gateway {
+		return render.Gateway{Kind: KindIPsecGateway, Namespace: h.ns, Name: name, UID: "uid-" + types.UID(name)}
+	}
+	leases := map[string]*coordinationv1.Lease{}
+	for _, gw := range []struct{ name, node string }{{"on-a", "node-a"}, {"on-b", "node-b"}} {
+		g := ref(gw.name)
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: gw.name + "-pod", Labels: render.Labels(g)},
+			Spec: corev1.PodSpec{NodeName: gw.node, Containers: []corev1.Container{{Name: "c", Image: "gateway"}}}}
+		if err := env.Client.Create(h.ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+		if err := env.Client.Status().Update(h.ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		l := render.LivenessLease(g, 6*time.Second)
+		l.OwnerReferences = nil
+		holder := pod.Name
+		l.Spec.HolderIdentity = &holder
+		if err := env.Client.Create(h.ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		leases[gw.node] = l
+	}
+	renew := func(node string) {
+		t.Helper()
+		l := leases[node]
+		now := metav1.NewMicroTime(time.Now())
+		l.Spec.RenewTime = &now
+		if err := env.Client.Update(h.ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newMonitor := func(elected chan struct{}) *livenessMonitor {
+		cfg := testConfig()
+		cfg.GatewayLivenessTimeout = 6 * time.Second
+		return &livenessMonitor{r: New(Deps{Client: env.Client, APIReader: env.Client, Config: cfg, Log: h.logs.logger()}), elected: elected}
+	}
+	check := func(m *livenessMonitor, at time.Time) {
+		t.Helper()
+		if err := m.check(h.ctx, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := time.Now()
+	standbyElected := make(chan struct{})
+	standby := newMonitor(standbyElected)
+	check(standby, t0)
+	renew("node-b")
+	check(standby, t0.Add(7*time.Second))
+	if f := standby.r.failedNodeSet(); len(f) != 0 {
+		t.Fatalf("a standby declared %v", f)
+	}
+	close(standbyElected) // the leader went with node-a; this replica leads now
+	renew("node-b")
+	check(standby, t0.Add(7500*time.Millisecond))
+	if f := standby.r.failedNodeSet(); !f["node-a"] || f["node-b"] {
+		t.Fatalf("the standby, leading, declared %v; want node-a, which has been silent for longer than the timeout", f)
+	}
+
+	// Control: a process that has just started (no observations) waits a full timeout.
+	fresh := newMonitor(nil)
+	check(fresh, t0.Add(7500*time.Millisecond))
+	if f := fresh.r.failedNodeSet(); len(f) != 0 {
+		t.Fatalf("a freshly started operator declared %v at its first check", f)
 	}
 }

@@ -106,7 +106,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	if r.Config.GatewayLivenessTimeout > 0 {
-		if err := mgr.Add(&livenessMonitor{r: r}); err != nil {
+		if err := mgr.Add(&livenessMonitor{r: r, elected: mgr.Elected()}); err != nil {
 			return err
 		}
 	}
