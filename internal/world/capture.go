@@ -19,14 +19,19 @@ type Capture struct {
 }
 
 // StartCapture records every packet on dev in namespace ns into <dir>/<name>.pcap. It
-// returns once tcpdump listens.
+// returns once tcpdump listens. ns is a named network namespace, or "pid:N" for the
+// network namespace of process N (a pod's).
 func (w *World) StartCapture(name, ns, dev string) (*Capture, error) {
 	c := &Capture{File: filepath.Join(w.dir, name+".pcap"), log: filepath.Join(w.dir, name+".tcpdump.log"), done: make(chan struct{})}
 	logf, err := os.Create(c.log)
 	if err != nil {
 		return nil, err
 	}
-	c.cmd = exec.Command("ip", "netns", "exec", ns, "tcpdump", "-ni", dev, "-s", "256", "--immediate-mode", "-U", "-w", c.File)
+	enter := []string{"ip", "netns", "exec", ns}
+	if pid, ok := strings.CutPrefix(ns, "pid:"); ok {
+		enter = []string{"nsenter", "-t", pid, "-n", "--"}
+	}
+	c.cmd = exec.Command(enter[0], append(enter[1:], "tcpdump", "-ni", dev, "-s", "256", "--immediate-mode", "-U", "-w", c.File)...)
 	c.cmd.Stdout, c.cmd.Stderr = logf, logf
 	if err := c.cmd.Start(); err != nil {
 		logf.Close()
@@ -58,6 +63,27 @@ func (c *Capture) Stop() {
 		_ = c.cmd.Process.Kill()
 		<-c.done
 	}
+}
+
+// PacketTimes returns when each captured packet matching a tcpdump filter was seen.
+func (c *Capture) PacketTimes(filter string) ([]time.Time, error) {
+	out, err := exec.Command("tcpdump", "-tt", "-nr", c.File, filter).Output()
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", c.File, err)
+	}
+	var times []time.Time
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 {
+			continue
+		}
+		var sec float64
+		if _, err := fmt.Sscan(f[0], &sec); err != nil {
+			return nil, fmt.Errorf("a line of tcpdump -tt without a time: %q", l)
+		}
+		times = append(times, time.Unix(0, int64(sec*1e9)))
+	}
+	return times, nil
 }
 
 // Packets returns the captured packets matching a tcpdump filter, one line each.

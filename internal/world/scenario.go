@@ -264,6 +264,60 @@ func (w *World) PowerOffNode(name string) error {
 	return w.stopNode(name)
 }
 
+// PartitionNode cuts a node off the network (its link down) and nothing else: its kubelet
+// and containers keep running, unable to reach the API server or anyone else. HealNode
+// ends it. The kernel drops the routes through a link that goes down (the node's pod
+// CIDR's among them): they are kept to be put back.
+func (w *World) PartitionNode(name string) error {
+	n, ok := w.Node(name)
+	if !ok {
+		return fmt.Errorf("unknown node %s", name)
+	}
+	routes, err := Exec("", "ip", "route", "show", "dev", n.Namespace)
+	if err != nil {
+		return err
+	}
+	var via []string
+	for _, l := range strings.Split(routes, "\n") {
+		if strings.Contains(l, " via ") {
+			via = append(via, strings.TrimSpace(l))
+		}
+	}
+	w.mu.Lock()
+	if w.partitioned == nil {
+		w.partitioned = map[string][]string{}
+	}
+	w.partitioned[name] = via
+	w.mu.Unlock()
+	_, err = Exec("", "ip", "link", "set", n.Namespace, "down")
+	return err
+}
+
+// HealNode brings a partitioned node's link back up, with the routes it carried.
+func (w *World) HealNode(name string) error {
+	n, ok := w.Node(name)
+	if !ok {
+		return fmt.Errorf("unknown node %s", name)
+	}
+	if _, err := Exec("", "ip", "link", "set", n.Namespace, "up"); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	routes := w.partitioned[name]
+	delete(w.partitioned, name)
+	w.mu.Unlock()
+	for _, r := range routes {
+		args := append([]string{"ip", "route", "replace"}, strings.Fields(r)...)
+		if !strings.Contains(r, " dev ") {
+			args = append(args, "dev", n.Namespace)
+		}
+		if _, err := Exec("", args...); err != nil {
+			return fmt.Errorf("restoring route %q: %w", r, err)
+		}
+	}
+	return nil
+}
+
 // stopNode kills a node's kubelet and every container it ran, and marks it lost.
 func (w *World) stopNode(name string) error {
 	n, ok := w.Node(name)

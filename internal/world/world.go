@@ -95,6 +95,9 @@ type World struct {
 
 	mu      sync.Mutex
 	cleanup []func() error
+	// partitioned: per node cut off by PartitionNode, the routes through its link that
+	// HealNode puts back.
+	partitioned map[string][]string
 	// lost are nodes LoseNode killed: machines that are gone, so nothing on them counts
 	// as left behind.
 	lost map[string]bool

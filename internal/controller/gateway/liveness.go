@@ -28,8 +28,9 @@ import (
 
 // livenessQuarantine is how long a node declared failed is left alone: no gateway is
 // placed on it and none stays. A node that really died is NotReady by then and the
-// usual rules keep it out; one that came back (a healed partition) takes gateways again.
-// It also keeps a flapping node from pulling gateways back and forth.
+// usual rules keep it out; one that came back (a healed partition) takes gateways again,
+// at once if the node controller had marked it NotReady and it turned Ready since. It
+// also keeps a flapping node from pulling gateways back and forth.
 const livenessQuarantine = 2 * time.Minute
 
 // LeaseView is what the failure decision needs of one liveness Lease: the node of the
@@ -205,22 +206,36 @@ func (m *livenessMonitor) check(ctx context.Context, now time.Time) error {
 			alive[v.Node] = true
 		}
 	}
-	for _, n := range r.declareFailed(failed, alive, lastSeen, now) {
+	// A declared node whose kubelet is heard again: its Ready condition turned True after
+	// the declaration (the node controller had given up on it, and the kubelet reported
+	// back, a healed partition).
+	back := map[string]time.Time{}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				back[n.Name] = c.LastTransitionTime.Time
+			}
+		}
+	}
+	for _, n := range r.declareFailed(failed, alive, back, lastSeen, now) {
 		m.wakeGatewaysOn(ctx, n)
 	}
 	return nil
 }
 
 // declareFailed records the nodes just found failed and forgets those whose quarantine
-// ended or whose gateway pods renew again; it returns the newly declared ones.
-func (r *Reconciler) declareFailed(failed []string, alive map[string]bool, lastSeen map[string]time.Time, now time.Time) []string {
+// ended, whose gateway pods renew again, or that turned Ready after they were declared
+// (readySince: when each Ready node's condition last turned True); it returns the newly
+// declared ones.
+func (r *Reconciler) declareFailed(failed []string, alive map[string]bool, readySince, lastSeen map[string]time.Time, now time.Time) []string {
 	r.novaMu.Lock()
 	defer r.novaMu.Unlock()
 	if r.failedNodes == nil {
 		r.failedNodes = map[string]nodeFailure{}
 	}
 	for n, f := range r.failedNodes {
-		if alive[n] || now.Sub(f.at) > livenessQuarantine {
+		if t, ok := readySince[n]; alive[n] || now.Sub(f.at) > livenessQuarantine || ok && t.After(f.at) {
 			delete(r.failedNodes, n)
 		}
 	}

@@ -199,3 +199,36 @@ func TestStandbyJudgesAtOnceWhenItTakesOver(t *testing.T) {
 		t.Fatalf("a freshly started operator declared %v at its first check", f)
 	}
 }
+
+// A declared node stays declared (placement avoids it) until its gateway pods renew
+// again, it turns Ready after the declaration (a healed partition the node controller had
+// marked NotReady), or the quarantine ends; it is declared once.
+func TestDeclaredNodeQuarantine(t *testing.T) {
+	r := &Reconciler{}
+	t0 := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	readyLongAgo := map[string]time.Time{"a": t0.Add(-time.Hour)}
+	if got := r.declareFailed([]string{"a"}, nil, readyLongAgo, nil, t0); !reflect.DeepEqual(got, []string{"a"}) {
+		t.Fatalf("declared %v, want [a]", got)
+	}
+	if got := r.declareFailed([]string{"a"}, nil, readyLongAgo, nil, t0.Add(time.Second)); len(got) != 0 || !r.failedNodeSet()["a"] {
+		t.Fatalf("declared again %v, set %v", got, r.failedNodeSet())
+	}
+	r.declareFailed(nil, nil, readyLongAgo, nil, t0.Add(time.Minute))
+	if !r.failedNodeSet()["a"] {
+		t.Fatal("released within the quarantine, though Ready only from before the declaration")
+	}
+	r.declareFailed(nil, nil, map[string]time.Time{"a": t0.Add(50 * time.Second)}, nil, t0.Add(61*time.Second))
+	if r.failedNodeSet()["a"] {
+		t.Fatal("still declared after it turned Ready again")
+	}
+	r.declareFailed([]string{"b"}, nil, nil, nil, t0)
+	r.declareFailed(nil, map[string]bool{"b": true}, nil, nil, t0.Add(time.Second))
+	if r.failedNodeSet()["b"] {
+		t.Fatal("still declared after a pod on it renewed")
+	}
+	r.declareFailed([]string{"c"}, nil, nil, nil, t0)
+	r.declareFailed(nil, nil, nil, nil, t0.Add(livenessQuarantine+time.Second))
+	if r.failedNodeSet()["c"] {
+		t.Fatal("still declared after the quarantine")
+	}
+}

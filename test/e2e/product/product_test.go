@@ -167,6 +167,7 @@ func TestProduct(t *testing.T) {
 	t.Run("charon killed: no plaintext on the public segment", e.charonKilled)
 	t.Run("containers start in any order and restart alone; IKE only on NIC2", e.startOrders)
 	t.Run("gateway pod deleted: traffic comes back", e.podDeleted)
+	t.Run("node partitioned: the gateway moves, the old pod loses the port and carries nothing, the healed kubelet stops it", e.nodePartitioned)
 	t.Run("node powered off: the gateway moves to the other node before NotReady and traffic comes back", e.nodeLost)
 	t.Run("gateway and link deleted: nothing is left", e.deleted)
 }
@@ -939,6 +940,136 @@ func (e *env) nodeLost(t *testing.T) {
 		return p != nil && p.Spec.NodeName == to && e.portalAnswers()
 	})
 	e.figure("node powered off -> traffic back", time.Since(start))
+	e.waitFor("the reverse exposure answers again", time.Minute, func() bool {
+		return e.answers(world.ServiceHostNamespace, e.reverseURL(), world.SiteHostBody)
+	})
+}
+
+// nodePartitioned cuts the gateway's node off the network while its kubelet and the
+// gateway pod keep running: the operator moves the gateway on the liveness Lease's
+// silence, and the Nova detach (the fence) takes the port's interface out of the old pod.
+// A capture in the old pod's own network namespace, from before the cut until its kubelet
+// stopped it after the heal, shows its packets to and from the client end before the
+// traffic came back through the new pod, and none after: two pods never carry the tunnel
+// at once. The heal waits for the node controller's NotReady, so the node's Ready again
+// also ends its quarantine for the steps after.
+func (e *env) nodePartitioned(t *testing.T) {
+	e.t = t
+	from := e.gateway().Status.NodeName
+	e.operatorOffNode(from)
+	old, err := e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
+	if err != nil || old == nil || old.Spec.NodeName != from {
+		t.Fatalf("the gateway's pod on %s: %v %v", from, old, err)
+	}
+	pid, err := e.w.PodPID(old, render.ContainerStrongswan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	capture, err := e.w.StartCapture("partition-old-pod", "pid:"+pid, "any")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			capture.Stop()
+		}
+	}()
+	e.waitFor("tunnel traffic through the old pod, captured", 30*time.Second, func() bool {
+		return e.portalAnswers()
+	})
+	// The client keeps sending through the tunnel all along (a request every 100 ms), so
+	// the old pod would see the client's packets for as long as it has the port.
+	url := e.portalURL()
+	probing, stopProbing := context.WithCancel(e.ctx)
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		for probing.Err() == nil {
+			_, _ = world.Get(probing, world.SiteHostNamespace, url, time.Second)
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	defer func() { stopProbing(); <-probed }()
+	start := time.Now()
+	if err := e.w.PartitionNode(from); err != nil {
+		t.Fatal(err)
+	}
+	healed := false
+	defer func() {
+		if !healed {
+			_ = e.w.HealNode(from)
+		}
+	}()
+	var to string
+	e.waitFor("the gateway moved to another node", 3*time.Minute, func() bool {
+		to = e.gateway().Status.NodeName
+		return to != "" && to != from
+	})
+	e.figure("node partitioned -> gateway pinned to another node", time.Since(start))
+	e.waitFor("traffic through the moved gateway", 3*time.Minute, func() bool {
+		p, _ := e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
+		return p != nil && p.Spec.NodeName == to && e.portalAnswers()
+	})
+	back := time.Now()
+	e.figure("node partitioned -> traffic back", back.Sub(start))
+	// The fence: the old pod, still running on the cut-off node, has no port any more.
+	links, err := world.Exec("", "nsenter", "-t", pid, "-n", "--", "ip", "-br", "link")
+	if err != nil {
+		t.Fatalf("the old pod's namespace: %v", err)
+	}
+	if strings.Contains(links, render.NIC2Interface) {
+		t.Errorf("the old pod on the partitioned node still has %s after the move:\n%s", render.NIC2Interface, links)
+	}
+	e.waitFor("node "+from+" NotReady (the node controller's grace period)", 2*time.Minute, func() bool {
+		var n corev1.Node
+		return e.w.Kube.Get(e.ctx, client.ObjectKey{Name: from}, &n) == nil && !nodeReady(&n)
+	})
+	if err := e.w.HealNode(from); err != nil {
+		t.Fatal(err)
+	}
+	healed = true
+	e.waitFor("the healed kubelet stopped the old pod", 3*time.Minute, func() bool {
+		_, err := e.w.PodPID(old, render.ContainerStrongswan)
+		return err != nil
+	})
+	e.figure("node partitioned -> healed kubelet stopped the old pod", time.Since(start))
+	e.waitFor("node "+from+" Ready again", 2*time.Minute, func() bool {
+		var n corev1.Node
+		return e.w.Kube.Get(e.ctx, client.ObjectKey{Name: from}, &n) == nil && nodeReady(&n)
+	})
+	capture.Stop()
+	stopped = true
+	times, err := capture.PacketTimes("host " + world.SiteWANAddress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, cut, after int
+	var last time.Time
+	for _, at := range times {
+		switch {
+		case at.Before(start):
+			before++
+		case at.Before(back):
+			cut++
+		default:
+			after++
+		}
+		if at.After(last) {
+			last = at
+		}
+	}
+	// The controls: the capture saw the old pod carry the tunnel before the cut, and the
+	// client's packets still reach it after the cut, until the port moved.
+	if before == 0 || cut == 0 {
+		t.Fatalf("the capture in the old pod saw %d packets to or from the client before the partition and %d after it: it proves nothing", before, cut)
+	}
+	if after > 0 {
+		t.Errorf("the old pod sent or received %d packets to or from the client after the traffic came back through the new pod (last %s, back %s)",
+			after, last.Format(time.RFC3339Nano), back.Format(time.RFC3339Nano))
+	}
+	t.Logf("old pod: %d packets to or from the client, %d before the partition, %d after it, the last %.2fs after it; traffic back through the new pod %.2fs after it",
+		len(times), before, cut, last.Sub(start).Seconds(), back.Sub(start).Seconds())
 	e.waitFor("the reverse exposure answers again", time.Minute, func() bool {
 		return e.answers(world.ServiceHostNamespace, e.reverseURL(), world.SiteHostBody)
 	})
