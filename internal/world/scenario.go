@@ -237,16 +237,6 @@ func (w *World) RestartKubelet(name string) error {
 	return err
 }
 
-// LoseNode makes a node die as a machine does: its kubelet stops, every container it ran
-// is killed, and its Node object is deleted (as the cloud controller manager deletes the
-// Node of a server that is gone).
-func (w *World) LoseNode(ctx context.Context, name string) error {
-	if err := w.stopNode(name); err != nil {
-		return err
-	}
-	return client.IgnoreNotFound(w.Kube.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}))
-}
-
 // PowerOffNode makes a node fail as a powered-off machine does: its kubelet and every
 // container it ran are killed and its network link goes down at once, and nothing else
 // happens: the Node object stays, Ready until the controller manager's node-monitor grace

@@ -98,7 +98,7 @@ type World struct {
 	// partitioned: per node cut off by PartitionNode, the routes through its link that
 	// HealNode puts back.
 	partitioned map[string][]string
-	// lost are nodes LoseNode killed: machines that are gone, so nothing on them counts
+	// lost are nodes PowerOffNode killed: machines that are gone, so nothing on them counts
 	// as left behind.
 	lost map[string]bool
 }

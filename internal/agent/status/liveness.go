@@ -19,9 +19,7 @@ type Renewer struct {
 	Key      client.ObjectKey
 	Holder   string
 	Interval time.Duration
-	// Now is the clock the renewal is stamped with (nil: the wall clock).
-	Now  func() time.Time
-	Logf func(string, ...any)
+	Logf     func(string, ...any)
 }
 
 // Run renews until ctx ends. A failed renewal is logged when its error changes (not every
@@ -66,11 +64,7 @@ func (r *Renewer) renew(ctx context.Context, lease *coordinationv1.Lease) (*coor
 			return nil, err
 		}
 	}
-	now := time.Now
-	if r.Now != nil {
-		now = r.Now
-	}
-	stamp := metav1.NewMicroTime(now())
+	stamp := metav1.NewMicroTime(time.Now())
 	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != r.Holder {
 		holder := r.Holder
 		lease.Spec.HolderIdentity = &holder
