@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -53,6 +54,26 @@ func TestManagerDefaults(t *testing.T) {
 	off, _, err := parseFlags([]string{"--leader-elect=false"}, func(string) string { return "" })
 	if err != nil || off.leaderElect {
 		t.Fatalf("--leader-elect=false: %v %v", off.leaderElect, err)
+	}
+	// controller-runtime's timing unless set; a shorter one reaches the manager.
+	if *opts.LeaseDuration != 15*time.Second || *opts.RenewDeadline != 10*time.Second || *opts.RetryPeriod != 2*time.Second {
+		t.Fatalf("leader election timing %s %s %s", *opts.LeaseDuration, *opts.RenewDeadline, *opts.RetryPeriod)
+	}
+	short, cfg, err := parseFlags([]string{"--leader-election-lease-duration=6s", "--leader-election-renew-deadline=4s", "--leader-election-retry-period=1s"}, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := managerOptions(short, cfg, scheme); *o.LeaseDuration != 6*time.Second || *o.RenewDeadline != 4*time.Second || *o.RetryPeriod != time.Second {
+		t.Fatalf("leader election timing %s %s %s, want 6s 4s 1s", *o.LeaseDuration, *o.RenewDeadline, *o.RetryPeriod)
+	}
+	for _, bad := range [][]string{
+		{"--leader-election-lease-duration=4s", "--leader-election-renew-deadline=4s"},
+		{"--leader-election-renew-deadline=2s", "--leader-election-retry-period=2s"},
+		{"--leader-election-retry-period=0s"},
+	} {
+		if _, _, err := parseFlags(bad, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "leader election") {
+			t.Errorf("%v: %v, want the leader election's rule", bad, err)
+		}
 	}
 }
 

@@ -60,6 +60,11 @@ type flags struct {
 	profiling      bool
 	showVersion    bool
 	zap            zap.Options
+
+	// The leader election's timing (controller-runtime's defaults: 15 s, 10 s, 2 s). A
+	// leader lost with its node is replaced after the Lease duration: shorter settings
+	// shorten that gap and make a slow API server cost the leader its Lease sooner.
+	leaseDuration, renewDeadline, retryPeriod time.Duration
 }
 
 // parseFlags reads the command line and the environment.
@@ -73,12 +78,21 @@ func parseFlags(args []string, getenv func(string) string) (flags, operatorconfi
 	// On by default: the service-CIDR and transit-IP allocators live in memory, so two
 	// replicas reconciling at once could hand out the same /24 or transit IP.
 	leaderElect := fs.Bool("leader-elect", true, "elect a leader so only one replica reconciles (turn off only for a single replica that must start without a Lease)")
+	leaseDuration := fs.Duration("leader-election-lease-duration", 15*time.Second, "how long a standby waits after the leader's last renewal before it takes the leader Lease")
+	renewDeadline := fs.Duration("leader-election-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew its Lease before it gives up leading (and exits)")
+	retryPeriod := fs.Duration("leader-election-retry-period", 2*time.Second, "how often the leader renews, and a standby tries to take, the leader Lease")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	profiling := fs.Bool("profiling", false, "also serve Go's pprof profiles under /debug/pprof/ on the metrics address")
 	f.zap.BindFlags(fs)
 	cfg, err := operatorconfig.Load(fs, args, getenv)
 	f.metricsAddr, f.probeAddr, f.leaderElect, f.showVersion, f.profiling = *metricsAddr, *probeAddr, *leaderElect, *showVersion, *profiling
 	f.metricsSecure, f.metricsCertDir = *metricsSecure, *metricsCertDir
+	f.leaseDuration, f.renewDeadline, f.retryPeriod = *leaseDuration, *renewDeadline, *retryPeriod
+	// client-go's own rule, checked here so a bad setting is one clear error at start.
+	if err == nil && (f.retryPeriod <= 0 || f.renewDeadline <= f.retryPeriod*6/5 || f.leaseDuration <= f.renewDeadline) {
+		err = fmt.Errorf("leader election: the lease duration (%s) must exceed the renew deadline (%s), which must exceed 1.2 times the retry period (%s)",
+			f.leaseDuration, f.renewDeadline, f.retryPeriod)
+	}
 	return f, cfg, err
 }
 
@@ -143,6 +157,9 @@ func managerOptions(f flags, cfg operatorconfig.Config, scheme *runtime.Scheme) 
 		// The process exits right after the manager stops, so handing the Lease over at
 		// once is safe and saves the next replica a lease duration.
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &f.leaseDuration,
+		RenewDeadline:                 &f.renewDeadline,
+		RetryPeriod:                   &f.retryPeriod,
 		// A read of a Secret through the manager's client goes to the API server, never
 		// into a cluster-wide informer: the operator keeps no Secret in memory. (It reads
 		// a tunnel's key only to check it, a ClusterLink's credential to use it, and
