@@ -51,7 +51,9 @@ func TestFailedNodes(t *testing.T) {
 // stranded pod is deleted. While the pod renews, nothing moves.
 func TestSilentGatewayPodMovesTheGatewayBeforeNotReady(t *testing.T) {
 	h := newHarness(t)
-	h.cfg.GatewayLivenessTimeout = 3 * time.Second
+	// Five renewals' worth (the renewer below renews every second), so a slow API server
+	// under a loaded test run does not pass for a silent pod.
+	h.cfg.GatewayLivenessTimeout = 5 * time.Second
 	h.cfg.NodeNotReadyGrace = time.Hour
 	h.node("node-b", "openstack:///"+serverB, true, nil)
 	h.psk("hq-psk", testPSK)
@@ -75,7 +77,7 @@ func TestSilentGatewayPodMovesTheGatewayBeforeNotReady(t *testing.T) {
 	eventually(t, "the operator created the liveness Lease", func() (bool, string) {
 		var l coordinationv1.Lease
 		err := env.Client.Get(h.ctx, key, &l)
-		return err == nil && l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds == 3, fmt.Sprintf("%v %+v", err, l.Spec)
+		return err == nil && l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds == 5, fmt.Sprintf("%v %+v", err, l.Spec)
 	})
 
 	// The status agent's renewer, as the pod runs it.
