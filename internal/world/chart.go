@@ -83,21 +83,35 @@ func (w *World) installChart(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	valuesFile := filepath.Join(w.dir, "values.yaml")
-	if err := os.WriteFile(valuesFile, vals, 0o600); err != nil {
+	w.valuesFile = filepath.Join(w.dir, "values.yaml")
+	if err := os.WriteFile(w.valuesFile, vals, 0o600); err != nil {
 		return err
 	}
+	w.helm = helm
 	w.onDown(func() error {
 		return w.runLogged(context.Background(), "helm-uninstall", nil, helm, "--kubeconfig", w.KubeConfig,
 			"--namespace", OperatorNamespace, "--release", ReleaseName, "--uninstall", "--timeout", "2m")
 	})
+	rel := w.Release
+	if w.opts.StartFrom != "" {
+		if w.Previous, err = w.PushPreviousRelease(ctx, w.opts.StartFrom); err != nil {
+			return err
+		}
+		rel = w.Previous.Release
+	}
+	return w.helmInstall(ctx, rel)
+}
+
+// helmInstall runs the Helm SDK's `helm upgrade --install --wait` of rel with the world's
+// values file.
+func (w *World) helmInstall(ctx context.Context, rel Release) error {
 	t0 := time.Now()
-	if err := w.runLogged(ctx, "helm-install", []string{"SSL_CERT_FILE=" + w.RegistryCA}, helm, "--kubeconfig", w.KubeConfig,
-		"--namespace", OperatorNamespace, "--release", ReleaseName, "--chart", w.Release.Chart, "--version", w.Release.Version,
-		"--values", valuesFile, "--timeout", "3m"); err != nil {
+	if err := w.runLogged(ctx, "helm-install-"+rel.Version, []string{"SSL_CERT_FILE=" + w.RegistryCA}, w.helm, "--kubeconfig", w.KubeConfig,
+		"--namespace", OperatorNamespace, "--release", ReleaseName, "--chart", rel.Chart, "--version", rel.Version,
+		"--values", w.valuesFile, "--timeout", "3m"); err != nil {
 		return err
 	}
 	w.progress("    Helm SDK install of %s --version %s as release %s in %s (values %s), waited for: operator Ready after %.1fs",
-		w.Release.Chart, w.Release.Version, ReleaseName, OperatorNamespace, valuesFile, time.Since(t0).Seconds())
+		rel.Chart, rel.Version, ReleaseName, OperatorNamespace, w.valuesFile, time.Since(t0).Seconds())
 	return nil
 }

@@ -59,15 +59,14 @@ const clientStrongswanConf = `charon {
 }
 `
 
-// clientSwanctlConf is the client's tunnel to the platform, written by hand from what
-// the platform team hands over: the gateway's floating IP (its IKE identity too), the
+// clientConnection is one of the client's tunnels to the platform, written by hand from
+// what the platform team hands over: the gateway's floating IP (its IKE identity too), the
 // gateway's service CIDR, and the pre-shared key. The client only answers; the gateway
 // initiates.
-const clientSwanctlConf = `connections {
-  platform {
+const clientConnection = `  %[1]s {
     version = 2
     local_addrs = 198.51.100.7
-    remote_addrs = %[1]s
+    remote_addrs = %[2]s
     proposals = aes256gcm16-prfsha384-ecp384
     dpd_delay = 10s
     local {
@@ -76,26 +75,33 @@ const clientSwanctlConf = `connections {
     }
     remote {
       auth = psk
-      id = %[1]s
+      id = %[2]s
     }
     children {
-      platform {
+      %[1]s {
         local_ts = 192.168.10.0/24
-        remote_ts = %[2]s
+        remote_ts = %[3]s
         esp_proposals = aes256gcm16-ecp384
         dpd_action = clear
       }
     }
   }
-}
-secrets {
-  ike-platform {
+`
+
+// clientSecret is the pre-shared key of one connection.
+const clientSecret = `  ike-%[1]s {
     id-a = 198.51.100.7
-    id-b = %[1]s
+    id-b = %[2]s
     secret = "%[3]s"
   }
-}
 `
+
+// SitePeer is one gateway the client site has a tunnel to.
+type SitePeer struct {
+	// Name names the connection and its child (Configure's is "platform").
+	Name                         string
+	FloatingIP, ServiceCIDR, PSK string
+}
 
 // Site is the running client site.
 type Site struct {
@@ -193,11 +199,23 @@ func (s *Site) Swanctl(args ...string) (string, error) {
 	return Exec(SiteNamespace, append([]string{"swanctl"}, append(args, "--uri", "unix://"+filepath.Join(s.dir, "charon.vici"))...)...)
 }
 
-// Configure loads the client's tunnel: the gateway's floating IP and service CIDR, and
-// the pre-shared key.
+// Configure loads the client's tunnel "platform": the gateway's floating IP and service
+// CIDR, and the pre-shared key.
 func (s *Site) Configure(floatingIP, serviceCIDR, psk string) error {
+	return s.ConfigurePeers([]SitePeer{{Name: "platform", FloatingIP: floatingIP, ServiceCIDR: serviceCIDR, PSK: psk}})
+}
+
+// ConfigurePeers loads the client's tunnels, one per gateway, replacing those loaded
+// before.
+func (s *Site) ConfigurePeers(peers []SitePeer) error {
+	var conns, secrets strings.Builder
+	for _, p := range peers {
+		fmt.Fprintf(&conns, clientConnection, p.Name, p.FloatingIP, p.ServiceCIDR)
+		fmt.Fprintf(&secrets, clientSecret, p.Name, p.FloatingIP, p.PSK)
+	}
 	f := filepath.Join(s.dir, "swanctl.conf")
-	if err := os.WriteFile(f, []byte(fmt.Sprintf(clientSwanctlConf, floatingIP, serviceCIDR, psk)), 0o600); err != nil {
+	conf := "connections {\n" + conns.String() + "}\nsecrets {\n" + secrets.String() + "}\n"
+	if err := os.WriteFile(f, []byte(conf), 0o600); err != nil {
 		return err
 	}
 	if _, err := s.Swanctl("--load-creds", "--noprompt", "--file", f); err != nil {

@@ -53,6 +53,10 @@ type Options struct {
 	Progress func(format string, args ...any)
 	// FabricLog receives the fabric's change lines (default: Progress).
 	FabricLog func(format string, args ...any)
+	// StartFrom, a commit of this repository, makes Up install the release built from
+	// that commit (PushPreviousRelease) instead of the current one, so a test can
+	// upgrade from it (InstallRelease of Release).
+	StartFrom string
 }
 
 // Node is one node of the world.
@@ -76,10 +80,16 @@ type World struct {
 	Registry, RegistryCA string
 	// Release is what hack/node/up.sh released into the registry.
 	Release Release
+	// Previous is the release Up installed when Options.StartFrom named a commit.
+	Previous *PreviousRelease
 	// Images are the pushed references by name (operator, gateway, gateway-wireguard,
 	// status-agent, pause), each tagged with the release's version (pause: its content),
 	// and ImageDigests their index digests (sha256:...).
 	Images, ImageDigests map[string]string
+
+	// helm is the Helm SDK's installer (test/chart/cmd/chart-install), valuesFile the
+	// values every install and upgrade uses.
+	helm, valuesFile string
 
 	simCmd  *exec.Cmd
 	simDone chan struct{}
@@ -203,6 +213,9 @@ func Up(ctx context.Context, opts Options) (w *World, err error) {
 
 // Dir is the world's scratch directory (logs, configuration).
 func (w *World) Dir() string { return w.dir }
+
+// Repo is the repository the world runs (its scripts, examples and chart).
+func (w *World) Repo() string { return w.opts.Repo }
 
 // Elapsed since Up began.
 func (w *World) Elapsed() time.Duration { return time.Since(w.start) }
