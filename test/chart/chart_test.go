@@ -141,8 +141,8 @@ func TestDeploymentEnvDefaults(t *testing.T) {
 	if _, ok := env["OS_CLOUD"]; ok {
 		t.Error("OS_CLOUD is set with format env; the operator would then ignore the OS_* variables")
 	}
-	if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
-		t.Errorf("replicas %v, want 1", d.Spec.Replicas)
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+		t.Errorf("replicas %v, want 2: a standby takes over when the leader's node is lost", d.Spec.Replicas)
 	}
 }
 
@@ -155,11 +155,14 @@ func TestDeploymentArgsProbesPorts(t *testing.T) {
 	fs := flag.NewFlagSet("bnerd-vpn-operator", flag.ContinueOnError)
 	fs.SetOutput(&bytes.Buffer{})
 	got := map[string]*string{}
+	durations := map[string]*time.Duration{}
 	var leaderElect *bool
 	for name, f := range flags {
 		switch f.kind {
 		case "String":
 			got[name] = fs.String(name, f.def, "")
+		case "Duration":
+			durations[name] = fs.Duration(name, 0, "")
 		case "Bool":
 			b := fs.Bool(name, f.def == "true", "")
 			if name == "leader-elect" {
@@ -182,6 +185,15 @@ func TestDeploymentArgsProbesPorts(t *testing.T) {
 	}
 	if leaderElect == nil || !*leaderElect {
 		t.Error("leader election is on by default but --leader-elect is not passed")
+	}
+	// The leader failover fits the node-failure bound: a standby takes the Lease 6 s after
+	// the leader's last renewal.
+	for name, want := range map[string]time.Duration{
+		"leader-election-lease-duration": 6 * time.Second, "leader-election-renew-deadline": 4 * time.Second, "leader-election-retry-period": time.Second,
+	} {
+		if durations[name] == nil || *durations[name] != want {
+			t.Errorf("--%s: %v, want %v by default", name, durations[name], want)
+		}
 	}
 
 	ports := map[string]int32{}
@@ -303,6 +315,11 @@ func TestValuesFlowToEnv(t *testing.T) {
 	// The operator elects a leader unless told not to: the chart must say so.
 	if !slices.Contains(c.Args, "--leader-elect=false") {
 		t.Errorf("leaderElection.enabled=false must pass --leader-elect=false (the operator's default is on); args %q", c.Args)
+	}
+	for _, a := range c.Args {
+		if strings.HasPrefix(a, "--leader-election-") {
+			t.Errorf("leader election off, yet its timing is passed: %s", a)
+		}
 	}
 	if n := r.count("Role"); n != 1 {
 		t.Errorf("with leader election off only the credentials Role is rendered, got %d Roles", n)

@@ -178,7 +178,11 @@ func TestOperatorPodConventions(t *testing.T) {
 	if !reflect.DeepEqual(pdb.Spec.Selector.MatchLabels, d.Spec.Selector.MatchLabels) {
 		t.Errorf("the PDB selects %v, the Deployment %v", pdb.Spec.Selector.MatchLabels, d.Spec.Selector.MatchLabels)
 	}
-	if len(d.Spec.Template.Spec.TopologySpreadConstraints) != 0 {
+	if len(d.Spec.Template.Spec.TopologySpreadConstraints) != 1 {
+		t.Error("the default two replicas are not spread over nodes")
+	}
+	one := mustRender(t, with(requiredValues(), "replicas", 1))
+	if d, _ := one.operator(t); len(d.Spec.Template.Spec.TopologySpreadConstraints) != 0 {
 		t.Error("one replica needs no spread")
 	}
 	min := mustRender(t, with(requiredValues(), "podDisruptionBudget.minAvailable", "50%"))

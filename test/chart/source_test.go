@@ -101,9 +101,10 @@ func stringConsts(t *testing.T, path string) map[string]string {
 	return out
 }
 
-// cmdFlag is a flag the operator's main defines on its FlagSet with fs.String or fs.Bool.
+// cmdFlag is a flag the operator's main defines on its FlagSet with fs.String, fs.Bool
+// or fs.Duration.
 type cmdFlag struct {
-	kind string // "String" or "Bool"
+	kind string // "String", "Bool" or "Duration"
 	def  string
 }
 
@@ -116,7 +117,7 @@ func mainFlags(t *testing.T, path string) map[string]cmdFlag {
 			return true
 		}
 		sel, ok := call.Fun.(*ast.SelectorExpr)
-		if !ok || (sel.Sel.Name != "String" && sel.Sel.Name != "Bool") {
+		if !ok || (sel.Sel.Name != "String" && sel.Sel.Name != "Bool" && sel.Sel.Name != "Duration") {
 			return true
 		}
 		if x, ok := sel.X.(*ast.Ident); !ok || x.Name != "fs" {
