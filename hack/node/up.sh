@@ -302,13 +302,15 @@ start kube-apiserver - "$CP_DIR/kube-apiserver" --etcd-servers "http://$CP_IP:$E
   --kubelet-certificate-authority "$STATE/pki/ca.crt" \
   --kubelet-preferred-address-types InternalIP
 wait_for 120 "kube-apiserver /readyz" K get --raw /readyz
+# The node controller keeps its default grace period (node-monitor-grace-period, 50 s in
+# this release): a gateway's failover is timed from the failure, not from NotReady.
 start kube-controller-manager - "$CP_DIR/kube-controller-manager" \
   --kubeconfig "$STATE/etc/controller-manager.kubeconfig" \
   --authentication-kubeconfig "$STATE/etc/controller-manager.kubeconfig" \
   --authorization-kubeconfig "$STATE/etc/controller-manager.kubeconfig" \
   --root-ca-file "$STATE/pki/ca.crt" --service-account-private-key-file "$STATE/pki/sa.key" \
   --use-service-account-credentials=true --leader-elect=false \
-  --bind-address "$CP_IP" --secure-port 10257 --node-monitor-grace-period 20s
+  --bind-address "$CP_IP" --secure-port 10257
 start kube-scheduler - "$CP_DIR/kube-scheduler" --kubeconfig "$STATE/etc/scheduler.kubeconfig" \
   --authentication-kubeconfig "$STATE/etc/scheduler.kubeconfig" \
   --authorization-kubeconfig "$STATE/etc/scheduler.kubeconfig" \

@@ -32,6 +32,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/rules"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/util/retry"
@@ -168,7 +169,7 @@ func TestProduct(t *testing.T) {
 	t.Run("containers start in any order and restart alone; IKE only on NIC2", e.startOrders)
 	t.Run("gateway pod deleted: traffic comes back", e.podDeleted)
 	t.Run("node partitioned: the gateway moves, the old pod loses the port and carries nothing, the healed kubelet stops it", e.nodePartitioned)
-	t.Run("node powered off: the gateway moves to the other node before NotReady and traffic comes back", e.nodeLost)
+	t.Run("node powered off with the operator's leader on it: the gateway moves to the other node before NotReady and traffic comes back", e.nodeLost)
 	t.Run("gateway and link deleted: nothing is left", e.deleted)
 }
 
@@ -410,6 +411,11 @@ func (e *env) firstAnswer(start time.Time, url func() string, want string) (time
 // failed. Requests answered before the outage began (the old pod still serving) do not
 // count. It runs in its own goroutine, so it reports by its result, never through t.
 func backAgain(ctx context.Context, u string, start time.Time) (time.Duration, error) {
+	return backAgainFrom(ctx, world.SiteHostNamespace, u, world.ServiceHostBody, start)
+}
+
+// backAgainFrom is backAgain from the namespace ns, answered with want.
+func backAgainFrom(ctx context.Context, ns, u, want string, start time.Time) (time.Duration, error) {
 	type probe struct {
 		done, ok bool
 		answer   time.Duration
@@ -426,9 +432,9 @@ func backAgain(ctx context.Context, u string, start time.Time) (time.Duration, e
 		probes = append(probes, p)
 		mu.Unlock()
 		go func() {
-			got, err := world.Get(ctx, world.SiteHostNamespace, u, 2*time.Second)
+			got, err := world.Get(ctx, ns, u, 2*time.Second)
 			mu.Lock()
-			p.done, p.ok, p.answer = true, err == nil && strings.HasPrefix(got, world.ServiceHostBody), time.Since(start)
+			p.done, p.ok, p.answer = true, err == nil && strings.HasPrefix(got, want), time.Since(start)
 			mu.Unlock()
 		}()
 		mu.Lock()
@@ -623,10 +629,14 @@ func (e *env) startOrders(t *testing.T) {
 			t.Fatalf("%v\n%s", err, out)
 		}
 	}
+	var op appsv1.Deployment
+	if err := e.w.Kube.Get(e.ctx, client.ObjectKey{Namespace: world.OperatorNamespace, Name: world.ReleaseName}, &op); err != nil || op.Spec.Replicas == nil {
+		t.Fatalf("the operator's Deployment: %v", err)
+	}
 	kubectl("scale", "-n", world.OperatorNamespace, "deployment/"+world.ReleaseName, "--replicas=0")
 	defer func() {
 		e.t = t
-		kubectl("scale", "-n", world.OperatorNamespace, "deployment/"+world.ReleaseName, "--replicas=1")
+		kubectl("scale", "-n", world.OperatorNamespace, "deployment/"+world.ReleaseName, fmt.Sprintf("--replicas=%d", *op.Spec.Replicas))
 	}()
 	e.waitFor("operator stopped", time.Minute, func() bool {
 		var pods corev1.PodList
@@ -909,13 +919,15 @@ func (e *env) podDeleted(t *testing.T) {
 }
 
 // nodeLost powers the gateway's node off (kubelet and containers killed, its link down,
-// the Node object left as it is): the operator learns it from the gateway's liveness Lease
-// going silent, not from NotReady (20 s in this world, 40-50 s on a default cluster), so
-// the gateway must have moved while the node was still Ready.
+// the Node object left as it is) with the operator's leader on it: the standby on the
+// other node takes the leader Lease once it runs out, and learns the failure from the
+// gateway's liveness Lease going silent, not from NotReady (the node controller's default
+// grace period, 50 s, as on a default cluster), so the gateway must have moved while the
+// node was still Ready.
 func (e *env) nodeLost(t *testing.T) {
 	e.t = t
 	from := e.gateway().Status.NodeName
-	e.operatorOffNode(from)
+	e.leaderOn(from)
 	start := time.Now()
 	if err := e.w.PowerOffNode(from); err != nil {
 		t.Fatal(err)
@@ -956,7 +968,7 @@ func (e *env) nodeLost(t *testing.T) {
 func (e *env) nodePartitioned(t *testing.T) {
 	e.t = t
 	from := e.gateway().Status.NodeName
-	e.operatorOffNode(from)
+	e.leaderOn(e.otherNode(from))
 	old, err := e.w.GatewayPod(e.ctx, world.TenantNamespace, "acme")
 	if err != nil || old == nil || old.Spec.NodeName != from {
 		t.Fatalf("the gateway's pod on %s: %v %v", from, old, err)
@@ -1075,63 +1087,83 @@ func (e *env) nodePartitioned(t *testing.T) {
 	})
 }
 
-// operatorOffNode moves the operator's pod off the node about to fail (cordon the node,
-// delete the pod, wait for its replacement elsewhere, uncordon): this run measures the
-// leader on the surviving node. A cordoned node keeps its gateways.
-func (e *env) operatorOffNode(node string) {
+// leaderElectionLease is the Lease the operator's replicas compete for (the operator's
+// LeaderElectionID), in the operator's namespace.
+const leaderElectionLease = "bnerd-vpn-operator.ipsec.bnerd.net"
+
+// leaderOn arranges the chart's two operator replicas so the leader runs on node and a
+// ready standby on another node: it deletes the leader's pod while the leader runs
+// elsewhere (the standby on node takes over) and a standby on node while both run there
+// (its replacement is spread to the other node). It then waits until the replicas have
+// watched the liveness Leases for longer than their timeout, since a replica that took
+// over sooner gives each Lease a full timeout from its own start: the figure measures
+// the detection, not a start.
+func (e *env) leaderOn(node string) {
 	t := e.t
 	t.Helper()
-	onNode := func() []corev1.Pod {
+	var deleted []string
+	e.waitFor("the operator's leader on "+node+" and a ready standby on another node", 4*time.Minute, func() bool {
+		var lease coordinationv1.Lease
+		if err := e.w.Kube.Get(e.ctx, client.ObjectKey{Namespace: world.OperatorNamespace, Name: leaderElectionLease}, &lease); err != nil || lease.Spec.HolderIdentity == nil {
+			return false
+		}
 		var pods corev1.PodList
-		_ = e.w.Kube.List(e.ctx, &pods, client.InNamespace(world.OperatorNamespace))
-		var out []corev1.Pod
-		for _, p := range pods.Items {
-			if p.Spec.NodeName == node {
-				out = append(out, p)
+		if err := e.w.Kube.List(e.ctx, &pods, client.InNamespace(world.OperatorNamespace)); err != nil {
+			return false
+		}
+		var leader *corev1.Pod
+		var standbyHere, standbyElsewhere []*corev1.Pod
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.DeletionTimestamp != nil {
+				return false // a replica on its way out: wait for the pair to settle
 			}
-		}
-		return out
-	}
-	pods := onNode()
-	if len(pods) == 0 {
-		return
-	}
-	cordon := func(on bool) {
-		t.Helper()
-		var n corev1.Node
-		if err := e.w.Kube.Get(e.ctx, client.ObjectKey{Name: node}, &n); err != nil {
-			t.Fatal(err)
-		}
-		n.Spec.Unschedulable = on
-		if err := e.w.Kube.Update(e.ctx, &n); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cordon(true)
-	for i := range pods {
-		t.Logf("operator pod %s runs on %s, the node to fail: moving it", pods[i].Name, node)
-		if err := e.w.Kube.Delete(e.ctx, &pods[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	e.waitFor("the operator running on another node", 3*time.Minute, func() bool {
-		var list corev1.PodList
-		_ = e.w.Kube.List(e.ctx, &list, client.InNamespace(world.OperatorNamespace))
-		ready := false
-		for _, p := range list.Items {
-			if p.Spec.NodeName == node {
+			switch {
+			case strings.HasPrefix(*lease.Spec.HolderIdentity, p.Name+"_"):
+				leader = p
+			case !podReady(p):
 				return false
-			}
-			for _, c := range p.Status.Conditions {
-				ready = ready || c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+			case p.Spec.NodeName == node:
+				standbyHere = append(standbyHere, p)
+			default:
+				standbyElsewhere = append(standbyElsewhere, p)
 			}
 		}
-		return ready
+		var victim *corev1.Pod
+		switch {
+		case leader == nil || !podReady(leader):
+			return false
+		case leader.Spec.NodeName == node && len(standbyElsewhere) > 0:
+			t.Logf("operator leader %s on %s, standby %s on %s", leader.Name, node, standbyElsewhere[0].Name, standbyElsewhere[0].Spec.NodeName)
+			return true
+		case leader.Spec.NodeName != node && len(standbyHere) > 0:
+			victim = leader
+		case leader.Spec.NodeName == node && len(standbyHere) > 0:
+			victim = standbyHere[0]
+		case leader.Spec.NodeName != node && len(standbyElsewhere) > 0:
+			victim = standbyElsewhere[0]
+		default:
+			return false
+		}
+		if !slices.Contains(deleted, victim.Name) {
+			deleted = append(deleted, victim.Name)
+			t.Logf("operator pod %s on %s deleted, to get the leader onto %s with a standby elsewhere", victim.Name, victim.Spec.NodeName, node)
+			_ = e.w.Kube.Delete(e.ctx, victim)
+		}
+		return false
 	})
-	cordon(false)
-	// The new leader gives every liveness Lease a full timeout from its own start before
-	// it judges any: let it pass, so the figure measures the detection, not the start.
 	time.Sleep(2 * operatorconfig.DefaultGatewayLivenessTimeout)
+}
+
+// otherNode is a node of the world other than name.
+func (e *env) otherNode(name string) string {
+	for _, n := range e.w.Nodes {
+		if n.Name != name {
+			return n.Name
+		}
+	}
+	e.t.Fatalf("no node other than %s", name)
+	return ""
 }
 
 func (e *env) deleted(t *testing.T) {
