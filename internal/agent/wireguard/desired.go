@@ -71,6 +71,34 @@ func FromConfig(cfg *gatewayconfig.Config, key wgtypes.Key) (Desired, error) {
 	return d, nil
 }
 
+// ReachOutInterval is the keepalive a peer at a fixed endpoint gets until its first
+// handshake with this device: WireGuard's REKEY_TIMEOUT, the pace at which it retries an
+// unanswered handshake anyway.
+const ReachOutInterval = 5 * time.Second
+
+// ReachOut makes the gateway start the handshake with every peer at a fixed endpoint
+// that has not completed one with dev yet (a new pod, a new peer): it gives such a peer
+// a keepalive of ReachOutInterval unless the config sets one. WireGuard sends a keepalive
+// at once when one is turned on, and with no session that starts a handshake; without it
+// a restarted gateway waits for the client's next packet, and the client starts a new
+// handshake only 15 s after its packets stopped being answered (KEEPALIVE_TIMEOUT +
+// REKEY_TIMEOUT). Once the peer has handshaken the keepalive is back to the config's.
+// A roaming peer has no address to reach.
+func ReachOut(dev *wgtypes.Device, d Desired) Desired {
+	handshook := map[wgtypes.Key]bool{}
+	for _, p := range dev.Peers {
+		handshook[p.PublicKey] = !p.LastHandshakeTime.IsZero()
+	}
+	out := d
+	out.Peers = append([]DesiredPeer(nil), d.Peers...)
+	for i, p := range out.Peers {
+		if p.Endpoint != nil && p.Keepalive == 0 && !handshook[p.PublicKey] {
+			out.Peers[i].Keepalive = ReachOutInterval
+		}
+	}
+	return out
+}
+
 // Changes returns the wgtypes.Config that turns dev into d, and whether anything needs
 // changing. Peers are updated one by one (never ReplacePeers): a peer whose settings are
 // unchanged is not sent, so its session and handshake state stay. A configured endpoint

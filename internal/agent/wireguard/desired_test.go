@@ -89,3 +89,64 @@ func TestChanges(t *testing.T) {
 		t.Fatalf("rotating: %+v", cfg)
 	}
 }
+
+// A peer at a fixed endpoint gets the reach-out keepalive until it has handshaken with
+// the device; a roaming peer and one with its own keepalive keep theirs; the desired
+// state passed in is not changed.
+func TestReachOut(t *testing.T) {
+	fixed, roaming, own := key(t).PublicKey(), key(t).PublicKey(), key(t).PublicKey()
+	ep := &net.UDPAddr{IP: net.IPv4(198, 51, 100, 7), Port: 51820}
+	want := Desired{Peers: []DesiredPeer{
+		{Name: "fixed", PublicKey: fixed, Endpoint: ep},
+		{Name: "roaming", PublicKey: roaming},
+		{Name: "own", PublicKey: own, Endpoint: ep, Keepalive: 25 * time.Second},
+	}}
+	keepalives := func(d Desired) []time.Duration {
+		var out []time.Duration
+		for _, p := range d.Peers {
+			out = append(out, p.Keepalive)
+		}
+		return out
+	}
+	same := func(got []time.Duration, want ...time.Duration) bool {
+		if len(got) != len(want) {
+			return false
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				return false
+			}
+		}
+		return true
+	}
+
+	// A fresh device (a new pod) and one whose peer never answered: reach out.
+	for name, dev := range map[string]*wgtypes.Device{
+		"fresh":      {},
+		"unanswered": {Peers: []wgtypes.Peer{{PublicKey: fixed, PersistentKeepaliveInterval: ReachOutInterval}}},
+	} {
+		got := ReachOut(dev, want)
+		if k := keepalives(got); !same(k, ReachOutInterval, 0, 25*time.Second) {
+			t.Errorf("%s device: keepalives %v, want [%v 0 25s]", name, k, ReachOutInterval)
+		}
+		// The device then gets it: the peer is new, or its keepalive changes.
+		cfg, ok := Changes(dev, got, map[wgtypes.Key]string{})
+		if name == "fresh" && (!ok || *cfg.Peers[0].PersistentKeepaliveInterval != ReachOutInterval) {
+			t.Errorf("fresh device: the peer is not configured with the reach-out keepalive: %+v", cfg.Peers)
+		}
+	}
+	if k := keepalives(want); !same(k, 0, 0, 25*time.Second) {
+		t.Errorf("ReachOut changed its input: %v", k)
+	}
+
+	// Handshaken: the config's keepalive again, and the device is told so.
+	dev := &wgtypes.Device{Peers: []wgtypes.Peer{{PublicKey: fixed, PersistentKeepaliveInterval: ReachOutInterval, LastHandshakeTime: time.Now()}}}
+	got := ReachOut(dev, want)
+	if k := keepalives(got); !same(k, 0, 0, 25*time.Second) {
+		t.Errorf("after the handshake: keepalives %v, want [0 0 25s]", k)
+	}
+	cfg, ok := Changes(dev, Desired{Peers: got.Peers[:1]}, map[wgtypes.Key]string{fixed: ep.String()})
+	if !ok || len(cfg.Peers) != 1 || cfg.Peers[0].PersistentKeepaliveInterval == nil || *cfg.Peers[0].PersistentKeepaliveInterval != 0 {
+		t.Errorf("after the handshake the reach-out keepalive is not turned off: %+v", cfg.Peers)
+	}
+}

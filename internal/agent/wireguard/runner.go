@@ -219,6 +219,7 @@ func (r *Runner) syncOnce() error {
 		// is in the last state file.
 		r.applied = r.previousApplication(dev.PublicKey)
 	}
+	want = ReachOut(dev, want)
 	if changes, ok := Changes(dev, want, r.lastEndpoint); ok {
 		// The key's application is stamped before the device is configured: a peer may
 		// complete a handshake with the new key while ConfigureDevice is still returning,
