@@ -59,7 +59,9 @@ func TestWireGuardOnTheNodeWorld(t *testing.T) {
 		return &gw
 	}
 	directory := func() string { return "https://" + vipOf(get().Status.Exposures, "directory") + ":636/" }
-	wiki := func() string { return "https://" + vipOf(get().Status.ReverseExposures, "wiki") + ":" + world.WGSiteHostPort + "/" }
+	wiki := func() string {
+		return "https://" + vipOf(get().Status.ReverseExposures, "wiki") + ":" + world.WGSiteHostPort + "/"
+	}
 
 	applied := t.Run("applied WireGuard gateway: the client's wg-quick from peer-config reaches the exposure, the service cluster the reverse exposure", func(t *testing.T) {
 		e.t = t
