@@ -1256,21 +1256,7 @@ func (e *env) releasePulled(t *testing.T) {
 // keeping its logs and captures when the test failed.
 func bringUp(t *testing.T, ctx context.Context) *world.World {
 	t.Helper()
-	w, err := world.Up(ctx, world.Options{Progress: t.Logf})
-	if err != nil {
-		t.Fatalf("bringing the world up: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := w.Down(); err != nil {
-			t.Errorf("tearing the world down: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("logs and captures kept in %s", w.Dir())
-		} else {
-			_ = os.RemoveAll(w.Dir())
-		}
-	})
-	return w
+	return bringUpWith(t, ctx, world.Options{})
 }
 
 // prepare starts the service hosts and the client site, and prepares the tenant's

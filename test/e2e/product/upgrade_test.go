@@ -187,7 +187,8 @@ func TestChartUpgradeFromThePreviousRelease(t *testing.T) {
 	t.Logf("FIGURE upgrade: at most %d gateways without traffic at once (budget %d)", outages.maxDown, budget)
 }
 
-// bringUpWith is bringUp with the world's options.
+// bringUpWith brings the node world up with opts for one test and tears it down at the
+// test's end, keeping its logs and captures when the test failed.
 func bringUpWith(t *testing.T, ctx context.Context, opts world.Options) *world.World {
 	t.Helper()
 	opts.Progress = t.Logf
