@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -16,6 +17,7 @@ type Capture struct {
 	done chan struct{}
 	File string
 	log  string
+	once sync.Once
 }
 
 // StartCapture records every packet on dev in namespace ns into <dir>/<name>.pcap. It
@@ -38,6 +40,8 @@ func (w *World) StartCapture(name, ns, dev string) (*Capture, error) {
 		return nil, err
 	}
 	go func() { _ = c.cmd.Wait(); logf.Close(); close(c.done) }()
+	// A test that fails before it stops its capture leaves it to the world's teardown.
+	w.onDown(func() error { c.Stop(); return nil })
 	for i := 0; i < 100; i++ {
 		b, _ := os.ReadFile(c.log)
 		if strings.Contains(string(b), "listening on") {
@@ -53,16 +57,19 @@ func (w *World) StartCapture(name, ns, dev string) (*Capture, error) {
 	return nil, fmt.Errorf("tcpdump on %s/%s did not start", ns, dev)
 }
 
-// Stop ends the capture (after a moment for packets in flight).
+// Stop ends the capture (after a moment for packets in flight); a second call does
+// nothing.
 func (c *Capture) Stop() {
-	time.Sleep(200 * time.Millisecond)
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.done:
-	case <-time.After(5 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-c.done
-	}
+	c.once.Do(func() {
+		time.Sleep(200 * time.Millisecond)
+		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-c.done:
+		case <-time.After(5 * time.Second):
+			_ = c.cmd.Process.Kill()
+			<-c.done
+		}
+	})
 }
 
 // PacketTimes returns when each captured packet matching a tcpdump filter was seen.
