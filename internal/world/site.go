@@ -120,44 +120,8 @@ func (w *World) StartSite(ctx context.Context) (*Site, error) {
 		return nil, err
 	}
 	w.onDown(s.stop)
-	for _, ns := range []string{SiteNamespace, SiteHostNamespace} {
-		if _, err := Exec("", "ip", "netns", "add", ns); err != nil {
-			return nil, err
-		}
-		if _, err := Exec(ns, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.disable_ipv6=1"); err != nil {
-			return nil, err
-		}
-		if _, err := Exec("", "ip", "-n", ns, "link", "set", "lo", "up"); err != nil {
-			return nil, err
-		}
-	}
-	if err := w.Fabric.PlugUpstream(SiteNamespace, "wan0", SiteWANAddress+"/24", SiteUpstream+"/24"); err != nil {
-		return nil, err
-	}
-	for _, args := range [][]string{
-		{"ip", "link", "add", "lan0", "netns", SiteNamespace, "type", "veth", "peer", "name", "eth0", "netns", SiteHostNamespace},
-		{"ip", "-n", SiteNamespace, "addr", "add", SiteLANGateway + "/24", "dev", "lan0"},
-		{"ip", "-n", SiteNamespace, "link", "set", "lan0", "up"},
-		{"ip", "-n", SiteHostNamespace, "addr", "add", SiteHostAddress + "/24", "dev", "eth0"},
-		{"ip", "-n", SiteHostNamespace, "link", "set", "eth0", "up"},
-		{"ip", "-n", SiteHostNamespace, "route", "add", "default", "via", SiteLANGateway},
-	} {
-		if _, err := Exec("", args...); err != nil {
-			return nil, err
-		}
-	}
-	// The client's own fail-closed rule: its LAN's traffic to the platform never leaves
-	// the WAN in the clear. Captures on the public segment then measure the platform's
-	// side only.
-	if err := nftIn(SiteNamespace, `table ip site_guard {
-  chain forward {
-    type filter hook forward priority filter; policy accept;
-    oifname "wan0" ip daddr 100.64.0.0/10 counter drop
-  }
-}`); err != nil {
-		return nil, err
-	}
-	srv, err := ServeHTTPS(SiteHostNamespace, SiteHostAddress+":"+SiteHostPort, SiteHostBody)
+	srv, err := w.plugSite(siteNet{ns: SiteNamespace, hostNS: SiteHostNamespace, wan: SiteWANAddress, upstream: SiteUpstream,
+		lanGateway: SiteLANGateway, host: SiteHostAddress, port: SiteHostPort, body: SiteHostBody})
 	if err != nil {
 		return nil, err
 	}
@@ -297,4 +261,52 @@ func nftIn(ns, rules string) error {
 		return fmt.Errorf("nft in %s: %w: %s", ns, err, out)
 	}
 	return nil
+}
+
+// siteNet is a client site's network: its router's namespace on the internet (wan, via
+// upstream) and its LAN host's namespace behind lanGateway, serving HTTPS.
+type siteNet struct {
+	ns, hostNS, wan, upstream, lanGateway, host, port, body string
+}
+
+// plugSite builds a client site's network: both namespaces, the router's uplink and the
+// LAN, the client's own fail-closed rule (its LAN's traffic to the platform's service
+// CIDRs never leaves the WAN in the clear, so captures on the public segment measure the
+// platform's side only), and the host's HTTPS service.
+func (w *World) plugSite(n siteNet) (*HTTPSServer, error) {
+	for _, ns := range []string{n.ns, n.hostNS} {
+		if _, err := Exec("", "ip", "netns", "add", ns); err != nil {
+			return nil, err
+		}
+		if _, err := Exec(ns, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.disable_ipv6=1"); err != nil {
+			return nil, err
+		}
+		if _, err := Exec("", "ip", "-n", ns, "link", "set", "lo", "up"); err != nil {
+			return nil, err
+		}
+	}
+	if err := w.Fabric.PlugUpstream(n.ns, "wan0", n.wan+"/24", n.upstream+"/24"); err != nil {
+		return nil, err
+	}
+	for _, args := range [][]string{
+		{"ip", "link", "add", "lan0", "netns", n.ns, "type", "veth", "peer", "name", "eth0", "netns", n.hostNS},
+		{"ip", "-n", n.ns, "addr", "add", n.lanGateway + "/24", "dev", "lan0"},
+		{"ip", "-n", n.ns, "link", "set", "lan0", "up"},
+		{"ip", "-n", n.hostNS, "addr", "add", n.host + "/24", "dev", "eth0"},
+		{"ip", "-n", n.hostNS, "link", "set", "eth0", "up"},
+		{"ip", "-n", n.hostNS, "route", "add", "default", "via", n.lanGateway},
+	} {
+		if _, err := Exec("", args...); err != nil {
+			return nil, err
+		}
+	}
+	if err := nftIn(n.ns, `table ip site_guard {
+  chain forward {
+    type filter hook forward priority filter; policy accept;
+    oifname "wan0" ip daddr 100.64.0.0/10 counter drop
+  }
+}`); err != nil {
+		return nil, err
+	}
+	return ServeHTTPS(n.hostNS, n.host+":"+n.port, n.body)
 }

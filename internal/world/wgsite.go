@@ -53,43 +53,8 @@ func (w *World) StartWireGuardSite(ctx context.Context) (*WGSite, error) {
 	if s.Key, err = wgtypes.GeneratePrivateKey(); err != nil {
 		return nil, err
 	}
-	for _, ns := range []string{WGSiteNamespace, WGSiteHostNamespace} {
-		if _, err := Exec("", "ip", "netns", "add", ns); err != nil {
-			return nil, err
-		}
-		if _, err := Exec(ns, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.disable_ipv6=1"); err != nil {
-			return nil, err
-		}
-		if _, err := Exec("", "ip", "-n", ns, "link", "set", "lo", "up"); err != nil {
-			return nil, err
-		}
-	}
-	if err := w.Fabric.PlugUpstream(WGSiteNamespace, "wan0", WGSiteWANAddress+"/24", WGSiteUpstream+"/24"); err != nil {
-		return nil, err
-	}
-	for _, args := range [][]string{
-		{"ip", "link", "add", "lan0", "netns", WGSiteNamespace, "type", "veth", "peer", "name", "eth0", "netns", WGSiteHostNamespace},
-		{"ip", "-n", WGSiteNamespace, "addr", "add", WGSiteLANGateway + "/24", "dev", "lan0"},
-		{"ip", "-n", WGSiteNamespace, "link", "set", "lan0", "up"},
-		{"ip", "-n", WGSiteHostNamespace, "addr", "add", WGSiteHostAddress + "/24", "dev", "eth0"},
-		{"ip", "-n", WGSiteHostNamespace, "link", "set", "eth0", "up"},
-		{"ip", "-n", WGSiteHostNamespace, "route", "add", "default", "via", WGSiteLANGateway},
-	} {
-		if _, err := Exec("", args...); err != nil {
-			return nil, err
-		}
-	}
-	// The client's own fail-closed rule, as at the IPsec site: its LAN's traffic to the
-	// platform's service CIDRs never leaves the WAN in the clear.
-	if err := nftIn(WGSiteNamespace, `table ip site_guard {
-  chain forward {
-    type filter hook forward priority filter; policy accept;
-    oifname "wan0" ip daddr 100.64.0.0/10 counter drop
-  }
-}`); err != nil {
-		return nil, err
-	}
-	srv, err := ServeHTTPS(WGSiteHostNamespace, WGSiteHostAddress+":"+WGSiteHostPort, WGSiteHostBody)
+	srv, err := w.plugSite(siteNet{ns: WGSiteNamespace, hostNS: WGSiteHostNamespace, wan: WGSiteWANAddress, upstream: WGSiteUpstream,
+		lanGateway: WGSiteLANGateway, host: WGSiteHostAddress, port: WGSiteHostPort, body: WGSiteHostBody})
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +91,7 @@ func (s *WGSite) Show() (string, error) {
 
 func (s *WGSite) wgQuick(verb, file string) (string, error) {
 	cmd := exec.Command("ip", "netns", "exec", WGSiteNamespace, "wg-quick", verb, file)
-	cmd.Env = append(os.Environ(), "WG_QUICK_USERSPACE_IMPLEMENTATION=wireguard-go", "WG_SUDO=1")
+	cmd.Env = append(os.Environ(), "WG_QUICK_USERSPACE_IMPLEMENTATION=wireguard-go")
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
