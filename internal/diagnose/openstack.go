@@ -105,7 +105,11 @@ func (r *run) checkAttachment(port *openstack.Port) {
 
 func (r *run) checkSecurityGroup(port *openstack.Port) {
 	st := r.g.status
-	const id, title = "openstack.securitygroup", "Security group admits each peer's IKE"
+	const id = "openstack.securitygroup"
+	title := "Security group admits each peer's IKE"
+	if r.g.isWireGuard() {
+		title = "Security group admits each peer's WireGuard handshake"
+	}
 	if st.SecurityGroupID == "" {
 		r.add(Check{ID: id, Title: title, Status: Skipped, Detail: "status.securityGroupID is not set yet"})
 		return
@@ -166,7 +170,7 @@ func (r *run) checkFloatingIP(port *openstack.Port) {
 	switch {
 	case openstack.IsNotFound(err):
 		r.add(Check{ID: id, Title: title, Status: Fail,
-			Detail:  fmt.Sprintf("floating IP %s (%s) does not exist any more: every peer's IKE goes to an address nobody holds", st.FloatingIPID, st.FloatingIP),
+			Detail:  fmt.Sprintf("floating IP %s (%s) does not exist any more: every peer's %s goes to an address nobody holds", st.FloatingIPID, st.FloatingIP, r.g.handshakeWord()),
 			Fix:     "An allocated address is allocated again (a new address: every client must change its remote gateway); a pinned one must be recreated first. Then " + r.nudge(),
 			Runbook: anchor(FindingFloatingIPMoved)})
 		return

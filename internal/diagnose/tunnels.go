@@ -101,7 +101,11 @@ func (r *run) checkTunnels(workloadUp bool) {
 	}
 	detail := fmt.Sprintf("%d/%d up", up, len(tunnels))
 	if newest >= 0 {
-		detail += fmt.Sprintf(", newest IKE SA established %s ago", newest.Round(time.Second))
+		what := "IKE SA established"
+		if g.isWireGuard() {
+			what = "handshake"
+		}
+		detail += fmt.Sprintf(", newest %s %s ago", what, newest.Round(time.Second))
 	}
 	r.add(Check{ID: "status.tunnels", Title: title, Status: Pass, Detail: detail})
 }
@@ -116,7 +120,11 @@ func (r *run) podName() string {
 // checkExporter reads the pod's exporter: charon's view (the status agent's listing,
 // published every second) and the NAT applies.
 func (r *run) checkExporter(podOK bool) {
-	const id, title = "exporter", "charon and NAT (the exporter's view)"
+	const id = "exporter"
+	title := "charon and NAT (the exporter's view)"
+	if r.g.isWireGuard() {
+		title = "WireGuard interface and NAT (the exporter's view)"
+	}
 	if r.src.SkipExporter {
 		r.add(Check{ID: id, Title: title, Status: Skipped, Detail: "not checked, on request", Requested: true})
 		return

@@ -41,6 +41,14 @@ func (g *gw) isWireGuard() bool {
 	return g.kind == "VPNGateway" && g.protocol == v1alpha1.VPNProtocolWireGuard
 }
 
+// handshakeWord names what a peer sends the gateway first, for the checks' details.
+func (g *gw) handshakeWord() string {
+	if g.isWireGuard() {
+		return "WireGuard handshake"
+	}
+	return "IKE"
+}
+
 // tunnelRef is a tunnel or WireGuard peer and how to name its far end.
 type tunnelRef struct{ name, peer string }
 

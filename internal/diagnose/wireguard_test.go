@@ -3,6 +3,7 @@ package diagnose
 import (
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -58,5 +59,30 @@ func TestWireGuardChecks(t *testing.T) {
 		if c := r.rep.Checks[0]; c.Status != tc.want || !strings.Contains(c.Detail, tc.text) {
 			t.Errorf("status %+v: %+v", tc.st, c)
 		}
+	}
+}
+
+// A WireGuard gateway's checks speak of handshakes and the interface, never of IKE or
+// charon, which it does not run.
+func TestWireGuardChecksSayWireGuard(t *testing.T) {
+	r := wgRun()
+	r.now = time.Now()
+	est := metav1.NewTime(r.now.Add(-time.Minute))
+	r.g.status.Tunnels = []v1alpha1.TunnelState{{Name: "hq", State: "Up", EstablishedAt: &est}, {Name: "laptop", State: "Up", EstablishedAt: &est}}
+	r.src.SkipExporter = true
+	r.checkTunnels(true)
+	r.checkExporter(true)
+	for _, c := range r.rep.Checks {
+		for _, s := range []string{c.Title, c.Detail} {
+			if strings.Contains(s, "IKE") || strings.Contains(s, "charon") {
+				t.Errorf("check %s of a WireGuard gateway says %q", c.ID, s)
+			}
+		}
+	}
+	if c := r.rep.Checks[0]; c.Status != Pass || !strings.Contains(c.Detail, "newest handshake 1m0s ago") {
+		t.Errorf("tunnels: %+v", c)
+	}
+	if c := r.rep.Checks[1]; !strings.Contains(c.Title, "WireGuard interface") {
+		t.Errorf("exporter: %+v", c)
 	}
 }
