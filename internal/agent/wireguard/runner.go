@@ -31,8 +31,10 @@ const (
 	DefaultTable    = 51820
 	DefaultPriority = 210
 	// DefaultFirewallMark marks the interface's encrypted packets; a rule at
-	// DefaultPriority-1 looks them up in the port's table (routing.DefaultTable), so
-	// they leave through NIC2 with the port's address, to fixed and roaming peers alike.
+	// DefaultPriority-2 looks them up in the port's table (routing.DefaultTable), so
+	// they leave through NIC2 with the port's address, to fixed and roaming peers alike,
+	// and one at DefaultPriority-1 makes them unreachable when that table has no route
+	// yet, so they never take the main table's default route onto the pod network.
 	DefaultFirewallMark = 0xca6c
 )
 
@@ -203,6 +205,9 @@ func (r *Runner) syncOnce() error {
 	if err != nil {
 		return err
 	}
+	if err := r.ensureRules(); err != nil {
+		return err
+	}
 	if r.fresh {
 		for i, p := range want.Peers {
 			if p.Endpoint == nil && r.learned[p.PublicKey] != nil {
@@ -219,7 +224,15 @@ func (r *Runner) syncOnce() error {
 		// is in the last state file.
 		r.applied = r.previousApplication(dev.PublicKey)
 	}
-	want = ReachOut(dev, want)
+	// The reach-out's first initiation goes only once the port's table routes it: sent
+	// earlier it is unreachable (ensureRules), and WireGuard tries again only after
+	// REKEY_TIMEOUT (5 s), which a restarted pod paid when its wireguard container came up
+	// before init-nat had routed the port. The next sync (Interval) reaches out.
+	if routed, err := r.portRouted(); err != nil {
+		return err
+	} else if routed {
+		want = ReachOut(dev, want)
+	}
 	if changes, ok := Changes(dev, want, r.lastEndpoint); ok {
 		// The key's application is stamped before the device is configured: a peer may
 		// complete a handshake with the new key while ConfigureDevice is still returning,
@@ -333,15 +346,40 @@ func (r *Runner) routes(link netlink.Link, want Desired) error {
 			}
 		}
 	}
+	return nil
+}
+
+// portRouted reports whether the port's table (init-nat's) has a route, so the
+// interface's encrypted packets can leave through NIC2.
+func (r *Runner) portRouted() (bool, error) {
+	rs, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: r.opts.PortTable}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return false, fmt.Errorf("reading the port's table %d: %w", r.opts.PortTable, err)
+	}
+	return len(rs) > 0, nil
+}
+
+// ensureRules installs the policy rules, before the device is configured: the encrypted
+// packets first, out of the port by their mark, and unreachable while the port's table
+// (init-nat's) has no route yet; then everything else to the peers' networks into the
+// interface. Without the unreachable rule a handshake sent before init-nat's first run
+// took the main table's default route: seen on the node world, a handshake initiation on
+// the pod network when the wireguard container started before init-nat.
+func (r *Runner) ensureRules() error {
 	rules, err := netlink.RuleList(netlink.FAMILY_V4)
 	if err != nil {
 		return err
 	}
-	// The encrypted packets first: out of the port, by their mark; then everything
-	// else to the peers' networks into the interface.
 	for _, want := range []struct {
 		prio, table, mark int
-	}{{r.opts.Priority - 1, r.opts.PortTable, r.opts.FirewallMark}, {r.opts.Priority, table, 0}} {
+		typ               uint8
+	}{
+		{r.opts.Priority - 2, r.opts.PortTable, r.opts.FirewallMark, unix.RTN_UNICAST},
+		{r.opts.Priority - 1, 0, r.opts.FirewallMark, unix.RTN_UNREACHABLE},
+		{r.opts.Priority, r.opts.Table, 0, unix.RTN_UNICAST},
+	} {
+		// The listing does not carry a rule's type (netlink's RuleList leaves it
+		// unset); priority, table and mark tell the three apart.
 		found := false
 		for _, ru := range rules {
 			if ru.Table == want.table && ru.Priority == want.prio && int(ru.Mark) == want.mark {
@@ -352,12 +390,12 @@ func (r *Runner) routes(link netlink.Link, want Desired) error {
 			continue
 		}
 		ru := netlink.NewRule()
-		ru.Table, ru.Priority, ru.Family = want.table, want.prio, netlink.FAMILY_V4
+		ru.Table, ru.Priority, ru.Family, ru.Type = want.table, want.prio, netlink.FAMILY_V4, want.typ
 		if want.mark != 0 {
 			ru.Mark = uint32(want.mark)
 		}
 		if err := netlink.RuleAdd(ru); err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("rule priority %d lookup %d: %w", want.prio, want.table, err)
+			return fmt.Errorf("rule priority %d (table %d, type %d): %w", want.prio, want.table, want.typ, err)
 		}
 	}
 	return nil
