@@ -93,8 +93,13 @@ func (r *run) checkTunnels(workloadUp bool) {
 	}
 	newest := time.Duration(-1)
 	for _, s := range g.status.Tunnels {
-		if s.EstablishedAt != nil {
-			if age := r.now.Sub(s.EstablishedAt.Time); newest < 0 || age < newest {
+		// An IKE SA's establishment; a WireGuard peer reports its latest handshake.
+		at := s.EstablishedAt
+		if g.isWireGuard() {
+			at = s.LatestHandshake
+		}
+		if at != nil {
+			if age := r.now.Sub(at.Time); newest < 0 || age < newest {
 				newest = age
 			}
 		}

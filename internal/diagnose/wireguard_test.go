@@ -68,7 +68,7 @@ func TestWireGuardChecksSayWireGuard(t *testing.T) {
 	r := wgRun()
 	r.now = time.Now()
 	est := metav1.NewTime(r.now.Add(-time.Minute))
-	r.g.status.Tunnels = []v1alpha1.TunnelState{{Name: "hq", State: "Up", EstablishedAt: &est}, {Name: "laptop", State: "Up", EstablishedAt: &est}}
+	r.g.status.Tunnels = []v1alpha1.TunnelState{{Name: "hq", State: "Up", LatestHandshake: &est}, {Name: "laptop", State: "Up", LatestHandshake: &est}}
 	r.src.SkipExporter = true
 	r.checkTunnels(true)
 	r.checkExporter(true)
