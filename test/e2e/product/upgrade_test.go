@@ -189,7 +189,7 @@ func TestChartUpgradeFromThePreviousRelease(t *testing.T) {
 
 // bringUpWith brings the node world up with opts for one test and tears it down at the
 // test's end, keeping its logs and captures when the test failed.
-func bringUpWith(t *testing.T, ctx context.Context, opts world.Options) *world.World {
+func bringUpWith(t testing.TB, ctx context.Context, opts world.Options) *world.World {
 	t.Helper()
 	opts.Progress = t.Logf
 	w, err := world.Up(ctx, opts)

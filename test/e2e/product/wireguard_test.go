@@ -2,12 +2,14 @@ package product
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/rules"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,8 +29,10 @@ var wgGateway = client.ObjectKey{Namespace: world.TenantNamespace, Name: "acme-w
 // its side up with wg-quick (userspace wireguard-go: this kernel has no WireGuard) from
 // what `kubectl vpn peer-config --format wireguard` prints; the client's host reaches an
 // exposure and the service cluster reaches the client's host through a reverse exposure;
-// `kubectl vpn diagnose` finds nothing wrong; a deleted gateway pod brings the traffic
-// back, measured as for IPsec.
+// `kubectl vpn diagnose` finds nothing wrong; with the wireguard container killed no
+// plaintext to the client's subnet reaches the public segment (and without the guard it
+// does); a deleted gateway pod and a powered-off node bring the traffic back, measured as
+// for IPsec.
 func TestWireGuardOnTheNodeWorld(t *testing.T) {
 	requirements(t)
 	for _, b := range []string{"wireguard-go", "wg", "wg-quick"} {
@@ -142,8 +146,209 @@ func TestWireGuardOnTheNodeWorld(t *testing.T) {
 		}
 	})
 
+	t.Run("listen port admitted from the peer's endpoint only, by the fabric; a removed rule is restored", func(t *testing.T) {
+		e.t = t
+		pod, err := w.GatewayPod(ctx, wgGateway.Namespace, wgGateway.Name)
+		if err != nil || pod == nil {
+			t.Fatalf("the WireGuard gateway's pod: %v", err)
+		}
+		pid, err := w.PodPID(pod, render.ContainerWireGuard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fip := get().Status.FloatingIP
+		port := v1.DefaultWireGuardListenPort
+		// Datagrams to the listen port from a new source port of the peer's endpoint
+		// address (not its WireGuard port, so not the tunnel's own flow and its
+		// connection state) and from the upstream network, an address no peer has; the
+		// capture on the pod's port interface sees what the fabric let through.
+		send := func(ns string) {
+			_, _ = world.Exec(ns, "bash", "-c", fmt.Sprintf("for i in 1 2 3 4 5; do echo probe > /dev/udp/%s/%d; sleep 0.1; done", fip, port))
+		}
+		fromPeer := fmt.Sprintf("udp dst port %d and src host %s and not src port %d", port, world.WGSiteWANAddress, world.WGSiteListenPort)
+		fromStranger := fmt.Sprintf("udp dst port %d and not src host %s", port, world.WGSiteWANAddress)
+		probe := func(name string) (peer, stranger int) {
+			c, err := w.StartCapture(name, "pid:"+pid, render.NIC2Interface)
+			if err != nil {
+				t.Fatal(err)
+			}
+			send(world.WGSiteNamespace)
+			send(w.Fabric.UpstreamNamespace())
+			time.Sleep(500 * time.Millisecond)
+			c.Stop()
+			p, err := c.Packets(fromPeer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := c.Packets(fromStranger)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(p), len(s)
+		}
+		if peer, stranger := probe("listen-port-admitted"); peer == 0 || stranger > 0 {
+			t.Fatalf("at the pod's port: %d datagrams from the peer's address (want some), %d from elsewhere (want none)", peer, stranger)
+		}
+
+		r, err := w.CloudReader(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, err := rules.List(r.Network(), rules.ListOpts{SecGroupID: get().Status.SecurityGroupID, Direction: "ingress", Protocol: "udp",
+			RemoteIPPrefix: world.WGSiteWANAddress + "/32"}).AllPages(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := rules.ExtractRules(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rs) != 1 || rs[0].PortRangeMin != int(port) {
+			t.Fatalf("want one rule admitting udp/%d from %s/32, got %+v", port, world.WGSiteWANAddress, rs)
+		}
+		if err := rules.Delete(ctx, r.Network(), rs[0].ID).ExtractErr(); err != nil {
+			t.Fatal(err)
+		}
+		e.waitFor("the peer's new flows dropped without the rule", time.Minute, func() bool {
+			peer, _ := probe("listen-port-removed")
+			return peer == 0
+		})
+		gw := get()
+		if gw.Annotations == nil {
+			gw.Annotations = map[string]string{}
+		}
+		gw.Annotations["e2e.bnerd.net/poke"] = time.Now().Format(time.RFC3339Nano)
+		if err := w.Kube.Update(ctx, gw); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		e.waitFor("the operator restored the rule: the peer's datagrams arrive again", 2*time.Minute, func() bool {
+			peer, stranger := probe("listen-port-restored")
+			if stranger > 0 {
+				t.Fatalf("%d datagrams from an address no peer has reached the pod", stranger)
+			}
+			return peer > 0
+		})
+		e.figure("wireguard: reconcile -> listen-port rule restored, admitted", time.Since(start))
+	})
+
+	t.Run("wireguard container killed: no plaintext to the client's subnet on the public segment", func(t *testing.T) {
+		e.t = t
+		pod, err := w.GatewayPod(ctx, wgGateway.Namespace, wgGateway.Name)
+		if err != nil || pod == nil {
+			t.Fatalf("the WireGuard gateway's pod: %v", err)
+		}
+		restarts := func() int32 {
+			p, _ := w.GatewayPod(ctx, wgGateway.Namespace, wgGateway.Name)
+			if p == nil {
+				return -1
+			}
+			for _, c := range p.Status.ContainerStatuses {
+				if c.Name == render.ContainerWireGuard {
+					return c.RestartCount
+				}
+			}
+			return -1
+		}
+		traffic := func() func() (int64, int64) {
+			return e.requests(request{world.WGSiteHostNamespace, directory(), world.DirectoryBody},
+				request{world.ServiceHostNamespace, wiki(), world.WGSiteHostBody})
+		}
+		backUp := func() {
+			e.waitFor("tunnel and traffic back", 3*time.Minute, func() bool {
+				return get().Status.TunnelsReady == "1/1" && e.answers(world.WGSiteHostNamespace, directory(), world.DirectoryBody) &&
+					e.answers(world.ServiceHostNamespace, wiki(), world.WGSiteHostBody)
+			})
+		}
+		// The pod also opens connections from its port's address to the client's host
+		// while the interface is gone: the guard's output rule covers those, and without
+		// it they leave in the clear through the port and the router, for certain.
+		portIP := get().Status.PortFixedIP
+		clientHost := "https://" + world.WGSiteHostAddress + ":" + world.WGSiteHostPort + "/"
+		fromPod := func(p *corev1.Pod) {
+			_, _ = w.InPod(p, render.ContainerExporter, "curl", "-sk", "--max-time", "1", "--interface", portIP, clientHost)
+		}
+		const plaintextWG = "ip and net " + world.WGSiteLAN
+
+		// Negative control: the same kill with the guard's rules removed must put
+		// plaintext on the public segment, or the capture below proves nothing.
+		t.Run("negative control: without the guard the capture sees plaintext", func(t *testing.T) {
+			e.t = t
+			defer e.unguard(pod, render.WireGuardInterface)()
+			cap := e.publicCapture("wireguard-kill-unguarded")
+			defer cap.Stop()
+			stop := traffic()
+			time.Sleep(time.Second)
+			if err := w.KillContainer(pod, render.ContainerWireGuard); err != nil {
+				t.Fatal(err)
+			}
+			var leaked []string
+			e.waitFor("plaintext on the public segment without the guard", time.Minute, func() bool {
+				fromPod(pod)
+				leaked, _ = cap.Packets(plaintextWG)
+				return len(leaked) > 0
+			})
+			stop()
+			t.Logf("without the guard, %d plaintext packets reached the public segment, e.g. %s", len(leaked), leaked[0])
+		})
+		e.t = t
+		e.waitFor("wireguard restarted after the control", 2*time.Minute, func() bool { return restarts() >= 1 })
+		backUp()
+
+		pod, _ = w.GatewayPod(ctx, wgGateway.Namespace, wgGateway.Name)
+		before := restarts()
+		cap := e.publicCapture("wireguard-kill-guarded")
+		stop := traffic()
+		time.Sleep(time.Second)
+		start := time.Now()
+		if err := w.KillContainer(pod, render.ContainerWireGuard); err != nil {
+			t.Fatal(err)
+		}
+		// The guarded pod tries its own connections too, from the kill until the new
+		// interface is up.
+		e.waitFor("wireguard restarted", 2*time.Minute, func() bool {
+			fromPod(pod)
+			return restarts() > before
+		})
+		backUp()
+		e.figure("wireguard: wireguard container killed -> traffic back", time.Since(start))
+		time.Sleep(time.Second)
+		ok, failed := stop()
+		cap.Stop()
+		leaked, err := cap.Packets(plaintextWG)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(leaked) > 0 {
+			t.Errorf("%d plaintext packets to or from the client's subnet on the public segment while the WireGuard interface was gone, e.g. %s", len(leaked), leaked[0])
+		}
+		all, _ := cap.Packets("ip")
+		t.Logf("guarded: %d requests answered, %d not while the interface was gone; %d packets captured, 0 plaintext", ok, failed, len(all))
+		if failed == 0 {
+			t.Errorf("no request failed while the wireguard container was down: the kill did not interrupt anything, so the capture proves nothing")
+		}
+	})
+
+	t.Run("WireGuard containers start in any order and restart alone; handshakes only on NIC2", func(t *testing.T) {
+		e.startOrdersOf(t, orderedGateway{
+			name:       wgGateway.Name,
+			containers: []string{render.ContainerInitNAT, render.ContainerWireGuard, render.ContainerStatus},
+			wire:       fmt.Sprintf("udp port %d", v1.DefaultWireGuardListenPort),
+			working: func() bool {
+				return get().Status.TunnelsReady == "1/1" && e.answers(world.WGSiteHostNamespace, directory(), world.DirectoryBody)
+			},
+			figurePrefix: "wireguard: ",
+		})
+	})
+
 	t.Run("WireGuard gateway pod deleted: traffic comes back", func(t *testing.T) {
 		e.t = t
+		// The operator and the gateway's own template back after the steps before.
+		e.waitFor("the gateway converged", 3*time.Minute, func() bool {
+			p, _ := w.GatewayPod(ctx, wgGateway.Namespace, wgGateway.Name)
+			return p != nil && p.Spec.Containers[0].Command == nil && podReady(p) &&
+				e.answers(world.WGSiteHostNamespace, directory(), world.DirectoryBody)
+		})
 		for i := range 3 {
 			old, err := w.GatewayPod(ctx, wgGateway.Namespace, wgGateway.Name)
 			if err != nil || old == nil {
@@ -182,6 +387,54 @@ func TestWireGuardOnTheNodeWorld(t *testing.T) {
 		}
 	})
 
+	// lostNode is the node powered off: its kubelet never finishes the old pod's deletion.
+	var lostNode string
+	t.Run("WireGuard gateway's node powered off with the operator's leader on it: the gateway moves before NotReady and traffic comes back", func(t *testing.T) {
+		e.t = t
+		from := get().Status.NodeName
+		e.leaderOn(from)
+		u := directory()
+		start := time.Now()
+		probed := make(chan struct{})
+		var back time.Duration
+		var backErr error
+		go func() {
+			back, backErr = backAgainFrom(ctx, world.WGSiteHostNamespace, u, world.DirectoryBody, start)
+			close(probed)
+		}()
+		if err := w.PowerOffNode(from); err != nil {
+			t.Fatal(err)
+		}
+		lostNode = from
+		var to string
+		readyAtMove := false
+		e.waitFor("the gateway moved to another node", 3*time.Minute, func() bool {
+			to = get().Status.NodeName
+			if to == "" || to == from {
+				return false
+			}
+			var n corev1.Node
+			readyAtMove = w.Kube.Get(ctx, client.ObjectKey{Name: from}, &n) == nil && nodeReady(&n)
+			return true
+		})
+		e.figure("wireguard: node powered off -> gateway pinned to another node", time.Since(start))
+		if !readyAtMove {
+			t.Errorf("node %s was no longer Ready when the gateway moved: the move did not come from the liveness Lease", from)
+		}
+		e.waitFor("traffic through the moved gateway", 5*time.Minute, func() bool {
+			p, _ := w.GatewayPod(ctx, wgGateway.Namespace, wgGateway.Name)
+			return p != nil && p.Spec.NodeName == to && e.answers(world.WGSiteHostNamespace, u, world.DirectoryBody)
+		})
+		<-probed
+		if backErr != nil {
+			t.Fatal(backErr)
+		}
+		e.figure("wireguard: node powered off -> traffic back", back)
+		e.waitFor("the reverse exposure answers again", time.Minute, func() bool {
+			return e.answers(world.ServiceHostNamespace, wiki(), world.WGSiteHostBody)
+		})
+	})
+
 	t.Run("WireGuard gateway and link deleted: nothing is left", func(t *testing.T) {
 		e.t = t
 		for _, obj := range []client.Object{get(), &v1.ClusterLink{ObjectMeta: metav1.ObjectMeta{Name: "svc01-link"}}} {
@@ -195,7 +448,13 @@ func TestWireGuardOnTheNodeWorld(t *testing.T) {
 			left, err = w.Leftovers(ctx, world.TenantNamespace)
 			var pods corev1.PodList
 			_ = w.Kube.List(ctx, &pods, client.InNamespace(world.TenantNamespace))
-			return err == nil && len(left) == 0 && len(pods.Items) == 0
+			running := 0
+			for _, p := range pods.Items {
+				if p.Spec.NodeName != lostNode || lostNode == "" {
+					running++
+				}
+			}
+			return err == nil && len(left) == 0 && running == 0
 		})
 	})
 }
