@@ -152,7 +152,7 @@ fuzz:
 ## sandbox: the whole product with the examples applied (root); SANDBOX_ARGS=--stay keeps
 ## it running, SANDBOX_ARGS=--objects-only runs the objects-only sandbox (no root), and
 ## SANDBOX_ARGS=--openstack=real runs that against the real OpenStack of hack/openstack.sh.
-sandbox: controlplane
+sandbox: deps controlplane
 	KUBEBUILDER_ASSETS=$$(bash hack/controlplane.sh --print-dir) $(GO) run ./cmd/sandbox $(SANDBOX_ARGS)
 
 ## unit: the quick loop while developing: -short starts no API server and needs no root

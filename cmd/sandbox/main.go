@@ -68,6 +68,7 @@ func main() {
 	seedPath := flag.String("seed", "examples/sim-estate.yaml", "simulator seed")
 	gatewayPath := flag.String("gateway", "examples/ipsecgateway.yaml", "gateway manifest to apply")
 	linkPath := flag.String("clusterlink", "examples/clusterlink.yaml", "ClusterLink manifest to apply after the gateway (empty: none)")
+	wireGuardPath := flag.String("wireguard", "examples/vpngateway-wireguard.yaml", "WireGuard gateway manifest the whole-product sandbox applies beside the IPsec one, with its own client site (empty: none)")
 	objectsOnly := flag.Bool("objects-only", false, "run the objects-only sandbox (API server, simulator, operator binary; no root needed) instead of the whole product")
 	flag.StringVar(&openstackKind, "openstack", "sim", "sim: the OpenStack simulator; real: the real OpenStack of hack/openstack.sh (brought up if it is not running; needs root); runs the objects-only story")
 	flag.Parse()
@@ -81,7 +82,7 @@ func main() {
 	if *objectsOnly || openstackKind != "sim" {
 		err = run(*stay, *timeout, *seedPath, *gatewayPath, *linkPath)
 	} else {
-		err = runProduct(*stay, *timeout, *gatewayPath, *linkPath)
+		err = runProduct(*stay, *timeout, *gatewayPath, *linkPath, *wireGuardPath)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "sandbox: %v\n", err)

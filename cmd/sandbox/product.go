@@ -35,7 +35,7 @@ func productNotReady(r *metav1.Condition) string {
 // runProduct is the full sandbox: the whole product on this machine (internal/world) with
 // the examples applied, a client's tunnel carrying traffic both ways, and everything
 // deleted and checked gone at the end. It needs root.
-func runProduct(stay bool, timeout time.Duration, gatewayPath, linkPath string) (err error) {
+func runProduct(stay bool, timeout time.Duration, gatewayPath, linkPath, wireGuardPath string) (err error) {
 	if why := world.Requirements(); why != "" {
 		return fmt.Errorf("%s; run `make sandbox SANDBOX_ARGS=--objects-only` for the objects-only sandbox", why)
 	}
@@ -68,8 +68,8 @@ func runProduct(stay bool, timeout time.Duration, gatewayPath, linkPath string) 
 	for _, p := range w.Timings {
 		fmt.Printf("    %-75s %6.1fs\n", p.Phase, p.Duration.Seconds())
 	}
-	step("release %s in the world's registry %s: the operator installed with helm install %s --version %s; the nodes pull %s, %s, %s",
-		w.Release.Version, w.Registry, w.Release.Chart, w.Release.Version, w.Images["operator"], w.Images["gateway"], w.Images["status-agent"])
+	step("release %s in the world's registry %s: the operator installed with helm install %s --version %s; the nodes pull %s, %s, %s, %s",
+		w.Release.Version, w.Registry, w.Release.Chart, w.Release.Version, w.Images["operator"], w.Images["gateway"], w.Images["gateway-wireguard"], w.Images["status-agent"])
 
 	step("service cluster hosts: the portal %s:443 in svc01, the directory %s:636 in vpn01 (HTTPS)", world.ServiceHostAddress, world.DirectoryAddress)
 	if err := w.StartServiceHosts(); err != nil {
@@ -176,6 +176,13 @@ func runProduct(stay bool, timeout time.Duration, gatewayPath, linkPath string) 
 		fmt.Println(indent(strings.TrimSpace(out)))
 	}
 
+	var wg *v1.VPNGateway
+	if wireGuardPath != "" {
+		if wg, err = runWireGuard(ctx, w, timeout, wireGuardPath); err != nil {
+			return fail(err)
+		}
+	}
+
 	step("OpenStack objects the operator produced (read through the OpenStack API)")
 	if err := printCloud(ctx, w); err != nil {
 		return err
@@ -186,7 +193,10 @@ func runProduct(stay bool, timeout time.Duration, gatewayPath, linkPath string) 
 		step("the sandbox stays up; press Ctrl-C to delete everything and stop")
 		fmt.Printf("    export KUBECONFIG=%s   # kubectl: %s\n", w.KubeConfig, w.Kubectl)
 		fmt.Printf("    ip netns exec %s curl -k https://%s/         # the client host through the tunnel\n", world.SiteHostNamespace, vip(gw.Status.Exposures, "portal"))
-		fmt.Printf("    namespaces: nodes %s, fabric %s, upstream %s, client %s/%s\n", nodeNamespaces(w), w.Fabric.FabricNamespace(), w.Fabric.UpstreamNamespace(), world.SiteNamespace, world.SiteHostNamespace)
+		if wg != nil {
+			fmt.Printf("    ip netns exec %s curl -k https://%s/         # the WireGuard client host through its tunnel\n", world.WGSiteHostNamespace, vip(wg.Status.Exposures, "portal"))
+		}
+		fmt.Printf("    namespaces: nodes %s, fabric %s, upstream %s, client %s/%s, WireGuard client %s/%s\n", nodeNamespaces(w), w.Fabric.FabricNamespace(), w.Fabric.UpstreamNamespace(), world.SiteNamespace, world.SiteHostNamespace, world.WGSiteNamespace, world.WGSiteHostNamespace)
 		<-ctx.Done()
 		ctx = context.Background()
 	}
@@ -200,6 +210,12 @@ func runProduct(stay bool, timeout time.Duration, gatewayPath, linkPath string) 
 	step("deleting the gateway")
 	if err := deleteAndWait(ctx, w.Kube, gw, timeout); err != nil {
 		return fail(err)
+	}
+	if wg != nil {
+		step("deleting the WireGuard gateway")
+		if err := deleteAndWait(ctx, w.Kube, wg, timeout); err != nil {
+			return fail(err)
+		}
 	}
 	var left []string
 	err = world.Poll(ctx, 250*time.Millisecond, timeout, "nothing left", func() (bool, error) {

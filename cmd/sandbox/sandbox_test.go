@@ -62,8 +62,9 @@ func TestSandboxObjectsOnlyRunsToCompletion(t *testing.T) {
 // TestSandboxProductRunsToCompletion runs `make sandbox`'s default mode as a user does
 // (root): the whole product with the examples applied. It checks the output shows the
 // phases converging, the pod on its pinned node with net1 carrying the port's MAC, the
-// tunnel up, requests answered both ways through it, and nothing left after the
-// deletion; and that no stack trace or controller-runtime logger dump is printed.
+// tunnel up, requests answered both ways through it, the same for the WireGuard gateway
+// beside it, and nothing left after the deletion; and that no stack trace or
+// controller-runtime logger dump is printed.
 func TestSandboxProductRunsToCompletion(t *testing.T) {
 	testenv.SkipUnit(t, "the product sandbox starts a cluster")
 	if why := world.Requirements(); why != "" {
@@ -93,6 +94,13 @@ func TestSandboxProductRunsToCompletion(t *testing.T) {
 		"(exposure portal (svc01)) through the tunnel: \"svc01 portal at 10.251.0.20",
 		"(reverse exposure erp (client)) through the tunnel: \"client erp at 192.168.10.5",
 		"ingress udp 500-500 from 198.51.100.7/32",
+		// The WireGuard gateway beside it, its client site configured from peer-config.
+		"VPNGateway tenant-a/acme-wg is Ready",
+		"(exposure portal (svc01)) through the WireGuard tunnel: \"svc01 portal at 10.251.0.20",
+		"(reverse exposure wiki (WireGuard client)) through the WireGuard tunnel: \"client wiki at 192.168.20.5",
+		"latest handshake",
+		"ingress udp 51820-51820 from 192.0.2.8/32",
+		"deleting the WireGuard gateway",
 		"nothing is left",
 		"stopping the world",
 		// Two kubelets run here: before the client configures its side, the sandbox says

@@ -51,5 +51,9 @@ func runWireGuardStatus(ctx context.Context, snaps chan source.Snapshot, cl clie
 	tn := &source.Tunnels{Logf: log.Printf}
 	go tn.Follow(ctx, snaps)
 	src := &status.WireGuardSource{StateFile: stateFile}
-	(&status.Agent{Tunnels: tn.Get, State: src.State, Write: src.Writer(cl, heartbeat), Interval: interval, Logf: log.Printf}).Run(ctx)
+	// A round as soon as the wireguard role writes news (it rewrites the file every
+	// second), besides the interval.
+	kick, kicked := status.Kicker()
+	go src.WatchState(ctx, time.Second, kicked)
+	(&status.Agent{Tunnels: tn.Get, State: src.State, Write: src.Writer(cl, heartbeat), Kick: kick, Interval: interval, Logf: log.Printf}).Run(ctx)
 }

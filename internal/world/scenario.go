@@ -49,6 +49,15 @@ func (w *World) PrepareTenant(ctx context.Context, psk string) error {
 // Apply creates the object of a one-document manifest (path relative to the repository
 // root); namespace is the default for a namespaced object that names none.
 func (w *World) Apply(ctx context.Context, path string, obj client.Object, namespace string) error {
+	if err := w.Load(path, obj, namespace); err != nil {
+		return err
+	}
+	return w.Kube.Create(ctx, obj)
+}
+
+// Load decodes the manifest at path (relative to the repository) into obj, in namespace
+// unless the manifest names one, without creating it.
+func (w *World) Load(path string, obj client.Object, namespace string) error {
 	if !filepath.IsAbs(path) {
 		path = filepath.Join(w.opts.Repo, path)
 	}
@@ -63,7 +72,7 @@ func (w *World) Apply(ctx context.Context, path string, obj client.Object, names
 	if obj.GetNamespace() == "" {
 		obj.SetNamespace(namespace)
 	}
-	return w.Kube.Create(ctx, obj)
+	return nil
 }
 
 // Poll calls cond every interval until it returns true or an error, or timeout passes.

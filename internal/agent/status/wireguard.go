@@ -2,7 +2,10 @@ package status
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -85,4 +88,44 @@ func (w *WireGuardSource) Writer(c client.Client, heartbeat time.Duration) Write
 		mu.Unlock()
 		return wr.Write(ctx, tunnels, ready)
 	}
+}
+
+// WatchState kicks the agent when the wireguard role's state file says something new
+// about the peers: a handshake, a new key on the interface, a peer appearing or going. The
+// file is rewritten every second with a fresh UpdatedAt, which alone is no news. Without
+// it a WireGuard gateway's status followed a handshake only at the agent's next round (10
+// s by default; IPsec's agent is kicked by charon's events instead): the sandbox's
+// gateway turned Ready 10 s after its first handshake. A file that cannot be read is no
+// news either; the agent's rounds report it.
+func (w *WireGuardSource) WatchState(ctx context.Context, every time.Duration, kick func()) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	last := ""
+	for {
+		if b, err := os.ReadFile(w.StateFile); err == nil {
+			var st wgstate.State
+			if json.Unmarshal(b, &st) == nil {
+				if sig := peersSignature(st); sig != last {
+					last = sig
+					kick()
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// peersSignature is what the status reports from a state, without its timestamps of
+// reading and byte counters.
+func peersSignature(st wgstate.State) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s\n", st.PublicKey, st.KeyAppliedAt.Format(time.RFC3339Nano))
+	for _, p := range st.Peers {
+		fmt.Fprintf(&b, "%s %s %s %s\n", p.Name, p.PublicKey, p.Endpoint, p.LatestHandshake.Format(time.RFC3339Nano))
+	}
+	return b.String()
 }

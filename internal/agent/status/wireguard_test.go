@@ -1,7 +1,9 @@
 package status
 
 import (
+	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -34,4 +36,48 @@ func TestComputeWireGuard(t *testing.T) {
 	if ready != "0/1" || got[0].State != StateDown || !strings.Contains(got[0].Message, "last reported") {
 		t.Fatalf("stale state: %+v %s", got, ready)
 	}
+}
+
+// WatchState kicks on news about the peers (the first state, a handshake, a new key) and
+// not on the role's rewrites that only move UpdatedAt and the byte counters.
+func TestWatchStateKicksOnNews(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "wg.json")
+	src := &WireGuardSource{StateFile: path}
+	kicks := make(chan struct{}, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	now := time.Now().UTC()
+	st := wgstate.State{UpdatedAt: now, Interface: "wg0", PublicKey: "gw1", Peers: []wgstate.Peer{{Name: "hq", PublicKey: "hq1"}}}
+	write := func() {
+		t.Helper()
+		if err := wgstate.Write(path, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write()
+	go src.WatchState(ctx, 10*time.Millisecond, func() { kicks <- struct{}{} })
+	// expect waits for a kick (want) or makes sure none comes within 200 ms (20 reads).
+	expect := func(what string, want bool) {
+		t.Helper()
+		select {
+		case <-kicks:
+			if !want {
+				t.Errorf("%s: kicked, want no kick", what)
+			}
+		case <-time.After(200 * time.Millisecond):
+			if want {
+				t.Errorf("%s: no kick", what)
+			}
+		}
+	}
+	expect("the first state", true)
+	st.UpdatedAt, st.Peers[0].ReceiveBytes = now.Add(time.Second), 1234
+	write()
+	expect("a rewrite with a new UpdatedAt and byte counts", false)
+	st.Peers[0].LatestHandshake = now.Add(2 * time.Second)
+	write()
+	expect("a handshake", true)
+	st.PublicKey, st.KeyAppliedAt = "gw2", now.Add(3*time.Second)
+	write()
+	expect("a new key on the interface", true)
 }

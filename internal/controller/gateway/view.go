@@ -168,7 +168,13 @@ func routedSubnets(spec *v1alpha1.GatewaySpec) []string {
 // conditionTypes are the phase conditions Ready summarises for this gateway: a WireGuard
 // gateway also has its key phase.
 func (g *gateway) conditionTypes() []string {
-	if g.wg == nil {
+	return ConditionTypesFor(g.wg != nil)
+}
+
+// ConditionTypesFor are the phase conditions of an IPsec gateway, or of a WireGuard one
+// (which also has its key phase, after Validated).
+func ConditionTypesFor(wireGuard bool) []string {
+	if !wireGuard {
 		return ConditionTypes
 	}
 	out := []string{ConditionTypes[0], v1alpha1.ConditionWireGuardKeyReady}
