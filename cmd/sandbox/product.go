@@ -143,33 +143,16 @@ func runProduct(stay bool, timeout time.Duration, gatewayPath, linkPath, wireGua
 		}
 	}
 
-	vip := func(list []v1.AllocatedAddress, name string) string {
-		for _, a := range list {
-			if a.Name == name {
-				return a.VirtualIP
-			}
-		}
-		return ""
-	}
-	requests := []struct{ from, fromNS, what, url, want string }{
-		{"client host " + world.SiteHostAddress, world.SiteHostNamespace, "exposure portal (svc01)", "https://" + vip(gw.Status.Exposures, "portal") + ":443/", world.ServiceHostBody},
-		{"client host " + world.SiteHostAddress, world.SiteHostNamespace, "exposure directory (vpn01)", "https://" + vip(gw.Status.Exposures, "directory") + ":636/", world.DirectoryBody},
-		{"service cluster host " + world.ServiceHostAddress, world.ServiceHostNamespace, "reverse exposure erp (client)", "https://" + vip(gw.Status.ReverseExposures, "erp") + ":" + world.SiteHostPort + "/", world.SiteHostBody},
+	requests := []request{
+		{"client host " + world.SiteHostAddress, world.SiteHostNamespace, "exposure portal (svc01)", "https://" + world.VIPOf(gw.Status.Exposures, "portal") + ":443/", world.ServiceHostBody},
+		{"client host " + world.SiteHostAddress, world.SiteHostNamespace, "exposure directory (vpn01)", "https://" + world.VIPOf(gw.Status.Exposures, "directory") + ":636/", world.DirectoryBody},
+		{"service cluster host " + world.ServiceHostAddress, world.ServiceHostNamespace, "reverse exposure erp (client)", "https://" + world.VIPOf(gw.Status.ReverseExposures, "erp") + ":" + world.SiteHostPort + "/", world.SiteHostBody},
 	}
 	if link == nil {
 		requests = requests[1:2]
 	}
-	for _, r := range requests {
-		var body string
-		err := world.Poll(ctx, 200*time.Millisecond, timeout, r.what+" answering", func() (bool, error) {
-			b, err := world.Get(ctx, r.fromNS, r.url, 2*time.Second)
-			body = b
-			return err == nil && strings.HasPrefix(b, r.want), nil
-		})
-		if err != nil {
-			return fail(err)
-		}
-		step("%s -> %s (%s) through the tunnel: %q", r.from, r.url, r.what, body)
+	if err := answered(ctx, timeout, "the tunnel", requests); err != nil {
+		return fail(err)
 	}
 	if out, err := site.Swanctl("--list-sas"); err == nil {
 		step("the client's view (swanctl --list-sas at the client site)")
@@ -192,9 +175,9 @@ func runProduct(stay bool, timeout time.Duration, gatewayPath, linkPath, wireGua
 		keepLogs = true
 		step("the sandbox stays up; press Ctrl-C to delete everything and stop")
 		fmt.Printf("    export KUBECONFIG=%s   # kubectl: %s\n", w.KubeConfig, w.Kubectl)
-		fmt.Printf("    ip netns exec %s curl -k https://%s/         # the client host through the tunnel\n", world.SiteHostNamespace, vip(gw.Status.Exposures, "portal"))
+		fmt.Printf("    ip netns exec %s curl -k https://%s/         # the client host through the tunnel\n", world.SiteHostNamespace, world.VIPOf(gw.Status.Exposures, "portal"))
 		if wg != nil {
-			fmt.Printf("    ip netns exec %s curl -k https://%s/         # the WireGuard client host through its tunnel\n", world.WGSiteHostNamespace, vip(wg.Status.Exposures, "portal"))
+			fmt.Printf("    ip netns exec %s curl -k https://%s/         # the WireGuard client host through its tunnel\n", world.WGSiteHostNamespace, world.VIPOf(wg.Status.Exposures, "portal"))
 		}
 		fmt.Printf("    namespaces: nodes %s, fabric %s, upstream %s, client %s/%s, WireGuard client %s/%s\n", nodeNamespaces(w), w.Fabric.FabricNamespace(), w.Fabric.UpstreamNamespace(), world.SiteNamespace, world.SiteHostNamespace, world.WGSiteNamespace, world.WGSiteHostNamespace)
 		<-ctx.Done()
@@ -227,6 +210,27 @@ func runProduct(stay bool, timeout time.Duration, gatewayPath, linkPath, wireGua
 		return fail(fmt.Errorf("left behind: %s (%v)", strings.Join(left, "; "), err))
 	}
 	step("nothing is left: no OpenStack port, floating IP, security group or route of the gateway or the link; no NIC stand-in, XFRM state, nftables table or gateway container on any node; no gateway object in Kubernetes")
+	return nil
+}
+
+// request is one request through a tunnel: from a namespace, and the body that means
+// it answered.
+type request struct{ from, fromNS, what, url, want string }
+
+// answered polls each request until it answers, and prints the answer.
+func answered(ctx context.Context, timeout time.Duration, through string, requests []request) error {
+	for _, r := range requests {
+		var body string
+		err := world.Poll(ctx, 200*time.Millisecond, timeout, r.what+" answering", func() (bool, error) {
+			b, err := world.Get(ctx, r.fromNS, r.url, 2*time.Second)
+			body = b
+			return err == nil && strings.HasPrefix(b, r.want), nil
+		})
+		if err != nil {
+			return err
+		}
+		step("%s -> %s (%s) through %s: %q", r.from, r.url, r.what, through, body)
+	}
 	return nil
 }
 

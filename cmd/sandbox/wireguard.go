@@ -63,28 +63,11 @@ func runWireGuard(ctx context.Context, w *world.World, timeout time.Duration, pa
 	if err := waitReady(ctx, w.Kube, gw, func() []metav1.Condition { return gw.Status.Conditions }, []string{v1.ConditionReady}, timeout, nil); err != nil {
 		return gw, err
 	}
-	vip := func(list []v1.AllocatedAddress, name string) string {
-		for _, a := range list {
-			if a.Name == name {
-				return a.VirtualIP
-			}
-		}
-		return ""
-	}
-	for _, r := range []struct{ from, fromNS, what, url, want string }{
-		{"WireGuard client host " + world.WGSiteHostAddress, world.WGSiteHostNamespace, "exposure portal (svc01)", "https://" + vip(gw.Status.Exposures, "portal") + ":443/", world.ServiceHostBody},
-		{"service cluster host " + world.ServiceHostAddress, world.ServiceHostNamespace, "reverse exposure wiki (WireGuard client)", "https://" + vip(gw.Status.ReverseExposures, "wiki") + ":" + world.WGSiteHostPort + "/", world.WGSiteHostBody},
-	} {
-		var body string
-		err := world.Poll(ctx, 200*time.Millisecond, timeout, r.what+" answering", func() (bool, error) {
-			b, err := world.Get(ctx, r.fromNS, r.url, 2*time.Second)
-			body = b
-			return err == nil && strings.HasPrefix(b, r.want), nil
-		})
-		if err != nil {
-			return gw, err
-		}
-		step("%s -> %s (%s) through the WireGuard tunnel: %q", r.from, r.url, r.what, body)
+	if err := answered(ctx, timeout, "the WireGuard tunnel", []request{
+		{"WireGuard client host " + world.WGSiteHostAddress, world.WGSiteHostNamespace, "exposure portal (svc01)", "https://" + world.VIPOf(gw.Status.Exposures, "portal") + ":443/", world.ServiceHostBody},
+		{"service cluster host " + world.ServiceHostAddress, world.ServiceHostNamespace, "reverse exposure wiki (WireGuard client)", "https://" + world.VIPOf(gw.Status.ReverseExposures, "wiki") + ":" + world.WGSiteHostPort + "/", world.WGSiteHostBody},
+	}); err != nil {
+		return gw, err
 	}
 	if out, err := site.Show(); err == nil {
 		step("the client's view (wg show at the WireGuard client site)")

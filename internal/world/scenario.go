@@ -474,3 +474,14 @@ func (w *World) Gateway(ctx context.Context) (*v1.IPsecGateway, error) {
 	gw := &v1.IPsecGateway{}
 	return gw, w.Kube.Get(ctx, GatewayKey, gw)
 }
+
+// VIPOf is the virtual IP allocated to the exposure or reverse exposure called name in a
+// gateway's status ("" when there is none).
+func VIPOf(list []v1.AllocatedAddress, name string) string {
+	for _, a := range list {
+		if a.Name == name {
+			return a.VirtualIP
+		}
+	}
+	return ""
+}

@@ -37,6 +37,7 @@ import (
 
 	"bnerd.net/vpn-operator/internal/agent/nat"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
+	e2enetns "bnerd.net/vpn-operator/test/e2e/netns"
 )
 
 // Names and addresses; everything lives in the benchmark's own namespaces.
@@ -243,17 +244,11 @@ func connRate(t *testing.T, target string, d time.Duration, parallel int) result
 func throughput(t *testing.T, vip string, d time.Duration) float64 {
 	t.Helper()
 	out := run(t, "ip", inNS(nsClient, "iperf3", "-J", "-c", vip, "-p", strconv.Itoa(iperfPort), "-t", strconv.Itoa(int(d.Seconds())))...)
-	var r struct {
-		End struct {
-			SumReceived struct {
-				BitsPerSecond float64 `json:"bits_per_second"`
-			} `json:"sum_received"`
-		} `json:"end"`
+	mbits, err := e2enetns.IperfMbits(out)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		t.Fatalf("iperf3 output: %v", err)
-	}
-	return r.End.SumReceived.BitsPerSecond / 1e6
+	return mbits
 }
 
 func TestNATPacketCost(t *testing.T) {

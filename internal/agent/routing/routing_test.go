@@ -2,43 +2,15 @@ package routing
 
 import (
 	"net"
-	"runtime"
 	"testing"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
 	"bnerd.net/vpn-operator/internal/testenv"
 )
 
-// inNewNetns runs f on a locked thread inside a fresh network namespace.
-func inNewNetns(t *testing.T, f func()) {
-	t.Helper()
-	testenv.NeedRoot(t, "needs root to create a network namespace")
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread() // the thread is discarded, never returned to the pool
-		orig, err := netns.Get()
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer orig.Close()
-		ns, err := netns.New()
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer ns.Close()
-		f()
-		_ = netns.Set(orig)
-	}()
-	<-done
-}
-
 func TestApplyIdempotent(t *testing.T) {
-	inNewNetns(t, func() {
+	testenv.InNewNetns(t, func() {
 		la := netlink.NewLinkAttrs()
 		la.Name = "net1"
 		// veth rather than dummy: the dummy module is not always available
@@ -106,7 +78,7 @@ func TestApplyIdempotent(t *testing.T) {
 // Forwarding is switched on per device over netlink, without writing /proc/sys (read-only
 // in a container), and only for devices that exist.
 func TestEnsureForwarding(t *testing.T) {
-	inNewNetns(t, func() {
+	testenv.InNewNetns(t, func() {
 		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "net1"}, PeerName: "net1-peer"}); err != nil {
 			t.Error(err)
 			return

@@ -2,11 +2,9 @@ package wireguard
 
 import (
 	"net"
-	"runtime"
 	"testing"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
 	"bnerd.net/vpn-operator/internal/agent/routing"
 	"bnerd.net/vpn-operator/internal/testenv"
@@ -15,28 +13,11 @@ import (
 // TestEncryptedPacketsNeverTakeTheMainTable: until init-nat has put the port's default
 // route into its table, the interface's marked (encrypted) packets are unreachable, not
 // routed by the main table's default route (the pod network); once the port's route is
-// there they take it. Unmarked packets keep the main table. The rules are installed once
-// however often the runner syncs.
+// there they take it, and only then does the runner reach out to the peers (portRouted).
+// Unmarked packets keep the main table. The rules are installed once however often the
+// runner syncs.
 func TestEncryptedPacketsNeverTakeTheMainTable(t *testing.T) {
-	testenv.NeedRoot(t, "needs root to create a network namespace")
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread() // the thread is discarded, never returned to the pool
-		orig, err := netns.Get()
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer orig.Close()
-		ns, err := netns.New()
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer ns.Close()
-		defer func() { _ = netns.Set(orig) }()
-
+	testenv.InNewNetns(t, func() {
 		// eth0 stands for the pod network (the main table's default route), net1 for
 		// the port (init-nat's table).
 		up := func(name, addr string) (netlink.Link, error) {
@@ -115,6 +96,5 @@ func TestEncryptedPacketsNeverTakeTheMainTable(t *testing.T) {
 		if dev, err := via(DefaultFirewallMark); err != nil || dev != "net1" {
 			t.Errorf("an encrypted packet once the port's table has its route: %s, %v; want net1", dev, err)
 		}
-	}()
-	<-done
+	})
 }

@@ -1,11 +1,12 @@
 package dataplane
 
 import (
-	"encoding/json"
 	"os/exec"
 	"syscall"
 	"testing"
 	"time"
+
+	"bnerd.net/vpn-operator/test/e2e/netns"
 )
 
 // BenchmarkTunnelThroughput measures libipsec tunnel throughput with iperf3, with and
@@ -29,17 +30,11 @@ func BenchmarkTunnelThroughput(b *testing.B) {
 		if err != nil {
 			b.Fatalf("iperf3: %v\n%s", err, out)
 		}
-		var r struct {
-			End struct {
-				SumReceived struct {
-					BitsPerSecond float64 `json:"bits_per_second"`
-				} `json:"sum_received"`
-			} `json:"end"`
-		}
-		if err := json.Unmarshal([]byte(out), &r); err != nil {
+		mbits, err := netns.IperfMbits(out)
+		if err != nil {
 			b.Fatal(err)
 		}
-		return r.End.SumReceived.BitsPerSecond / 1e6
+		return mbits
 	}
 	b.ResetTimer()
 	withRulesLocal := run("100.64.7.1", "5201")

@@ -8,6 +8,7 @@ package netns
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -305,4 +306,19 @@ func WaitScale() float64 {
 		return v
 	}
 	return 1
+}
+
+// IperfMbits is the receiver's throughput in Mbit/s from iperf3's JSON output (-J).
+func IperfMbits(out string) (float64, error) {
+	var r struct {
+		End struct {
+			SumReceived struct {
+				BitsPerSecond float64 `json:"bits_per_second"`
+			} `json:"sum_received"`
+		} `json:"end"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		return 0, fmt.Errorf("iperf3 output: %w", err)
+	}
+	return r.End.SumReceived.BitsPerSecond / 1e6, nil
 }

@@ -207,7 +207,7 @@ func (e *env) clientCannotReachPod(t *testing.T, pod *corev1.Pod) {
 		return errors.As(err, &ne) && ne.Timeout()
 	}
 	// The tunnel carries traffic at this moment, so a silent dial is the chain's doing.
-	dir := "https://" + vipOf(e.gateway().Status.Exposures, "directory") + ":636/"
+	dir := "https://" + world.VIPOf(e.gateway().Status.Exposures, "directory") + ":636/"
 	e.waitFor("the directory exposure answering through the tunnel", time.Minute, func() bool {
 		return e.answers(world.SiteHostNamespace, dir, world.DirectoryBody)
 	})

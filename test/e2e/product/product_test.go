@@ -89,15 +89,6 @@ func (e *env) gateway() *v1.IPsecGateway {
 	return gw
 }
 
-func vipOf(list []v1.AllocatedAddress, name string) string {
-	for _, a := range list {
-		if a.Name == name {
-			return a.VirtualIP
-		}
-	}
-	return ""
-}
-
 // answers: one HTTPS request from ns to url got the expected backend's answer.
 func (e *env) answers(ns, url, want string) bool {
 	body, err := world.Get(e.ctx, ns, url, 1500*time.Millisecond)
@@ -105,11 +96,11 @@ func (e *env) answers(ns, url, want string) bool {
 }
 
 func (e *env) portalURL() string {
-	return "https://" + vipOf(e.gateway().Status.Exposures, "portal") + ":443/"
+	return "https://" + world.VIPOf(e.gateway().Status.Exposures, "portal") + ":443/"
 }
 
 func (e *env) reverseURL() string {
-	return "https://" + vipOf(e.gateway().Status.ReverseExposures, "erp") + ":" + world.SiteHostPort + "/"
+	return "https://" + world.VIPOf(e.gateway().Status.ReverseExposures, "erp") + ":" + world.SiteHostPort + "/"
 }
 
 func (e *env) portalAnswers() bool {
@@ -192,7 +183,7 @@ func (e *env) applyGateway(t *testing.T) {
 	e.waitFor("tunnelsReady 1/1", 3*time.Minute, func() bool { return e.gateway().Status.TunnelsReady == "1/1" })
 	e.figure("apply -> tunnel up (tunnelsReady 1/1)", time.Since(start))
 	gw = e.gateway()
-	dir := "https://" + vipOf(gw.Status.Exposures, "directory") + ":636/"
+	dir := "https://" + world.VIPOf(gw.Status.Exposures, "directory") + ":636/"
 	e.waitFor("directory exposure answers", 2*time.Minute, func() bool { return e.answers(world.SiteHostNamespace, dir, world.DirectoryBody) })
 	e.figure("apply -> exposure answering (client host -> directory VIP)", time.Since(start))
 
@@ -345,7 +336,7 @@ func (e *env) exposureAddedLive(t *testing.T) {
 			t.Fatal(err)
 		}
 		d, err := e.firstAnswer(start, func() string {
-			if v := vipOf(e.gateway().Status.Exposures, name); v != "" {
+			if v := world.VIPOf(e.gateway().Status.Exposures, name); v != "" {
 				return fmt.Sprintf("https://%s:%d/", v, port)
 			}
 			return ""
@@ -412,6 +403,19 @@ func (e *env) firstAnswer(start time.Time, url func() string, want string) (time
 // count. It runs in its own goroutine, so it reports by its result, never through t.
 func backAgain(ctx context.Context, u string, start time.Time) (time.Duration, error) {
 	return backAgainFrom(ctx, world.SiteHostNamespace, u, world.ServiceHostBody, start)
+}
+
+// probeBack runs backAgainFrom in the background from now on; the returned func waits for
+// its result.
+func probeBack(ctx context.Context, ns, u, want string, start time.Time) func() (time.Duration, error) {
+	var back time.Duration
+	var err error
+	done := make(chan struct{})
+	go func() {
+		back, err = backAgainFrom(ctx, ns, u, want, start)
+		close(done)
+	}()
+	return func() (time.Duration, error) { <-done; return back, err }
 }
 
 // backAgainFrom is backAgain from the namespace ns, answered with want.

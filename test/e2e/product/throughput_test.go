@@ -2,7 +2,6 @@ package product
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os/exec"
 	"sort"
@@ -16,6 +15,7 @@ import (
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/world"
+	"bnerd.net/vpn-operator/test/e2e/netns"
 )
 
 // throughputPort is the iperf3 server's port on the directory host, exposed by both
@@ -98,12 +98,12 @@ func BenchmarkNodeWorldThroughput(b *testing.B) {
 		b.Fatal(err)
 	}
 	_ = w.Kube.Get(ctx, client.ObjectKeyFromObject(ipsec), ipsec)
-	directory := "https://" + vipOf(ipsec.Status.Exposures, "directory") + ":636/"
+	directory := "https://" + world.VIPOf(ipsec.Status.Exposures, "directory") + ":636/"
 	e.waitFor("the IPsec client's host reaches the directory", 3*time.Minute, func() bool {
 		return e.answers(world.SiteHostNamespace, directory, world.DirectoryBody)
 	})
 	_ = w.Kube.Get(ctx, wgGateway, wg)
-	ipsecVIP, wgVIP := vipOf(ipsec.Status.Exposures, "iperf"), vipOf(wg.Status.Exposures, "iperf")
+	ipsecVIP, wgVIP := world.VIPOf(ipsec.Status.Exposures, "iperf"), world.VIPOf(wg.Status.Exposures, "iperf")
 	e.waitFor("the WireGuard tunnel up", 3*time.Minute, func() bool {
 		_ = w.Kube.Get(ctx, wgGateway, wg)
 		return wg.Status.TunnelsReady == "1/1"
@@ -125,17 +125,11 @@ func BenchmarkNodeWorldThroughput(b *testing.B) {
 		if err != nil {
 			b.Fatalf("iperf3 from %s to %s: %v\n%s", ns, vip, err, out)
 		}
-		var r struct {
-			End struct {
-				SumReceived struct {
-					BitsPerSecond float64 `json:"bits_per_second"`
-				} `json:"sum_received"`
-			} `json:"end"`
-		}
-		if err := json.Unmarshal([]byte(out), &r); err != nil {
+		mbits, err := netns.IperfMbits(out)
+		if err != nil {
 			b.Fatal(err)
 		}
-		return r.End.SumReceived.BitsPerSecond / 1e6
+		return mbits
 	}
 	var ipsecs, wgs, ratios []float64
 	b.ResetTimer()

@@ -97,7 +97,7 @@ func TestChartUpgradeFromThePreviousRelease(t *testing.T) {
 	urls := map[string]string{}
 	for _, n := range names {
 		e.waitFor(n+": tunnelsReady 1/1", 3*time.Minute, func() bool { return get(n).Status.TunnelsReady == "1/1" })
-		urls[n] = "https://" + vipOf(get(n).Status.Exposures, "directory") + ":636/"
+		urls[n] = "https://" + world.VIPOf(get(n).Status.Exposures, "directory") + ":636/"
 		e.waitFor(n+": the directory answers through the tunnel", 2*time.Minute, func() bool {
 			return e.answers(world.SiteHostNamespace, urls[n], world.DirectoryBody)
 		})

@@ -62,9 +62,9 @@ func TestWireGuardOnTheNodeWorld(t *testing.T) {
 		}
 		return &gw
 	}
-	directory := func() string { return "https://" + vipOf(get().Status.Exposures, "directory") + ":636/" }
+	directory := func() string { return "https://" + world.VIPOf(get().Status.Exposures, "directory") + ":636/" }
 	wiki := func() string {
-		return "https://" + vipOf(get().Status.ReverseExposures, "wiki") + ":" + world.WGSiteHostPort + "/"
+		return "https://" + world.VIPOf(get().Status.ReverseExposures, "wiki") + ":" + world.WGSiteHostPort + "/"
 	}
 
 	applied := t.Run("applied WireGuard gateway: the client's wg-quick from peer-config reaches the exposure, the service cluster the reverse exposure", func(t *testing.T) {
@@ -356,13 +356,7 @@ func TestWireGuardOnTheNodeWorld(t *testing.T) {
 			}
 			u := directory()
 			start := time.Now()
-			probed := make(chan struct{})
-			var back time.Duration
-			var backErr error
-			go func() {
-				back, backErr = backAgainFrom(ctx, world.WGSiteHostNamespace, u, world.DirectoryBody, start)
-				close(probed)
-			}()
+			backAfter := probeBack(ctx, world.WGSiteHostNamespace, u, world.DirectoryBody, start)
 			if err := w.Kube.Delete(ctx, old); err != nil {
 				t.Fatal(err)
 			}
@@ -370,9 +364,9 @@ func TestWireGuardOnTheNodeWorld(t *testing.T) {
 				p, _ := w.GatewayPod(ctx, wgGateway.Namespace, wgGateway.Name)
 				return p != nil && p.UID != old.UID && e.answers(world.WGSiteHostNamespace, u, world.DirectoryBody)
 			})
-			<-probed
-			if backErr != nil {
-				t.Fatal(backErr)
+			back, err := backAfter()
+			if err != nil {
+				t.Fatal(err)
 			}
 			e.figure("wireguard: gateway pod deleted -> traffic back", back)
 			if i == 0 {
@@ -395,13 +389,7 @@ func TestWireGuardOnTheNodeWorld(t *testing.T) {
 		e.leaderOn(from)
 		u := directory()
 		start := time.Now()
-		probed := make(chan struct{})
-		var back time.Duration
-		var backErr error
-		go func() {
-			back, backErr = backAgainFrom(ctx, world.WGSiteHostNamespace, u, world.DirectoryBody, start)
-			close(probed)
-		}()
+		backAfter := probeBack(ctx, world.WGSiteHostNamespace, u, world.DirectoryBody, start)
 		if err := w.PowerOffNode(from); err != nil {
 			t.Fatal(err)
 		}
@@ -425,9 +413,9 @@ func TestWireGuardOnTheNodeWorld(t *testing.T) {
 			p, _ := w.GatewayPod(ctx, wgGateway.Namespace, wgGateway.Name)
 			return p != nil && p.Spec.NodeName == to && e.answers(world.WGSiteHostNamespace, u, world.DirectoryBody)
 		})
-		<-probed
-		if backErr != nil {
-			t.Fatal(backErr)
+		back, err := backAfter()
+		if err != nil {
+			t.Fatal(err)
 		}
 		e.figure("wireguard: node powered off -> traffic back", back)
 		e.waitFor("the reverse exposure answers again", time.Minute, func() bool {

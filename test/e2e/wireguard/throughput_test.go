@@ -1,10 +1,11 @@
 package wireguard
 
 import (
-	"encoding/json"
 	"syscall"
 	"testing"
 	"time"
+
+	"bnerd.net/vpn-operator/test/e2e/netns"
 )
 
 // BenchmarkWireGuardThroughput measures the WireGuard gateway's throughput with iperf3
@@ -32,17 +33,11 @@ func BenchmarkWireGuardThroughput(b *testing.B) {
 		if err != nil {
 			b.Fatalf("iperf3: %v\n%s", err, out)
 		}
-		var r struct {
-			End struct {
-				SumReceived struct {
-					BitsPerSecond float64 `json:"bits_per_second"`
-				} `json:"sum_received"`
-			} `json:"end"`
-		}
-		if err := json.Unmarshal([]byte(out), &r); err != nil {
+		mbits, err := netns.IperfMbits(out)
+		if err != nil {
 			b.Fatal(err)
 		}
-		return r.End.SumReceived.BitsPerSecond / 1e6
+		return mbits
 	}
 	b.ResetTimer()
 	withRulesLocal := run("100.64.9.1", "5201")
