@@ -17,7 +17,7 @@ SHELL := /usr/bin/env bash
 GO    ?= go
 export GOFLAGS ?= -mod=mod
 
-.PHONY: all test deps controlplane node-deps images node-up node-down vm-image generate chart-docs fmt-check vet unit build sandbox fuzz release openstack-prepare
+.PHONY: all test deps controlplane node-deps images node-up node-down vm-image generate chart-docs fmt-check vet unit build sandbox fuzz release openstack-prepare test-envtest test-netns test-vm test-product test-openstack
 
 # helm-docs writes the chart's README from values.yaml (make chart-docs); the chart's
 # tests run the same version and fail when the README is stale.
@@ -141,6 +141,43 @@ test: openstack-prepare deps controlplane node-deps vm-image fmt-check vet
 	set -o pipefail; cd test/chart && KUBEBUILDER_ASSETS=$$(bash ../../hack/controlplane.sh --print-dir) \
 	  $(GO) test -json -count=1 -timeout 20m ./... 2>&1 | (cd ../.. && $(TESTREPORT))
 	$(MAKE) --no-print-directory fuzz
+
+## The tiers one at a time (docs/testing.md, "The tiers"); `make test` runs them all at once.
+## test-envtest: the packages whose TestMain starts a real kube-apiserver and etcd
+## (testenv.Main), except the real OpenStack tier's; no root.
+ENVTEST_PKGS = $(shell grep -rl --include='*_test.go' 'testenv.Main' api cmd internal test | xargs -n1 dirname | sort -u | grep -vx 'test/openstack' | sed 's|^|./|')
+test-envtest: deps controlplane
+	BNERD_REQUIRE_ENVTEST=1 KUBEBUILDER_ASSETS=$$(bash hack/controlplane.sh --print-dir) \
+	  $(GO) test -count=1 -timeout 30m $(ENVTEST_PKGS)
+
+## test-netns: the dataplane end to end in network namespaces (root): real strongSwan
+## (libipsec), nftables, wireguard-go, captures; the kernel VM tests left out.
+E2E_PKGS = ./test/e2e/dataplane ./test/e2e/routed ./test/e2e/wireguard
+test-netns: deps controlplane
+	KUBEBUILDER_ASSETS=$$(bash hack/controlplane.sh --print-dir) \
+	  $(GO) test -count=1 -timeout 30m -skip 'KernelVM|VMRunner' $(E2E_PKGS) ./test/e2e/peerconfig
+
+## test-vm: the kernel VM tier (root): kernel XFRM and WireGuard in a qemu guest.
+test-vm: deps vm-image
+	$(GO) test -count=1 -timeout 45m -run 'KernelVM|VMRunner' $(E2E_PKGS)
+
+## test-product: the node world (root): the product e2e and the whole-product sandbox.
+test-product: deps controlplane node-deps
+	KUBEBUILDER_ASSETS=$$(bash hack/controlplane.sh --print-dir) $(GO) test -count=1 -timeout 60m ./test/e2e/product
+	KUBEBUILDER_ASSETS=$$(bash hack/controlplane.sh --print-dir) $(GO) test -count=1 -timeout 20m -run TestSandboxProductRunsToCompletion ./cmd/sandbox
+
+## test-openstack: the seam's conformance suite and the controllers against the real
+## OpenStacks (root): Zed and 2025.1 brought up, tested, brought down.
+test-openstack: openstack-prepare controlplane
+	set -o pipefail; \
+	export BNERD_OPENSTACK_STATE=$$(bash hack/openstack.sh --print-state); \
+	export BNERD_OPENSTACK_STATE_2025_1=$$(bash hack/openstack.sh --release 2025.1 --print-state); \
+	trap 'bash hack/openstack.sh down "$$BNERD_OPENSTACK_STATE"; bash hack/openstack.sh --release 2025.1 down "$$BNERD_OPENSTACK_STATE_2025_1"' EXIT; \
+	$(call openstack-up,zed,$$BNERD_OPENSTACK_STATE) & zed=$$!; \
+	$(call openstack-up,2025.1,$$BNERD_OPENSTACK_STATE_2025_1) & new=$$!; \
+	wait $$zed && wait $$new || exit 1; \
+	BNERD_OPENSTACK=sim,real,real-2025.1 BNERD_REQUIRE_OPENSTACK=1 KUBEBUILDER_ASSETS=$$(bash hack/controlplane.sh --print-dir) \
+	  $(GO) test -count=1 -timeout 30m ./internal/openstack/ ./test/openstack/
 
 ## fuzz: each fuzz target for FUZZTIME (default 20s).
 fuzz:
