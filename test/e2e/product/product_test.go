@@ -686,6 +686,22 @@ func (e *env) startOrdersOf(t *testing.T, g orderedGateway) {
 			t.Fatalf("%v\n%s", err, out)
 		}
 	}
+	key := client.ObjectKey{Namespace: world.TenantNamespace, Name: render.DeploymentName(g.name)}
+	// Runs last, after the gateway's own template is back and the operator scaled up
+	// again (the deferred calls below): the steps after this one must find the pod of
+	// the restored template, not the test's last pod still running until the rollout
+	// replaces it (a pod-delete step once took that pod and found it gone 0.1 s later).
+	defer func() {
+		e.t = t
+		e.waitFor("the gateway's own template rolled out and its tunnel working", 3*time.Minute, func() bool {
+			var d appsv1.Deployment
+			if e.w.Kube.Get(e.ctx, key, &d) != nil {
+				return false
+			}
+			st := d.Status
+			return st.ObservedGeneration >= d.Generation && st.Replicas == 1 && st.UpdatedReplicas == 1 && st.ReadyReplicas == 1 && g.working()
+		})
+	}()
 	var op appsv1.Deployment
 	if err := e.w.Kube.Get(e.ctx, client.ObjectKey{Namespace: world.OperatorNamespace, Name: world.ReleaseName}, &op); err != nil || op.Spec.Replicas == nil {
 		t.Fatalf("the operator's Deployment: %v", err)
@@ -700,7 +716,6 @@ func (e *env) startOrdersOf(t *testing.T, g orderedGateway) {
 		_ = e.w.Kube.List(e.ctx, &pods, client.InNamespace(world.OperatorNamespace))
 		return len(pods.Items) == 0
 	})
-	key := client.ObjectKey{Namespace: world.TenantNamespace, Name: render.DeploymentName(g.name)}
 	var orig appsv1.Deployment
 	if err := e.w.Kube.Get(e.ctx, key, &orig); err != nil {
 		t.Fatal(err)
