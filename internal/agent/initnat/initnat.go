@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"bnerd.net/vpn-operator/internal/agent/exporter"
@@ -35,7 +36,8 @@ type DriftChecker interface {
 // Config is what the role's flags set.
 type Config struct {
 	// Interface is the dedicated port's device; TunnelInterface the libipsec TUN device
-	// (empty with kernel IPsec, where decrypted traffic arrives on Interface).
+	// or a WireGuard gateway's devices, comma-separated (empty with kernel IPsec, where
+	// decrypted traffic arrives on Interface).
 	Interface, TunnelInterface string
 	RouteTable, RulePriority   int
 	// DriftInterval is how often the table, chains and rules are compared; every
@@ -104,8 +106,10 @@ func (r *Runner) forward() {
 		return
 	}
 	devs := []string{r.Interface}
-	if r.TunnelInterface != "" {
-		devs = append(devs, r.TunnelInterface)
+	for _, name := range strings.Split(r.TunnelInterface, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			devs = append(devs, name)
+		}
 	}
 	if err := r.Forward(devs...); err != nil {
 		r.logf("forwarding: %v", err)

@@ -56,8 +56,11 @@ const (
 
 // Options configure the Programmer.
 type Options struct {
-	Table           string
-	Guard           GuardMode
+	Table string
+	Guard GuardMode
+	// TunnelInterface is the tunnel device, or several separated by commas (a WireGuard
+	// gateway's two key slots, "wg0,wg1": during a key rotation both carry traffic);
+	// the guard admits the client subnets through any of them.
 	TunnelInterface string
 	// TunnelMTU bounds the MSS of SYNs arriving from the tunnel when the config does not
 	// pin an MSS (libipsec's TUN defaults to 1400).
@@ -121,7 +124,14 @@ func (o Options) validate() error {
 	if o.Guard != GuardInterface && o.Guard != GuardXFRM {
 		return fmt.Errorf("guard mode %q must be %s or %s", o.Guard, GuardInterface, GuardXFRM)
 	}
-	for what, name := range map[string]string{"tunnel": o.TunnelInterface, "port": o.PortInterface} {
+	if o.Guard == GuardInterface && len(SplitInterfaces(o.TunnelInterface)) == 0 {
+		return fmt.Errorf("tunnel interface %q names no device", o.TunnelInterface)
+	}
+	names := map[string]string{"port": o.PortInterface}
+	for i, name := range SplitInterfaces(o.TunnelInterface) {
+		names[fmt.Sprintf("tunnel %d", i+1)] = name
+	}
+	for what, name := range names {
 		for _, r := range name {
 			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
 				return fmt.Errorf("%s interface %q has characters outside [a-z0-9._-]", what, name)
@@ -196,14 +206,42 @@ func (p *Programmer) fromTunnel() string {
 	if p.opts.Guard == GuardXFRM {
 		return "meta ipsec exists"
 	}
-	return fmt.Sprintf("iifname %q", p.opts.TunnelInterface)
+	return "iifname " + p.tunnelNames()
 }
 
 func (p *Programmer) notFromTunnel() string {
 	if p.opts.Guard == GuardXFRM {
 		return "meta ipsec missing"
 	}
-	return fmt.Sprintf("iifname != %q", p.opts.TunnelInterface)
+	return "iifname != " + p.tunnelNames()
+}
+
+// tunnelNames is the tunnel device quoted, or the anonymous set of the devices.
+func (p *Programmer) tunnelNames() string { return TunnelMatch(p.opts.TunnelInterface) }
+
+// TunnelMatch is how the rules name a tunnel interface list (Options.TunnelInterface):
+// one device quoted, several as an anonymous set.
+func TunnelMatch(list string) string {
+	names := SplitInterfaces(list)
+	if len(names) == 1 {
+		return strconv.Quote(names[0])
+	}
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = strconv.Quote(n)
+	}
+	return "{ " + strings.Join(quoted, ", ") + " }"
+}
+
+// SplitInterfaces returns the device names of a comma-separated list, in order.
+func SplitInterfaces(list string) []string {
+	var out []string
+	for _, n := range strings.Split(list, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 func (p *Programmer) mss(m *gatewayconfig.NAT) int {
@@ -274,9 +312,9 @@ func (p *Programmer) ruleText(m *gatewayconfig.NAT) []string {
 	// Guard rules carry GuardComment: the drift check sums their counters, which is the
 	// guard's drop count the exporter publishes.
 	if p.opts.Guard == GuardInterface {
-		add(ChainForward, fmt.Sprintf("ip daddr %s oifname != %q counter drop comment %q", peers, p.opts.TunnelInterface, GuardComment))
-		add(ChainOutput, fmt.Sprintf("ip daddr %s oifname != %q counter drop comment %q", peers, p.opts.TunnelInterface, GuardComment))
-		add(ChainGuard, fmt.Sprintf("ip daddr %s oifname != %q counter drop comment %q", peers, p.opts.TunnelInterface, GuardComment))
+		add(ChainForward, fmt.Sprintf("ip daddr %s oifname != %s counter drop comment %q", peers, p.tunnelNames(), GuardComment))
+		add(ChainOutput, fmt.Sprintf("ip daddr %s oifname != %s counter drop comment %q", peers, p.tunnelNames(), GuardComment))
+		add(ChainGuard, fmt.Sprintf("ip daddr %s oifname != %s counter drop comment %q", peers, p.tunnelNames(), GuardComment))
 	} else {
 		// Runs after SNAT, when the route has been re-looked-up with the final source and
 		// carries the XFRM bundle if a policy matched.

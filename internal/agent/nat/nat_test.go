@@ -109,8 +109,35 @@ func TestXFRMGuardRules(t *testing.T) {
 	}
 }
 
+// A WireGuard gateway has two tunnel devices while a key rotation serves both keys: the
+// guard admits the client subnets through either and through no other device, and the
+// tunnel's DNAT rules match traffic from either.
+func TestGuardAdmitsEveryTunnelDevice(t *testing.T) {
+	fake := knftables.NewFake(knftables.IPv4Family, DefaultTable)
+	p, err := NewWithInterface(fake, Options{TunnelInterface: "wg0,wg1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Sync(context.Background(), model(1)); err != nil {
+		t.Fatal(err)
+	}
+	d := fake.Dump()
+	for _, want := range []string{
+		`ip daddr @peer_subnets oifname != { "wg0", "wg1" } counter drop`,
+		`iifname { "wg0", "wg1" } ip saddr @peer_subnets dnat`,
+		`iifname != { "wg0", "wg1" } dnat`,
+	} {
+		if !strings.Contains(d, want) {
+			t.Errorf("no %q in the ruleset:\n%s", want, d)
+		}
+	}
+	if strings.Contains(d, `"wg0,wg1"`) {
+		t.Errorf("the list went into a rule as one name:\n%s", d)
+	}
+}
+
 func TestOptionsRejectInjection(t *testing.T) {
-	for _, o := range []Options{{TunnelInterface: `ipsec0" accept #`}, {Guard: "none"}, {TunnelMTU: 10}} {
+	for _, o := range []Options{{TunnelInterface: `ipsec0" accept #`}, {TunnelInterface: `wg0,wg1" accept #`}, {TunnelInterface: " , "}, {Guard: "none"}, {TunnelMTU: 10}} {
 		if _, err := NewWithInterface(knftables.NewFake(knftables.IPv4Family, DefaultTable), o); err == nil {
 			t.Errorf("options %+v accepted", o)
 		}

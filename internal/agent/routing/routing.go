@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"sort"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -18,8 +19,9 @@ import (
 type Params struct {
 	// Interface is the dedicated port's device (net1 in the pod).
 	Interface string
-	// TunnelInterface, when set (libipsec's ipsec0), also routes decrypted traffic by
-	// table Table: it enters on the TUN device rather than on Interface.
+	// TunnelInterface, when set (libipsec's ipsec0, a WireGuard gateway's wg0,wg1: one
+	// device or several separated by commas), also routes decrypted traffic by table
+	// Table: it enters on the tunnel device rather than on Interface.
 	TunnelInterface string
 	PortFixedIP     string
 	SubnetCIDR      string
@@ -60,8 +62,10 @@ func (p *Params) rules() ([]rule, error) {
 		{prio: p.Priority + 1, iif: p.Interface},
 	}
 	next := p.Priority + 2
-	if p.TunnelInterface != "" {
-		rs = append(rs, rule{prio: next, iif: p.TunnelInterface})
+	for _, name := range strings.Split(p.TunnelInterface, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			rs = append(rs, rule{prio: next, iif: name})
+		}
 	}
 	next++
 	peers := append([]string(nil), p.PeerAddresses...)

@@ -99,3 +99,22 @@ func TestEnsureForwarding(t *testing.T) {
 		}
 	})
 }
+
+// A WireGuard gateway's two key slots are two tunnel devices: traffic decrypted on
+// either is routed by the port's table, by rules of one priority.
+func TestEveryTunnelDeviceGetsARule(t *testing.T) {
+	p := Params{Interface: "net1", TunnelInterface: "wg0, wg1", PortFixedIP: "203.0.113.5", Priority: DefaultPriority}
+	rs, err := p.rules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	iifs := map[string]int{}
+	for _, r := range rs {
+		if r.iif != "" {
+			iifs[r.iif] = r.prio
+		}
+	}
+	if len(iifs) != 3 || iifs["net1"] != DefaultPriority+1 || iifs["wg0"] != DefaultPriority+2 || iifs["wg1"] != DefaultPriority+2 {
+		t.Errorf("input-device rules %v, want net1 at %d and wg0, wg1 at %d", iifs, DefaultPriority+1, DefaultPriority+2)
+	}
+}
