@@ -259,8 +259,10 @@ const (
 )
 
 // AnnotationRotateWireGuardKey on a VPNGateway with protocol wireguard asks for a new
-// gateway key pair: every new value rotates once. The previous key pair is kept until
-// every peer has completed a handshake with the new key.
+// gateway key pair: every new value rotates once. The new key is served on the
+// gateway's other port while the previous one keeps serving until every peer has
+// completed a handshake with the new key or the operator's overlap ends; a rotation
+// during an overlap retires the key before the previous one at once.
 const AnnotationRotateWireGuardKey = "ipsec.bnerd.net/rotate-wireguard-key"
 
 // WireGuard gateway condition and reasons.
@@ -269,9 +271,14 @@ const (
 	// public key is published in status.wireguard (protocol wireguard only).
 	ConditionWireGuardKeyReady = "WireGuardKeyReady"
 	ReasonKeyReady             = "KeyReady"
-	// ReasonKeyRotationPending: a rotated key is in use and the previous one is kept
-	// until every peer has completed a handshake with the new key.
+	// ReasonKeyRotationPending: a rotated key is served and the previous one still is,
+	// on its own port, until every peer has completed a handshake with the new key or
+	// the overlap's deadline passes.
 	ReasonKeyRotationPending = "KeyRotationPending"
+	// ReasonPreviousKeyRetired: the overlap's deadline retired the previous key before
+	// every peer had completed a handshake with the new one; the peers named in the
+	// message are refused until they configure the new key.
+	ReasonPreviousKeyRetired = "PreviousKeyRetired"
 	ReasonKeyFailed          = "EnsureKeyFailed"
 	// ReasonListenPortOpen: SecurityGroupReady is True, but a peer without a fixed
 	// endpoint makes the WireGuard listen port open to every source address.

@@ -18,6 +18,22 @@ func WireGuardListenPort(wg *WireGuardSpec) int32 {
 	return wg.ListenPort
 }
 
+// WireGuardKeyPort is the UDP port of a gateway key slot: slot 0 is the listen port,
+// slot 1 the port after it (the one before it when the listen port is 65535). A key
+// rotation serves the new key on the slot the current key is not on, so each key keeps
+// its port for its whole life and a client changes its configuration once: to the new
+// key and its port together.
+func WireGuardKeyPort(wg *WireGuardSpec, slot int) int32 {
+	port := WireGuardListenPort(wg)
+	if slot == 0 {
+		return port
+	}
+	if port == 65535 {
+		return port - 1
+	}
+	return port + 1
+}
+
 // validateWireGuard checks the peers the schema cannot fully judge and records their
 // networks in tunnels and remote, as the tunnel loop does for IPsec.
 func validateWireGuard(p *field.Path, wg *WireGuardSpec, tunnels map[string][]string, remote *[]owned) field.ErrorList {

@@ -112,3 +112,14 @@ func TestWireGuardDefaults(t *testing.T) {
 		t.Fatalf("endpoint port default %d", got)
 	}
 }
+
+// The two key slots' ports: the listen port and the one after it, the one before it at
+// the top of the range, never the same.
+func TestWireGuardKeyPort(t *testing.T) {
+	for _, c := range []struct{ listen, slot0, slot1 int32 }{{0, 51820, 51821}, {51820, 51820, 51821}, {1, 1, 2}, {65535, 65535, 65534}} {
+		wg := &WireGuardSpec{ListenPort: c.listen}
+		if a, b := WireGuardKeyPort(wg, 0), WireGuardKeyPort(wg, 1); a != c.slot0 || b != c.slot1 {
+			t.Errorf("listen port %d: slots %d and %d, want %d and %d", c.listen, a, b, c.slot0, c.slot1)
+		}
+	}
+}

@@ -13,7 +13,9 @@ const DefaultWireGuardListenPort = 51820
 type WireGuardSpec struct {
 	// ListenPort is the UDP port the gateway listens on behind its floating IP. The
 	// security group admits it from each peer's endpoint only (from anywhere only while a
-	// peer has no fixed endpoint).
+	// peer has no fixed endpoint). A key rotation serves the new key on the port after
+	// this one (the one before it for 65535), while the previous key keeps its own:
+	// status.wireguard.listenPort names the current key's port.
 	// +kubebuilder:default=51820
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
@@ -91,13 +93,30 @@ type WireGuardEndpoint struct {
 // holds a private key.
 type WireGuardStatus struct {
 	// PublicKey is the gateway's current public key: configure it as the peer on the
-	// client's side, with the floating IP and listen port as its endpoint.
+	// client's side, with the floating IP and ListenPort as its endpoint.
 	// +optional
 	PublicKey string `json:"publicKey,omitempty"`
-	// PreviousPublicKey is the key before the last rotation. The operator keeps the
-	// previous key pair until every peer has completed a handshake with the new key.
+	// ListenPort is the UDP port the current key is served on: spec.wireguard.listenPort
+	// or, after an odd number of rotations, the port after it.
+	// +optional
+	ListenPort int32 `json:"listenPort,omitempty"`
+	// PreviousPublicKey is the key before the last rotation, still served on
+	// PreviousListenPort during the rotation's overlap: a client that has not configured
+	// the new key keeps its tunnel until every peer has completed a handshake with the
+	// new key or PreviousKeyRetiresAt passes, whichever comes first.
 	// +optional
 	PreviousPublicKey string `json:"previousPublicKey,omitempty"`
+	// PreviousListenPort is the UDP port the previous key is served on during the overlap.
+	// +optional
+	PreviousListenPort int32 `json:"previousListenPort,omitempty"`
+	// PreviousKeyRetiresAt is when the overlap ends at the latest: the operator's
+	// configured overlap after KeyRotatedAt.
+	// +optional
+	PreviousKeyRetiresAt *metav1.Time `json:"previousKeyRetiresAt,omitempty"`
+	// RetiredPublicKey is the previous key after its deadline retired it while some peer
+	// had not completed a handshake with the current key; cleared once every peer has.
+	// +optional
+	RetiredPublicKey string `json:"retiredPublicKey,omitempty"`
 	// KeyRotatedAt is when the current key replaced the previous one.
 	// +optional
 	KeyRotatedAt *metav1.Time `json:"keyRotatedAt,omitempty"`

@@ -19,8 +19,9 @@ func runWireGuard(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("wireguard", flag.ExitOnError)
 	var c common
 	c.register(fs, false)
-	iface := fs.String("interface", wireguard.DefaultInterface, "the WireGuard interface")
+	iface := fs.String("interface", wireguard.DefaultInterface, "the devices of the two key slots, comma-separated (one name X: X and X1)")
 	keyFile := fs.String("private-key-file", "", "the gateway's private key (the mounted key Secret)")
+	prevKeyFile := fs.String("previous-private-key-file", "", "the key a rotation replaced, mounted during the rotation's overlap (absent otherwise)")
 	stateFile := fs.String("state-file", "", "write the interface's state here for the status agent and the exporter")
 	mode := fs.String("mode", string(wireguard.ModeAuto), "auto (the kernel's WireGuard, else wireguard-go in this process), kernel or userspace")
 	mtu := fs.Int("mtu", wireguard.DefaultMTU, "interface MTU")
@@ -32,7 +33,7 @@ func runWireGuard(ctx context.Context, args []string) error {
 		log.Fatal("wireguard: --private-key-file is required")
 	}
 	r, err := wireguard.New(wireguard.Options{
-		Interface: *iface, KeyFile: *keyFile, StateFile: *stateFile, Mode: wireguard.Mode(*mode),
+		Interface: *iface, KeyFile: *keyFile, PreviousKeyFile: *prevKeyFile, StateFile: *stateFile, Mode: wireguard.Mode(*mode),
 		MTU: *mtu, Table: *table, Priority: *prio, Interval: *interval, Logf: log.Printf,
 	})
 	if err != nil {

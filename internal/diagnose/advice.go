@@ -81,7 +81,8 @@ const reconcileNudge = "kubectl annotate %s %s -n %s " + NudgeAnnotation + "=\"$
 var reasonFix = map[string]string{
 	v1alpha1.ReasonInvalidSpec:              "Fix the field the message names in the gateway's spec; nothing was created in OpenStack.",
 	v1alpha1.ReasonKeyFailed:                "Read the API error: the operator must create and update the Secret <name>-gateway-wireguard in the gateway's namespace (kubectl auth can-i).",
-	v1alpha1.ReasonKeyRotationPending:       "Give every client the new status.wireguard.publicKey as its peer's key; the previous key is dropped once each peer has completed a handshake with the new one.",
+	v1alpha1.ReasonKeyRotationPending:       "Give every client the new status.wireguard.publicKey with status.wireguard.listenPort as its endpoint's port (kubectl vpn peer-config --format wireguard); the previous key keeps serving on its own port until each peer has completed a handshake with the new one or the overlap ends.",
+	v1alpha1.ReasonPreviousKeyRetired:       "Configure the clients named in the condition with status.wireguard.publicKey and status.wireguard.listenPort (kubectl vpn peer-config --format wireguard): the key they use is no longer served.",
 	v1alpha1.ReasonListenPortOpen:           "Give every peer a fixed spec.wireguard.peers[].endpoint so the listen port is admitted from those addresses only; a roaming peer needs it open to everyone.",
 	v1alpha1.ReasonRoutedSubnetConflict:     "Renumber or drop the routed tunnel's subnet the message names, or switch that tunnel to mode snat: the router cannot route one network to two places, nor a network it already uses.",
 	v1alpha1.ReasonRoutedModeNotAllowed:     "The tenant's VPNTenantPolicy does not allow this routed subnet (kubectl vpn tenant <namespace>): ask a platform admin to add the range to its routedSubnets, or switch the tunnel to mode snat.",

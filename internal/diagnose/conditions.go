@@ -74,7 +74,8 @@ func (r *run) checkConditions() bool {
 				Detail:  fmt.Sprintf("True for generation %d, the spec is at generation %d", c.ObservedGeneration, g.generation),
 				Fix:     "The operator has not reconciled the latest spec: check it runs, then " + fmt.Sprintf(reconcileNudge, strings.ToLower(g.kind), g.obj.GetName(), g.obj.GetNamespace()),
 				Runbook: anchor(FindingStaleGeneration)})
-		case c.Reason == v1alpha1.ReasonInternalSourcesMissing || c.Reason == v1alpha1.ReasonListenPortOpen || c.Reason == v1alpha1.ReasonKeyRotationPending:
+		case c.Reason == v1alpha1.ReasonInternalSourcesMissing || c.Reason == v1alpha1.ReasonListenPortOpen || c.Reason == v1alpha1.ReasonKeyRotationPending ||
+			c.Reason == v1alpha1.ReasonPreviousKeyRetired:
 			fix, rb := fixFor(c.Reason)
 			r.add(Check{ID: id, Title: title, Status: Warn, Detail: fmt.Sprintf("True/%s: %s", c.Reason, c.Message), Fix: fix, Runbook: rb})
 		default:

@@ -83,7 +83,7 @@ func (r *run) checkTunnels(workloadUp bool) {
 			g.obj.GetName(), g.obj.GetNamespace(), g.obj.GetNamespace(), r.podName())
 		if g.isWireGuard() {
 			fix = fmt.Sprintf("The peer must complete a handshake with the gateway's public key (status.wireguard.publicKey) on UDP %d: compare with kubectl vpn peer-config %s -n %s --tunnel <name> --format wireguard, and read the wireguard container's log: kubectl -n %s logs %s -c wireguard",
-				v1alpha1.WireGuardListenPort(g.wireguard), g.obj.GetName(), g.obj.GetNamespace(), g.obj.GetNamespace(), r.podName())
+				wireGuardPorts(g)[0], g.obj.GetName(), g.obj.GetNamespace(), g.obj.GetNamespace(), r.podName())
 		}
 		r.add(Check{ID: "status.tunnels", Title: title, Status: Fail,
 			Detail:  fmt.Sprintf("%d/%d up; %s", up, len(tunnels), strings.Join(down, "; ")),

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack"
@@ -23,9 +24,19 @@ func (r *run) checkWireGuardKey() {
 			Detail: fmt.Sprintf("the gateway's interface still uses %s, not the published %s: the pod has not picked up the rotated key yet (a mounted Secret refreshes within about a minute)", st.InterfacePublicKey, st.WireGuard.PublicKey),
 			Fix:    "Wait a minute; if it persists, read the wireguard container's log.", Runbook: anchor(FindingWireGuardKey)})
 	case st.WireGuard.PreviousPublicKey != "":
+		until := ""
+		if t := st.WireGuard.PreviousKeyRetiresAt; t != nil {
+			until = " or until " + t.UTC().Format(time.RFC3339)
+		}
 		r.add(Check{ID: id, Title: title, Status: Warn,
-			Detail: fmt.Sprintf("key rotation pending: the clients must use %s; the previous key %s is kept until every peer has completed a handshake with the new one", st.WireGuard.PublicKey, st.WireGuard.PreviousPublicKey),
-			Fix:    fixText(v1alpha1.ReasonKeyRotationPending), Runbook: anchor(v1alpha1.ReasonKeyRotationPending)})
+			Detail: fmt.Sprintf("key rotation in its overlap: the clients must switch to %s on UDP %d; the previous key %s is still served on UDP %d until every peer has completed a handshake with the new one%s",
+				st.WireGuard.PublicKey, st.WireGuard.ListenPort, st.WireGuard.PreviousPublicKey, st.WireGuard.PreviousListenPort, until),
+			Fix: fixText(v1alpha1.ReasonKeyRotationPending), Runbook: anchor(v1alpha1.ReasonKeyRotationPending)})
+	case st.WireGuard.RetiredPublicKey != "":
+		r.add(Check{ID: id, Title: title, Status: Warn,
+			Detail: fmt.Sprintf("the previous key %s was retired before every peer had switched to %s on UDP %d: those peers get no handshake until their clients configure it",
+				st.WireGuard.RetiredPublicKey, st.WireGuard.PublicKey, st.WireGuard.ListenPort),
+			Fix: fixText(v1alpha1.ReasonPreviousKeyRetired), Runbook: anchor(v1alpha1.ReasonPreviousKeyRetired)})
 	default:
 		r.add(Check{ID: id, Title: title, Status: Pass, Detail: "public key " + st.WireGuard.PublicKey})
 	}
@@ -73,11 +84,12 @@ func (g *gw) tunnels() []tunnelRef {
 	return out
 }
 
-// checkWireGuardRules: the WireGuard listen port is admitted from each peer's endpoint
-// (from anywhere while a peer roams).
+// checkWireGuardRules: the UDP port of each key the gateway serves (the current key's,
+// and the previous key's during a rotation's overlap) is admitted from each peer's
+// endpoint (from anywhere while a peer roams).
 func (r *run) checkWireGuardRules(id, title string, sg *openstack.SecurityGroup) {
-	port := int(v1alpha1.WireGuardListenPort(r.g.wireguard))
-	has := func(remote string) bool {
+	ports := wireGuardPorts(r.g)
+	has := func(port int, remote string) bool {
 		return slices.ContainsFunc(sg.Rules, func(rule openstack.SecurityGroupRule) bool {
 			return rule.Direction == openstack.DirectionIngress && rule.EtherType == openstack.EtherTypeIPv4 &&
 				rule.Protocol == openstack.ProtocolUDP && rule.PortRangeMin == port && rule.PortRangeMax == port && rule.RemoteIPPrefix == remote
@@ -86,18 +98,21 @@ func (r *run) checkWireGuardRules(id, title string, sg *openstack.SecurityGroup)
 	var missing []string
 	roaming := false
 	if r.g.wireguard != nil {
-		for _, p := range r.g.wireguard.Peers {
-			remote := "0.0.0.0/0"
-			if p.Endpoint != nil {
-				remote = p.Endpoint.Address + "/32"
-			} else {
-				roaming = true
-			}
-			if !has(remote) {
-				missing = append(missing, fmt.Sprintf("udp/%d from %s (peer %s)", port, remote, p.Name))
+		for _, port := range ports {
+			for _, p := range r.g.wireguard.Peers {
+				remote := "0.0.0.0/0"
+				if p.Endpoint != nil {
+					remote = p.Endpoint.Address + "/32"
+				} else {
+					roaming = true
+				}
+				if !has(port, remote) {
+					missing = append(missing, fmt.Sprintf("udp/%d from %s (peer %s)", port, remote, p.Name))
+				}
 			}
 		}
 	}
+	port := ports[0]
 	if len(missing) > 0 {
 		r.add(Check{ID: id, Title: title, Status: Fail,
 			Detail:  fmt.Sprintf("security group %s lacks ingress %s: the peer's handshakes are dropped before the gateway", sg.ID, strings.Join(missing, ", ")),
@@ -113,4 +128,17 @@ func (r *run) checkWireGuardRules(id, title string, sg *openstack.SecurityGroup)
 		return
 	}
 	r.add(Check{ID: id, Title: title, Status: Pass, Detail: fmt.Sprintf("%s: udp/%d from every peer's endpoint", sg.ID, port)})
+}
+
+// wireGuardPorts are the UDP ports of the keys the gateway serves, as its status
+// publishes them: the current key's first.
+func wireGuardPorts(g *gw) []int {
+	ports := []int{int(v1alpha1.WireGuardListenPort(g.wireguard))}
+	if st := g.status.WireGuard; st != nil && st.ListenPort != 0 {
+		ports[0] = int(st.ListenPort)
+		if st.PreviousListenPort != 0 && st.PreviousListenPort != st.ListenPort {
+			ports = append(ports, int(st.PreviousListenPort))
+		}
+	}
+	return ports
 }

@@ -42,7 +42,15 @@ func TestWireGuardChecks(t *testing.T) {
 	if c := r.rep.Checks[1]; c.Status != Warn || !strings.Contains(c.Detail, "open to every address") {
 		t.Errorf("roaming peer: %+v", c)
 	}
-	// The key: missing, not yet on the interface, rotation pending, fine.
+	// A rotation's overlap: both keys' ports must be admitted.
+	r = wgRun()
+	r.g.status.WireGuard = &v1alpha1.WireGuardStatus{PublicKey: "new", ListenPort: 51821, PreviousPublicKey: "old", PreviousListenPort: 51820}
+	r.checkWireGuardRules("sg", "SG", &openstack.SecurityGroup{ID: "sg1", Rules: []openstack.SecurityGroupRule{udp("0.0.0.0/0"), udp("198.51.100.7/32")}})
+	if c := r.rep.Checks[0]; c.Status != Fail || !strings.Contains(c.Detail, "udp/51821 from 198.51.100.7/32 (peer hq)") || strings.Contains(c.Detail, "udp/51820") {
+		t.Errorf("the new key's port not admitted: %+v", c)
+	}
+	// The key: missing, not yet on the interface, rotation in its overlap, a retired key
+	// a peer still uses, fine.
 	for _, tc := range []struct {
 		st   v1alpha1.GatewayStatus
 		want Status
@@ -50,7 +58,10 @@ func TestWireGuardChecks(t *testing.T) {
 	}{
 		{v1alpha1.GatewayStatus{}, Fail, "not set"},
 		{v1alpha1.GatewayStatus{WireGuard: &v1alpha1.WireGuardStatus{PublicKey: "new"}, InterfacePublicKey: "old"}, Warn, "still uses old"},
-		{v1alpha1.GatewayStatus{WireGuard: &v1alpha1.WireGuardStatus{PublicKey: "new", PreviousPublicKey: "old"}, InterfacePublicKey: "new"}, Warn, "rotation pending"},
+		{v1alpha1.GatewayStatus{WireGuard: &v1alpha1.WireGuardStatus{PublicKey: "new", ListenPort: 51821, PreviousPublicKey: "old", PreviousListenPort: 51820}, InterfacePublicKey: "new"},
+			Warn, "switch to new on UDP 51821; the previous key old is still served on UDP 51820"},
+		{v1alpha1.GatewayStatus{WireGuard: &v1alpha1.WireGuardStatus{PublicKey: "new", ListenPort: 51821, RetiredPublicKey: "old"}, InterfacePublicKey: "new"},
+			Warn, "previous key old was retired"},
 		{v1alpha1.GatewayStatus{WireGuard: &v1alpha1.WireGuardStatus{PublicKey: "new"}, InterfacePublicKey: "new"}, Pass, "public key new"},
 	} {
 		r := wgRun()

@@ -151,6 +151,42 @@ func TestWireGuardConfig(t *testing.T) {
 	}
 }
 
+// testRotatedKey stands for a key a rotation replaced.
+const testRotatedKey = "4Bbp0Dk4D9vXkoG6lKSLNt7y1D5emyI4bGJx2mItSX4="
+
+// rotated gives in's status a rotation's overlap: the current key on port cur, prev on
+// port old.
+func rotated(in *Input, prev string, cur, old int32) {
+	in.Status.WireGuard.ListenPort = cur
+	in.Status.WireGuard.PreviousPublicKey, in.Status.WireGuard.PreviousListenPort = prev, old
+}
+
+// During a key rotation's overlap the config serves the current key on its slot's port
+// and device, and the previous key on the other's; the slot follows the published port.
+func TestWireGuardConfigRotation(t *testing.T) {
+	in := wireguardInput()
+	rotated(&in, testRotatedKey, 51821, 51820)
+	cfg, err := Build(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := cfg.WireGuard
+	if w.ListenPort != 51821 || w.Interface != "wg1" || w.Previous == nil || *w.Previous != (WireGuardKey{PublicKey: testRotatedKey, ListenPort: 51820, Interface: "wg0"}) {
+		t.Fatalf("rotated config %+v previous %+v", w, w.Previous)
+	}
+	// The next rotation goes back to slot 0.
+	in = wireguardInput()
+	rotated(&in, testRotatedKey, 51820, 51821)
+	if cfg, err = Build(in); err != nil || cfg.WireGuard.Interface != "wg0" || cfg.WireGuard.Previous.Interface != "wg1" {
+		t.Fatalf("second rotation: %+v %v", cfg.WireGuard, err)
+	}
+	// A config naming a device that is no key slot's is refused.
+	cfg.WireGuard.Previous.Interface = "eth0"
+	if err := Validate(cfg); !errors.Is(err, ErrInvalid) {
+		t.Errorf("previous key on eth0: %v", err)
+	}
+}
+
 func TestWireGuardConfigErrors(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -175,6 +211,10 @@ func TestWireGuardConfigErrors(t *testing.T) {
 		}, ErrInvalid, "service-CIDR pool"},
 		{"reverse exposure outside the peer", func(in *Input) { in.Spec.ReverseExposures[0].Tunnel = "branch" }, ErrInvalid, "not inside"},
 		{"reverse exposure names no peer", func(in *Input) { in.Spec.ReverseExposures[0].Tunnel = "nope" }, ErrInvalid, "unknown tunnel"},
+		{"previous key is the current one", func(in *Input) { rotated(in, testGatewayKey, 51821, 51820) }, ErrInvalid, "previous public key is the current one"},
+		{"previous key is a peer's", func(in *Input) { rotated(in, testPeerKeyA, 51821, 51820) }, ErrInvalid, "gateway's own public key"},
+		{"previous key on the current port", func(in *Input) { rotated(in, testRotatedKey, 51821, 51821) }, ErrInvalid, "the current key's"},
+		{"bad previous key", func(in *Input) { rotated(in, "x", 51821, 51820) }, ErrInvalid, "previous public key"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -16,11 +16,44 @@ const ProtocolWireGuard = "wireguard"
 // private key never enters the ConfigMap: the pod mounts it from the gateway's key
 // Secret) and its peers.
 type WireGuard struct {
+	// ListenPort is the port the current key is served on.
 	ListenPort int32 `json:"listenPort"`
 	// PublicKey is the gateway's public key as the operator published it; the agent
-	// compares it with the key it was given, so a stale mounted key shows.
-	PublicKey string          `json:"publicKey"`
-	Peers     []WireGuardPeer `json:"peers"`
+	// serves the mounted private key whose public key it is.
+	PublicKey string `json:"publicKey"`
+	// Interface is the device the current key is served on, its key slot's
+	// (WireGuardInterfaceOf); empty in a config from before key slots: wg0.
+	Interface string `json:"interface,omitempty"`
+	// Previous is the key a rotation replaced, served during the rotation's overlap on
+	// its own port and device, so clients that have not switched keep their tunnels.
+	Previous *WireGuardKey   `json:"previous,omitempty"`
+	Peers    []WireGuardPeer `json:"peers"`
+}
+
+// WireGuardKey is a served key other than the current one.
+type WireGuardKey struct {
+	PublicKey  string `json:"publicKey"`
+	ListenPort int32  `json:"listenPort"`
+	Interface  string `json:"interface"`
+}
+
+// WireGuardInterfaceOf is the pod's WireGuard device of a key slot (0 or 1).
+func WireGuardInterfaceOf(slot int) string { return fmt.Sprintf("wg%d", slot) }
+
+// CurrentInterface is the device of the current key.
+func (w *WireGuard) CurrentInterface() string {
+	if w.Interface == "" {
+		return WireGuardInterfaceOf(0)
+	}
+	return w.Interface
+}
+
+// slotOfPort is the key slot a published port belongs to.
+func slotOfPort(wg *v1alpha1.WireGuardSpec, port int32) int {
+	if port == v1alpha1.WireGuardKeyPort(wg, 1) {
+		return 1
+	}
+	return 0
 }
 
 // WireGuardPeer is one client peer.
@@ -48,7 +81,15 @@ func buildWireGuard(wg *v1alpha1.WireGuardSpec, st *v1alpha1.GatewayStatus) (*Wi
 	if st.WireGuard == nil || st.WireGuard.PublicKey == "" {
 		return nil, incompletef("status.wireguard.publicKey is not set yet")
 	}
-	out := &WireGuard{ListenPort: v1alpha1.WireGuardListenPort(wg), PublicKey: st.WireGuard.PublicKey, Peers: []WireGuardPeer{}}
+	port := st.WireGuard.ListenPort
+	if port == 0 {
+		port = v1alpha1.WireGuardKeyPort(wg, 0)
+	}
+	out := &WireGuard{ListenPort: port, PublicKey: st.WireGuard.PublicKey, Interface: WireGuardInterfaceOf(slotOfPort(wg, port)), Peers: []WireGuardPeer{}}
+	if prev := st.WireGuard.PreviousPublicKey; prev != "" && st.WireGuard.PreviousListenPort != 0 {
+		out.Previous = &WireGuardKey{PublicKey: prev, ListenPort: st.WireGuard.PreviousListenPort,
+			Interface: WireGuardInterfaceOf(slotOfPort(wg, st.WireGuard.PreviousListenPort))}
+	}
 	for _, p := range wg.Peers {
 		cp := WireGuardPeer{Name: p.Name, PublicKey: p.PublicKey, AllowedIPs: append([]string(nil), p.AllowedIPs...), PersistentKeepalive: p.PersistentKeepalive}
 		if p.Endpoint != nil {
@@ -85,6 +126,24 @@ func validateWireGuard(cfg *Config, svc, subnet netip.Prefix, pol addrpolicy.Pol
 	if err := CheckKey(wg.PublicKey); err != nil {
 		return invalidf("wireguard public key: %v", err)
 	}
+	slots := map[string]bool{WireGuardInterfaceOf(0): true, WireGuardInterfaceOf(1): true}
+	if wg.Interface != "" && !slots[wg.Interface] {
+		return invalidf("wireguard interface %q is not a key slot's (wg0 or wg1)", wg.Interface)
+	}
+	if p := wg.Previous; p != nil {
+		if err := CheckKey(p.PublicKey); err != nil {
+			return invalidf("wireguard previous public key: %v", err)
+		}
+		if p.PublicKey == wg.PublicKey {
+			return invalidf("wireguard previous public key is the current one")
+		}
+		if p.ListenPort < 1 || p.ListenPort > 65535 || p.ListenPort == wg.ListenPort {
+			return invalidf("wireguard previous key's listen port %d out of range or the current key's", p.ListenPort)
+		}
+		if !slots[p.Interface] || p.Interface == wg.CurrentInterface() {
+			return invalidf("wireguard previous key's interface %q is not the other key slot's", p.Interface)
+		}
+	}
 	if len(wg.Peers) == 0 {
 		return invalidf("no wireguard peers")
 	}
@@ -102,7 +161,7 @@ func validateWireGuard(cfg *Config, svc, subnet netip.Prefix, pol addrpolicy.Pol
 		if other, ok := keys[p.PublicKey]; ok {
 			return invalidf("wireguard peers %s and %s share a public key", other, p.Name)
 		}
-		if p.PublicKey == wg.PublicKey {
+		if p.PublicKey == wg.PublicKey || wg.Previous != nil && p.PublicKey == wg.Previous.PublicKey {
 			return invalidf("wireguard peer %s has the gateway's own public key", p.Name)
 		}
 		keys[p.PublicKey] = p.Name

@@ -104,6 +104,9 @@ type Config struct {
 	// GatewayRolloutTimeout is how long a restarted gateway has to come back (pod ready,
 	// the tunnels that were up before up again) before the rollout halts on it.
 	GatewayRolloutTimeout time.Duration
+	// WireGuardKeyOverlap is how long a rotated WireGuard key keeps serving beside the
+	// new one at the longest: a platform's bound on how long a replaced key stays valid.
+	WireGuardKeyOverlap time.Duration
 }
 
 // Defaults from the specification.
@@ -124,6 +127,8 @@ const (
 	DefaultGatewayDataplane            = "kernel"
 	DefaultGatewayRolloutBudget        = "10%"
 	DefaultGatewayRolloutTimeout       = 10 * time.Minute
+	// DefaultWireGuardKeyOverlap gives clients a week to configure a rotated key.
+	DefaultWireGuardKeyOverlap = 7 * 24 * time.Hour
 )
 
 // The status agent's heartbeat and the age at which the operator calls its report stale.
@@ -156,6 +161,7 @@ func Default() Config {
 		StatusAgentStaleAfter:           DefaultStatusAgentStaleAfter,
 		GatewayRolloutBudget:            DefaultGatewayRolloutBudget,
 		GatewayRolloutTimeout:           DefaultGatewayRolloutTimeout,
+		WireGuardKeyOverlap:             DefaultWireGuardKeyOverlap,
 	}
 }
 
@@ -165,7 +171,7 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 		getenv = os.Getenv
 	}
 	c := Default()
-	var pool, internal, targets, roles, resync, netpol, conc, stale, grace, liveness, maxGW, osQPS, osBurst, osTimeout, podShape, rolloutTimeout string
+	var pool, internal, targets, roles, resync, netpol, conc, stale, grace, liveness, maxGW, osQPS, osBurst, osTimeout, podShape, rolloutTimeout, keyOverlap string
 	env := func(name, def string) string {
 		if v := getenv(name); v != "" {
 			return v
@@ -200,6 +206,7 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	fs.StringVar(&stale, "status-agent-stale-after", env("IPSEC_STATUS_AGENT_STALE_AFTER", c.StatusAgentStaleAfter.String()), "age of a status agent's heartbeat after which its tunnel report is stale (IPSEC_STATUS_AGENT_STALE_AFTER)")
 	fs.StringVar(&c.GatewayRolloutBudget, "gateway-rollout-budget", env("IPSEC_GATEWAY_ROLLOUT_BUDGET", c.GatewayRolloutBudget), "gateways restarting at once when the operator's rendering of their pods changes, N or N% after one canary (IPSEC_GATEWAY_ROLLOUT_BUDGET)")
 	fs.StringVar(&rolloutTimeout, "gateway-rollout-timeout", env("IPSEC_GATEWAY_ROLLOUT_TIMEOUT", c.GatewayRolloutTimeout.String()), "how long a restarted gateway has to come back before the rollout halts (IPSEC_GATEWAY_ROLLOUT_TIMEOUT)")
+	fs.StringVar(&keyOverlap, "wireguard-key-overlap", env("IPSEC_WIREGUARD_KEY_OVERLAP", c.WireGuardKeyOverlap.String()), "how long a rotated WireGuard key keeps serving beside the new one at the longest (IPSEC_WIREGUARD_KEY_OVERLAP)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -260,6 +267,9 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	}
 	if _, err := rollout.ParseBudget(c.GatewayRolloutBudget); err != nil {
 		return c, err
+	}
+	if c.WireGuardKeyOverlap, err = time.ParseDuration(keyOverlap); err != nil || c.WireGuardKeyOverlap <= 0 {
+		return c, fmt.Errorf("WireGuard key overlap %q: must be a positive duration", keyOverlap)
 	}
 	if c.GatewayRolloutTimeout, err = time.ParseDuration(rolloutTimeout); err != nil || c.GatewayRolloutTimeout <= 0 {
 		return c, fmt.Errorf("gateway rollout timeout %q: must be a positive duration", rolloutTimeout)

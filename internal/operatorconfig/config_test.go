@@ -41,6 +41,7 @@ func TestLoadRefusesBadValues(t *testing.T) {
 		"IPSEC_OPENSTACK_TIMEOUT=0s":                  "positive duration",
 		"IPSEC_STATUS_AGENT_STALE_AFTER=30s":          "longer than the agent's heartbeat",
 		"IPSEC_GATEWAY_DATAPLANE=wireguard":           "kernel or libipsec",
+		"IPSEC_WIREGUARD_KEY_OVERLAP=0s":              "WireGuard key overlap",
 	} {
 		k, v, _ := strings.Cut(env, "=")
 		_, err := Load(flag.NewFlagSet("t", flag.ContinueOnError), nil, func(n string) string {

@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
@@ -204,7 +207,24 @@ func TestWireGuard(t *testing.T) {
 	if _, err := Render(wgAcme(), FormatStrongSwan); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "--format wireguard") {
 		t.Errorf("strongswan for a WireGuard gateway: %v", err)
 	}
+	// During a rotation's overlap the client is given the new key with its own port, and
+	// told that the previous key still serves on the other one and until when.
 	in := wgAcme()
+	retires := metav1.NewTime(time.Date(2026, 12, 11, 4, 0, 0, 0, time.UTC))
+	in.Status.WireGuard.PreviousPublicKey, in.Status.WireGuard.PreviousListenPort = in.Status.WireGuard.PublicKey, 51820
+	in.Status.WireGuard.PublicKey, in.Status.WireGuard.ListenPort = "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=", 51821
+	in.Status.WireGuard.PreviousKeyRetiresAt = &retires
+	out, err = Render(in, FormatWireGuard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"PublicKey = xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=", "Endpoint = 192.0.2.44:51821", "# Gateway: 192.0.2.44:51821 (UDP).",
+		"previous key yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk= is still served on UDP 51820 until 2026-12-11T04:00:00Z"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("rotated: lacks %q:\n%s", want, out)
+		}
+	}
+	in = wgAcme()
 	in.Status.WireGuard = nil
 	if _, err := Render(in, FormatWireGuard); !errors.Is(err, ErrNotReady) {
 		t.Errorf("no public key yet: %v", err)

@@ -45,13 +45,22 @@ func renderWireGuard(in Input) (string, error) {
 	if err := gatewayconfig.CheckKey(st.WireGuard.PublicKey); err != nil {
 		return "", fmt.Errorf("%s: status.wireguard.publicKey: %v", ref, err)
 	}
+	// The current key's port: after an odd number of rotations the gateway's second one.
+	port := st.WireGuard.ListenPort
+	if port == 0 {
+		port = v1alpha1.WireGuardListenPort(in.WireGuard)
+	}
 	var b strings.Builder
 	line := func(s string) { b.WriteString(strings.TrimRight("# "+s, " ") + "\n") }
 	line(fmt.Sprintf("Client side of WireGuard peer %s of %s, for wg-quick(8).", peer.Name, ref))
-	line(fmt.Sprintf("Gateway: %s:%d (UDP).", fip, v1alpha1.WireGuardListenPort(in.WireGuard)))
+	line(fmt.Sprintf("Gateway: %s:%d (UDP).", fip, port))
 	line(fmt.Sprintf("Your networks %s reach the gateway's %s through the tunnel.", strings.Join(peer.AllowedIPs, ", "), svc.Masked()))
-	if st.WireGuard.PreviousPublicKey != "" {
-		line(fmt.Sprintf("The gateway's key was rotated: its previous key %s is being retired; use the one below.", st.WireGuard.PreviousPublicKey))
+	if w := st.WireGuard; w.PreviousPublicKey != "" {
+		until := ""
+		if w.PreviousKeyRetiresAt != nil {
+			until = " until " + w.PreviousKeyRetiresAt.UTC().Format("2006-01-02T15:04:05Z") + " at the latest"
+		}
+		line(fmt.Sprintf("The gateway's key was rotated: its previous key %s is still served on UDP %d%s; switch to the key and port below.", w.PreviousPublicKey, w.PreviousListenPort, until))
 	}
 	for _, e := range in.Spec.Exposures {
 		for _, a := range st.Exposures {
@@ -74,7 +83,7 @@ func renderWireGuard(in Input) (string, error) {
 	}
 	b.WriteString("\n[Peer]\n")
 	b.WriteString(fmt.Sprintf("PublicKey = %s\n", st.WireGuard.PublicKey))
-	b.WriteString(fmt.Sprintf("Endpoint = %s:%d\n", fip, v1alpha1.WireGuardListenPort(in.WireGuard)))
+	b.WriteString(fmt.Sprintf("Endpoint = %s:%d\n", fip, port))
 	b.WriteString(fmt.Sprintf("AllowedIPs = %s\n", svc.Masked()))
 	if peer.Endpoint == nil {
 		b.WriteString("# Without a fixed address the gateway cannot reach this device first: keep the NAT\n# mapping open.\n")

@@ -3,6 +3,8 @@ package render
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -17,14 +19,25 @@ const (
 	// WireGuardPrivateKeyKey holds the gateway's current private key (base64, as wg(8)
 	// writes it); the only key the pod mounts.
 	WireGuardPrivateKeyKey = "privateKey"
-	// WireGuardPreviousKeyKey holds the key before a rotation until every peer has
-	// completed a handshake with the new one. It is never mounted.
+	// WireGuardPreviousKeyKey holds the key before a rotation during the rotation's
+	// overlap, when the pod serves it on the gateway's other port.
 	WireGuardPreviousKeyKey = "previousPrivateKey"
+	// AnnotationWireGuardKeySlot on the key Secret is the slot ("0" or "1") the current
+	// key is served on; the previous key, while there is one, is on the other.
+	AnnotationWireGuardKeySlot = "ipsec.bnerd.net/wireguard-key-slot"
+	// AnnotationWireGuardKeyRotatedAt on the key Secret is when the current key replaced
+	// the previous one (RFC 3339): the overlap's deadline counts from it.
+	AnnotationWireGuardKeyRotatedAt = "ipsec.bnerd.net/wireguard-key-rotated-at"
 
-	// WireGuardInterface is the gateway's WireGuard device inside the pod.
-	WireGuardInterface = "wg0"
-	// WireGuardKeyMountPath holds the mounted private key file.
-	WireGuardKeyMountPath = "/etc/bnerd-vpn/wireguard"
+	// WireGuardInterfaces are the devices of the two key slots inside the pod
+	// (gatewayconfig.WireGuardInterfaceOf), as the wireguard role and init-nat's guard
+	// take them: the current key is served on one, during a rotation's overlap the
+	// previous key on the other.
+	WireGuardInterfaces = "wg0,wg1"
+	// WireGuardKeyMountPath holds the mounted private key file; the previous key, during
+	// a rotation's overlap, is mounted under WireGuardPreviousKeyMountPath.
+	WireGuardKeyMountPath         = "/etc/bnerd-vpn/wireguard"
+	WireGuardPreviousKeyMountPath = "/etc/bnerd-vpn/wireguard-previous"
 	// WireGuardKeyFile is the key's file name under WireGuardKeyMountPath.
 	WireGuardKeyFile = "private-key"
 	// WireGuardRunPath is the pod's shared scratch volume (state files).
@@ -37,23 +50,53 @@ const (
 // WireGuardKeySecretName is the name of a gateway's WireGuard key Secret.
 func WireGuardKeySecretName(gw string) string { return gw + "-gateway-wireguard" }
 
-// WireGuardKeySecret holds the gateway's private key (and, during a rotation, the
-// previous one). token records the rotate annotation's value the key answers, so each
-// value rotates once.
-func WireGuardKeySecret(g Gateway, privateKey, previousKey, token string) *corev1.Secret {
+// WireGuardKeys is what the key Secret records: the current private key and its slot,
+// during a rotation's overlap the previous key (on the other slot) and when the
+// rotation happened, and the rotate annotation's value the keys answer (so each value
+// rotates once).
+type WireGuardKeys struct {
+	PrivateKey, PreviousKey string
+	Slot                    int
+	RotatedAt               time.Time
+	Token                   string
+}
+
+// WireGuardKeySecret holds the gateway's keys.
+func WireGuardKeySecret(g Gateway, k WireGuardKeys) *corev1.Secret {
 	s := &corev1.Secret{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
 		ObjectMeta: objectMeta(g, WireGuardKeySecretName(g.Name)),
 		Type:       corev1.SecretTypeOpaque,
-		Data:       map[string][]byte{WireGuardPrivateKeyKey: []byte(privateKey)},
+		Data:       map[string][]byte{WireGuardPrivateKeyKey: []byte(k.PrivateKey)},
 	}
-	if previousKey != "" {
-		s.Data[WireGuardPreviousKeyKey] = []byte(previousKey)
+	s.Annotations = map[string]string{AnnotationWireGuardKeySlot: strconv.Itoa(k.Slot)}
+	if k.PreviousKey != "" {
+		s.Data[WireGuardPreviousKeyKey] = []byte(k.PreviousKey)
 	}
-	if token != "" {
-		s.Annotations = map[string]string{v1alpha1.AnnotationRotateWireGuardKey: token}
+	if !k.RotatedAt.IsZero() {
+		s.Annotations[AnnotationWireGuardKeyRotatedAt] = k.RotatedAt.UTC().Format(time.RFC3339)
+	}
+	if k.Token != "" {
+		s.Annotations[v1alpha1.AnnotationRotateWireGuardKey] = k.Token
 	}
 	return s
+}
+
+// WireGuardKeysOf reads the record back from a key Secret. A Secret written before key
+// slots existed has its current key on slot 0.
+func WireGuardKeysOf(s *corev1.Secret) WireGuardKeys {
+	k := WireGuardKeys{
+		PrivateKey:  string(s.Data[WireGuardPrivateKeyKey]),
+		PreviousKey: string(s.Data[WireGuardPreviousKeyKey]),
+		Token:       s.Annotations[v1alpha1.AnnotationRotateWireGuardKey],
+	}
+	if s.Annotations[AnnotationWireGuardKeySlot] == "1" {
+		k.Slot = 1
+	}
+	if t, err := time.Parse(time.RFC3339, s.Annotations[AnnotationWireGuardKeyRotatedAt]); err == nil {
+		k.RotatedAt = t
+	}
+	return k
 }
 
 // WireGuardDeployment runs a WireGuard gateway's pod: init-nat with the interface guard
@@ -75,6 +118,7 @@ func WireGuardDeployment(w Workload) (*appsv1.Deployment, error) {
 	}
 	one := int32(1)
 	f := false
+	optional := true
 	grace := int64(30)
 	readOnly := int32(0o440)
 	run := corev1.VolumeMount{Name: "run", MountPath: WireGuardRunPath}
@@ -116,24 +160,31 @@ func WireGuardDeployment(w Workload) (*appsv1.Deployment, error) {
 					TerminationGracePeriodSeconds: &grace,
 					SecurityContext:               podSecurityContext(),
 					Containers: []corev1.Container{
-						agent(ContainerInitNAT, w.AgentImage, append([]string{"init-nat", "--guard=interface", "--tunnel-interface=" + WireGuardInterface,
+						agent(ContainerInitNAT, w.AgentImage, append([]string{"init-nat", "--guard=interface", "--tunnel-interface=" + WireGuardInterfaces,
 							"--state-file=" + natState}, fromFile...), dropAllBut("NET_ADMIN"), run),
 						// MKNOD: the userspace fallback creates /dev/net/tun where the
 						// runtime provides none.
-						agent(ContainerWireGuard, w.WireGuardImage, append([]string{"wireguard", "--interface=" + WireGuardInterface,
-							"--private-key-file=" + WireGuardKeyMountPath + "/" + WireGuardKeyFile, "--state-file=" + wgState}, fromFile...),
+						agent(ContainerWireGuard, w.WireGuardImage, append([]string{"wireguard", "--interface=" + WireGuardInterfaces,
+							"--private-key-file=" + WireGuardKeyMountPath + "/" + WireGuardKeyFile,
+							"--previous-private-key-file=" + WireGuardPreviousKeyMountPath + "/" + WireGuardKeyFile, "--state-file=" + wgState}, fromFile...),
 							dropAllBut("NET_ADMIN", "MKNOD"), run,
-							corev1.VolumeMount{Name: "wireguard-key", MountPath: WireGuardKeyMountPath, ReadOnly: true}),
+							corev1.VolumeMount{Name: "wireguard-key", MountPath: WireGuardKeyMountPath, ReadOnly: true},
+							corev1.VolumeMount{Name: "wireguard-previous-key", MountPath: WireGuardPreviousKeyMountPath, ReadOnly: true}),
 						withLiveness(agent(ContainerStatus, w.AgentImage, append([]string{"status-agent", "--wireguard-state-file=" + wgState,
 							"--publish-config=" + WireGuardRunPath + "/" + gatewayconfig.ConfigMapKeyConfig}, source...), unprivilegedContext(), run, apiAccessMount), w),
 						exporter,
 					},
 					Volumes: []corev1.Volume{
-						// Only the current private key: the previous one (kept during a
-						// rotation) never enters the pod.
+						// The current private key, and during a rotation's overlap the previous
+						// one: optional, so the volume is empty outside an overlap, and the
+						// kubelet adds and removes the file as the operator writes the Secret.
 						{Name: "wireguard-key", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 							SecretName: WireGuardKeySecretName(g.Name), DefaultMode: &readOnly,
 							Items: []corev1.KeyToPath{{Key: WireGuardPrivateKeyKey, Path: WireGuardKeyFile}},
+						}}},
+						{Name: "wireguard-previous-key", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+							SecretName: WireGuardKeySecretName(g.Name), DefaultMode: &readOnly, Optional: &optional,
+							Items: []corev1.KeyToPath{{Key: WireGuardPreviousKeyKey, Path: WireGuardKeyFile}},
 						}}},
 						{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 						apiAccessVolume(),

@@ -20,7 +20,7 @@ type WireGuardCollector struct {
 
 	mu sync.Mutex
 	// A recreated interface starts its counters from zero; totals stay monotonic by
-	// adding deltas per peer key.
+	// adding deltas per device and peer key.
 	last   map[string][2]int64
 	totals map[string]*[2]float64
 }
@@ -30,8 +30,8 @@ const HandshakeFresh = 3 * time.Minute
 
 var (
 	descWGUp        = prometheus.NewDesc("bnerd_wireguard_up", "1 when the wireguard container reported the interface within the last 30 s.", nil, nil)
-	descWGPeerUp    = prometheus.NewDesc("bnerd_wireguard_peer_up", "1 when the peer's latest handshake with the gateway's current key is younger than 3 minutes.", []string{"tunnel"}, nil)
-	descWGHandshake = prometheus.NewDesc("bnerd_wireguard_peer_latest_handshake_age_seconds", "Seconds since the peer's latest handshake with the gateway's current key (absent without one).", []string{"tunnel"}, nil)
+	descWGPeerUp    = prometheus.NewDesc("bnerd_wireguard_peer_up", "1 when the peer's latest handshake with a key the gateway serves (the current one, or the previous one during a rotation's overlap) is younger than 3 minutes.", []string{"tunnel"}, nil)
+	descWGHandshake = prometheus.NewDesc("bnerd_wireguard_peer_latest_handshake_age_seconds", "Seconds since the peer's latest handshake with a key the gateway serves (absent without one).", []string{"tunnel"}, nil)
 	descWGBytes     = prometheus.NewDesc("bnerd_wireguard_peer_bytes_total", "Bytes exchanged with the peer (in: received from it, out: sent to it).", []string{"tunnel", "direction"}, nil)
 )
 
@@ -67,9 +67,15 @@ func (c *WireGuardCollector) Collect(ch chan<- prometheus.Metric) {
 			c.totals[name] = tot
 		}
 		peerUp := 0.0
-		if p, ok := st.Peer(name); ok && err == nil {
+		var latest time.Time
+		for _, d := range st.Devices() {
+			p, ok := d.Peer(name)
+			if !ok || err != nil {
+				continue
+			}
 			cur := [2]int64{p.ReceiveBytes, p.TransmitBytes}
-			prev := c.last[p.PublicKey]
+			id := d.Interface + "/" + p.PublicKey
+			prev := c.last[id]
 			for i := range cur {
 				if cur[i] >= prev[i] {
 					tot[i] += float64(cur[i] - prev[i])
@@ -77,13 +83,16 @@ func (c *WireGuardCollector) Collect(ch chan<- prometheus.Metric) {
 					tot[i] += float64(cur[i]) // the interface was recreated
 				}
 			}
-			c.last[p.PublicKey] = cur
-			if !p.LatestHandshake.IsZero() {
-				age := now.Sub(p.LatestHandshake)
-				ch <- prometheus.MustNewConstMetric(descWGHandshake, prometheus.GaugeValue, age.Seconds(), name)
-				if age < HandshakeFresh {
-					peerUp = 1
-				}
+			c.last[id] = cur
+			if p.LatestHandshake.After(latest) {
+				latest = p.LatestHandshake
+			}
+		}
+		if !latest.IsZero() {
+			age := now.Sub(latest)
+			ch <- prometheus.MustNewConstMetric(descWGHandshake, prometheus.GaugeValue, age.Seconds(), name)
+			if age < HandshakeFresh {
+				peerUp = 1
 			}
 		}
 		ch <- prometheus.MustNewConstMetric(descWGPeerUp, prometheus.GaugeValue, peerUp, name)

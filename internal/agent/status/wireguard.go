@@ -23,31 +23,41 @@ import (
 const HandshakeFresh = 3 * time.Minute
 
 // ComputeWireGuard derives each configured peer's state from the wireguard role's state:
-// Up while its latest handshake (with the interface's current key) is younger than
-// HandshakeFresh, Down otherwise or when the state is missing or stale. The handshake
-// time is truncated to whole seconds, as the API server keeps it.
+// Up while its latest handshake with the current key is younger than HandshakeFresh, or
+// during a key rotation's overlap its latest with the previous key (the message says the
+// client has not switched); Down otherwise or when the state is missing or stale.
+// LatestHandshake is always the current key's (the operator counts the rotation's
+// progress by it), truncated to whole seconds as the API server keeps it.
 func ComputeWireGuard(peers []string, st wgstate.State, stErr error, now time.Time) ([]v1alpha1.TunnelState, string) {
 	out := make([]v1alpha1.TunnelState, 0, len(peers))
 	up := 0
 	for _, name := range peers {
 		ts := v1alpha1.TunnelState{Name: name, State: StateDown}
 		p, ok := st.Peer(name)
+		var pp wgstate.Peer
+		if st.Previous != nil {
+			pp, _ = st.Previous.Peer(name)
+		}
+		if stErr == nil && ok && !p.LatestHandshake.IsZero() {
+			hs := metav1.NewTime(p.LatestHandshake.Truncate(time.Second).UTC())
+			ts.LatestHandshake = &hs
+		}
 		switch {
 		case stErr != nil:
 			ts.Message = stErr.Error()
 		case !ok:
 			ts.Message = "not configured on the interface yet"
+		case !p.LatestHandshake.IsZero() && now.Sub(p.LatestHandshake) < HandshakeFresh:
+			ts.State = StateUp
+			up++
+		case !pp.LatestHandshake.IsZero() && now.Sub(pp.LatestHandshake) < HandshakeFresh:
+			ts.State = StateUp
+			up++
+			ts.Message = fmt.Sprintf("up on the previous key %s (UDP %d): the client has not configured the current key %s yet", st.Previous.PublicKey, st.Previous.ListenPort, st.PublicKey)
 		case p.LatestHandshake.IsZero():
 			ts.Message = "no handshake with the gateway's current key"
 		default:
-			hs := metav1.NewTime(p.LatestHandshake.Truncate(time.Second).UTC())
-			ts.LatestHandshake = &hs
-			if age := now.Sub(p.LatestHandshake); age < HandshakeFresh {
-				ts.State = StateUp
-				up++
-			} else {
-				ts.Message = fmt.Sprintf("latest handshake %s ago", age.Round(time.Second))
-			}
+			ts.Message = fmt.Sprintf("latest handshake %s ago", now.Sub(p.LatestHandshake).Round(time.Second))
 		}
 		out = append(out, ts)
 	}
@@ -123,9 +133,11 @@ func (w *WireGuardSource) WatchState(ctx context.Context, every time.Duration, k
 // reading and byte counters.
 func peersSignature(st wgstate.State) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s\n", st.PublicKey, st.KeyAppliedAt.Format(time.RFC3339Nano))
-	for _, p := range st.Peers {
-		fmt.Fprintf(&b, "%s %s %s %s\n", p.Name, p.PublicKey, p.Endpoint, p.LatestHandshake.Format(time.RFC3339Nano))
+	for _, d := range st.Devices() {
+		fmt.Fprintf(&b, "%s %s %s\n", d.Interface, d.PublicKey, d.KeyAppliedAt.Format(time.RFC3339Nano))
+		for _, p := range d.Peers {
+			fmt.Fprintf(&b, "%s %s %s %s\n", p.Name, p.PublicKey, p.Endpoint, p.LatestHandshake.Format(time.RFC3339Nano))
+		}
 	}
 	return b.String()
 }

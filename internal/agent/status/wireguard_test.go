@@ -13,11 +13,11 @@ import (
 
 func TestComputeWireGuard(t *testing.T) {
 	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
-	st := wgstate.State{UpdatedAt: now, Peers: []wgstate.Peer{
+	st := wgstate.State{UpdatedAt: now, Device: wgstate.Device{Peers: []wgstate.Peer{
 		{Name: "fresh", LatestHandshake: now.Add(-2*time.Minute - 59*time.Second)},
 		{Name: "old", LatestHandshake: now.Add(-3 * time.Minute)},
 		{Name: "never"},
-	}}
+	}}}
 	got, ready := ComputeWireGuard([]string{"fresh", "old", "never", "missing"}, st, nil, now)
 	if ready != "1/4" {
 		t.Fatalf("ready %s", ready)
@@ -30,6 +30,20 @@ func TestComputeWireGuard(t *testing.T) {
 	}
 	if got[0].LatestHandshake == nil || !got[0].LatestHandshake.Time.Equal(now.Add(-3*time.Minute+time.Second)) {
 		t.Errorf("handshake time %v", got[0].LatestHandshake)
+	}
+	// A key rotation's overlap: a peer whose latest handshake is with the previous key's
+	// device is up and told to switch; its LatestHandshake stays the current key's (none),
+	// which the operator counts the rotation by.
+	st.Previous = &wgstate.Device{Interface: "wg1", PublicKey: "oldkey", ListenPort: 51821, Peers: []wgstate.Peer{
+		{Name: "never", LatestHandshake: now.Add(-5 * time.Second)},
+		{Name: "old", LatestHandshake: now.Add(-4 * time.Minute)},
+	}}
+	got, ready = ComputeWireGuard([]string{"fresh", "old", "never"}, st, nil, now)
+	if ready != "2/3" || got[2].State != StateUp || got[2].LatestHandshake != nil || !strings.Contains(got[2].Message, "previous key oldkey (UDP 51821)") {
+		t.Errorf("overlap: %s %+v", ready, got[2])
+	}
+	if got[1].State != StateDown {
+		t.Errorf("a stale handshake on the previous key counts as up: %+v", got[1])
 	}
 	// No state: every peer down with the reason.
 	got, ready = ComputeWireGuard([]string{"fresh"}, wgstate.State{}, errors.New("the wireguard container last reported 1m0s ago"), now)
@@ -47,7 +61,7 @@ func TestWatchStateKicksOnNews(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	now := time.Now().UTC()
-	st := wgstate.State{UpdatedAt: now, Interface: "wg0", PublicKey: "gw1", Peers: []wgstate.Peer{{Name: "hq", PublicKey: "hq1"}}}
+	st := wgstate.State{UpdatedAt: now, Device: wgstate.Device{Interface: "wg0", PublicKey: "gw1", Peers: []wgstate.Peer{{Name: "hq", PublicKey: "hq1"}}}}
 	write := func() {
 		t.Helper()
 		if err := wgstate.Write(path, st); err != nil {

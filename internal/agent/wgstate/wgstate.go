@@ -26,18 +26,34 @@ type Peer struct {
 	TransmitBytes   int64     `json:"transmitBytes"`
 }
 
-// State is the file's content.
+// State is the file's content: the device of the current key (its fields at the top, as
+// before key slots) and, during a key rotation's overlap, the previous key's device.
 type State struct {
-	// UpdatedAt is when the wireguard role last read the device.
+	// UpdatedAt is when the wireguard role last read the devices.
 	UpdatedAt time.Time `json:"updatedAt"`
-	Interface string    `json:"interface"`
 	// Implementation is "kernel" or "userspace" (wireguard-go).
 	Implementation string `json:"implementation"`
+	Device
+	// Previous is the device still serving the key a rotation replaced.
+	Previous *Device `json:"previous,omitempty"`
+}
+
+// Device is one WireGuard interface as last read.
+type Device struct {
+	Interface string `json:"interface"`
 	// PublicKey is the interface's public key; KeyAppliedAt when its private key was set.
 	PublicKey    string    `json:"publicKey"`
 	KeyAppliedAt time.Time `json:"keyAppliedAt,omitempty"`
 	ListenPort   int       `json:"listenPort"`
 	Peers        []Peer    `json:"peers"`
+}
+
+// Devices returns the current key's device and, during an overlap, the previous key's.
+func (s State) Devices() []Device {
+	if s.Previous == nil {
+		return []Device{s.Device}
+	}
+	return []Device{s.Device, *s.Previous}
 }
 
 // Stale is how old a state may be before readers treat the wireguard role as gone.
@@ -65,8 +81,8 @@ func Read(path string, now time.Time) (State, error) {
 	return st, nil
 }
 
-// Peer returns the peer called name, if the state has it.
-func (s State) Peer(name string) (Peer, bool) {
+// Peer returns the peer called name, if the device has it.
+func (s Device) Peer(name string) (Peer, bool) {
 	for _, p := range s.Peers {
 		if p.Name == name {
 			return p, true

@@ -23,7 +23,7 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultInterface = "wg0"
+	DefaultInterface = "wg0,wg1"
 	DefaultMTU       = 1420
 	// DefaultTable holds the routes of the peers' allowed IPs, looked up by a rule at
 	// DefaultPriority: before the port's policy rules (routing.DefaultPriority), whose
@@ -40,10 +40,19 @@ const (
 
 // Options configure the Runner.
 type Options struct {
+	// Interface names the devices of the two key slots, comma-separated ("wg0,wg1", the
+	// default); the config says which slot serves which key (gatewayconfig.
+	// WireGuardInterfaceOf). One name X stands for "X,X1". Tests running several gateways
+	// in one mount namespace give each its own names: wireguard-go's control sockets are
+	// named after the device.
 	Interface string
-	// KeyFile holds the gateway's private key (the mounted key Secret); re-read every
-	// sync, so a rotated key is applied when the kubelet refreshes the volume.
-	KeyFile string
+	// KeyFile holds the gateway's current private key (the mounted key Secret);
+	// PreviousKeyFile, during a key rotation's overlap, the previous one (absent
+	// otherwise). Both are re-read every sync, so a rotation is followed when the kubelet
+	// refreshes the volumes; the config says which public key each device serves, and a
+	// device whose key is not mounted yet waits for it.
+	KeyFile         string
+	PreviousKeyFile string
 	// StateFile receives wgstate.State after every sync.
 	StateFile string
 	Mode      Mode
@@ -59,24 +68,41 @@ type Options struct {
 	Logf     func(format string, args ...any)
 }
 
-// Runner keeps the interface converged.
+// Runner keeps the interfaces converged: the current key's, and during a key rotation's
+// overlap the previous key's, each on its key slot's device and port.
 type Runner struct {
 	opts   Options
 	client *wgctrl.Client
+	// names are the key slots' device names.
+	names [2]string
 
-	cfg     *gatewayconfig.Config
+	cfg  *gatewayconfig.Config
+	devs map[string]*wgDevice
+	// learned is where each peer's packets last came from; a recreated interface starts
+	// with it, so the gateway can reach a roaming peer again without waiting for it.
+	learned map[wgtypes.Key]*net.UDPAddr
+	// warned holds the complaints of the last sync, warnings this one's: a complaint is
+	// logged when it appears, not again every sync while it lasts.
+	warned, warnings map[string]bool
+}
+
+// wgDevice is one WireGuard interface the runner created.
+type wgDevice struct {
+	name    string
 	user    *userspace
 	impl    string
 	applied time.Time
 	// lastEndpoint is the configured endpoint last sent per peer.
 	lastEndpoint map[wgtypes.Key]string
-	// learned is where each peer's packets last came from; a recreated interface starts
-	// with it, so the gateway can reach a roaming peer again without waiting for it.
-	learned map[wgtypes.Key]*net.UDPAddr
 	// fresh: the interface was just created.
 	fresh bool
-	// warned suppresses repeating the same complaint every sync.
-	warned string
+}
+
+func (d *wgDevice) close() {
+	if d.user != nil {
+		d.user.close()
+		d.user = nil
+	}
 }
 
 // New returns a Runner; it opens wgctrl (kernel netlink where the kernel has WireGuard,
@@ -85,8 +111,18 @@ func New(opts Options) (*Runner, error) {
 	if opts.Interface == "" {
 		opts.Interface = DefaultInterface
 	}
-	if len(opts.Interface) > 15 || strings.ContainsAny(opts.Interface, "/ \t\n") {
-		return nil, fmt.Errorf("interface name %q is not a valid device name", opts.Interface)
+	first, second, _ := strings.Cut(opts.Interface, ",")
+	if second == "" {
+		second = first + "1"
+	}
+	names := [2]string{first, second}
+	for _, n := range names {
+		if n == "" || len(n) > 15 || strings.ContainsAny(n, ",/ \t\n") {
+			return nil, fmt.Errorf("interface name %q is not a valid device name", n)
+		}
+	}
+	if names[0] == names[1] {
+		return nil, fmt.Errorf("the two key slots need two device names, not %q twice", names[0])
 	}
 	if opts.Mode == "" {
 		opts.Mode = ModeAuto
@@ -121,7 +157,7 @@ func New(opts Options) (*Runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wgctrl: %w", err)
 	}
-	return &Runner{opts: opts, client: c, lastEndpoint: map[wgtypes.Key]string{}, learned: map[wgtypes.Key]*net.UDPAddr{}}, nil
+	return &Runner{opts: opts, client: c, names: names, devs: map[string]*wgDevice{}, learned: map[wgtypes.Key]*net.UDPAddr{}}, nil
 }
 
 // Run syncs on every config snapshot and every Interval until ctx ends. The interface
@@ -134,8 +170,8 @@ func (r *Runner) Run(ctx context.Context, snaps <-chan source.Snapshot) error {
 	for {
 		select {
 		case <-ctx.Done():
-			if r.user != nil {
-				r.user.close()
+			for _, d := range r.devs {
+				d.close()
 			}
 			return nil
 		case s := <-snaps:
@@ -157,23 +193,73 @@ func (r *Runner) Run(ctx context.Context, snaps <-chan source.Snapshot) error {
 
 func (r *Runner) warn(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	if msg != r.warned {
+	if r.warnings == nil {
+		r.warnings = map[string]bool{}
+	}
+	r.warnings[msg] = true
+	if !r.warned[msg] {
 		r.opts.Logf("%s", msg)
-		r.warned = msg
 	}
 }
 
-// readKey reads the private key file. Errors never quote its content.
-func (r *Runner) readKey() (wgtypes.Key, error) {
-	b, err := os.ReadFile(r.opts.KeyFile)
+// readKey reads a private key file. Errors never quote its content.
+func readKey(path string) (wgtypes.Key, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return wgtypes.Key{}, fmt.Errorf("reading the private key file %s: %w", r.opts.KeyFile, err)
+		return wgtypes.Key{}, fmt.Errorf("reading the private key file %s: %w", path, err)
 	}
 	k, err := wgtypes.ParseKey(strings.TrimSpace(string(b)))
 	if err != nil {
-		return wgtypes.Key{}, fmt.Errorf("the private key file %s holds no WireGuard key", r.opts.KeyFile)
+		return wgtypes.Key{}, fmt.Errorf("the private key file %s holds no WireGuard key", path)
 	}
 	return k, nil
+}
+
+// readKeys returns the mounted private keys by their public keys, and the current
+// file's key. The current file must hold a key; the previous one is there only during
+// an overlap.
+func (r *Runner) readKeys() (map[string]wgtypes.Key, wgtypes.Key, error) {
+	cur, err := readKey(r.opts.KeyFile)
+	if err != nil {
+		return nil, cur, err
+	}
+	keys := map[string]wgtypes.Key{cur.PublicKey().String(): cur}
+	if r.opts.PreviousKeyFile != "" {
+		if _, err := os.Stat(r.opts.PreviousKeyFile); err == nil {
+			// A previous key that cannot be read costs only its own device: the current
+			// key is served regardless.
+			if prev, err := readKey(r.opts.PreviousKeyFile); err != nil {
+				r.warn("%v", err)
+			} else {
+				keys[prev.PublicKey().String()] = prev
+			}
+		}
+	}
+	return keys, cur, nil
+}
+
+// served is a key the config asks a device to serve.
+type served struct {
+	iface   string
+	pub     string
+	port    int32
+	current bool
+}
+
+// servedKeys are the config's keys, the current one first, each on its key slot's
+// device.
+func servedKeys(wg *gatewayconfig.WireGuard, names [2]string) []served {
+	device := func(slotIface string) string {
+		if slotIface == gatewayconfig.WireGuardInterfaceOf(1) {
+			return names[1]
+		}
+		return names[0]
+	}
+	out := []served{{iface: device(wg.CurrentInterface()), pub: wg.PublicKey, port: wg.ListenPort, current: true}}
+	if p := wg.Previous; p != nil {
+		out = append(out, served{iface: device(p.Interface), pub: p.PublicKey, port: p.ListenPort})
+	}
+	return out
 }
 
 // sync converges device, peers and routes, then records the state.
@@ -181,151 +267,246 @@ func (r *Runner) sync() {
 	if r.cfg == nil {
 		return
 	}
+	r.warnings = map[string]bool{}
 	if err := r.syncOnce(); err != nil {
 		r.warn("sync: %v", err)
-		return
 	}
-	r.warned = ""
+	r.warned = r.warnings
 }
 
 func (r *Runner) syncOnce() error {
-	key, err := r.readKey()
+	keys, mounted, err := r.readKeys()
 	if err != nil {
 		return err
 	}
-	if pub := key.PublicKey().String(); pub != r.cfg.WireGuard.PublicKey {
-		r.warn("the mounted private key belongs to %s, the operator publishes %s: the kubelet has not refreshed the key Secret yet; using the mounted key", pub, r.cfg.WireGuard.PublicKey)
-	}
-	want, err := FromConfig(r.cfg, key)
-	if err != nil {
-		return err
-	}
-	want.FirewallMark = r.opts.FirewallMark
-	link, err := r.ensureLink()
-	if err != nil {
-		return err
+	wants := servedKeys(r.cfg.WireGuard, r.names)
+	// A device serves the key the config names for it, once the kubelet has mounted it;
+	// until then (a rotation's new key) the device waits, and the other keeps serving.
+	// When no served key is mounted at all (the key Secret was replaced), the current
+	// device takes the mounted key: a gateway with a key beats one with none.
+	var waiting []string
+	have := 0
+	for _, w := range wants {
+		if _, ok := keys[w.pub]; ok {
+			have++
+		}
 	}
 	if err := r.ensureRules(); err != nil {
 		return err
 	}
-	if r.fresh {
+	routed, err := r.portRouted()
+	if err != nil {
+		return err
+	}
+	var active []*activeDevice
+	for _, w := range wants {
+		key, ok := keys[w.pub]
+		if !ok && w.current && have == 0 {
+			r.warn("the mounted private key belongs to %s, the operator publishes %s: the kubelet has not refreshed the key Secret yet; using the mounted key", mounted.PublicKey(), w.pub)
+			key, ok = mounted, true
+		}
+		if !ok {
+			waiting = append(waiting, fmt.Sprintf("%s (key %s)", w.iface, w.pub))
+			continue
+		}
+		a, err := r.syncDevice(w, key, routed)
+		if err != nil {
+			return err
+		}
+		active = append(active, a)
+	}
+	for _, name := range r.names {
+		if !serves(active, name) {
+			r.removeDevice(name)
+		}
+	}
+	if len(waiting) > 0 {
+		r.warn("waiting for the kubelet to mount the private key of %s", strings.Join(waiting, ", "))
+	}
+	if len(active) == 0 {
+		return errors.New("no served key is mounted")
+	}
+	if err := r.routes(active); err != nil {
+		return err
+	}
+	return r.writeState(active)
+}
+
+// activeDevice is a device configured in this sync, as last read.
+type activeDevice struct {
+	*wgDevice
+	link    netlink.Link
+	dev     *wgtypes.Device
+	want    Desired
+	current bool
+}
+
+func serves(active []*activeDevice, name string) bool {
+	for _, a := range active {
+		if a.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// syncDevice converges one device to serve key on w's port for every peer.
+func (r *Runner) syncDevice(w served, key wgtypes.Key, routed bool) (*activeDevice, error) {
+	want, err := FromConfig(r.cfg, key)
+	if err != nil {
+		return nil, err
+	}
+	want.ListenPort = int(w.port)
+	want.FirewallMark = r.opts.FirewallMark
+	d, link, err := r.ensureLink(w.iface)
+	if err != nil {
+		return nil, err
+	}
+	if d.fresh {
 		for i, p := range want.Peers {
 			if p.Endpoint == nil && r.learned[p.PublicKey] != nil {
 				want.Peers[i].Endpoint = r.learned[p.PublicKey]
 			}
 		}
 	}
-	dev, err := r.client.Device(r.opts.Interface)
+	dev, err := r.client.Device(d.name)
 	if err != nil {
-		return fmt.Errorf("reading %s: %w", r.opts.Interface, err)
+		return nil, fmt.Errorf("reading %s: %w", d.name, err)
 	}
-	if r.applied.IsZero() && dev.PrivateKey == key {
+	if d.applied.IsZero() && dev.PrivateKey == key {
 		// A restarted agent on a device it configured before: when its key was applied
 		// is in the last state file.
-		r.applied = r.previousApplication(dev.PublicKey)
+		d.applied = r.previousApplication(d.name, dev.PublicKey)
 	}
 	// The reach-out's first initiation goes only once the port's table routes it: sent
 	// earlier it is unreachable (ensureRules), and WireGuard tries again only after
 	// REKEY_TIMEOUT (5 s), which a restarted pod paid when its wireguard container came up
 	// before init-nat had routed the port. The next sync (Interval) reaches out.
-	if routed, err := r.portRouted(); err != nil {
-		return err
-	} else if routed {
+	if routed {
 		want = ReachOut(dev, want)
 	}
-	if changes, ok := Changes(dev, want, r.lastEndpoint); ok {
+	if changes, ok := Changes(dev, want, d.lastEndpoint); ok {
 		// The key's application is stamped before the device is configured: a peer may
 		// complete a handshake with the new key while ConfigureDevice is still returning,
 		// and a stamp taken afterwards would hide that handshake until the next one, two
 		// minutes later (seen: a restored roaming peer handshook 0.4 ms before the stamp).
 		configuring := time.Now()
-		if err := r.client.ConfigureDevice(r.opts.Interface, changes); err != nil {
-			return fmt.Errorf("configuring %s: %w", r.opts.Interface, err)
+		if err := r.client.ConfigureDevice(d.name, changes); err != nil {
+			return nil, fmt.Errorf("configuring %s: %w", d.name, err)
 		}
 		if changes.PrivateKey != nil {
-			r.applied = configuring
+			d.applied = configuring
 		}
 		for _, p := range changes.Peers {
 			if p.Remove {
-				delete(r.lastEndpoint, p.PublicKey)
+				delete(d.lastEndpoint, p.PublicKey)
 			} else if p.Endpoint != nil {
-				r.lastEndpoint[p.PublicKey] = p.Endpoint.String()
+				d.lastEndpoint[p.PublicKey] = p.Endpoint.String()
 			}
 		}
-		r.opts.Logf("%s configured: %s", r.opts.Interface, describe(changes, want))
-		if dev, err = r.client.Device(r.opts.Interface); err != nil {
-			return fmt.Errorf("reading %s: %w", r.opts.Interface, err)
+		r.opts.Logf("%s configured: %s", d.name, describe(changes, want))
+		if dev, err = r.client.Device(d.name); err != nil {
+			return nil, fmt.Errorf("reading %s: %w", d.name, err)
 		}
 	}
-	r.fresh = false
+	d.fresh = false
 	for _, p := range dev.Peers {
 		if p.Endpoint != nil {
 			r.learned[p.PublicKey] = p.Endpoint
 		}
 	}
-	if err := r.routes(link, want); err != nil {
-		return err
-	}
-	return r.writeState(dev, want)
+	return &activeDevice{wgDevice: d, link: link, dev: dev, want: want, current: w.current}, nil
 }
 
-// ensureLink returns the interface, creating it when missing (or when wireguard-go shut
-// its device down because the TUN device was deleted), and keeps it up.
-func (r *Runner) ensureLink() (netlink.Link, error) {
-	link, err := netlink.LinkByName(r.opts.Interface)
+// removeDevice deletes a key slot's device no key is served on any more (a retired
+// key's, or one a restarted agent's kernel left behind): its peers' sessions end with it.
+func (r *Runner) removeDevice(name string) {
+	if d := r.devs[name]; d != nil {
+		d.close()
+	}
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		delete(r.devs, name)
+		return
+	}
+	if err := netlink.LinkDel(l); err != nil {
+		r.warn("removing %s: %v", name, err)
+		return
+	}
+	delete(r.devs, name)
+	r.opts.Logf("removed %s: no key is served on it any more", name)
+}
+
+// ensureLink returns the named interface, creating it when missing (or when wireguard-go
+// shut its device down because the TUN device was deleted), and keeps it up.
+func (r *Runner) ensureLink(name string) (*wgDevice, netlink.Link, error) {
+	d := r.devs[name]
+	if d == nil {
+		d = &wgDevice{name: name, lastEndpoint: map[wgtypes.Key]string{}}
+		r.devs[name] = d
+	}
+	link, err := netlink.LinkByName(name)
 	var notFound netlink.LinkNotFoundError
 	switch {
 	case errors.As(err, &notFound):
 		link = nil
 	case err != nil:
-		return nil, err
+		return nil, nil, err
 	}
-	if r.user != nil && (link == nil || r.user.closed()) {
-		r.user.close()
-		r.user = nil
+	if d.user != nil && (link == nil || d.user.closed()) {
+		d.close()
 		if link != nil {
 			_ = netlink.LinkDel(link)
 			link = nil
 		}
 	}
 	if link == nil {
-		user, impl, err := createLink(r.opts.Interface, r.opts.MTU, r.opts.Mode, r.opts.Logf)
+		user, impl, err := createLink(name, r.opts.MTU, r.opts.Mode, r.opts.Logf)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		r.user, r.impl, r.fresh = user, impl, true
-		r.lastEndpoint = map[wgtypes.Key]string{}
-		r.applied = time.Now()
-		r.opts.Logf("created %s (%s WireGuard)", r.opts.Interface, impl)
-		if link, err = netlink.LinkByName(r.opts.Interface); err != nil {
-			return nil, err
+		d.user, d.impl, d.fresh = user, impl, true
+		d.lastEndpoint = map[wgtypes.Key]string{}
+		d.applied = time.Now()
+		r.opts.Logf("created %s (%s WireGuard)", name, impl)
+		if link, err = netlink.LinkByName(name); err != nil {
+			return nil, nil, err
 		}
-	} else if r.impl == "" {
-		r.impl = ImplKernel
-		if r.user != nil {
-			r.impl = ImplUserspace
+	} else if d.impl == "" {
+		d.impl = ImplKernel
+		if d.user != nil {
+			d.impl = ImplUserspace
 		}
 	}
 	if link.Attrs().Flags&net.FlagUp == 0 {
 		if err := netlink.LinkSetUp(link); err != nil {
-			return nil, fmt.Errorf("setting %s up: %w", r.opts.Interface, err)
+			return nil, nil, fmt.Errorf("setting %s up: %w", name, err)
 		}
 	}
-	return link, nil
+	return d, link, nil
 }
 
-// routes routes every allowed IP into the interface in the table, removes the table's
-// other routes, and keeps the rule that looks the table up.
-func (r *Runner) routes(link netlink.Link, want Desired) error {
+// routes routes every peer's allowed IPs into a device in the table, removes the
+// table's other routes, and keeps the rule that looks the table up. A peer goes through
+// the device it completed its latest handshake with: during a key rotation's overlap a
+// client that switched to the new key is answered through the new key's device, one
+// that has not through the previous key's; with no handshake yet, the current key's.
+func (r *Runner) routes(active []*activeDevice) error {
 	table := r.opts.Table
-	wanted := map[netip.Prefix]bool{}
-	for _, p := range want.Peers {
-		for _, a := range p.AllowedIPs {
-			wanted[a] = true
-			dst := ipNets([]netip.Prefix{a})[0]
-			rt := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: &dst, Table: table, Scope: netlink.SCOPE_LINK}
+	via := routeDevices(active)
+	type dst struct {
+		pfx  netip.Prefix
+		link int
+	}
+	wanted := map[dst]bool{}
+	for _, p := range active[0].want.Peers {
+		a := via[p.PublicKey]
+		for _, pfx := range p.AllowedIPs {
+			wanted[dst{pfx, a.link.Attrs().Index}] = true
+			n := ipNets([]netip.Prefix{pfx})[0]
+			rt := &netlink.Route{LinkIndex: a.link.Attrs().Index, Dst: &n, Table: table, Scope: netlink.SCOPE_LINK}
 			if err := netlink.RouteReplace(rt); err != nil {
-				return fmt.Errorf("route %s dev %s table %d: %w", a, r.opts.Interface, table, err)
+				return fmt.Errorf("route %s dev %s table %d: %w", pfx, a.name, table, err)
 			}
 		}
 	}
@@ -339,7 +520,7 @@ func (r *Runner) routes(link netlink.Link, want Desired) error {
 		}
 		a, _ := netip.AddrFromSlice(rt.Dst.IP)
 		bits, _ := rt.Dst.Mask.Size()
-		if !wanted[netip.PrefixFrom(a.Unmap(), bits)] || rt.LinkIndex != link.Attrs().Index {
+		if !wanted[dst{netip.PrefixFrom(a.Unmap(), bits), rt.LinkIndex}] {
 			rt := rt
 			if err := netlink.RouteDel(&rt); err != nil && !errors.Is(err, unix.ESRCH) {
 				return fmt.Errorf("removing route %s: %w", rt.Dst, err)
@@ -347,6 +528,33 @@ func (r *Runner) routes(link netlink.Link, want Desired) error {
 		}
 	}
 	return nil
+}
+
+// routeDevices picks each peer's device: the one with its latest handshake, the
+// current key's when it has none on any.
+func routeDevices(active []*activeDevice) map[wgtypes.Key]*activeDevice {
+	first := active[0]
+	for _, a := range active {
+		if a.current {
+			first = a
+		}
+	}
+	out := map[wgtypes.Key]*activeDevice{}
+	latest := map[wgtypes.Key]time.Time{}
+	for _, p := range first.want.Peers {
+		out[p.PublicKey] = first
+	}
+	for _, a := range active {
+		for _, p := range a.dev.Peers {
+			if _, ok := out[p.PublicKey]; !ok || p.LastHandshakeTime.IsZero() {
+				continue
+			}
+			if p.LastHandshakeTime.After(latest[p.PublicKey]) {
+				latest[p.PublicKey], out[p.PublicKey] = p.LastHandshakeTime, a
+			}
+		}
+	}
+	return out
 }
 
 // portRouted reports whether the port's table (init-nat's) has a route, so the
@@ -401,23 +609,45 @@ func (r *Runner) ensureRules() error {
 	return nil
 }
 
-// writeState records the device for the status agent and the exporter. A handshake
-// older than the current key's application is not reported: it was made with a key the
-// interface no longer has.
-func (r *Runner) writeState(dev *wgtypes.Device, want Desired) error {
+// writeState records the devices for the status agent and the exporter: the current
+// key's (or, while its key is not mounted yet, the previous key's) at the top, the
+// previous key's beside it during an overlap. A handshake older than a device's key
+// application is not reported: it was made with a key the device no longer has.
+func (r *Runner) writeState(active []*activeDevice) error {
 	if r.opts.StateFile == "" {
 		return nil
 	}
+	var top, prev *activeDevice
+	for _, a := range active {
+		if a.current {
+			top = a
+		}
+	}
+	for _, a := range active {
+		if top == nil {
+			top = a
+		} else if a != top {
+			prev = a
+		}
+	}
+	st := wgstate.State{UpdatedAt: time.Now().UTC(), Implementation: top.impl, Device: deviceState(top)}
+	if prev != nil {
+		p := deviceState(prev)
+		st.Previous = &p
+	}
+	return wgstate.Write(r.opts.StateFile, st)
+}
+
+func deviceState(a *activeDevice) wgstate.Device {
 	names := map[wgtypes.Key]string{}
-	for _, p := range want.Peers {
+	for _, p := range a.want.Peers {
 		names[p.PublicKey] = p.Name
 	}
-	st := wgstate.State{
-		UpdatedAt: time.Now().UTC(), Interface: r.opts.Interface, Implementation: r.impl,
-		PublicKey: dev.PublicKey.String(), KeyAppliedAt: r.applied.UTC(), ListenPort: dev.ListenPort,
-		Peers: []wgstate.Peer{},
+	ds := wgstate.Device{
+		Interface: a.name, PublicKey: a.dev.PublicKey.String(), KeyAppliedAt: a.applied.UTC(),
+		ListenPort: a.dev.ListenPort, Peers: []wgstate.Peer{},
 	}
-	for _, p := range dev.Peers {
+	for _, p := range a.dev.Peers {
 		name, ok := names[p.PublicKey]
 		if !ok {
 			continue
@@ -426,23 +656,25 @@ func (r *Runner) writeState(dev *wgtypes.Device, want Desired) error {
 		if p.Endpoint != nil {
 			sp.Endpoint = p.Endpoint.String()
 		}
-		if !p.LastHandshakeTime.IsZero() && !p.LastHandshakeTime.Before(r.applied) {
+		if !p.LastHandshakeTime.IsZero() && !p.LastHandshakeTime.Before(a.applied) {
 			sp.LatestHandshake = p.LastHandshakeTime.UTC()
 		}
-		st.Peers = append(st.Peers, sp)
+		ds.Peers = append(ds.Peers, sp)
 	}
-	return wgstate.Write(r.opts.StateFile, st)
+	return ds
 }
 
-// previousApplication returns when the last state file says the key pub was applied, or
-// the zero time (every handshake counts).
-func (r *Runner) previousApplication(pub wgtypes.Key) time.Time {
+// previousApplication returns when the last state file says the key pub was applied on
+// the device name, or the zero time (every handshake counts).
+func (r *Runner) previousApplication(name string, pub wgtypes.Key) time.Time {
 	if r.opts.StateFile == "" {
 		return time.Time{}
 	}
 	st, _ := wgstate.Read(r.opts.StateFile, time.Now())
-	if st.PublicKey == pub.String() {
-		return st.KeyAppliedAt
+	for _, d := range st.Devices() {
+		if d.Interface == name && d.PublicKey == pub.String() {
+			return d.KeyAppliedAt
+		}
 	}
 	return time.Time{}
 }

@@ -322,7 +322,7 @@ func (r *Reconciler) ensureNodeSelected(ctx context.Context, g *gateway) (bool, 
 	if p.Grace > 0 {
 		// Look again when the grace period ends (a node turning Ready again wakes the
 		// gateway through the node watch before that).
-		g.recheck = p.Grace
+		g.recheckIn(p.Grace)
 		r.condTrue(g, v1alpha1.ConditionNodeSelected, v1alpha1.ReasonNodeSelected, fmt.Sprintf(
 			"gateway is pinned to node %s, which is not Ready since %s; it moves to another node if %s is not Ready again by %s",
 			name, p.NotReadyAt.UTC().Format(time.RFC3339), name, p.NotReadyAt.Add(r.Config.NodeNotReadyGrace).UTC().Format(time.RFC3339)))

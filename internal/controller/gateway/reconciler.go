@@ -289,7 +289,7 @@ func (r *Reconciler) reconcile(ctx context.Context, kind string, key types.Names
 		return errors.Join(runErr, err)
 	}
 	if runErr == nil && g.recheck > 0 {
-		return outcome.Wait(g.recheck, "node %s is not Ready; looking again when its grace period ends", g.status.NodeName)
+		return outcome.Wait(g.recheck, "looking again in %s: a node grace period or a key rotation's overlap ends", g.recheck.Round(time.Second))
 	}
 	return runErr
 }

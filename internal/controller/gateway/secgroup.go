@@ -144,7 +144,7 @@ func (r *Reconciler) ensureSecurityGroup(ctx context.Context, g *gateway) (bool,
 	reverse := r.reverseSources(g)
 	want, openToAll := DesiredIngressRules(g.spec, r.internalSources(g), reverse), ""
 	if g.wg != nil {
-		want, openToAll = wireGuardIngressRules(g.spec, g.wg, reverse)
+		want, openToAll = wireGuardIngressRules(g.spec, g.wg, servedPorts(g), reverse)
 	}
 	wantSet := map[ruleKey]bool{}
 	for _, k := range want {

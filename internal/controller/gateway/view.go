@@ -62,8 +62,15 @@ type gateway struct {
 	policy   tenancy.Policy
 
 	// recheck, when set, brings the gateway back after that long although it
-	// converged (its node's grace period ends then).
+	// converged (its node's grace period ends then, or a key rotation's overlap).
 	recheck time.Duration
+}
+
+// recheckIn asks for the gateway back after d at the latest.
+func (g *gateway) recheckIn(d time.Duration) {
+	if d > 0 && (g.recheck == 0 || d < g.recheck) {
+		g.recheck = d
+	}
 }
 
 func viewOf(obj client.Object) (*gateway, error) {

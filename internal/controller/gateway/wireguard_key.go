@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 	corev1 "k8s.io/api/core/v1"
@@ -14,16 +15,19 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/operatorconfig"
 	"bnerd.net/vpn-operator/internal/render"
 )
 
 // ensureWireGuardKey gives a WireGuard gateway its key pair: the private key is generated
 // here into the gateway's key Secret (owned by the gateway, mounted by its pod, never
-// copied anywhere else), the public key is derived from it on every reconcile and
-// published in status.wireguard.publicKey. A new value of the rotate annotation replaces
-// the key; the previous one stays in the Secret (not in the pod) and its public key in
-// status until every peer has completed a handshake with the new key, as the status
-// agent reports. An IPsec gateway has nothing here.
+// copied anywhere else), the public key and the port it is served on are derived from
+// the Secret on every reconcile and published in status.wireguard (never taken from
+// status, which the gateway's pod may write). A new value of the rotate annotation
+// replaces the key: the new one is served on the gateway's other port (key slot) while
+// the previous one keeps its own, until every peer has completed a handshake with the
+// new key (as the status agent reports) or the platform's overlap ends. An IPsec gateway
+// has nothing here.
 func (r *Reconciler) ensureWireGuardKey(ctx context.Context, g *gateway) (bool, error) {
 	if g.wg == nil {
 		return true, r.dropWireGuardKey(ctx, g)
@@ -52,13 +56,13 @@ func (r *Reconciler) ensureWireGuardKey(ctx context.Context, g *gateway) (bool, 
 		if err != nil {
 			return fail(err)
 		}
-		desired := render.WireGuardKeySecret(ref, key.String(), "", token)
+		desired := render.WireGuardKeySecret(ref, render.WireGuardKeys{PrivateKey: key.String(), Token: token})
 		if err := r.Client.Create(ctx, desired); err != nil {
 			// AlreadyExists: a create raced this one; the next attempt reads it.
 			return fail(err)
 		}
 		sec = *desired
-		st.PreviousPublicKey, st.KeyRotatedAt = "", nil
+		st.RetiredPublicKey, st.KeyRotatedAt = "", nil
 	case err != nil:
 		return fail(err)
 	default:
@@ -66,65 +70,130 @@ func (r *Reconciler) ensureWireGuardKey(ctx context.Context, g *gateway) (bool, 
 			return refuse(fmt.Sprintf("Secret %s/%s %s", ref.Namespace, name, errNotOurs))
 		}
 	}
-	key, err := wgtypes.ParseKey(string(sec.Data[render.WireGuardPrivateKeyKey]))
+	keys := render.WireGuardKeysOf(&sec)
+	key, err := wgtypes.ParseKey(keys.PrivateKey)
 	if err != nil {
 		// Never quote the value: it is meant to be a private key.
 		return refuse(fmt.Sprintf("Secret %s/%s holds no valid WireGuard private key under %q; delete the Secret and a new key is generated", ref.Namespace, name, render.WireGuardPrivateKeyKey))
 	}
 
-	if token != "" && token != sec.Annotations[v1alpha1.AnnotationRotateWireGuardKey] {
+	if token != "" && token != keys.Token {
 		next, err := wgtypes.GeneratePrivateKey()
 		if err != nil {
 			return fail(err)
 		}
-		rotated := sec.DeepCopy()
-		desired := render.WireGuardKeySecret(ref, next.String(), key.String(), token)
-		rotated.Data, rotated.StringData = desired.Data, nil
-		if rotated.Annotations == nil {
-			rotated.Annotations = map[string]string{}
+		if old, err := wgtypes.ParseKey(keys.PreviousKey); err == nil {
+			// A rotation during an overlap: the key before the previous one was on the
+			// slot the new key takes, so it stops being served now.
+			st.RetiredPublicKey = old.PublicKey().String()
 		}
-		rotated.Annotations[v1alpha1.AnnotationRotateWireGuardKey] = token
-		if err := r.Client.Update(ctx, rotated); err != nil {
+		rotated := render.WireGuardKeys{PrivateKey: next.String(), PreviousKey: key.String(), Slot: 1 - keys.Slot,
+			RotatedAt: r.now().Truncate(time.Second), Token: token}
+		if err := r.writeKeys(ctx, &sec, ref, rotated); err != nil {
 			return fail(err)
 		}
-		sec = *rotated
-		now := metav1.NewTime(r.now().Truncate(1e9))
-		st.PreviousPublicKey, st.KeyRotatedAt = key.PublicKey().String(), &now
-		key = next
+		keys, key = rotated, next
 	}
-	st.PublicKey = key.PublicKey().String()
+	st.PublicKey, st.ListenPort = key.PublicKey().String(), v1alpha1.WireGuardKeyPort(g.wg, keys.Slot)
 
-	prev, rotating := sec.Data[render.WireGuardPreviousKeyKey]
-	if !rotating {
-		st.PreviousPublicKey = ""
-		r.condTrue(g, v1alpha1.ConditionWireGuardKeyReady, v1alpha1.ReasonKeyReady,
-			fmt.Sprintf("public key %s is published; the private key stays in Secret %s", st.PublicKey, name))
-		return true, nil
-	}
-	if pk, err := wgtypes.ParseKey(string(prev)); err == nil {
-		st.PreviousPublicKey = pk.PublicKey().String()
-	}
-	if st.KeyRotatedAt == nil {
-		now := metav1.NewTime(r.now().Truncate(1e9))
-		st.KeyRotatedAt = &now
-	}
-	done, pending := rotationProgress(g)
-	if len(pending) == 0 {
-		kept := sec.DeepCopy()
-		delete(kept.Data, render.WireGuardPreviousKeyKey)
-		if err := r.Client.Update(ctx, kept); err != nil {
+	prev, err := wgtypes.ParseKey(keys.PreviousKey)
+	if keys.PreviousKey != "" && err != nil {
+		// Not a key: nothing can serve it, and the pod must not be handed it.
+		keys.PreviousKey = ""
+		if err := r.writeKeys(ctx, &sec, ref, keys); err != nil {
 			return fail(err)
 		}
-		st.PreviousPublicKey = ""
-		r.condTrue(g, v1alpha1.ConditionWireGuardKeyReady, v1alpha1.ReasonKeyReady,
-			fmt.Sprintf("public key %s is published and every peer has completed a handshake with it; the previous key is discarded", st.PublicKey))
+	}
+	if keys.PreviousKey == "" {
+		st.PreviousPublicKey, st.PreviousListenPort, st.PreviousKeyRetiresAt = "", 0, nil
+		if !keys.RotatedAt.IsZero() {
+			rotatedAt := metav1.NewTime(keys.RotatedAt)
+			st.KeyRotatedAt = &rotatedAt
+		}
+		return r.keyServed(g, name)
+	}
+	if keys.RotatedAt.IsZero() {
+		// A rotation recorded before the Secret carried its time: its overlap counts
+		// from now.
+		keys.RotatedAt = r.now().Truncate(time.Second)
+		if err := r.writeKeys(ctx, &sec, ref, keys); err != nil {
+			return fail(err)
+		}
+	}
+	rotatedAt, retiresAt := metav1.NewTime(keys.RotatedAt), metav1.NewTime(keys.RotatedAt.Add(r.keyOverlap()))
+	st.KeyRotatedAt, st.PreviousKeyRetiresAt = &rotatedAt, &retiresAt
+	st.PreviousPublicKey, st.PreviousListenPort = prev.PublicKey().String(), v1alpha1.WireGuardKeyPort(g.wg, 1-keys.Slot)
+
+	done, pending := rotationProgress(g)
+	if len(pending) > 0 && r.now().Before(retiresAt.Time) {
+		g.recheckIn(retiresAt.Sub(r.now()))
+		r.condTrue(g, v1alpha1.ConditionWireGuardKeyReady, v1alpha1.ReasonKeyRotationPending,
+			fmt.Sprintf("key rotated at %s: the new public key %s is served on UDP %d and the previous key %s still on UDP %d until every peer has completed a handshake with the new key or until %s; %d of %d peers have (waiting for %v)",
+				rfc3339(rotatedAt), st.PublicKey, st.ListenPort, st.PreviousPublicKey, st.PreviousListenPort, rfc3339(retiresAt), done, done+len(pending), pending))
 		return true, nil
 	}
-	r.condTrue(g, v1alpha1.ConditionWireGuardKeyReady, v1alpha1.ReasonKeyRotationPending,
-		fmt.Sprintf("key rotated at %s: clients must configure the new public key %s; %d of %d peers have completed a handshake with it (waiting for %v); the previous key %s is kept until all have",
-			st.KeyRotatedAt.UTC().Format("2006-01-02T15:04:05Z"), st.PublicKey, done, done+len(pending), pending, st.PreviousPublicKey))
+	retired := keys
+	retired.PreviousKey = ""
+	if err := r.writeKeys(ctx, &sec, ref, retired); err != nil {
+		return fail(err)
+	}
+	if len(pending) > 0 {
+		st.RetiredPublicKey = st.PreviousPublicKey
+	}
+	st.PreviousPublicKey, st.PreviousListenPort, st.PreviousKeyRetiresAt = "", 0, nil
+	return r.keyServed(g, name)
+}
+
+// keyServed reports the key phase once one key is served: KeyReady, or
+// PreviousKeyRetired while a peer that had not switched when the previous key was
+// retired has still not completed a handshake with the current key.
+func (r *Reconciler) keyServed(g *gateway, secret string) (bool, error) {
+	st := g.status.WireGuard
+	if st.RetiredPublicKey != "" && st.KeyRotatedAt != nil {
+		if _, pending := rotationProgress(g); len(pending) > 0 {
+			r.condTrue(g, v1alpha1.ConditionWireGuardKeyReady, v1alpha1.ReasonPreviousKeyRetired,
+				fmt.Sprintf("the previous key %s is no longer served: peers %v have not completed a handshake with the current public key %s (UDP %d) and are refused until their clients configure it",
+					st.RetiredPublicKey, pending, st.PublicKey, st.ListenPort))
+			return true, nil
+		}
+	}
+	st.RetiredPublicKey = ""
+	r.condTrue(g, v1alpha1.ConditionWireGuardKeyReady, v1alpha1.ReasonKeyReady,
+		fmt.Sprintf("public key %s is published and served on UDP %d; the private key stays in Secret %s", st.PublicKey, st.ListenPort, secret))
 	return true, nil
 }
+
+// writeKeys records keys in the key Secret, keeping its other metadata.
+func (r *Reconciler) writeKeys(ctx context.Context, sec *corev1.Secret, ref render.Gateway, keys render.WireGuardKeys) error {
+	desired := render.WireGuardKeySecret(ref, keys)
+	updated := sec.DeepCopy()
+	updated.Data, updated.StringData = desired.Data, nil
+	if updated.Annotations == nil {
+		updated.Annotations = map[string]string{}
+	}
+	for _, k := range []string{render.AnnotationWireGuardKeySlot, render.AnnotationWireGuardKeyRotatedAt, v1alpha1.AnnotationRotateWireGuardKey} {
+		if v, ok := desired.Annotations[k]; ok {
+			updated.Annotations[k] = v
+		} else {
+			delete(updated.Annotations, k)
+		}
+	}
+	if err := r.Client.Update(ctx, updated); err != nil {
+		return err
+	}
+	*sec = *updated
+	return nil
+}
+
+// keyOverlap is the configured overlap, the default where none is set.
+func (r *Reconciler) keyOverlap() time.Duration {
+	if r.Config.WireGuardKeyOverlap > 0 {
+		return r.Config.WireGuardKeyOverlap
+	}
+	return operatorconfig.DefaultWireGuardKeyOverlap
+}
+
+func rfc3339(t metav1.Time) string { return t.UTC().Format(time.RFC3339) }
 
 // rotationProgress counts the peers that completed a handshake with the gateway's
 // current key since the rotation: the status agent must report that the interface uses
@@ -174,8 +243,9 @@ func (r *Reconciler) dropWireGuardKey(ctx context.Context, g *gateway) error {
 }
 
 // wireGuardKeyEvents passes the gateway events the key phase needs besides spec changes:
-// a new rotate-annotation value, and, while a rotation waits for handshakes, the status
-// agent's reports (which otherwise never wake the operator).
+// a new rotate-annotation value, and, while a rotation waits for handshakes (in its
+// overlap, or after its deadline retired the previous key), the status agent's reports
+// (which otherwise never wake the operator).
 var wireGuardKeyEvents = predicate.Funcs{
 	CreateFunc:  func(event.CreateEvent) bool { return false },
 	DeleteFunc:  func(event.DeleteEvent) bool { return false },
@@ -189,7 +259,7 @@ var wireGuardKeyEvents = predicate.Funcs{
 		if o.Annotations[v1alpha1.AnnotationRotateWireGuardKey] != n.Annotations[v1alpha1.AnnotationRotateWireGuardKey] {
 			return true
 		}
-		if n.Status.WireGuard == nil || n.Status.WireGuard.PreviousPublicKey == "" {
+		if n.Status.WireGuard == nil || n.Status.WireGuard.PreviousPublicKey == "" && n.Status.WireGuard.RetiredPublicKey == "" {
 			return false
 		}
 		return o.Status.InterfacePublicKey != n.Status.InterfacePublicKey || !tunnelHandshakesEqual(o.Status.Tunnels, n.Status.Tunnels)

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
+	"bnerd.net/vpn-operator/internal/operatorconfig"
 	"bnerd.net/vpn-operator/internal/render"
 	"bnerd.net/vpn-operator/internal/statuswrite"
 )
@@ -161,17 +163,32 @@ func TestWireGuardGateway(t *testing.T) {
 		if c.Name == render.ContainerWireGuard && c.Image != h.cfg.WireGuardImage {
 			t.Errorf("wireguard container image %s, want %s", c.Image, h.cfg.WireGuardImage)
 		}
-		if c.Name == render.ContainerInitNAT && !slices.Contains(c.Args, "--tunnel-interface=wg0") {
-			t.Errorf("init-nat does not guard wg0: %v", c.Args)
+		if c.Name == render.ContainerInitNAT && !slices.Contains(c.Args, "--tunnel-interface=wg0,wg1") {
+			t.Errorf("init-nat does not guard both key slots' devices: %v", c.Args)
 		}
 	}
 	if !slices.Equal(names, []string{render.ContainerInitNAT, render.ContainerWireGuard, render.ContainerStatus, render.ContainerExporter}) {
 		t.Fatalf("containers %v", names)
 	}
+	// The key Secret's two keys, each alone in its volume; the previous key's volume is
+	// optional (empty outside a rotation's overlap), the current key's is not.
+	var keyItems []string
 	for _, v := range dep.Spec.Template.Spec.Volumes {
-		if v.Secret != nil && (len(v.Secret.Items) != 1 || v.Secret.Items[0].Key != render.WireGuardPrivateKeyKey) {
-			t.Errorf("the pod mounts more than the current private key: %+v", v.Secret)
+		if v.Secret == nil {
+			continue
 		}
+		if v.Secret.SecretName != render.WireGuardKeySecretName("wg") || len(v.Secret.Items) != 1 {
+			t.Errorf("the pod mounts another Secret, or more than one key in a volume: %+v", v.Secret)
+			continue
+		}
+		optional := v.Secret.Optional != nil && *v.Secret.Optional
+		if k := v.Secret.Items[0].Key; k == render.WireGuardPrivateKeyKey && optional || k == render.WireGuardPreviousKeyKey && !optional {
+			t.Errorf("volume %s: %s mounted with optional=%v", v.Name, k, optional)
+		}
+		keyItems = append(keyItems, v.Secret.Items[0].Key)
+	}
+	if !slices.Equal(keyItems, []string{render.WireGuardPrivateKeyKey, render.WireGuardPreviousKeyKey}) {
+		t.Errorf("key volumes %v", keyItems)
 	}
 	var cm corev1.ConfigMap
 	mustGet(t, h, client.ObjectKey{Namespace: h.ns, Name: render.ConfigMapName("wg")}, &cm)
@@ -205,9 +222,11 @@ func TestWireGuardGateway(t *testing.T) {
 	h.noPrivateKeyLeaked(sec.Data[render.WireGuardPrivateKeyKey], "wg")
 }
 
-// Rotation: a new annotation value replaces the key; the previous key pair stays (in the
-// Secret, not the pod) until every peer has completed a handshake with the new key on an
-// interface that uses it; the same value never rotates twice.
+// Rotation: a new annotation value replaces the key; the new key is served on the
+// gateway's second port (key slot 1, device wg1) and the previous key keeps its port and
+// device (in the Secret, the config and the security group) until every peer has
+// completed a handshake with the new key on an interface that uses it; the same value
+// never rotates twice.
 func TestWireGuardKeyRotation(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
@@ -241,6 +260,37 @@ func TestWireGuardKeyRotation(t *testing.T) {
 	if publicOf(t, sec.Data[render.WireGuardPrivateKeyKey]) != newPub || string(sec.Data[render.WireGuardPreviousKeyKey]) != string(oldPriv) {
 		t.Fatal("the Secret does not hold the new key with the previous one kept")
 	}
+	ws := gw.Status.WireGuard
+	if ws.ListenPort != 51821 || ws.PreviousListenPort != 51820 || sec.Annotations[render.AnnotationWireGuardKeySlot] != "1" ||
+		ws.PreviousKeyRetiresAt == nil || !ws.PreviousKeyRetiresAt.Time.Equal(ws.KeyRotatedAt.Add(operatorconfig.DefaultWireGuardKeyOverlap)) {
+		t.Fatalf("the new key is not on the second port with the overlap's deadline: %+v, slot %q", ws, sec.Annotations[render.AnnotationWireGuardKeySlot])
+	}
+	if c := condOf(gw.Status.Conditions, v1alpha1.ConditionWireGuardKeyReady); !strings.Contains(c, "served on UDP 51821") || !strings.Contains(c, "still on UDP 51820") {
+		t.Fatalf("the condition does not say where each key is served: %s", c)
+	}
+	// Both keys' ports admitted from the fixed peer, both from anywhere for the roamer.
+	rules := h.ingressRules(gw.Status.SecurityGroupID)
+	for _, want := range []string{"udp/51820 from 198.51.100.7/32", "udp/51821 from 198.51.100.7/32", "udp/51820 from 0.0.0.0/0", "udp/51821 from 0.0.0.0/0"} {
+		if !slices.Contains(rules, want) {
+			t.Fatalf("during the overlap the security group lacks %s: %v", want, rules)
+		}
+	}
+	cfgOf := func() *gatewayconfig.WireGuard {
+		t.Helper()
+		var cm corev1.ConfigMap
+		mustGet(t, h, client.ObjectKey{Namespace: h.ns, Name: render.ConfigMapName("rot")}, &cm)
+		cfg, err := gatewayconfig.Unmarshal([]byte(cm.Data[gatewayconfig.ConfigMapKeyConfig]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.WireGuard
+	}
+	eventually(t, "the config serves both keys", func() (bool, string) {
+		c := cfgOf()
+		ok := c.PublicKey == newPub && c.ListenPort == 51821 && c.Interface == "wg1" &&
+			c.Previous != nil && *c.Previous == gatewayconfig.WireGuardKey{PublicKey: oldPub, ListenPort: 51820, Interface: "wg0"}
+		return ok, fmt.Sprintf("%+v previous %+v", c, c.Previous)
+	})
 	if !converged(gw.Status.Conditions, gw.Generation) {
 		t.Fatalf("a pending rotation must not hold a phase: %s", condOf(gw.Status.Conditions, v1alpha1.ConditionReady))
 	}
@@ -270,6 +320,16 @@ func TestWireGuardKeyRotation(t *testing.T) {
 	if _, kept := h.wgKeySecret("rot").Data[render.WireGuardPreviousKeyKey]; kept {
 		t.Fatal("the previous private key outlived the rotation")
 	}
+	if ws := gw.Status.WireGuard; ws.ListenPort != 51821 || ws.PreviousListenPort != 0 || ws.PreviousKeyRetiresAt != nil || ws.RetiredPublicKey != "" {
+		t.Fatalf("after completion the new key must stay on its port alone: %+v", ws)
+	}
+	if rules := h.ingressRules(gw.Status.SecurityGroupID); slices.Contains(rules, "udp/51820 from 198.51.100.7/32") || !slices.Contains(rules, "udp/51821 from 198.51.100.7/32") {
+		t.Fatalf("after completion the previous key's port is still admitted, or the current one is not: %v", rules)
+	}
+	eventually(t, "the config serves the new key alone", func() (bool, string) {
+		c := cfgOf()
+		return c.Previous == nil && c.ListenPort == 51821, fmt.Sprintf("%+v", c)
+	})
 
 	// The same value again (any other annotation change too) does not rotate.
 	eventually(t, "relabel", func() (bool, string) {
@@ -284,6 +344,71 @@ func TestWireGuardKeyRotation(t *testing.T) {
 
 	h.noPrivateKeyLeaked(oldPriv, "rot")
 	h.noPrivateKeyLeaked(h.wgKeySecret("rot").Data[render.WireGuardPrivateKeyKey], "rot")
+}
+
+// The overlap's deadline retires the previous key although a peer has not switched:
+// the Secret, the config and the security group drop it, the condition names the peer
+// that is now refused, and turns KeyReady once that peer completed a handshake with the
+// new key. A rotation during an overlap retires the key before the previous one at once.
+func TestWireGuardKeyOverlapDeadline(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.WireGuardKeyOverlap = 10 * time.Second
+	h.node("node-a", "openstack:///"+serverA, true, nil)
+	h.start()
+	h.createVPN("dl", wgSpec())
+	gw := h.waitVPNConverged("dl")
+	first := gw.Status.WireGuard.PublicKey
+	annotate := func(v string) {
+		eventually(t, "annotate", func() (bool, string) {
+			g := h.getVPN("dl")
+			if g.Annotations == nil {
+				g.Annotations = map[string]string{}
+			}
+			g.Annotations[v1alpha1.AnnotationRotateWireGuardKey] = v
+			return env.Client.Update(h.ctx, g) == nil, ""
+		})
+	}
+	annotate("one")
+	gw = h.waitVPNCond("dl", v1alpha1.ConditionWireGuardKeyReady, metav1.ConditionTrue, v1alpha1.ReasonKeyRotationPending)
+	second := gw.Status.WireGuard.PublicKey
+
+	// A rotation during the overlap: the first key (slot 0) is retired at once, the
+	// third takes its slot and port, the second becomes the previous one.
+	annotate("two")
+	var third string
+	eventually(t, "second rotation", func() (bool, string) {
+		gw = h.getVPN("dl")
+		ws := gw.Status.WireGuard
+		third = ws.PublicKey
+		return ws.PublicKey != second && ws.PreviousPublicKey == second && ws.ListenPort == 51820 && ws.PreviousListenPort == 51821 && ws.RetiredPublicKey == first,
+			fmt.Sprintf("%+v", ws)
+	})
+	if third == first {
+		t.Fatal("the third key is the first one again")
+	}
+
+	rotated := gw.Status.WireGuard.KeyRotatedAt.Time
+	h.reportHandshakes("dl", third, rotated.Add(time.Second), "hq")
+	gw = h.waitVPNCond("dl", v1alpha1.ConditionWireGuardKeyReady, metav1.ConditionTrue, v1alpha1.ReasonPreviousKeyRetired)
+	c := condOf(gw.Status.Conditions, v1alpha1.ConditionWireGuardKeyReady)
+	if !strings.Contains(c, "laptop") || strings.Contains(c, "hq") || !strings.Contains(c, second) || gw.Status.WireGuard.RetiredPublicKey != second {
+		t.Fatalf("the retirement's condition must name the key and the peer that did not switch: %s %+v", c, gw.Status.WireGuard)
+	}
+	if _, kept := h.wgKeySecret("dl").Data[render.WireGuardPreviousKeyKey]; kept || gw.Status.WireGuard.PreviousPublicKey != "" {
+		t.Fatal("the previous key outlived its deadline")
+	}
+	if rules := h.ingressRules(gw.Status.SecurityGroupID); slices.Contains(rules, "udp/51821 from 198.51.100.7/32") {
+		t.Fatalf("the retired key's port is still admitted: %v", rules)
+	}
+	if !converged(gw.Status.Conditions, gw.Generation) {
+		t.Fatalf("a retired key must not hold a phase: %s", condOf(gw.Status.Conditions, v1alpha1.ConditionReady))
+	}
+
+	h.reportHandshakes("dl", third, rotated.Add(2*time.Second), "hq", "laptop")
+	gw = h.waitVPNCond("dl", v1alpha1.ConditionWireGuardKeyReady, metav1.ConditionTrue, v1alpha1.ReasonKeyReady)
+	if gw.Status.WireGuard.RetiredPublicKey != "" {
+		t.Fatalf("the retired key is still reported once every peer switched: %+v", gw.Status.WireGuard)
+	}
 }
 
 // quiesce2 waits until no reconcile finished for a second (VPNGateway variant of

@@ -40,6 +40,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/agent/nat"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
 	"bnerd.net/vpn-operator/internal/render"
@@ -519,7 +520,8 @@ func (e *env) publicCapture(name string) *world.Capture {
 }
 
 // unguard freezes the pod's init-nat (so it cannot repair its table) and deletes the
-// fail-closed guard's drop rules for the tunnel interface: the negative controls' pod
+// fail-closed guard's drop rules for the tunnel interfaces (one, or a comma-separated
+// list as init-nat takes it): the negative controls' pod
 // without its guard. The returned func thaws init-nat, which puts the rules back.
 func (e *env) unguard(pod *corev1.Pod, tunnelInterface string) (resume func()) {
 	t := e.t
@@ -546,7 +548,7 @@ func (e *env) unguard(pod *corev1.Pod, tunnelInterface string) (resume func()) {
 		if strings.HasPrefix(l, "chain ") {
 			chain = strings.Fields(l)[1]
 		}
-		if i := strings.Index(l, "# handle "); i > 0 && strings.Contains(l, `oifname != "`+tunnelInterface+`"`) {
+		if i := strings.Index(l, "# handle "); i > 0 && strings.Contains(l, "oifname != "+nat.TunnelMatch(tunnelInterface)) {
 			if _, err := e.w.InPod(pod, render.ContainerInitNAT, "nft", "delete", "rule", "ip", "bnerd-gw", chain, "handle", strings.TrimSpace(l[i+len("# handle "):])); err != nil {
 				resume()
 				t.Fatal(err)

@@ -274,7 +274,7 @@ func TestWireGuardOnTheNodeWorld(t *testing.T) {
 		// plaintext on the public segment, or the capture below proves nothing.
 		t.Run("negative control: without the guard the capture sees plaintext", func(t *testing.T) {
 			e.t = t
-			defer e.unguard(pod, render.WireGuardInterface)()
+			defer e.unguard(pod, render.WireGuardInterfaces)()
 			cap := e.publicCapture("wireguard-kill-unguarded")
 			defer cap.Stop()
 			stop := traffic()

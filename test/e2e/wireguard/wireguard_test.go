@@ -98,10 +98,13 @@ func gatewayObject() *v1alpha1.VPNGateway {
 }
 
 // render writes the gateway's config as the operator renders it (the private key goes
-// to its own file, as the pod mounts it from the key Secret).
+// to its own file, as the pod mounts it from the key Secret). The status's key fields
+// are the operator's: set here from the gateway key unless a test set them.
 func (w *world) render() {
 	w.T.Helper()
-	w.obj.Status.WireGuard = &v1alpha1.WireGuardStatus{PublicKey: w.gwKey.PublicKey().String()}
+	if w.obj.Status.WireGuard == nil {
+		w.obj.Status.WireGuard = &v1alpha1.WireGuardStatus{PublicKey: w.gwKey.PublicKey().String()}
+	}
 	cfg, err := gatewayconfig.Build(gatewayconfig.Input{Kind: gatewayconfig.KindVPNGateway, Namespace: "tenant", Name: "e2e",
 		Spec: &w.obj.Spec.GatewaySpec, Status: &w.obj.Status, WireGuard: w.obj.Spec.WireGuard})
 	if err != nil {
@@ -232,11 +235,18 @@ AllowedIPs = %s
 }
 
 func (w *world) startAgents() {
+	// The key slots' devices: the test's own names (wireguard-go's control sockets are
+	// shared by every namespace), as the pod's wg0 and wg1.
+	slots := w.gwIface + "," + w.gwIface1()
 	w.Start("init-nat", w.NS("g"), nil, w.agent, "init-nat", "--config-file", w.configFile(), "--interface", "net1",
-		"--guard", "interface", "--tunnel-interface", w.gwIface, "--state-file", filepath.Join(w.Dir, "nat-state.json"))
-	w.Start("wireguard", w.NS("g"), nil, w.agent, "wireguard", "--config-file", w.configFile(), "--interface", w.gwIface,
-		"--private-key-file", filepath.Join(w.Dir, "gw.key"), "--state-file", w.stateFile(), "--mode", map[bool]string{true: "kernel", false: "auto"}[kernelMode()])
+		"--guard", "interface", "--tunnel-interface", slots, "--state-file", filepath.Join(w.Dir, "nat-state.json"))
+	w.Start("wireguard", w.NS("g"), nil, w.agent, "wireguard", "--config-file", w.configFile(), "--interface", slots,
+		"--private-key-file", filepath.Join(w.Dir, "gw.key"), "--previous-private-key-file", filepath.Join(w.Dir, "gw-previous.key"),
+		"--state-file", w.stateFile(), "--mode", map[bool]string{true: "kernel", false: "auto"}[kernelMode()])
 }
+
+// gwIface1 is the device of key slot 1 (the pod's wg1).
+func (w *world) gwIface1() string { return w.gwIface + "1" }
 
 func (w *world) state() wgstate.State {
 	st, _ := wgstate.Read(w.stateFile(), time.Now())
@@ -466,7 +476,7 @@ func TestWireGuardGateway(t *testing.T) {
 	})
 }
 
-var reDrops = regexp.MustCompile(`oifname != "[^"]+" counter packets (\d+)`)
+var reDrops = regexp.MustCompile(`oifname != (?:"[^"]+"|\{[^}]*\}) counter packets (\d+)`)
 
 // guardDrops sums the interface guard's drop counters (forward, output, postrouting).
 func guardDrops(t *testing.T, w *world) int {
