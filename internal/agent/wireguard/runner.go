@@ -167,6 +167,10 @@ func (r *Runner) Run(ctx context.Context, snaps <-chan source.Snapshot) error {
 	defer r.client.Close()
 	tick := time.NewTicker(r.opts.Interval)
 	defer tick.Stop()
+	// During a key rotation's overlap a client that switches keys is answered through the
+	// old key's device until a sync moves its routes: sync more often then.
+	overlap := time.NewTicker(OverlapInterval)
+	defer overlap.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -187,9 +191,18 @@ func (r *Runner) Run(ctx context.Context, snaps <-chan source.Snapshot) error {
 			r.sync()
 		case <-tick.C:
 			r.sync()
+		case <-overlap.C:
+			if len(r.devs) > 1 {
+				r.sync()
+			}
 		}
 	}
 }
+
+// OverlapInterval is how often the runner syncs while two keys are served: a client
+// that switched to the new key waits at most this long for its answers to leave through
+// the new key's device.
+const OverlapInterval = 200 * time.Millisecond
 
 func (r *Runner) warn(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)

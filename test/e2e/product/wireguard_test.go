@@ -11,7 +11,9 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/rules"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -419,6 +421,89 @@ func TestWireGuardOnTheNodeWorld(t *testing.T) {
 		}
 		e.figure("wireguard: node powered off -> traffic back", back)
 		e.waitFor("the reverse exposure answers again", time.Minute, func() bool {
+			return e.answers(world.ServiceHostNamespace, wiki(), world.WGSiteHostBody)
+		})
+	})
+
+	t.Run("key rotated: the client keeps its tunnel on the old key, switches from peer-config to the new key and port, the old key is retired", func(t *testing.T) {
+		e.t = t
+		old := get().Status.WireGuard
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			gw := get()
+			if gw.Annotations == nil {
+				gw.Annotations = map[string]string{}
+			}
+			gw.Annotations[v1.AnnotationRotateWireGuardKey] = "node-world"
+			return w.Kube.Update(ctx, gw)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rotated := time.Now()
+		e.waitFor("both keys published", time.Minute, func() bool {
+			ws := get().Status.WireGuard
+			return ws.PreviousPublicKey == old.PublicKey && ws.PublicKey != old.PublicKey && ws.PreviousListenPort == old.ListenPort
+		})
+		cur := get().Status.WireGuard
+		if cur.ListenPort == old.ListenPort || cur.ListenPort == 0 {
+			t.Fatalf("the new key is not on the gateway's other port: %+v (before %+v)", cur, old)
+		}
+		// The client stays on the old key while the kubelet mounts the new one: a request
+		// counts as lost when it and its immediate retry both fail.
+		requests, lost := 0, 0
+		e.waitFor("the pod serves the new key (status.interfacePublicKey)", 5*time.Minute, func() bool {
+			requests++
+			if !e.answers(world.WGSiteHostNamespace, directory(), world.DirectoryBody) && !e.answers(world.WGSiteHostNamespace, directory(), world.DirectoryBody) {
+				lost++
+			}
+			return get().Status.InterfacePublicKey == cur.PublicKey
+		})
+		e.figure("wireguard rotation: annotation -> the pod serves the new key beside the old", time.Since(rotated))
+		if lost != 0 {
+			t.Errorf("the client on the old key lost %d of %d requests while the new key was mounted", lost, requests)
+		}
+		if !e.answers(world.WGSiteHostNamespace, directory(), world.DirectoryBody) {
+			t.Error("the client on the old key gets no answer with both keys served")
+		}
+		conf, err := w.KubectlVPN(ctx, nil, "peer-config", wgGateway.Name, "-n", wgGateway.Namespace, "--tunnel", "hq", "--format", "wireguard")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"PublicKey = " + cur.PublicKey, fmt.Sprintf(":%d\n", cur.ListenPort), "still served on UDP " + fmt.Sprint(old.ListenPort)} {
+			if !strings.Contains(conf, want) {
+				t.Errorf("peer-config during the overlap lacks %q:\n%s", want, conf)
+			}
+		}
+		switched := time.Now()
+		if err := site.Up(conf); err != nil {
+			t.Fatal(err)
+		}
+		e.waitFor("the client reaches the directory on the new key", 2*time.Minute, func() bool {
+			return e.answers(world.WGSiteHostNamespace, directory(), world.DirectoryBody)
+		})
+		e.figure("wireguard rotation: client switched (wg-quick down/up) -> exposure answering", time.Since(switched))
+		e.waitFor("the previous key retired once the peer completed a handshake with the new one", 2*time.Minute, func() bool {
+			gw := get()
+			c := meta.FindStatusCondition(gw.Status.Conditions, v1.ConditionWireGuardKeyReady)
+			return gw.Status.WireGuard.PreviousPublicKey == "" && c != nil && c.Reason == v1.ReasonKeyReady
+		})
+		pod, err := w.GatewayPod(ctx, wgGateway.Namespace, wgGateway.Name)
+		if err != nil || pod == nil {
+			t.Fatalf("the WireGuard gateway's pod: %v", err)
+		}
+		retired := time.Now()
+		// The kubelet takes the previous key's file away and the wireguard container the
+		// old key's device with it.
+		oldDevice := "wg0"
+		if old.ListenPort != v1.WireGuardKeyPort(get().Spec.WireGuard, 0) {
+			oldDevice = "wg1"
+		}
+		e.waitFor("the retired key's device gone from the pod", 5*time.Minute, func() bool {
+			out, err := w.InPod(pod, render.ContainerInitNAT, "ip", "-o", "link", "show")
+			return err == nil && !strings.Contains(out, ": "+oldDevice+":")
+		})
+		e.figure("wireguard rotation: previous key retired -> its device gone from the pod", time.Since(retired))
+		e.waitFor("the reverse exposure answers through the new key", time.Minute, func() bool {
 			return e.answers(world.ServiceHostNamespace, wiki(), world.WGSiteHostBody)
 		})
 	})
