@@ -17,7 +17,7 @@ import (
 // A WireGuard gateway's key Secret and pod.
 const (
 	// WireGuardPrivateKeyKey holds the gateway's current private key (base64, as wg(8)
-	// writes it); the only key the pod mounts.
+	// writes it).
 	WireGuardPrivateKeyKey = "privateKey"
 	// WireGuardPreviousKeyKey holds the key before a rotation during the rotation's
 	// overlap, when the pod serves it on the gateway's other port.
