@@ -101,6 +101,19 @@ func (h *harness) reportHandshakes(name, interfaceKey string, at time.Time, peer
 	}
 }
 
+// rotateVPNKey sets the gateway's rotate annotation to v.
+func (h *harness) rotateVPNKey(name, v string) {
+	h.t.Helper()
+	eventually(h.t, "annotate", func() (bool, string) {
+		g := h.getVPN(name)
+		if g.Annotations == nil {
+			g.Annotations = map[string]string{}
+		}
+		g.Annotations[v1alpha1.AnnotationRotateWireGuardKey] = v
+		return env.Client.Update(h.ctx, g) == nil, ""
+	})
+}
+
 func (h *harness) wgKeySecret(name string) *corev1.Secret {
 	h.t.Helper()
 	var s corev1.Secret
@@ -239,17 +252,7 @@ func TestWireGuardKeyRotation(t *testing.T) {
 	mustGet(t, h, client.ObjectKey{Namespace: h.ns, Name: render.DeploymentName("rot")}, &dep)
 	depGen := dep.Generation
 
-	annotate := func(v string) {
-		eventually(t, "annotate", func() (bool, string) {
-			g := h.getVPN("rot")
-			if g.Annotations == nil {
-				g.Annotations = map[string]string{}
-			}
-			g.Annotations[v1alpha1.AnnotationRotateWireGuardKey] = v
-			err := env.Client.Update(h.ctx, g)
-			return err == nil, ""
-		})
-	}
+	annotate := func(v string) { h.rotateVPNKey("rot", v) }
 	annotate("2026-01-01")
 	gw = h.waitVPNCond("rot", v1alpha1.ConditionWireGuardKeyReady, metav1.ConditionTrue, v1alpha1.ReasonKeyRotationPending)
 	newPub := gw.Status.WireGuard.PublicKey
@@ -358,16 +361,7 @@ func TestWireGuardKeyOverlapDeadline(t *testing.T) {
 	h.createVPN("dl", wgSpec())
 	gw := h.waitVPNConverged("dl")
 	first := gw.Status.WireGuard.PublicKey
-	annotate := func(v string) {
-		eventually(t, "annotate", func() (bool, string) {
-			g := h.getVPN("dl")
-			if g.Annotations == nil {
-				g.Annotations = map[string]string{}
-			}
-			g.Annotations[v1alpha1.AnnotationRotateWireGuardKey] = v
-			return env.Client.Update(h.ctx, g) == nil, ""
-		})
-	}
+	annotate := func(v string) { h.rotateVPNKey("dl", v) }
 	annotate("one")
 	gw = h.waitVPNCond("dl", v1alpha1.ConditionWireGuardKeyReady, metav1.ConditionTrue, v1alpha1.ReasonKeyRotationPending)
 	second := gw.Status.WireGuard.PublicKey

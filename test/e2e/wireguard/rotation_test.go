@@ -123,7 +123,7 @@ func TestWireGuardKeyRotation(t *testing.T) {
 	site, roamer := pingReplies(siteLog), pingReplies(roamLog)
 	// The roamer, on the old key until retirement: every ping answered up to it (ping -O
 	// reports each one unanswered when the next goes out).
-	if lost, gap := lossBefore(roamer, retired); lost != 0 || len(unanswered(roamLog, retired)) != 0 {
+	if gap, lost := longestGap(roamer, time.Time{}, retired); lost != 0 || len(unanswered(roamLog, retired)) != 0 {
 		t.Errorf("the roamer lost %d pings on the old key during the overlap (longest gap %s), unanswered %v", lost, gap, unanswered(roamLog, retired))
 	}
 	if n := repliesAfter(roamer, retired.Add(time.Second)); n != 0 {
@@ -131,7 +131,7 @@ func TestWireGuardKeyRotation(t *testing.T) {
 	}
 	// The site: no loss before its switch, its outage measured across the switch, and
 	// every ping answered after its traffic came back until the end.
-	if lost, gap := lossBefore(site, switched); lost != 0 || len(unanswered(siteLog, switched)) != 0 {
+	if gap, lost := longestGap(site, time.Time{}, switched); lost != 0 || len(unanswered(siteLog, switched)) != 0 {
 		t.Errorf("the site lost %d pings before it switched (longest gap %s), unanswered %v", lost, gap, unanswered(siteLog, switched))
 	}
 	outage, lost := longestGap(site, switched.Add(-time.Second), retired)
@@ -207,24 +207,6 @@ func unanswered(log string, t time.Time) []int {
 		}
 	}
 	return out
-}
-
-// lossBefore counts the sequence numbers missing among the answers before t, and the
-// longest gap between two of them.
-func lossBefore(rs []reply, t time.Time) (lost int, gap time.Duration) {
-	var last *reply
-	for i := range rs {
-		r := &rs[i]
-		if r.at.After(t) {
-			break
-		}
-		if last != nil {
-			lost += r.seq - last.seq - 1
-			gap = max(gap, r.at.Sub(last.at))
-		}
-		last = r
-	}
-	return lost, gap
 }
 
 func repliesAfter(rs []reply, t time.Time) int {
