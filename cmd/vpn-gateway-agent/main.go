@@ -36,10 +36,10 @@ import (
 	"bnerd.net/vpn-operator/internal/agent/psk"
 	"bnerd.net/vpn-operator/internal/agent/routing"
 	"bnerd.net/vpn-operator/internal/agent/source"
+	"bnerd.net/vpn-operator/internal/agent/statefile"
 	"bnerd.net/vpn-operator/internal/agent/status"
 	"bnerd.net/vpn-operator/internal/agent/vici"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
-	"bnerd.net/vpn-operator/internal/operatorconfig"
 )
 
 const usage = `usage: vpn-gateway-agent <role> [flags]
@@ -192,7 +192,7 @@ func runInitNAT(ctx context.Context, args []string) error {
 		Forward: routing.EnsureForwarding, Logf: log.Printf,
 	}
 	if *stateFile != "" {
-		r.WriteState = func(st exporter.NATState) error { return exporter.WriteNATState(*stateFile, st) }
+		r.WriteState = func(st statefile.NATState) error { return statefile.WriteNATState(*stateFile, st) }
 	}
 	// Refuse before reading any config when forwarding cannot be had: the pod would look
 	// healthy while no exposure passes.
@@ -270,7 +270,7 @@ func runStatus(ctx context.Context, args []string) error {
 	c.register(fs, true)
 	sock := fs.String("vici-socket", "/var/run/charon.vici", "charon's VICI socket")
 	interval := fs.Duration("interval", 10*time.Second, "poll interval besides VICI events")
-	heartbeat := fs.Duration("heartbeat", operatorconfig.DefaultStatusAgentHeartbeat, "longest time between two status writes while nothing changes (the operator calls a report stale after its IPSEC_STATUS_AGENT_STALE_AFTER)")
+	heartbeat := fs.Duration("heartbeat", gatewayconfig.DefaultStatusAgentHeartbeat, "longest time between two status writes while nothing changes (the operator calls a report stale after its IPSEC_STATUS_AGENT_STALE_AFTER)")
 	load := fs.Bool("load", false, "also load the connections into charon, with each tunnel's pre-shared key read from its Secret (or the secrets file with --config-file)")
 	wgState := fs.String("wireguard-state-file", "", "a WireGuard gateway: report its peers from the wireguard role's state file (no charon)")
 	publishConfig := fs.String("publish-config", "", "write the configuration (gateway.json, no key) to this file for the containers that read it without API access")

@@ -30,7 +30,6 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/config/clouds"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/controller/gateway"
 	"bnerd.net/vpn-operator/internal/gatewaypod"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/preflight"
@@ -498,7 +497,7 @@ func checkNodes(ctx context.Context, c client.Reader, op operatorView, r *Report
 		if isControlPlane(n) {
 			continue
 		}
-		if _, err := gateway.ParseProviderID(n.Spec.ProviderID); err != nil {
+		if _, err := openstack.ParseProviderID(n.Spec.ProviderID); err != nil {
 			badID = append(badID, fmt.Sprintf("%s (%q)", n.Name, n.Spec.ProviderID))
 			continue
 		}

@@ -25,6 +25,7 @@ import (
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/agent/exporter"
+	"bnerd.net/vpn-operator/internal/agent/statefile"
 	"bnerd.net/vpn-operator/internal/agent/status"
 	"bnerd.net/vpn-operator/internal/agent/vici"
 	"bnerd.net/vpn-operator/internal/conditions"
@@ -145,7 +146,7 @@ func newWorld(t *testing.T) *world {
 	}}
 	must(c.Create(ctx, gw))
 	w.waitConverged()
-	w.exporter = &fakeCharon{up: true, nat: exporter.NATState{Applies: 3}}
+	w.exporter = &fakeCharon{up: true, nat: statefile.NATState{Applies: 3}}
 	w.exporter.writeNAT(t, w.natState)
 	w.startPod(w.gateway().Status.NodeName)
 	w.reportTunnels("Up", "")
@@ -236,14 +237,14 @@ func (w *world) reportTunnelsAt(at time.Time, state, msg string) {
 type fakeCharon struct {
 	mu  sync.Mutex
 	up  bool // tunnel hq established
-	nat exporter.NATState
+	nat statefile.NATState
 	// viciDown: charon does not answer.
 	viciDown bool
 }
 
 func (f *fakeCharon) writeNAT(t *testing.T, path string) {
 	t.Helper()
-	if err := exporter.WriteNATState(path, f.nat); err != nil {
+	if err := statefile.WriteNATState(path, f.nat); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -571,14 +572,14 @@ func TestDiagnose(t *testing.T) {
 
 	t.Run("NAT apply errors", func(t *testing.T) {
 		w.t = t
-		w.exporter.nat = exporter.NATState{Applies: 5, ApplyErrors: 2}
+		w.exporter.nat = statefile.NATState{Applies: 5, ApplyErrors: 2}
 		w.exporter.writeNAT(t, w.natState)
 		rep := w.diagnose()
 		w.expectFirst(rep, "exporter", "2 of 5 NAT ruleset applies failed")
 		if rep.First().Status != Warn {
 			t.Errorf("NAT errors are a warning, got %s", rep.First().Status)
 		}
-		w.exporter.nat = exporter.NATState{Applies: 5}
+		w.exporter.nat = statefile.NATState{Applies: 5}
 		w.exporter.writeNAT(t, w.natState)
 		w.expectHealthy("without NAT errors")
 	})

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"bnerd.net/vpn-operator/internal/controller/gateway"
+	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/render"
 )
 
@@ -51,7 +51,7 @@ func (r *run) checkNode() {
 			Fix: "The operator moves the port and the pod to the next Ready node (detach, attach, pod follows); watch PortAttached. If no node is eligible, see NoEligibleNode.", Runbook: anchor(FindingNodeGone)})
 		return
 	}
-	if server, err := gateway.ParseProviderID(n.Spec.ProviderID); err != nil || (st.ServerID != "" && server != st.ServerID) {
+	if server, err := openstack.ParseProviderID(n.Spec.ProviderID); err != nil || (st.ServerID != "" && server != st.ServerID) {
 		r.add(Check{ID: id, Title: title, Status: Fail,
 			Detail:  fmt.Sprintf("node %s has providerID %q, but the port is attached for server %s", st.NodeName, n.Spec.ProviderID, st.ServerID),
 			Fix:     "The node was re-created on another server; " + r.nudge(),

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Keys and file names of the rendered configuration.
@@ -34,6 +35,12 @@ const (
 	KindIPsecGateway = "IPsecGateway"
 	KindVPNGateway   = "VPNGateway"
 )
+
+// DefaultStatusAgentHeartbeat is how often a gateway pod's status agent confirms its
+// report when nothing changed (its --heartbeat flag's default). It is part of the
+// contract between the operator and the pod, so it lives here, where both read it: the
+// operator calls a report stale after a multiple of it.
+const DefaultStatusAgentHeartbeat = time.Minute
 
 // Errors Build wraps. ErrIncomplete means the status lacks an allocation the operator has
 // not made yet (wait and retry); ErrInvalid means the spec or status can never render

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"bnerd.net/vpn-operator/internal/gatewayconfig"
 	"bnerd.net/vpn-operator/internal/gatewaypod"
 	"bnerd.net/vpn-operator/internal/rollout"
 )
@@ -134,8 +135,8 @@ const (
 // The status agent's heartbeat and the age at which the operator calls its report stale.
 const (
 	// DefaultStatusAgentHeartbeat is how often a gateway's status agent confirms its
-	// report when nothing changed (its --heartbeat flag's default).
-	DefaultStatusAgentHeartbeat = time.Minute
+	// report when nothing changed (the pod's contract, package gatewayconfig).
+	DefaultStatusAgentHeartbeat = gatewayconfig.DefaultStatusAgentHeartbeat
 	// DefaultStatusAgentStaleAfter is three heartbeats.
 	DefaultStatusAgentStaleAfter = 3 * DefaultStatusAgentHeartbeat
 )

@@ -24,6 +24,7 @@ import (
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/agent/exporter"
+	"bnerd.net/vpn-operator/internal/agent/statefile"
 	"bnerd.net/vpn-operator/internal/agent/vici"
 	"bnerd.net/vpn-operator/internal/diagnose"
 	"bnerd.net/vpn-operator/internal/render"
@@ -185,7 +186,7 @@ func TestDiagnoseReadsExporterThroughPodProxy(t *testing.T) {
 
 	reg := prometheus.NewRegistry()
 	nat := filepath.Join(t.TempDir(), "nat.json")
-	if err := exporter.WriteNATState(nat, exporter.NATState{Applies: 7}); err != nil {
+	if err := statefile.WriteNATState(nat, statefile.NATState{Applies: 7}); err != nil {
 		t.Fatal(err)
 	}
 	reg.MustRegister(&exporter.Collector{Tunnels: func() []string { return []string{"hq"} }, NATStateFile: nat,

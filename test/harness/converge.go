@@ -192,7 +192,7 @@ func AuditInput(ctx context.Context, c client.Reader, s *sim.Server, baseline *s
 	}
 	servers := map[string]string{}
 	for _, n := range nodes.Items {
-		if id, err := gateway.ParseProviderID(n.Spec.ProviderID); err == nil {
+		if id, err := openstack.ParseProviderID(n.Spec.ProviderID); err == nil {
 			servers[n.Name] = id
 		}
 	}

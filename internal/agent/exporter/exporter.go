@@ -20,23 +20,6 @@ import (
 	"bnerd.net/vpn-operator/internal/agent/vici"
 )
 
-// NATState is what init-nat records after every apply, for the exporter.
-type NATState struct {
-	ApplyErrors          uint64  `json:"applyErrors"`
-	Applies              uint64  `json:"applies"`
-	LastApplySeconds     float64 `json:"lastApplySeconds"`
-	DriftRepairs         uint64  `json:"driftRepairs"`
-	LastApplyUnixSeconds int64   `json:"lastApplyUnixSeconds"`
-	// GuardDroppedPackets is what the fail-closed guard rules have dropped since init-nat
-	// started (monotonic across table rewrites).
-	GuardDroppedPackets uint64 `json:"guardDroppedPackets"`
-}
-
-// WriteNATState replaces path atomically, never through a link (package statefile).
-func WriteNATState(path string, st NATState) error {
-	return statefile.WriteJSON(path, st)
-}
-
 // Source lists the named tunnels' SAs (vici.ListSAsOn in production, whose listings are
 // settled: one that caught an IKE rekey halfway is taken again, so tunnel_up never reads
 // 0 while the tunnel carries).
@@ -177,7 +160,7 @@ func collectNAT(ch chan<- prometheus.Metric, file string) {
 	if err != nil {
 		return
 	}
-	var st NATState
+	var st statefile.NATState
 	if json.Unmarshal(b, &st) == nil {
 		ch <- prometheus.MustNewConstMetric(descNATErrors, prometheus.CounterValue, float64(st.ApplyErrors))
 		ch <- prometheus.MustNewConstMetric(descNATApplies, prometheus.CounterValue, float64(st.Applies))

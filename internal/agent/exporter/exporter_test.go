@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"bnerd.net/vpn-operator/internal/agent/cause"
+	"bnerd.net/vpn-operator/internal/agent/statefile"
 	"bnerd.net/vpn-operator/internal/agent/vici"
 )
 
@@ -45,7 +46,7 @@ func TestCountersStayMonotonicAcrossRekeys(t *testing.T) {
 		Children: []vici.ChildSA{{Name: "t1", UniqueID: "1", State: "INSTALLED", BytesIn: 1000, BytesOut: 500}}}}}
 	var sasErr error
 	state := filepath.Join(t.TempDir(), "nat.json")
-	if err := WriteNATState(state, NATState{ApplyErrors: 2, Applies: 7, LastApplySeconds: 0.01, GuardDroppedPackets: 41}); err != nil {
+	if err := statefile.WriteNATState(state, statefile.NATState{ApplyErrors: 2, Applies: 7, LastApplySeconds: 0.01, GuardDroppedPackets: 41}); err != nil {
 		t.Fatal(err)
 	}
 	c := &Collector{

@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"bnerd.net/vpn-operator/internal/agent/exporter"
 	"bnerd.net/vpn-operator/internal/agent/routing"
 	"bnerd.net/vpn-operator/internal/agent/source"
+	"bnerd.net/vpn-operator/internal/agent/statefile"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
 )
 
@@ -48,7 +48,7 @@ type Config struct {
 	RouteInterval time.Duration
 	// ApplyTimeout bounds one ruleset apply (the nft process knftables runs).
 	ApplyTimeout time.Duration
-	// StateFile receives exporter.NATState after every apply ("" = none).
+	// StateFile receives statefile.NATState after every apply ("" = none).
 	StateFile string
 }
 
@@ -64,12 +64,12 @@ type Runner struct {
 	// Forward turns IPv4 forwarding on for the named devices that exist
 	// (routing.EnsureForwarding); nil leaves forwarding as the pod got it.
 	Forward func(devices ...string) error
-	// WriteState stores the apply statistics (exporter.WriteNATState on StateFile).
-	WriteState func(exporter.NATState) error
+	// WriteState stores the apply statistics (statefile.WriteNATState on StateFile).
+	WriteState func(statefile.NATState) error
 	Logf       func(format string, args ...any)
 	Now        func() time.Time
 
-	st    exporter.NATState
+	st    statefile.NATState
 	cfg   *gatewayconfig.Config
 	model *gatewayconfig.NAT
 	ticks int
@@ -130,7 +130,7 @@ func (r *Runner) now() time.Time {
 }
 
 // State returns the statistics recorded so far.
-func (r *Runner) State() exporter.NATState { return r.st }
+func (r *Runner) State() statefile.NATState { return r.st }
 
 func (r *Runner) record(d time.Duration, err error) {
 	r.st.Applies++

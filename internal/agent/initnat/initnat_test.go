@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"bnerd.net/vpn-operator/internal/agent/exporter"
 	"bnerd.net/vpn-operator/internal/agent/routing"
 	"bnerd.net/vpn-operator/internal/agent/source"
+	"bnerd.net/vpn-operator/internal/agent/statefile"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
 )
 
@@ -100,17 +100,17 @@ func forwarding(v string) func(string) ([]byte, error) {
 	}
 }
 
-func newRunner() (*Runner, *fakeNAT, *fakeDrift, *[]routing.Params, *[]exporter.NATState, *[]string) {
+func newRunner() (*Runner, *fakeNAT, *fakeDrift, *[]routing.Params, *[]statefile.NATState, *[]string) {
 	n, d := &fakeNAT{}, &fakeDrift{}
 	var routes []routing.Params
-	var states []exporter.NATState
+	var states []statefile.NATState
 	var logs []string
 	r := &Runner{
 		Config: Config{Interface: "net1", RouteTable: 100, RulePriority: 1000, ElementEvery: 3},
 		NAT:    n, Drift: d,
 		Route:      func(p routing.Params) error { routes = append(routes, p); return nil },
 		ReadFile:   forwarding("1"),
-		WriteState: func(s exporter.NATState) error { states = append(states, s); return nil },
+		WriteState: func(s statefile.NATState) error { states = append(states, s); return nil },
 		Logf:       func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) },
 		Now:        func() time.Time { return time.Unix(1700000000, 0) },
 	}

@@ -16,7 +16,6 @@ import (
 	"bnerd.net/vpn-operator/internal/agent/cause"
 	"bnerd.net/vpn-operator/internal/agent/vici"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
-	"bnerd.net/vpn-operator/internal/operatorconfig"
 	"bnerd.net/vpn-operator/internal/statuswrite"
 )
 
@@ -133,7 +132,7 @@ type Writer struct {
 	// tunnels (empty for IPsec).
 	InterfacePublicKey string
 	// Heartbeat is the longest time between two writes while nothing changes (default
-	// operatorconfig.DefaultStatusAgentHeartbeat).
+	// gatewayconfig.DefaultStatusAgentHeartbeat).
 	Heartbeat time.Duration
 	// Now is the clock (tests); nil is time.Now.
 	Now func() time.Time
@@ -204,7 +203,7 @@ func (w *Writer) Write(ctx context.Context, tunnels []v1alpha1.TunnelState, read
 func (w *Writer) heartbeatDue(last *metav1.Time, now time.Time) bool {
 	every := w.Heartbeat
 	if every <= 0 {
-		every = operatorconfig.DefaultStatusAgentHeartbeat
+		every = gatewayconfig.DefaultStatusAgentHeartbeat
 	}
 	return last == nil || now.Sub(last.Time) >= every || now.Before(last.Time)
 }

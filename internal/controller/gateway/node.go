@@ -2,9 +2,7 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"regexp"
 	"sort"
 	"time"
 
@@ -19,21 +17,6 @@ import (
 	"bnerd.net/vpn-operator/internal/gatewaypod"
 	"bnerd.net/vpn-operator/internal/openstack"
 )
-
-var providerIDRe = regexp.MustCompile(`^openstack://[^/]*/([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$`)
-
-// ErrProviderIDUnparseable: a node's providerID does not name an OpenStack server.
-var ErrProviderIDUnparseable = errors.New("providerID does not name an OpenStack server")
-
-// ParseProviderID returns the Nova server ID of openstack:///<uuid> or
-// openstack://<region>/<uuid>.
-func ParseProviderID(pid string) (string, error) {
-	m := providerIDRe.FindStringSubmatch(pid)
-	if m == nil {
-		return "", fmt.Errorf("%w: %q (want openstack:///<server-uuid>)", ErrProviderIDUnparseable, pid)
-	}
-	return m[1], nil
-}
 
 func nodeReady(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
@@ -245,7 +228,7 @@ func (r *Reconciler) trustedNode(g *gateway, nodes []corev1.Node, name string) b
 			continue
 		}
 		if g.port != nil && g.port.DeviceID != "" {
-			if server, err := ParseProviderID(n.Spec.ProviderID); err == nil && server == g.port.DeviceID {
+			if server, err := openstack.ParseProviderID(n.Spec.ProviderID); err == nil && server == g.port.DeviceID {
 				return true
 			}
 		}
@@ -351,7 +334,7 @@ func (r *Reconciler) ensurePortAttached(ctx context.Context, g *gateway) (bool, 
 		}
 		return fail(err)
 	}
-	serverID, err := ParseProviderID(node.Spec.ProviderID)
+	serverID, err := openstack.ParseProviderID(node.Spec.ProviderID)
 	if err != nil {
 		r.condFalse(g, v1alpha1.ConditionPortAttached, v1alpha1.ReasonProviderIDUnparseable,
 			fmt.Sprintf("node %s: %v", node.Name, err))

@@ -406,22 +406,6 @@ func TestUnparseableProviderID(t *testing.T) {
 	}
 }
 
-func TestParseProviderID(t *testing.T) {
-	for in, want := range map[string]string{
-		"openstack:///" + serverA:          serverA,
-		"openstack://RegionOne/" + serverB: serverB,
-	} {
-		if got, err := ParseProviderID(in); err != nil || got != want {
-			t.Errorf("%s: %q %v", in, got, err)
-		}
-	}
-	for _, bad := range []string{"", "aws:///i-1", "openstack:///not-a-uuid", "openstack:///" + serverA + "/x", "kind://docker/x"} {
-		if _, err := ParseProviderID(bad); err == nil {
-			t.Errorf("%q accepted", bad)
-		}
-	}
-}
-
 // An exposure change reaches the pod through its ConfigMap; the Deployment is not
 // touched, so the pod is not restarted.
 func TestExposureChangeUpdatesConfigMapOnly(t *testing.T) {

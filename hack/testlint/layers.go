@@ -1,0 +1,148 @@
+package testlint
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Module is the operator's module path; the layering rules name packages below it.
+const Module = "bnerd.net/vpn-operator"
+
+// Imports maps each package directory (relative to the module root, slash-separated) to
+// the module's packages its non-test files import (relative too). Test files are left
+// out: a test may reach across layers to build its fixtures.
+func Imports(root string) (map[string][]string, error) {
+	out := map[string][]string{}
+	seen := map[string]map[string]bool{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			name := d.Name()
+			// Other modules (test/chart), hidden folders and testdata are not the
+			// operator's packages.
+			if path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "vendor") {
+				return filepath.SkipDir
+			}
+			if path != root {
+				if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
+					return filepath.SkipDir
+				}
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, filepath.Dir(path))
+		if err != nil {
+			return err
+		}
+		pkg := filepath.ToSlash(rel)
+		if seen[pkg] == nil {
+			seen[pkg] = map[string]bool{}
+			out[pkg] = nil
+		}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if !strings.HasPrefix(p, Module+"/") {
+				continue
+			}
+			p = strings.TrimPrefix(p, Module+"/")
+			if !seen[pkg][p] {
+				seen[pkg][p] = true
+				out[pkg] = append(out[pkg], p)
+			}
+		}
+		return nil
+	})
+	for _, v := range out {
+		sort.Strings(v)
+	}
+	return out, err
+}
+
+// LayerRule forbids the packages matched by From to import those matched by To, except
+// the packages Except lists (prefixes, like From and To). Why says what the rule keeps
+// apart, for the failure message.
+type LayerRule struct {
+	From, To, Except []string
+	Why              string
+}
+
+// Layers are the project's import directions: read-only tools and the gateway pod's
+// programs never import the controllers; the pod's programs never import the operator's
+// configuration; the pod's containers hand each other files (package statefile), never
+// import each other's packages.
+var Layers = []LayerRule{
+	{
+		From:   []string{""},
+		To:     []string{"internal/controller"},
+		Except: []string{"internal/controller", "cmd/bnerd-vpn-operator", "cmd/sandbox", "test"},
+		Why:    "only the operator's entry points and the test harnesses assemble the controllers",
+	},
+	{
+		From: []string{"internal/agent", "cmd/vpn-gateway-agent"},
+		To:   []string{"internal/operatorconfig", "internal/render", "internal/openstack", "internal/controller", "internal/tenancy"},
+		Why:  "the gateway pod's programs know the pod's contract (package gatewayconfig), not the operator's internals",
+	},
+	{
+		From: []string{"internal/agent/initnat"},
+		To:   []string{"internal/agent/exporter", "internal/agent/status", "internal/agent/loader", "internal/agent/wireguard"},
+		Why:  "init-nat is its own container; what it shares with the others goes through package statefile",
+	},
+	{
+		From: []string{"internal/agent/exporter"},
+		To:   []string{"internal/agent/initnat", "internal/agent/status", "internal/agent/loader", "internal/agent/wireguard"},
+		Why:  "the exporter reads the other containers' state files, not their packages",
+	},
+	{
+		From: []string{"internal/diagnose", "internal/vpncli", "internal/clustercheck", "internal/peerconfig"},
+		To:   []string{"internal/controller"},
+		Why:  "the read-only tools must not depend on a reconciler",
+	},
+}
+
+// LayerViolations lists "pkg imports dep: why" for every import a rule forbids.
+func LayerViolations(imports map[string][]string, rules []LayerRule) []string {
+	var out []string
+	pkgs := make([]string, 0, len(imports))
+	for p := range imports {
+		pkgs = append(pkgs, p)
+	}
+	sort.Strings(pkgs)
+	for _, r := range rules {
+		for _, p := range pkgs {
+			if !underAny(p, r.From) || underAny(p, r.Except) {
+				continue
+			}
+			for _, dep := range imports[p] {
+				if underAny(dep, r.To) {
+					out = append(out, p+" imports "+dep+": "+r.Why)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// underAny: p is one of prefixes or below one of them ("" matches everything).
+func underAny(p string, prefixes []string) bool {
+	for _, pre := range prefixes {
+		if pre == "" || p == pre || strings.HasPrefix(p, pre+"/") {
+			return true
+		}
+	}
+	return false
+}

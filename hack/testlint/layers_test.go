@@ -1,0 +1,61 @@
+package testlint
+
+import (
+	"path/filepath"
+	"runtime"
+	"slices"
+	"testing"
+)
+
+// No package imports against the project's layering (Layers).
+func TestImportsFollowTheLayers(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	imports, err := Imports(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The scan sees the tree: the operator's entry point imports the gateway controller,
+	// and the chart module's packages are not the operator's.
+	if !slices.Contains(imports["cmd/bnerd-vpn-operator"], "internal/controller/gateway") {
+		t.Fatalf("the scan missed cmd/bnerd-vpn-operator's import of the gateway controller: %v", imports["cmd/bnerd-vpn-operator"])
+	}
+	if _, ok := imports["test/chart"]; ok {
+		t.Fatal("the scan entered the chart's own module")
+	}
+	for _, v := range LayerViolations(imports, Layers) {
+		t.Error(v)
+	}
+}
+
+// The rules catch the three wrong-way imports they were written against (diagnose on
+// the gateway controller, the status agent on the operator's configuration, init-nat on
+// the exporter), and let the allowed directions pass.
+func TestLayerViolationsFindsWrongWayImports(t *testing.T) {
+	imports := map[string][]string{
+		"internal/diagnose":            {"internal/controller/gateway", "internal/openstack"},
+		"internal/agent/status":        {"internal/operatorconfig", "internal/gatewayconfig"},
+		"internal/agent/initnat":       {"internal/agent/exporter", "internal/agent/statefile"},
+		"cmd/bnerd-vpn-operator":       {"internal/controller/gateway"},
+		"test/harness":                 {"internal/controller/clusterlink"},
+		"internal/controller/gateway":  {"internal/controller/outcome"},
+		"internal/agent/exporter":      {"internal/agent/statefile"},
+		"internal/operatorconfig":      {"internal/gatewayconfig"},
+		"internal/controllerish/other": {"internal/controllers"},
+	}
+	got := LayerViolations(imports, Layers)
+	want := []string{
+		"internal/diagnose imports internal/controller/gateway",
+		"internal/agent/status imports internal/operatorconfig",
+		"internal/agent/initnat imports internal/agent/exporter",
+	}
+	for _, w := range want {
+		if !slices.ContainsFunc(got, func(v string) bool { return len(v) > len(w) && v[:len(w)] == w }) {
+			t.Errorf("no violation %q in %q", w, got)
+		}
+	}
+	// diagnose breaks two rules (any package, the read-only tools), the others one each.
+	if len(got) != 4 {
+		t.Errorf("%d violations, want 4: %q", len(got), got)
+	}
+}
