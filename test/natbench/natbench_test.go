@@ -1,4 +1,4 @@
-//go:build harness
+//go:build measure
 
 // Package natbench measures what the gateway's NAT costs per packet as exposures grow:
 // the new-connection rate and the throughput of forwarded TCP through a gateway network
@@ -13,7 +13,7 @@
 //
 // Run by hand, as root:
 //
-//	BNERD_NATBENCH=1 go test -tags harness -count=1 -v -timeout 20m -run TestNATPacketCost ./test/natbench/
+//	BNERD_NATBENCH=1 go test -tags measure -count=1 -v -timeout 20m -run TestNATPacketCost ./test/natbench/
 package natbench
 
 import (

@@ -1,4 +1,4 @@
-//go:build harness
+//go:build measure
 
 package scale
 
@@ -32,7 +32,7 @@ import (
 // reported apart. Run by hand:
 //
 //	KUBEBUILDER_ASSETS=$(bash hack/controlplane.sh --print-dir) BNERD_SCALE=1 \
-//	  go test -tags harness -count=1 -v -timeout 30m ./test/scale/ -run TestNodeLossTiming
+//	  go test -tags measure -count=1 -v -timeout 30m ./test/scale/ -run TestNodeLossTiming
 func TestNodeLossTiming(t *testing.T) {
 	if os.Getenv("BNERD_SCALE") != "1" {
 		t.Skip("timing harness; run by hand with BNERD_SCALE=1")

@@ -1,4 +1,4 @@
-//go:build harness
+//go:build measure
 
 package scale
 
@@ -94,7 +94,7 @@ func loadSlowCloud() slowCloud {
 // restart's first pass and a burst of concurrent creates across restarts. Run by hand:
 //
 //	KUBEBUILDER_ASSETS=$(bash hack/controlplane.sh --print-dir) BNERD_SCALE=1 \
-//	  go test -tags harness -count=1 -v -timeout 60m ./test/scale/ -run TestSlowCloudScale
+//	  go test -tags measure -count=1 -v -timeout 60m ./test/scale/ -run TestSlowCloudScale
 func TestSlowCloudScale(t *testing.T) {
 	if os.Getenv("BNERD_SCALE") != "1" {
 		t.Skip("scale harness; run by hand with BNERD_SCALE=1")
