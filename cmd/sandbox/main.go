@@ -37,7 +37,6 @@ import (
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/conditions"
-	"bnerd.net/vpn-operator/internal/controller/gateway"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/openstack/sim"
 	"bnerd.net/vpn-operator/internal/testenv"
@@ -184,7 +183,7 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath strin
 	}
 	// No kubelet runs here: the gateway converges (every phase True), but its pod never
 	// runs, so Ready stays False with PodReady's reason, as it would in a real cluster.
-	if err := waitReady(ctx, c, gw, func() []metav1.Condition { return gw.Status.Conditions }, gateway.ConditionTypes, timeout, objectsOnlyNotReady); err != nil {
+	if err := waitReady(ctx, c, gw, func() []metav1.Condition { return gw.Status.Conditions }, v1.GatewayPhaseConditionTypes, timeout, objectsOnlyNotReady); err != nil {
 		fmt.Printf("\noperator log (%s):\n", logPath)
 		tail(logPath, 40)
 		return err

@@ -15,7 +15,6 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/controller/gateway"
 	"bnerd.net/vpn-operator/internal/fabric"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/render"
@@ -93,7 +92,7 @@ func runProduct(stay bool, timeout time.Duration, gatewayPath, linkPath, wireGua
 	}
 	// Ready also needs the tunnel, which needs the client's side: wait for the objects and
 	// the pod, then let the client configure, then wait for Ready.
-	converged := append(append([]string{}, gateway.ConditionTypes...), v1.ConditionPodReady)
+	converged := append(append([]string{}, v1.GatewayPhaseConditionTypes...), v1.ConditionPodReady)
 	if err := waitReady(ctx, w.Kube, gw, func() []metav1.Condition { return gw.Status.Conditions }, converged, timeout, productNotReady); err != nil {
 		return fail(err)
 	}

@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/controller/gateway"
 	"bnerd.net/vpn-operator/internal/world"
 )
 
@@ -47,7 +46,7 @@ func runWireGuard(ctx context.Context, w *world.World, timeout time.Duration, pa
 	if err := w.Kube.Create(ctx, gw); err != nil {
 		return nil, err
 	}
-	converged := append(append([]string{}, gateway.ConditionTypesFor(true)...), v1.ConditionPodReady)
+	converged := append(append([]string{}, v1.GatewayConditionTypesFor(true)...), v1.ConditionPodReady)
 	if err := waitReady(ctx, w.Kube, gw, func() []metav1.Condition { return gw.Status.Conditions }, converged, timeout, productNotReady); err != nil {
 		return gw, err
 	}

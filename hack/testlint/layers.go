@@ -1,11 +1,13 @@
 package testlint
 
 import (
+	"fmt"
 	"go/parser"
 	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -141,6 +143,51 @@ func LayerViolations(imports map[string][]string, rules []LayerRule) []string {
 func underAny(p string, prefixes []string) bool {
 	for _, pre := range prefixes {
 		if pre == "" || p == pre || strings.HasPrefix(p, pre+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// kindSwitch matches code that handles the two gateway kinds one by one: their list
+// types, a type switch or assertion on a kind, the kinds' names as literals.
+var kindSwitch = regexp.MustCompile(`\b(IPsecGatewayList|VPNGatewayList)\b|case \*?\w+\.(IPsecGateway|VPNGateway)\b|\.\(\*\w+\.(IPsecGateway|VPNGateway)\)|"(IPsecGateway|VPNGateway)"`)
+
+// KindSwitches lists "file:line: text" for every non-test line under dirs (relative to
+// root) that handles the gateway kinds one by one instead of through the API's Gateway
+// accessor, except the lines allowed lists ("file" or "file:substring").
+func KindSwitches(root string, dirs []string, allowed []string) ([]string, error) {
+	var out []string
+	for _, d := range dirs {
+		err := filepath.WalkDir(filepath.Join(root, d), func(path string, e fs.DirEntry, err error) error {
+			if err != nil || e.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(root, path)
+			rel = filepath.ToSlash(rel)
+			for i, line := range strings.Split(string(b), "\n") {
+				if !kindSwitch.MatchString(line) || strings.HasPrefix(strings.TrimSpace(line), "//") || isAllowed(rel, line, allowed) {
+					continue
+				}
+				out = append(out, fmt.Sprintf("%s:%d: %s", rel, i+1, strings.TrimSpace(line)))
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func isAllowed(file, line string, allowed []string) bool {
+	for _, a := range allowed {
+		f, sub, hasSub := strings.Cut(a, ":")
+		if f == file && (!hasSub || strings.Contains(line, sub)) {
 			return true
 		}
 	}

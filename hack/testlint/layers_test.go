@@ -59,3 +59,28 @@ func TestLayerViolationsFindsWrongWayImports(t *testing.T) {
 		t.Errorf("%d violations, want 4: %q", len(got), got)
 	}
 }
+
+// No package outside the API handles the two gateway kinds one by one: they read both
+// through v1alpha1.Gateway (ListGateways, NewGateway, GatewayKinds). The exceptions
+// is the WireGuard key watch, where the kind is the subject (only a VPNGateway has a
+// key).
+func TestNoPackageSwitchesOnTheGatewayKind(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	allowed := []string{"internal/controller/gateway/wireguard_key.go:(*v1alpha1.VPNGateway)"}
+	found, err := KindSwitches(root, []string{"cmd", "internal"}, allowed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range found {
+		t.Errorf("handles the gateway kinds one by one (use v1alpha1.Gateway): %s", f)
+	}
+	// The scan finds what it looks for: the API's own accessor does it on purpose.
+	inAPI, err := KindSwitches(root, []string{"api"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(inAPI) == 0 {
+		t.Fatal("the scan found no kind switch even in the API's accessor: it is broken")
+	}
+}

@@ -385,23 +385,13 @@ func gatewayNamespaces(ctx context.Context, c client.Reader, o Options, r *Repor
 	for _, n := range o.GatewayNamespaces {
 		set[n] = true
 	}
-	for _, list := range []client.ObjectList{&v1alpha1.IPsecGatewayList{}, &v1alpha1.VPNGatewayList{}} {
-		if err := c.List(ctx, list); err != nil {
-			if !apierrors.IsNotFound(err) && !strings.Contains(err.Error(), "no matches for kind") {
-				r.add("gateway-namespaces", Skipped, "cannot list gateways: "+err.Error()+"; name gateway namespaces with --gateway-namespace", "")
-			}
-			continue
-		}
-		switch l := list.(type) {
-		case *v1alpha1.IPsecGatewayList:
-			for _, g := range l.Items {
-				set[g.Namespace] = true
-			}
-		case *v1alpha1.VPNGatewayList:
-			for _, g := range l.Items {
-				set[g.Namespace] = true
-			}
-		}
+	gws, err := v1alpha1.ListGateways(ctx, c)
+	// A kind the API server does not serve (its CRD not installed) holds no gateways.
+	if err != nil && !apierrors.IsNotFound(err) && !strings.Contains(err.Error(), "no matches for kind") {
+		r.add("gateway-namespaces", Skipped, "cannot list gateways: "+err.Error()+"; name gateway namespaces with --gateway-namespace", "")
+	}
+	for _, g := range gws {
+		set[g.GetNamespace()] = true
 	}
 	out := make([]string, 0, len(set))
 	for n := range set {

@@ -33,7 +33,7 @@ func (r *run) checkObject() {
 			Fix:     "Wait for the cleanup; if it is stuck, the Ready message names the failing step (the operator must be running).",
 			Runbook: anchor(FindingGatewayDeleting)})
 	}
-	if g.kind == "VPNGateway" && g.protocol == v1alpha1.VPNProtocolWireGuard {
+	if g.isWireGuard() {
 		r.checkWireGuardKey()
 	}
 }

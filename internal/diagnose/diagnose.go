@@ -22,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/gatewayconfig"
 	"bnerd.net/vpn-operator/internal/openstack"
 )
 
@@ -153,11 +152,12 @@ type Sources struct {
 
 // gw is the gateway under diagnosis, either kind.
 type gw struct {
-	kind       string
-	obj        client.Object
-	spec       *v1alpha1.GatewaySpec
-	status     *v1alpha1.GatewayStatus
-	protocol   v1alpha1.VPNProtocol
+	kind   string
+	obj    client.Object
+	spec   *v1alpha1.GatewaySpec
+	status *v1alpha1.GatewayStatus
+	// wireguard is the WireGuard section of a VPNGateway with protocol wireguard, nil
+	// for IPsec (v1alpha1.Gateway.GetWireGuard).
 	wireguard  *v1alpha1.WireGuardSpec
 	generation int64
 }
@@ -168,21 +168,18 @@ var ErrNotFound = errors.New("gateway not found")
 // Get reads the gateway: kind "" tries IPsecGateway, then VPNGateway.
 func get(ctx context.Context, c client.Reader, kind, ns, name string) (*gw, error) {
 	key := types.NamespacedName{Namespace: ns, Name: name}
-	if kind == "" || kind == gatewayconfig.KindIPsecGateway {
-		var o v1alpha1.IPsecGateway
-		err := c.Get(ctx, key, &o)
-		if err == nil {
-			return &gw{kind: gatewayconfig.KindIPsecGateway, obj: &o, spec: &o.Spec, status: &o.Status, generation: o.Generation}, nil
-		}
-		if !apierrors.IsNotFound(err) {
-			return nil, err
-		}
+	kinds := v1alpha1.GatewayKinds
+	if kind != "" {
+		kinds = []string{kind}
 	}
-	if kind == "" || kind == gatewayconfig.KindVPNGateway {
-		var o v1alpha1.VPNGateway
-		err := c.Get(ctx, key, &o)
+	for _, k := range kinds {
+		o := v1alpha1.NewGateway(k)
+		if o == nil {
+			continue
+		}
+		err := c.Get(ctx, key, o)
 		if err == nil {
-			return &gw{kind: gatewayconfig.KindVPNGateway, obj: &o, spec: &o.Spec.GatewaySpec, status: &o.Status, protocol: o.Spec.Protocol, wireguard: o.Spec.WireGuard, generation: o.Generation}, nil
+			return &gw{kind: k, obj: o, spec: o.GetGatewaySpec(), status: o.GetGatewayStatus(), wireguard: o.GetWireGuard(), generation: o.GetGeneration()}, nil
 		}
 		if !apierrors.IsNotFound(err) {
 			return nil, err

@@ -170,7 +170,7 @@ func (w *world) waitConverged() {
 	for {
 		g := w.gateway()
 		ok := true
-		for _, typ := range gateway.ConditionTypes {
+		for _, typ := range v1alpha1.GatewayPhaseConditionTypes {
 			ok = ok && conditions.IsTrue(g.Status.Conditions, typ, g.Generation)
 		}
 		if ok {

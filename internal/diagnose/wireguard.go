@@ -49,7 +49,7 @@ func fixText(reason string) string {
 
 // isWireGuard: a VPNGateway with protocol wireguard.
 func (g *gw) isWireGuard() bool {
-	return g.kind == "VPNGateway" && g.protocol == v1alpha1.VPNProtocolWireGuard
+	return g.wireguard != nil
 }
 
 // handshakeWord names what a peer sends the gateway first, for the checks' details.

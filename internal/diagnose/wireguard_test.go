@@ -19,7 +19,7 @@ func wgRun() *run {
 			{Name: "laptop"},
 		}},
 	}}
-	g := &gw{kind: "VPNGateway", obj: o, spec: &o.Spec.GatewaySpec, status: &o.Status, protocol: o.Spec.Protocol, wireguard: o.Spec.WireGuard}
+	g := &gw{kind: v1alpha1.KindVPNGateway, obj: o, spec: o.GetGatewaySpec(), status: o.GetGatewayStatus(), wireguard: o.GetWireGuard()}
 	return &run{g: g, rep: &Report{}}
 }
 

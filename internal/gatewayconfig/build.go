@@ -70,8 +70,8 @@ func Build(in Input) (*Config, error) {
 	if in.Spec == nil || in.Status == nil {
 		return nil, invalidf("spec and status are required")
 	}
-	if in.Kind != KindIPsecGateway && in.Kind != KindVPNGateway {
-		return nil, invalidf("kind %q is neither %s nor %s", in.Kind, KindIPsecGateway, KindVPNGateway)
+	if !v1alpha1.IsGatewayKind(in.Kind) {
+		return nil, invalidf("kind %q is neither %s nor %s", in.Kind, v1alpha1.KindIPsecGateway, v1alpha1.KindVPNGateway)
 	}
 	st := in.Status
 	for _, f := range []struct{ name, v string }{

@@ -30,12 +30,6 @@ const (
 // with the config so the agent can check targets against it.
 const FormatVersion = 2
 
-// Gateway kinds accepted by Build.
-const (
-	KindIPsecGateway = "IPsecGateway"
-	KindVPNGateway   = "VPNGateway"
-)
-
 // DefaultStatusAgentHeartbeat is how often a gateway pod's status agent confirms its
 // report when nothing changed (its --heartbeat flag's default). It is part of the
 // contract between the operator and the pod, so it lives here, where both read it: the

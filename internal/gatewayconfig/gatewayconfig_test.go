@@ -17,7 +17,7 @@ var update = flag.Bool("update", false, "rewrite golden files")
 
 func sampleInput() Input {
 	return Input{
-		Kind:      KindIPsecGateway,
+		Kind:      v1alpha1.KindIPsecGateway,
 		Namespace: "tenant-a",
 		Name:      "acme",
 		Spec: &v1alpha1.GatewaySpec{

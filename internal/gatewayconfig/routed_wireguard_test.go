@@ -98,7 +98,7 @@ func TestRoutedTunnelWithoutInternalSources(t *testing.T) {
 
 func wireguardInput() Input {
 	in := sampleInput()
-	in.Kind = KindVPNGateway
+	in.Kind = v1alpha1.KindVPNGateway
 	in.Spec.Tunnels = nil
 	in.WireGuard = &v1alpha1.WireGuardSpec{ListenPort: 51820, Peers: []v1alpha1.WireGuardPeer{
 		{Name: "hq", PublicKey: testPeerKeyA, AllowedIPs: []string{"192.168.10.0/24", "192.168.20.0/24"}, Endpoint: &v1alpha1.WireGuardEndpoint{Address: "198.51.100.7"}},

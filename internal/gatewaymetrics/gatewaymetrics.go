@@ -86,24 +86,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 
 	failed := 0.0
-	var gws []gatewayView
-	var ipsec v1alpha1.IPsecGatewayList
-	if err := c.Reader.List(ctx, &ipsec); err != nil {
+	list, err := v1alpha1.ListGateways(ctx, c.Reader)
+	if err != nil {
+		// The kind that could be listed is still published.
 		failed = 1
-		c.Log.Error(err, "gateway metrics: listing IPsecGateways")
+		c.Log.Error(err, "gateway metrics: listing gateways")
 	}
-	for i := range ipsec.Items {
-		g := &ipsec.Items[i]
-		gws = append(gws, gatewayView{kind: "IPsecGateway", meta: g, status: &g.Status})
-	}
-	var vpn v1alpha1.VPNGatewayList
-	if err := c.Reader.List(ctx, &vpn); err != nil {
-		failed = 1
-		c.Log.Error(err, "gateway metrics: listing VPNGateways")
-	}
-	for i := range vpn.Items {
-		g := &vpn.Items[i]
-		gws = append(gws, gatewayView{kind: "VPNGateway", meta: g, status: &g.Status})
+	gws := make([]gatewayView, 0, len(list))
+	for _, g := range list {
+		gws = append(gws, gatewayView{kind: g.GatewayKind(), meta: g, status: g.GetGatewayStatus()})
 	}
 
 	for _, g := range gws {

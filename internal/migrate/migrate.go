@@ -200,7 +200,7 @@ func Migrate(in Input, opts Options) (*Result, error) {
 	}
 
 	gw := &v1alpha1.IPsecGateway{
-		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "IPsecGateway"},
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: v1alpha1.KindIPsecGateway},
 		ObjectMeta: metav1.ObjectMeta{Name: opts.Name, Namespace: opts.Namespace},
 	}
 	fip, src := opts.FloatingIP, "--floating-ip"

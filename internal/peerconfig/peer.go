@@ -261,7 +261,7 @@ func Build(in Input) (*Peer, error) {
 
 // Render writes the client's side of in.Tunnel in the given format.
 func Render(in Input, f Format) (string, error) {
-	wg := in.Kind == gatewayconfig.KindVPNGateway && in.Protocol == v1alpha1.VPNProtocolWireGuard
+	wg := in.Kind == v1alpha1.KindVPNGateway && in.Protocol == v1alpha1.VPNProtocolWireGuard
 	switch {
 	case f == FormatWireGuard && wg:
 		return renderWireGuard(in)

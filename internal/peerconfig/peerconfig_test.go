@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/gatewayconfig"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -24,7 +23,7 @@ const testPSK = `golden-psk-"not"-a-real-$ecret`
 // subnets, two exposures and a reverse exposure.
 func acme() Input {
 	return Input{
-		Kind: gatewayconfig.KindIPsecGateway, Namespace: "tenant-a", Name: "acme", Tunnel: "hq",
+		Kind: v1alpha1.KindIPsecGateway, Namespace: "tenant-a", Name: "acme", Tunnel: "hq",
 		Spec: &v1alpha1.GatewaySpec{
 			Tunnels: []v1alpha1.Tunnel{{
 				Name:         "hq",
@@ -94,7 +93,7 @@ func goldenCases() []golden {
 // wgAcme is acme as a WireGuard VPNGateway: hq with a fixed endpoint, laptop roaming.
 func wgAcme() Input {
 	in := acme()
-	in.Kind, in.Protocol = gatewayconfig.KindVPNGateway, v1alpha1.VPNProtocolWireGuard
+	in.Kind, in.Protocol = v1alpha1.KindVPNGateway, v1alpha1.VPNProtocolWireGuard
 	in.Spec.Tunnels = nil
 	in.WireGuard = &v1alpha1.WireGuardSpec{ListenPort: 51820, Peers: []v1alpha1.WireGuardPeer{
 		{Name: "hq", PublicKey: "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=", AllowedIPs: []string{"192.168.10.0/24", "192.168.20.0/24"},

@@ -140,17 +140,13 @@ func (w *Watcher) allowedGateways(ctx context.Context) (int, bool) {
 	for _, p := range pols.Items {
 		total += max(0, int(p.Spec.Limits.Values().Gateways-p.Status.Usage.Gateways))
 	}
-	var ipsec v1alpha1.IPsecGatewayList
-	var vpn v1alpha1.VPNGatewayList
-	if w.Reader.List(ctx, &ipsec) != nil || w.Reader.List(ctx, &vpn) != nil {
+	gws, err := v1alpha1.ListGateways(ctx, w.Reader)
+	if err != nil {
 		return total, true
 	}
 	holds := map[string]int{}
-	for _, g := range ipsec.Items {
-		holds[g.Namespace]++
-	}
-	for _, g := range vpn.Items {
-		holds[g.Namespace]++
+	for _, g := range gws {
+		holds[g.GetNamespace()]++
 	}
 	for _, ns := range nss.Items {
 		if len(tenancy.Selecting(pols.Items, ns.Labels)) == 0 && holds[ns.Name] > 0 {

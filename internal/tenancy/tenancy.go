@@ -291,7 +291,7 @@ func Summary(u, limits v1.TenantUsage) string {
 
 // Members lists the gateways of the given namespaces (every namespace when namespaces
 // is nil) as the limits count them.
-func Members(ipsec []v1.IPsecGateway, vpn []v1.VPNGateway, namespaces map[string]bool) []Member {
+func Members(gws []v1.Gateway, namespaces map[string]bool) []Member {
 	var out []Member
 	admitted := func(conds []metav1.Condition, gen int64) bool {
 		for _, c := range conds {
@@ -301,28 +301,13 @@ func Members(ipsec []v1.IPsecGateway, vpn []v1.VPNGateway, namespaces map[string
 		}
 		return false
 	}
-	for i := range ipsec {
-		g := &ipsec[i]
-		if namespaces != nil && !namespaces[g.Namespace] {
+	for _, g := range gws {
+		if namespaces != nil && !namespaces[g.GetNamespace()] {
 			continue
 		}
-		out = append(out, Member{Ref: "IPsecGateway " + g.Namespace + "/" + g.Name, UID: g.UID, Created: g.CreationTimestamp,
-			Usage: UsageOf(&g.Spec, nil), Admitted: admitted(g.Status.Conditions, g.Generation), Established: g.Status.ServiceCIDR != ""})
-	}
-	for i := range vpn {
-		g := &vpn[i]
-		if namespaces != nil && !namespaces[g.Namespace] {
-			continue
-		}
-		var wg *v1.WireGuardSpec
-		if g.Spec.Protocol == v1.VPNProtocolWireGuard {
-			wg = g.Spec.WireGuard
-			if wg == nil {
-				wg = &v1.WireGuardSpec{}
-			}
-		}
-		out = append(out, Member{Ref: "VPNGateway " + g.Namespace + "/" + g.Name, UID: g.UID, Created: g.CreationTimestamp,
-			Usage: UsageOf(&g.Spec.GatewaySpec, wg), Admitted: admitted(g.Status.Conditions, g.Generation), Established: g.Status.ServiceCIDR != ""})
+		st := g.GetGatewayStatus()
+		out = append(out, Member{Ref: v1.DescribeGateway(g), UID: g.GetUID(), Created: g.GetCreationTimestamp(),
+			Usage: UsageOf(g.GetGatewaySpec(), g.GetWireGuard()), Admitted: admitted(st.Conditions, g.GetGeneration()), Established: st.ServiceCIDR != ""})
 	}
 	return out
 }

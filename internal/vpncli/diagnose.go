@@ -1,6 +1,7 @@
 package vpncli
 
 import (
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -15,7 +16,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"bnerd.net/vpn-operator/internal/diagnose"
-	"bnerd.net/vpn-operator/internal/gatewayconfig"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/render"
 	"bnerd.net/vpn-operator/internal/version"
@@ -168,9 +168,9 @@ func kindFlag(k string) (string, error) {
 	case "":
 		return "", nil
 	case "ipsecgateway", "ipsecgateways", "ipsecgw", "ipgw":
-		return gatewayconfig.KindIPsecGateway, nil
+		return v1alpha1.KindIPsecGateway, nil
 	case "vpngateway", "vpngateways", "vpngw":
-		return gatewayconfig.KindVPNGateway, nil
+		return v1alpha1.KindVPNGateway, nil
 	}
 	return "", fmt.Errorf("--kind %q: ipsecgateway or vpngateway", k)
 }

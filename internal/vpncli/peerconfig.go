@@ -57,18 +57,18 @@ Secret, which needs get on that Secret); otherwise a placeholder names the Secre
 			in := peerconfig.Input{Namespace: ns, Name: args[0], Tunnel: tunnel}
 			key := types.NamespacedName{Namespace: ns, Name: args[0]}
 			found := false
-			if k == "" || k == gatewayconfig.KindIPsecGateway {
+			if k == "" || k == v1alpha1.KindIPsecGateway {
 				var o v1alpha1.IPsecGateway
 				if err := c.Get(cmd.Context(), key, &o); err == nil {
-					in.Kind, in.Spec, in.Status, found = gatewayconfig.KindIPsecGateway, &o.Spec, &o.Status, true
+					in.Kind, in.Spec, in.Status, found = v1alpha1.KindIPsecGateway, &o.Spec, &o.Status, true
 				} else if !apierrors.IsNotFound(err) {
 					return &ExitError{Code: ExitIncomplete, Err: err}
 				}
 			}
-			if !found && (k == "" || k == gatewayconfig.KindVPNGateway) {
+			if !found && (k == "" || k == v1alpha1.KindVPNGateway) {
 				var o v1alpha1.VPNGateway
 				if err := c.Get(cmd.Context(), key, &o); err == nil {
-					in.Kind, in.Spec, in.Status, in.Protocol, in.WireGuard, found = gatewayconfig.KindVPNGateway, &o.Spec.GatewaySpec, &o.Status, o.Spec.Protocol, o.Spec.WireGuard, true
+					in.Kind, in.Spec, in.Status, in.Protocol, in.WireGuard, found = v1alpha1.KindVPNGateway, &o.Spec.GatewaySpec, &o.Status, o.Spec.Protocol, o.Spec.WireGuard, true
 				} else if !apierrors.IsNotFound(err) {
 					return &ExitError{Code: ExitIncomplete, Err: err}
 				}

@@ -175,29 +175,20 @@ func BuildTenantReport(ctx context.Context, c client.Client, namespace string) (
 			rep.Namespaces = append([]string(nil), governing.Status.Namespaces...)
 		}
 	}
-	var ipsec []v1alpha1.IPsecGateway
-	var vpn []v1alpha1.VPNGateway
+	var gws []v1alpha1.Gateway
 	var unread []string
 	for _, n := range rep.Namespaces {
-		var il v1alpha1.IPsecGatewayList
-		var vl v1alpha1.VPNGatewayList
-		if err := c.List(ctx, &il, client.InNamespace(n)); err != nil {
+		in, err := v1alpha1.ListGateways(ctx, c, client.InNamespace(n))
+		if err != nil {
 			if apierrors.IsForbidden(err) {
 				unread = append(unread, n)
 				continue
 			}
-			return nil, fmt.Errorf("listing IPsecGateways in %s: %w", n, err)
+			return nil, fmt.Errorf("in %s: %w", n, err)
 		}
-		if err := c.List(ctx, &vl, client.InNamespace(n)); err != nil {
-			if apierrors.IsForbidden(err) {
-				unread = append(unread, n)
-				continue
-			}
-			return nil, fmt.Errorf("listing VPNGateways in %s: %w", n, err)
-		}
-		ipsec, vpn = append(ipsec, il.Items...), append(vpn, vl.Items...)
+		gws = append(gws, in...)
 	}
-	members := tenancy.Members(ipsec, vpn, nil)
+	members := tenancy.Members(gws, nil)
 	total, refused := tenancy.Admit(pol.Limits, members)
 	rep.Usage = total
 	for _, m := range members {

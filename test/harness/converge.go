@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/controller/gateway"
 	"bnerd.net/vpn-operator/internal/linkselect"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/openstack/sim"
@@ -33,22 +32,13 @@ func (g Gateway) Ref() string {
 
 // ListGateways lists both kinds in every namespace.
 func ListGateways(ctx context.Context, c client.Reader) ([]Gateway, error) {
-	var out []Gateway
-	var ipsec v1.IPsecGatewayList
-	if err := c.List(ctx, &ipsec); err != nil {
+	gws, err := v1.ListGateways(ctx, c)
+	if err != nil {
 		return nil, err
 	}
-	for i := range ipsec.Items {
-		g := &ipsec.Items[i]
-		out = append(out, Gateway{Kind: gateway.KindIPsecGateway, Object: g, Spec: &g.Spec, Status: &g.Status})
-	}
-	var vpn v1.VPNGatewayList
-	if err := c.List(ctx, &vpn); err != nil {
-		return nil, err
-	}
-	for i := range vpn.Items {
-		g := &vpn.Items[i]
-		out = append(out, Gateway{Kind: gateway.KindVPNGateway, Object: g, Spec: &g.Spec.GatewaySpec, Status: &g.Status})
+	out := make([]Gateway, 0, len(gws))
+	for _, g := range gws {
+		out = append(out, Gateway{Kind: g.GatewayKind(), Object: g, Spec: g.GetGatewaySpec(), Status: g.GetGatewayStatus()})
 	}
 	return out, nil
 }
@@ -82,7 +72,7 @@ func gatewayConverged(g Gateway) (bool, string) {
 	if g.Status.ObservedGeneration != obj.GetGeneration() {
 		return false, fmt.Sprintf("generation %d not observed yet (status %d)", obj.GetGeneration(), g.Status.ObservedGeneration)
 	}
-	for _, t := range gateway.ConditionTypes {
+	for _, t := range v1.GatewayPhaseConditionTypes {
 		c := meta.FindStatusCondition(g.Status.Conditions, t)
 		switch {
 		case c == nil:

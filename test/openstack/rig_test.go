@@ -500,7 +500,7 @@ func (r *rig) gatewayReady(name string) *v1.IPsecGateway {
 		if err := env.Client.Get(r.ctx, client.ObjectKey{Namespace: r.ns, Name: name}, &gw); err != nil {
 			return false, err.Error()
 		}
-		for _, typ := range gateway.ConditionTypes {
+		for _, typ := range v1.GatewayPhaseConditionTypes {
 			c := meta.FindStatusCondition(gw.Status.Conditions, typ)
 			if c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != gw.Generation {
 				return false, condString(gw.Status.Conditions)

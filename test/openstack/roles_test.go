@@ -18,7 +18,6 @@ import (
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/controller/clusterlink"
-	"bnerd.net/vpn-operator/internal/controller/gateway"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/openstack/realstack"
 )
@@ -227,7 +226,7 @@ func (r *rig) firstOutcome(gw *v1.IPsecGateway) string {
 			return false, err.Error()
 		}
 		converged := true
-		for _, typ := range gateway.ConditionTypes {
+		for _, typ := range v1.GatewayPhaseConditionTypes {
 			c := meta.FindStatusCondition(cur.Status.Conditions, typ)
 			if c == nil || c.ObservedGeneration != cur.Generation {
 				converged = false

@@ -1,6 +1,7 @@
 package scale
 
 import (
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"context"
 	"fmt"
 	"os"
@@ -150,7 +151,7 @@ func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
 // and Kubernetes objects are converged; Ready also needs a running pod and the tunnels
 // up, which nothing provides in these harnesses).
 func converged(conds []metav1.Condition, gen int64) bool {
-	for _, t := range gateway.ConditionTypes {
+	for _, t := range v1alpha1.GatewayPhaseConditionTypes {
 		if !conditions.IsTrue(conds, t, gen) {
 			return false
 		}

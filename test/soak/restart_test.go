@@ -8,7 +8,6 @@ import (
 	"time"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/controller/gateway"
 	"bnerd.net/vpn-operator/internal/testenv"
 	"bnerd.net/vpn-operator/test/harness"
 )
@@ -35,7 +34,7 @@ func TestPoolRebuiltAcrossRestartsUnderConcurrentCreates(t *testing.T) {
 		go func(c int) {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
-				obj := newGatewayObject(gateway.KindIPsecGateway, tenantNamespaces[c%len(tenantNamespaces)], fmt.Sprintf("burst-%d-%d", c, i))
+				obj := newGatewayObject(v1.KindIPsecGateway, tenantNamespaces[c%len(tenantNamespaces)], fmt.Sprintf("burst-%d-%d", c, i))
 				spec := specOf(obj)
 				spec.Tunnels = []v1.Tunnel{{Name: "hq", Peer: v1.Peer{Address: fmt.Sprintf("198.51.100.%d", 1+c*each+i), Subnets: []string{"192.168.10.0/24"}},
 					PreSharedKey: v1.SecretKeyRef{Name: "psk", Key: "psk"}}}
@@ -45,7 +44,7 @@ func TestPoolRebuiltAcrossRestartsUnderConcurrentCreates(t *testing.T) {
 					return
 				}
 				mu.Lock()
-				w.gws[gwKey(gateway.KindIPsecGateway, obj.GetNamespace(), obj.GetName())] = &gwRec{kind: gateway.KindIPsecGateway, ns: obj.GetNamespace(), name: obj.GetName()}
+				w.gws[gwKey(v1.KindIPsecGateway, obj.GetNamespace(), obj.GetName())] = &gwRec{kind: v1.KindIPsecGateway, ns: obj.GetNamespace(), name: obj.GetName()}
 				mu.Unlock()
 				time.Sleep(150 * time.Millisecond)
 			}

@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/controller/gateway"
 	"bnerd.net/vpn-operator/internal/openstack/sim"
 	"bnerd.net/vpn-operator/test/harness"
 )
@@ -224,7 +223,7 @@ func (w *world) name(prefix string) string {
 func gwKey(kind, ns, name string) string { return kind + "/" + ns + "/" + name }
 
 func newGatewayObject(kind, ns, name string) client.Object {
-	if kind == gateway.KindVPNGateway {
+	if kind == v1.KindVPNGateway {
 		return &v1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 	}
 	return &v1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
@@ -262,9 +261,9 @@ func (w *world) pinnedInUse() map[int]bool {
 }
 
 func (w *world) createGateway() {
-	kind := gateway.KindIPsecGateway
+	kind := v1.KindIPsecGateway
 	if w.r.IntN(3) == 0 {
-		kind = gateway.KindVPNGateway
+		kind = v1.KindVPNGateway
 	}
 	ns := tenantNamespaces[w.r.IntN(len(tenantNamespaces))]
 	name := w.name("gw")

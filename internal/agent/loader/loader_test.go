@@ -96,7 +96,7 @@ func config(t *testing.T, mutate ...func(*v1alpha1.GatewaySpec)) []byte {
 	for _, m := range mutate {
 		m(spec)
 	}
-	cfg, err := gatewayconfig.Build(gatewayconfig.Input{Kind: gatewayconfig.KindIPsecGateway, Namespace: "tenant-a", Name: "acme", Spec: spec,
+	cfg, err := gatewayconfig.Build(gatewayconfig.Input{Kind: v1alpha1.KindIPsecGateway, Namespace: "tenant-a", Name: "acme", Spec: spec,
 		Status: &v1alpha1.GatewayStatus{ServiceCIDR: "100.64.3.0/24", FloatingIP: "192.0.2.44", PortFixedIP: "10.254.0.17",
 			SubnetCIDR: "10.254.0.0/24", SubnetGatewayIP: "10.254.0.1", Exposures: []v1alpha1.AllocatedAddress{{Name: "web", VirtualIP: "100.64.3.10"}}}})
 	if err != nil {

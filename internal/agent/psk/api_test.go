@@ -136,7 +136,7 @@ func config(t *testing.T, ns string, tunnels ...string) *gatewayconfig.Config {
 	for _, n := range tunnels {
 		spec.Tunnels = append(spec.Tunnels, v1alpha1.Tunnel{Name: n, Peer: peers[n], PreSharedKey: v1alpha1.SecretKeyRef{Name: n + "-psk", Key: "psk"}})
 	}
-	cfg, err := gatewayconfig.Build(gatewayconfig.Input{Kind: gatewayconfig.KindIPsecGateway, Namespace: ns, Name: "gw", Spec: spec,
+	cfg, err := gatewayconfig.Build(gatewayconfig.Input{Kind: v1alpha1.KindIPsecGateway, Namespace: ns, Name: "gw", Spec: spec,
 		Status: &v1alpha1.GatewayStatus{ServiceCIDR: "100.64.3.0/24", FloatingIP: "192.0.2.44", PortFixedIP: "10.254.0.17", SubnetCIDR: "10.254.0.0/24", SubnetGatewayIP: "10.254.0.1"}})
 	if err != nil {
 		t.Fatal(err)

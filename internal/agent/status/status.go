@@ -141,13 +141,8 @@ type Writer struct {
 }
 
 func (w *Writer) object() (client.Object, func() *v1alpha1.GatewayStatus, error) {
-	switch w.Kind {
-	case gatewayconfig.KindIPsecGateway:
-		o := &v1alpha1.IPsecGateway{}
-		return o, func() *v1alpha1.GatewayStatus { return &o.Status }, nil
-	case gatewayconfig.KindVPNGateway:
-		o := &v1alpha1.VPNGateway{}
-		return o, func() *v1alpha1.GatewayStatus { return &o.Status }, nil
+	if o := v1alpha1.NewGateway(w.Kind); o != nil {
+		return o, o.GetGatewayStatus, nil
 	}
 	return nil, nil, fmt.Errorf("unknown gateway kind %q", w.Kind)
 }

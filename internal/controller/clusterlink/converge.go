@@ -153,23 +153,12 @@ func (r *Reconciler) routedOverlap(ctx context.Context, link *v1.ClusterLink, ci
 	}
 	// The cache's own objects are read, not copied (nothing here writes to them): the
 	// copies of a thousand gateways per link reconcile were a fifth of the operator's CPU.
-	var ipsec v1.IPsecGatewayList
-	if err := r.d.Client.List(ctx, &ipsec, client.UnsafeDisableDeepCopy); err != nil {
+	gws, err := v1.ListGateways(ctx, r.d.Client, client.UnsafeDisableDeepCopy)
+	if err != nil {
 		return "", err
 	}
-	for i := range ipsec.Items {
-		g := &ipsec.Items[i]
-		if msg := check("IPsecGateway", g.Namespace, g.Name, g.CreationTimestamp, &g.Spec, &g.Status, g.Generation); msg != "" {
-			return msg, nil
-		}
-	}
-	var vpn v1.VPNGatewayList
-	if err := r.d.Client.List(ctx, &vpn, client.UnsafeDisableDeepCopy); err != nil {
-		return "", err
-	}
-	for i := range vpn.Items {
-		g := &vpn.Items[i]
-		if msg := check("VPNGateway", g.Namespace, g.Name, g.CreationTimestamp, &g.Spec.GatewaySpec, &g.Status, g.Generation); msg != "" {
+	for _, g := range gws {
+		if msg := check(g.GatewayKind(), g.GetNamespace(), g.GetName(), g.GetCreationTimestamp(), g.GetGatewaySpec(), g.GetGatewayStatus(), g.GetGeneration()); msg != "" {
 			return msg, nil
 		}
 	}

@@ -237,23 +237,12 @@ func (r *Reconciler) desiredReverse(ctx context.Context, link *v1.ClusterLink, v
 		uids = append(uids, obj.GetUID())
 		return nil
 	}
-	var ipsec v1.IPsecGatewayList
-	if err := r.d.Client.List(ctx, &ipsec, client.UnsafeDisableDeepCopy); err != nil {
+	gws, err := v1.ListGateways(ctx, r.d.Client, client.UnsafeDisableDeepCopy)
+	if err != nil {
 		return nil, nil, err
 	}
-	for i := range ipsec.Items {
-		g := &ipsec.Items[i]
-		if err := consider("IPsecGateway", g, &g.Spec, &g.Status); err != nil {
-			return nil, nil, err
-		}
-	}
-	var vpn v1.VPNGatewayList
-	if err := r.d.Client.List(ctx, &vpn, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, nil, err
-	}
-	for i := range vpn.Items {
-		g := &vpn.Items[i]
-		if err := consider("VPNGateway", g, &g.Spec.GatewaySpec, &g.Status); err != nil {
+	for _, g := range gws {
+		if err := consider(g.GatewayKind(), g, g.GetGatewaySpec(), g.GetGatewayStatus()); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -293,7 +282,7 @@ func (r *Reconciler) gatewayPorts(ctx context.Context) (map[types.UID][]gatewayP
 	out := map[types.UID][]gatewayPort{}
 	for _, p := range ports {
 		o, ok := openstack.OwnerFromTags(p.Tags)
-		if !ok || (o.Kind != "IPsecGateway" && o.Kind != "VPNGateway") {
+		if !ok || !v1.IsGatewayKind(o.Kind) {
 			continue
 		}
 		gp := gatewayPort{serviceCIDR: openstack.ServiceCIDRTag(p.Tags)}

@@ -57,19 +57,11 @@ func reverseKey(obj client.Object) string {
 }
 
 func reverseKeyOf(obj client.Object, deleting bool) string {
-	var (
-		spec *v1.GatewaySpec
-		st   *v1.GatewayStatus
-	)
-	switch g := obj.(type) {
-	case *v1.IPsecGateway:
-		spec, st = &g.Spec, &g.Status
-	case *v1.VPNGateway:
-		spec, st = &g.Spec.GatewaySpec, &g.Status
-	default:
+	g, ok := obj.(v1.Gateway)
+	if !ok {
 		return ""
 	}
-	rt, ok := reverseTarget(spec, st, deleting)
+	rt, ok := reverseTarget(g.GetGatewaySpec(), g.GetGatewayStatus(), deleting)
 	if !ok {
 		return ""
 	}

@@ -45,19 +45,12 @@ func (r *Reconciler) cidrPool(ctx context.Context) (*ipam.ServiceCIDRPool, error
 		created        int64
 	}
 	var claims []claim
-	var ipsec v1alpha1.IPsecGatewayList
-	if err := reader.List(ctx, &ipsec); err != nil {
-		return nil, fmt.Errorf("listing IPsecGateways to rebuild allocations: %w", err)
+	gws, err := v1alpha1.ListGateways(ctx, reader)
+	if err != nil {
+		return nil, fmt.Errorf("rebuilding allocations: %w", err)
 	}
-	for _, o := range ipsec.Items {
-		claims = append(claims, claim{string(o.UID), o.Status.ServiceCIDR, KindIPsecGateway + " " + o.Namespace + "/" + o.Name, o.CreationTimestamp.UnixNano()})
-	}
-	var vpn v1alpha1.VPNGatewayList
-	if err := reader.List(ctx, &vpn); err != nil {
-		return nil, fmt.Errorf("listing VPNGateways to rebuild allocations: %w", err)
-	}
-	for _, o := range vpn.Items {
-		claims = append(claims, claim{string(o.UID), o.Status.ServiceCIDR, KindVPNGateway + " " + o.Namespace + "/" + o.Name, o.CreationTimestamp.UnixNano()})
+	for _, o := range gws {
+		claims = append(claims, claim{string(o.GetUID()), o.GetGatewayStatus().ServiceCIDR, v1alpha1.DescribeGateway(o), o.GetCreationTimestamp().UnixNano()})
 	}
 	recorded, err := r.recordedServiceCIDRs(ctx)
 	if err != nil {
@@ -116,7 +109,7 @@ type recordedCIDR struct{ uid, cidr, port string }
 // records, sorted by UID.
 func (r *Reconciler) recordedServiceCIDRs(ctx context.Context) ([]recordedCIDR, error) {
 	var out []recordedCIDR
-	for _, kind := range []string{KindIPsecGateway, KindVPNGateway} {
+	for _, kind := range v1alpha1.GatewayKinds {
 		ports, err := r.net().ListPorts(ctx, openstack.ListPortsOpts{Tags: []string{openstack.TagManaged, openstack.SanitizeTag(openstack.TagKindPrefix + kind)}})
 		if err != nil {
 			return nil, fmt.Errorf("listing the gateway ports to rebuild allocations: %w", err)
@@ -287,7 +280,7 @@ const wakeBuffer = 1024
 
 // wakeAllocationWaiters reconciles again every gateway whose allocation failed.
 func (r *Reconciler) wakeAllocationWaiters(ctx context.Context, except types.UID) {
-	for _, kind := range []string{KindIPsecGateway, KindVPNGateway} {
+	for _, kind := range v1alpha1.GatewayKinds {
 		gws, err := r.listGateways(ctx, kind)
 		if err != nil {
 			logr.FromContextOrDiscard(ctx).Info("listing gateways to wake after a release failed", "error", err.Error())

@@ -14,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/render"
 )
 
@@ -47,7 +48,7 @@ func newBindReconciler(r *Reconciler, kind string) *bindReconciler {
 
 func (b *bindReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	r := b.r
-	obj := newObject(b.kind)
+	obj := v1alpha1.NewGateway(b.kind)
 	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}

@@ -174,12 +174,12 @@ func TestPodRecognisedWhenTheCacheLacksTheDeployment(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	b := newBindReconciler(&Reconciler{Deps: Deps{Client: laggingCache{env.Client}, APIReader: env.Client}}, KindIPsecGateway)
+	b := newBindReconciler(&Reconciler{Deps: Deps{Client: laggingCache{env.Client}, APIReader: env.Client}}, v1alpha1.KindIPsecGateway)
 	if ok, err := b.ownedByDeployment(h.ctx, g, pod); err != nil || !ok {
 		t.Fatalf("the Deployment's pod, with the Deployment not yet in the cache: owned %v, error %v; want owned", ok, err)
 	}
 	// Control: the Deployment in neither the cache nor the API server.
-	b = newBindReconciler(&Reconciler{Deps: Deps{Client: laggingCache{env.Client}, APIReader: laggingCache{env.Client}}}, KindIPsecGateway)
+	b = newBindReconciler(&Reconciler{Deps: Deps{Client: laggingCache{env.Client}, APIReader: laggingCache{env.Client}}}, v1alpha1.KindIPsecGateway)
 	if ok, err := b.ownedByDeployment(h.ctx, g, pod); err != nil || ok {
 		t.Fatalf("a pod whose Deployment does not exist: owned %v, error %v; want not owned, no error", ok, err)
 	}

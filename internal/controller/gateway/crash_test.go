@@ -191,7 +191,7 @@ func converge(t *testing.T, h *harness, r *Reconciler, name string, wantGone boo
 	key := types.NamespacedName{Namespace: h.ns, Name: name}
 	var lastErr error
 	for i := 0; i < 40; i++ {
-		lastErr = r.reconcile(h.ctx, KindIPsecGateway, key)
+		lastErr = r.reconcile(h.ctx, v1alpha1.KindIPsecGateway, key)
 		var gw v1alpha1.IPsecGateway
 		err := env.Client.Get(h.ctx, key, &gw)
 		if wantGone && apierrors.IsNotFound(err) {
@@ -347,7 +347,7 @@ func (h *harness) crashUntilFired(t *testing.T, name, what string, at int) {
 	cp := &crashPoint{at: at}
 	key := types.NamespacedName{Namespace: h.ns, Name: name}
 	for i := 0; i < 20 && !cp.fired; i++ {
-		_ = h.directReconciler(cp).reconcile(h.ctx, KindIPsecGateway, key)
+		_ = h.directReconciler(cp).reconcile(h.ctx, v1alpha1.KindIPsecGateway, key)
 	}
 	if !cp.fired {
 		t.Fatalf("%s crash point %d never reached (%d writes: %v)", what, at, cp.n, cp.ops)

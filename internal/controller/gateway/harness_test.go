@@ -321,7 +321,7 @@ func (h *harness) cleanup() {
 		h.stopMgr()
 	}
 	ctx := context.Background()
-	for _, kind := range []string{KindIPsecGateway, KindVPNGateway} {
+	for _, kind := range v1alpha1.GatewayKinds {
 		r := &Reconciler{Deps: Deps{Client: env.Client}}
 		// Other tenants' namespaces too: their gateways' claims (routed subnets, peers)
 		// are cluster-wide.
@@ -586,7 +586,7 @@ func (h *harness) waitConverged(name string) *v1alpha1.IPsecGateway {
 
 // converged: every phase condition True for generation gen.
 func converged(conds []metav1.Condition, gen int64) bool {
-	for _, t := range ConditionTypes {
+	for _, t := range v1alpha1.GatewayPhaseConditionTypes {
 		if !conditions.IsTrue(conds, t, gen) {
 			return false
 		}
@@ -671,7 +671,7 @@ func (h *harness) quiesce(name string) {
 
 // reconcileOnce runs one reconcile of the gateway directly (outside the manager's queue).
 func (h *harness) reconcileOnce(name string) error {
-	return h.r.reconcile(h.ctx, KindIPsecGateway, types.NamespacedName{Namespace: h.ns, Name: name})
+	return h.r.reconcile(h.ctx, v1alpha1.KindIPsecGateway, types.NamespacedName{Namespace: h.ns, Name: name})
 }
 
 // testPSK is a pre-shared key long enough for the floor (20 bytes).

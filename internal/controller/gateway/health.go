@@ -32,7 +32,7 @@ import (
 
 // HealthConditionTypes observe the running gateway instead of converging anything: the
 // pod as its kubelet reports it and the tunnels as its status agent reports them. Ready
-// summarises them after the phase conditions (ConditionTypes).
+// summarises them after the phase conditions (v1alpha1.GatewayPhaseConditionTypes).
 var HealthConditionTypes = []string{v1alpha1.ConditionPodReady, v1alpha1.ConditionTunnelsUp}
 
 // ObservationConditionTypes are every condition observe writes: the health conditions,
@@ -406,7 +406,7 @@ func (r *Reconciler) summarize(g *gateway) {
 // fields: a write of those in between changes no decision a phase made.
 func observationsOnly(a, b *v1alpha1.GatewayStatus) bool {
 	strip := func(s *v1alpha1.GatewayStatus) v1alpha1.GatewayStatus {
-		c := withoutAgentFields(*s.DeepCopy())
+		c := s.DeepCopy().WithoutAgentFields()
 		c.TunnelSummary = ""
 		var kept []metav1.Condition
 		for _, cd := range c.Conditions {
@@ -418,12 +418,6 @@ func observationsOnly(a, b *v1alpha1.GatewayStatus) bool {
 		return c
 	}
 	return equality.Semantic.DeepEqual(strip(a), strip(b))
-}
-
-// withoutAgentFields is st less the fields the status agent owns.
-func withoutAgentFields(st v1alpha1.GatewayStatus) v1alpha1.GatewayStatus {
-	st.Tunnels, st.TunnelsReady, st.TunnelsObservedTime, st.InterfacePublicKey = nil, "", nil, ""
-	return st
 }
 
 func joinNonEmpty(parts ...string) string {
@@ -473,7 +467,7 @@ func (h healthReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 
 func (h healthReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	r := h.r
-	obj := newObject(h.kind)
+	obj := v1alpha1.NewGateway(h.kind)
 	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}

@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 )
 
 // Node failure timed from the failure (issue: a powered-off node cost its clients the
@@ -274,7 +276,7 @@ func (r *Reconciler) failedNodeSet() map[string]bool {
 func (m *livenessMonitor) wakeGatewaysOn(ctx context.Context, node string) {
 	r := m.r
 	var names []string
-	for _, kind := range []string{KindIPsecGateway, KindVPNGateway} {
+	for _, kind := range v1alpha1.GatewayKinds {
 		gws, err := r.listGateways(ctx, kind)
 		if err != nil {
 			r.Log.Error(err, "listing gateways to move off a failed node", "node", node)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/agent/status"
 	"bnerd.net/vpn-operator/internal/render"
 )
@@ -63,7 +64,7 @@ func TestSilentGatewayPodMovesTheGatewayBeforeNotReady(t *testing.T) {
 	h.node("node-a", "openstack:///"+serverA, true, nil)
 
 	// The gateway's pod on node-b as its kubelet last reported it: running and ready.
-	ref := render.Gateway{Kind: KindIPsecGateway, Namespace: h.ns, Name: "silent", UID: gw.UID}
+	ref := render.Gateway{Kind: v1alpha1.KindIPsecGateway, Namespace: h.ns, Name: "silent", UID: gw.UID}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: "silent-gateway-x1", Labels: render.Labels(ref)},
 		Spec: corev1.PodSpec{NodeName: "node-b", Containers: []corev1.Container{{Name: "c", Image: "gateway"}}}}
 	if err := env.Client.Create(h.ctx, pod); err != nil {
@@ -135,7 +136,7 @@ func TestStandbyJudgesAtOnceWhenItTakesOver(t *testing.T) {
 	h.node("node-a", "openstack:///"+serverA, true, nil)
 	h.node("node-b", "openstack:///"+serverB, true, nil)
 	ref := func(name string) render.Gateway {
-		return render.Gateway{Kind: KindIPsecGateway, Namespace: h.ns, Name: name, UID: "uid-" + types.UID(name)}
+		return render.Gateway{Kind: v1alpha1.KindIPsecGateway, Namespace: h.ns, Name: name, UID: "uid-" + types.UID(name)}
 	}
 	leases := map[string]*coordinationv1.Lease{}
 	for _, gw := range []struct{ name, node string }{{"on-a", "node-a"}, {"on-b", "node-b"}} {

@@ -160,7 +160,7 @@ func TestStrandedPodReleasedWhenTheNodeIsLost(t *testing.T) {
 	gw := h.create("lost", spec(false))
 	h.waitConverged("lost")
 	h.node("node-c", "openstack:///"+serverC, true, nil)
-	ref := render.Gateway{Kind: KindIPsecGateway, Namespace: h.ns, Name: "lost", UID: gw.UID}
+	ref := render.Gateway{Kind: v1alpha1.KindIPsecGateway, Namespace: h.ns, Name: "lost", UID: gw.UID}
 	pod := func(name, node string) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: name, Labels: render.Labels(ref)},
 			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "gateway"}}}}

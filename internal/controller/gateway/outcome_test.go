@@ -291,7 +291,7 @@ func TestStatusWritersNeverCollide(t *testing.T) {
 	h.create("shared", spec(false))
 	converge(t, h, r, "shared", false)
 
-	agent := &status.Writer{Client: env.Client, Kind: KindIPsecGateway, Namespace: h.ns, Name: "shared"}
+	agent := &status.Writer{Client: env.Client, Kind: v1alpha1.KindIPsecGateway, Namespace: h.ns, Name: "shared"}
 	const agentWrites = 1000
 	var agentErrs, agentConflicts atomic.Int64
 	var lastAgent atomic.Value // the tunnel message the agent last wrote
@@ -339,7 +339,7 @@ loop:
 				s.Exposures = s.Exposures[:1]
 			}
 		})
-		err := r.reconcile(h.ctx, KindIPsecGateway, key)
+		err := r.reconcile(h.ctx, v1alpha1.KindIPsecGateway, key)
 		reconciles++
 		if err != nil {
 			if strings.Contains(err.Error(), "the object has been modified") || apierrors.IsConflict(errors.Unwrap(err)) {

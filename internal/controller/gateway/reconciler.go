@@ -148,7 +148,7 @@ type Reconciler struct {
 func New(deps Deps) *Reconciler {
 	r := &Reconciler{Deps: deps, nova: map[types.UID]novaOp{}, backoff: map[string]*outcome.Backoff{}, healthBackoff: map[string]*outcome.Backoff{},
 		legacyDone: map[types.UID]bool{}, stored: map[types.UID]storedRendering{}, waitingSpec: map[types.UID]string{}, wake: map[string]chan event.GenericEvent{}, fresh: statuswrite.NewFreshness()}
-	for _, kind := range []string{KindIPsecGateway, KindVPNGateway} {
+	for _, kind := range v1alpha1.GatewayKinds {
 		r.backoff[kind] = outcome.NewBackoff(0, 0)
 		r.healthBackoff[kind] = outcome.NewBackoff(0, 0)
 		r.wake[kind] = make(chan event.GenericEvent, wakeBuffer)
@@ -161,20 +161,6 @@ func New(deps Deps) *Reconciler {
 		r.PortWait.Timeout = 2 * time.Minute
 	}
 	return r
-}
-
-// ConditionTypes are the gateway's phase conditions in reconcile order; Ready summarises
-// them.
-var ConditionTypes = []string{
-	v1alpha1.ConditionValidated,
-	v1alpha1.ConditionAllocated,
-	v1alpha1.ConditionPortReady,
-	v1alpha1.ConditionSecurityGroupReady,
-	v1alpha1.ConditionFloatingIPReady,
-	v1alpha1.ConditionRoutingReady,
-	v1alpha1.ConditionNodeSelected,
-	v1alpha1.ConditionPortAttached,
-	v1alpha1.ConditionWorkloadReady,
 }
 
 // kindReconciler binds the shared reconciler to one kind for controller-runtime.
@@ -239,7 +225,7 @@ func (r *Reconciler) phases() []phase {
 func (r *Reconciler) reconcile(ctx context.Context, kind string, key types.NamespacedName) error {
 	log := r.Log.WithValues("kind", kind, "gateway", key.String())
 	ctx = logr.NewContext(ctx, log)
-	obj := newObject(kind)
+	obj := v1alpha1.NewGateway(kind)
 	if err := r.Client.Get(ctx, key, obj); err != nil {
 		return client.IgnoreNotFound(err)
 	}
@@ -345,10 +331,6 @@ func (r *Reconciler) condFailed(g *gateway, condType, reason string, err error) 
 	r.setCond(g, condType, metav1.ConditionFalse, reason, outcome.Describe(err))
 }
 
-// AgentStatusFields are the status fields the gateway's status agent owns; the operator
-// never writes them.
-var AgentStatusFields = []string{"tunnels", "tunnelsReady", "tunnelsObservedTime", "interfacePublicKey"}
-
 // persist writes the operator's part of the status when it differs from what was last
 // read or written: a server-side apply under the operator's field manager, guarded by
 // the resourceVersion of that read. A status-agent write in between is no conflict
@@ -358,8 +340,8 @@ var AgentStatusFields = []string{"tunnels", "tunnelsReady", "tunnelsObservedTime
 // own fields makes the write fail, and the retry starts from a fresh read instead of
 // overwriting (an allocation is never silently lost or doubled).
 func (r *Reconciler) persist(ctx context.Context, g *gateway) error {
-	base := withoutAgentFields(*statusOf(g.base))
-	cur := withoutAgentFields(*g.status)
+	base := statusOf(g.base).WithoutAgentFields()
+	cur := g.status.WithoutAgentFields()
 	if equality.Semantic.DeepEqual(base, cur) {
 		return nil
 	}
@@ -386,7 +368,7 @@ func (r *Reconciler) persist(ctx context.Context, g *gateway) error {
 const cacheCatchUp = 50 * time.Millisecond
 
 func (r *Reconciler) statusWriter() statuswrite.Writer {
-	return statuswrite.Writer{Client: r.Client, Reader: r.APIReader, Manager: statuswrite.ManagerOperator, Exclude: AgentStatusFields, Fresh: r.fresh}
+	return statuswrite.Writer{Client: r.Client, Reader: r.APIReader, Manager: statuswrite.ManagerOperator, Exclude: v1alpha1.GatewayAgentStatusFields, Fresh: r.fresh}
 }
 
 // rebase makes the fresh object the base of g's status write when the only change since
@@ -397,7 +379,7 @@ func (r *Reconciler) rebase(ctx context.Context, g *gateway) (bool, error) {
 	if reader == nil {
 		reader = r.Client
 	}
-	fresh := newObject(g.kind)
+	fresh := v1alpha1.NewGateway(g.kind)
 	if err := reader.Get(ctx, client.ObjectKeyFromObject(g.obj), fresh); err != nil {
 		return false, err
 	}
@@ -423,11 +405,8 @@ func (r *Reconciler) rebase(ctx context.Context, g *gateway) (bool, error) {
 }
 
 func statusOf(obj client.Object) *v1alpha1.GatewayStatus {
-	switch o := obj.(type) {
-	case *v1alpha1.IPsecGateway:
-		return &o.Status
-	case *v1alpha1.VPNGateway:
-		return &o.Status
+	if g, ok := obj.(v1alpha1.Gateway); ok {
+		return g.GetGatewayStatus()
 	}
 	return &v1alpha1.GatewayStatus{}
 }

@@ -50,7 +50,7 @@ func (r *Reconciler) newGate() *rollout.Gate {
 
 // wakeForRollout enqueues a gateway whose paced restart may go now.
 func (r *Reconciler) wakeForRollout(gw rollout.Gateway) {
-	obj := newObject(gw.Kind)
+	obj := v1alpha1.NewGateway(gw.Kind)
 	obj.SetNamespace(gw.Key.Namespace)
 	obj.SetName(gw.Key.Name)
 	select {
@@ -82,7 +82,7 @@ func (r *Reconciler) resumeRollout(ctx context.Context) error {
 		d := &list.Items[i]
 		at, ok := d.Annotations[render.AnnotationRolloutStarted]
 		owner := metav1.GetControllerOf(d)
-		if !ok || owner == nil || (owner.Kind != KindIPsecGateway && owner.Kind != KindVPNGateway) {
+		if !ok || owner == nil || (owner.Kind != v1alpha1.KindIPsecGateway && owner.Kind != v1alpha1.KindVPNGateway) {
 			continue
 		}
 		since, err := time.Parse(time.RFC3339, at)

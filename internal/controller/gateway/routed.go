@@ -145,27 +145,14 @@ func (r *Reconciler) routedRefusal(ctx context.Context, g *gateway, routed []str
 		routed  bool
 	}
 	var claims []claim
-	var ipsec v1alpha1.IPsecGatewayList
-	if err := reader.List(ctx, &ipsec); err != nil {
-		return "", "", fmt.Errorf("listing IPsecGateways to check routed subnets: %w", err)
+	gws, err := v1alpha1.ListGateways(ctx, reader)
+	if err != nil {
+		return "", "", fmt.Errorf("checking routed subnets: %w", err)
 	}
-	for i := range ipsec.Items {
-		o := &ipsec.Items[i]
-		claims = append(claims, claim{KindIPsecGateway + " " + o.Namespace + "/" + o.Name, o.Namespace, o.CreationTimestamp.UnixNano(), string(o.UID),
-			routedSubnets(&o.Spec), peerAddresses(&o.Spec, nil), routesNow(&o.Status, o.Generation)})
-	}
-	var vpn v1alpha1.VPNGatewayList
-	if err := reader.List(ctx, &vpn); err != nil {
-		return "", "", fmt.Errorf("listing VPNGateways to check routed subnets: %w", err)
-	}
-	for i := range vpn.Items {
-		o := &vpn.Items[i]
-		var wg *v1alpha1.WireGuardSpec
-		if o.Spec.Protocol == v1alpha1.VPNProtocolWireGuard {
-			wg = o.Spec.WireGuard
-		}
-		claims = append(claims, claim{KindVPNGateway + " " + o.Namespace + "/" + o.Name, o.Namespace, o.CreationTimestamp.UnixNano(), string(o.UID),
-			routedSubnets(&o.Spec.GatewaySpec), peerAddresses(&o.Spec.GatewaySpec, wg), routesNow(&o.Status, o.Generation)})
+	for _, o := range gws {
+		spec, st := o.GetGatewaySpec(), o.GetGatewayStatus()
+		claims = append(claims, claim{v1alpha1.DescribeGateway(o), o.GetNamespace(), o.GetCreationTimestamp().UnixNano(), string(o.GetUID()),
+			routedSubnets(spec), peerAddresses(spec, o.GetWireGuard()), routesNow(st, o.GetGeneration())})
 	}
 	// Every gateway's peers, this one's too: a peer's IKE (or WireGuard) traffic to the
 	// gateway's floating IP crosses the router, and must not be routed into a tunnel.

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"strings"
 
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/metadata"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -111,9 +113,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 	}
 
-	for _, kind := range []string{KindIPsecGateway, KindVPNGateway} {
+	for _, kind := range v1alpha1.GatewayKinds {
 		kind := kind
-		if err := mgr.GetFieldIndexer().IndexField(context.Background(), newObject(kind), indexPSKSecret, func(o client.Object) []string {
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), v1alpha1.NewGateway(kind), indexPSKSecret, func(o client.Object) []string {
 			g, err := viewOf(o)
 			if err != nil {
 				return nil
@@ -122,7 +124,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}); err != nil {
 			return err
 		}
-		if err := mgr.GetFieldIndexer().IndexField(context.Background(), newObject(kind), indexRouted, func(o client.Object) []string {
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), v1alpha1.NewGateway(kind), indexRouted, func(o client.Object) []string {
 			g, err := viewOf(o)
 			if err != nil || len(routedSubnets(g.spec)) == 0 {
 				return nil
@@ -135,7 +137,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// followed one by one, metadata only (r.secrets).
 		b := ctrl.NewControllerManagedBy(mgr).
 			Named(strings.ToLower(kind)).
-			For(newObject(kind), builder.WithPredicates(predicate.Or(specOrLifecycleChanged, wireGuardKeyEvents, r.actedOnWrittenByOthers()))).
+			For(v1alpha1.NewGateway(kind), builder.WithPredicates(predicate.Or(specOrLifecycleChanged, wireGuardKeyEvents, r.actedOnWrittenByOthers()))).
 			Owns(&corev1.ConfigMap{}).
 			Owns(&corev1.ServiceAccount{}).
 			Owns(&rbacv1.Role{}).
@@ -169,7 +171,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// The observations (PodReady, TunnelsUp) between the phases' reconciles.
 		if err := ctrl.NewControllerManagedBy(mgr).
 			Named(strings.ToLower(kind)+"-health").
-			For(newObject(kind), builder.WithPredicates(healthChanged)).
+			For(v1alpha1.NewGateway(kind), builder.WithPredicates(healthChanged)).
 			Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(mapPod(kind))).
 			WithOptions(controller.Options{
 				MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles,
@@ -183,7 +185,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// by a gateway whose node changed.
 		if err := ctrl.NewControllerManagedBy(mgr).
 			Named(strings.ToLower(kind)+"-bind").
-			For(newObject(kind), builder.WithPredicates(pinChanged)).
+			For(v1alpha1.NewGateway(kind), builder.WithPredicates(pinChanged)).
 			Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(mapPod(kind)), builder.WithPredicates(podPlacementChanged)).
 			WithOptions(controller.Options{
 				MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles,
@@ -198,28 +200,22 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // listGateways lists one kind's gateways, optionally filtered.
 func (r *Reconciler) listGateways(ctx context.Context, kind string, opts ...client.ListOption) ([]*gateway, error) {
-	var out []*gateway
-	switch kind {
-	case KindVPNGateway:
-		var l v1alpha1.VPNGatewayList
-		if err := r.Client.List(ctx, &l, opts...); err != nil {
-			return nil, err
-		}
-		for i := range l.Items {
-			g, _ := viewOf(&l.Items[i])
-			out = append(out, g)
-		}
-	default:
-		var l v1alpha1.IPsecGatewayList
-		if err := r.Client.List(ctx, &l, opts...); err != nil {
-			return nil, err
-		}
-		for i := range l.Items {
-			g, _ := viewOf(&l.Items[i])
-			out = append(out, g)
-		}
+	l := v1alpha1.NewGatewayList(kind)
+	if l == nil {
+		return nil, fmt.Errorf("not a gateway kind: %q", kind)
 	}
-	return out, nil
+	if err := r.Client.List(ctx, l, opts...); err != nil {
+		return nil, err
+	}
+	var out []*gateway
+	err := meta.EachListItem(l, func(o runtime.Object) error {
+		g, err := viewOf(o.(client.Object))
+		if err == nil {
+			out = append(out, g)
+		}
+		return err
+	})
+	return out, err
 }
 
 func requestOf(g *gateway) reconcile.Request {
@@ -259,7 +255,7 @@ func (r *Reconciler) mapStrandedPod(kind string) handler.MapFunc {
 		if len(reqs) == 0 {
 			return nil
 		}
-		obj := newObject(kind)
+		obj := v1alpha1.NewGateway(kind)
 		if err := r.Client.Get(ctx, reqs[0].NamespacedName, obj); err != nil {
 			return nil // gone: nothing to release for it
 		}

@@ -92,29 +92,12 @@ type readOnlyGateway struct {
 // gateway of a tenant or the estate on each reconcile, and copying them all would make
 // a large estate's convergence quadratic in memory traffic.
 func (r *Reconciler) eachGateway(ctx context.Context, f func(readOnlyGateway), opts ...client.ListOption) error {
-	opts = append(opts, client.UnsafeDisableDeepCopy)
-	var ipsec v1alpha1.IPsecGatewayList
-	if err := r.Client.List(ctx, &ipsec, opts...); err != nil {
+	gws, err := v1alpha1.ListGateways(ctx, r.Client, append(opts, client.UnsafeDisableDeepCopy)...)
+	if err != nil {
 		return err
 	}
-	for i := range ipsec.Items {
-		o := &ipsec.Items[i]
-		f(readOnlyGateway{kind: KindIPsecGateway, meta: o, spec: &o.Spec, status: &o.Status})
-	}
-	var vpn v1alpha1.VPNGatewayList
-	if err := r.Client.List(ctx, &vpn, opts...); err != nil {
-		return err
-	}
-	for i := range vpn.Items {
-		o := &vpn.Items[i]
-		g := readOnlyGateway{kind: KindVPNGateway, meta: o, spec: &o.Spec.GatewaySpec, status: &o.Status}
-		if o.Spec.Protocol == v1alpha1.VPNProtocolWireGuard {
-			g.wg = o.Spec.WireGuard
-			if g.wg == nil {
-				g.wg = &v1alpha1.WireGuardSpec{}
-			}
-		}
-		f(g)
+	for _, o := range gws {
+		f(readOnlyGateway{kind: o.GatewayKind(), meta: o, spec: o.GetGatewaySpec(), wg: o.GetWireGuard(), status: o.GetGatewayStatus()})
 	}
 	return nil
 }

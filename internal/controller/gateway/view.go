@@ -10,32 +10,10 @@ import (
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/addrpolicy"
-	"bnerd.net/vpn-operator/internal/gatewayconfig"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/render"
 	"bnerd.net/vpn-operator/internal/tenancy"
 )
-
-// Kinds the reconciler serves. A VPNGateway with protocol ipsec is an IPsecGateway in
-// every respect but its kind; both are adapted to one view so each phase exists once.
-const (
-	KindIPsecGateway = gatewayconfig.KindIPsecGateway
-	KindVPNGateway   = gatewayconfig.KindVPNGateway
-)
-
-func resourceOf(kind string) string {
-	if kind == KindVPNGateway {
-		return "vpngateways"
-	}
-	return "ipsecgateways"
-}
-
-func newObject(kind string) client.Object {
-	if kind == KindVPNGateway {
-		return &v1alpha1.VPNGateway{}
-	}
-	return &v1alpha1.IPsecGateway{}
-}
 
 // gateway is the common view of both kinds. spec and status point into obj, so changes
 // through them are changes of obj.
@@ -74,24 +52,12 @@ func (g *gateway) recheckIn(d time.Duration) {
 }
 
 func viewOf(obj client.Object) (*gateway, error) {
-	switch o := obj.(type) {
-	case *v1alpha1.IPsecGateway:
-		return &gateway{kind: KindIPsecGateway, obj: o, spec: &o.Spec, status: &o.Status,
-			validate: o.Spec.Validate, base: o.DeepCopy()}, nil
-	case *v1alpha1.VPNGateway:
-		g := &gateway{kind: KindVPNGateway, obj: o, spec: &o.Spec.GatewaySpec, status: &o.Status,
-			validate: o.Spec.Validate, base: o.DeepCopy()}
-		if o.Spec.Protocol == v1alpha1.VPNProtocolWireGuard {
-			g.wg = o.Spec.WireGuard
-			if g.wg == nil {
-				// Refused by validation; an empty section keeps every phase on the
-				// WireGuard path.
-				g.wg = &v1alpha1.WireGuardSpec{}
-			}
-		}
-		return g, nil
+	o, ok := obj.(v1alpha1.Gateway)
+	if !ok {
+		return nil, fmt.Errorf("not a gateway: %T", obj)
 	}
-	return nil, fmt.Errorf("not a gateway: %T", obj)
+	return &gateway{kind: o.GatewayKind(), obj: o, spec: o.GetGatewaySpec(), status: o.GetGatewayStatus(),
+		validate: o.ValidateSpec, wg: o.GetWireGuard(), base: o.DeepCopyObject().(client.Object)}, nil
 }
 
 func (g *gateway) owner() openstack.Owner {
@@ -102,7 +68,7 @@ func (g *gateway) ref() render.Gateway {
 	return render.Gateway{
 		APIVersion: v1alpha1.GroupVersion.String(),
 		Kind:       g.kind,
-		Resource:   resourceOf(g.kind),
+		Resource:   v1alpha1.GatewayResource(g.kind),
 		Namespace:  g.obj.GetNamespace(),
 		Name:       g.obj.GetName(),
 		UID:        g.obj.GetUID(),
@@ -175,15 +141,5 @@ func routedSubnets(spec *v1alpha1.GatewaySpec) []string {
 // conditionTypes are the phase conditions Ready summarises for this gateway: a WireGuard
 // gateway also has its key phase.
 func (g *gateway) conditionTypes() []string {
-	return ConditionTypesFor(g.wg != nil)
-}
-
-// ConditionTypesFor are the phase conditions of an IPsec gateway, or of a WireGuard one
-// (which also has its key phase, after Validated).
-func ConditionTypesFor(wireGuard bool) []string {
-	if !wireGuard {
-		return ConditionTypes
-	}
-	out := []string{ConditionTypes[0], v1alpha1.ConditionWireGuardKeyReady}
-	return append(out, ConditionTypes[1:]...)
+	return v1alpha1.GatewayConditionTypesFor(g.wg != nil)
 }

@@ -95,7 +95,7 @@ func (h *harness) reportHandshakes(name, interfaceKey string, at time.Time, peer
 		hs := metav1.NewTime(at)
 		gw.Status.Tunnels = append(gw.Status.Tunnels, v1alpha1.TunnelState{Name: p, State: "Up", LatestHandshake: &hs})
 	}
-	w := statuswrite.Writer{Client: env.Client, Manager: statuswrite.ManagerStatusAgent, Fields: AgentStatusFields, Unguarded: true}
+	w := statuswrite.Writer{Client: env.Client, Manager: statuswrite.ManagerStatusAgent, Fields: v1alpha1.GatewayAgentStatusFields, Unguarded: true}
 	if err := w.Apply(h.ctx, gw, nil); err != nil {
 		h.t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -82,16 +81,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	sort.Strings(st.Namespaces)
 	st.NamespaceCount = int32(len(st.Namespaces))
 
-	var ipsec v1.IPsecGatewayList
-	if err := r.Client.List(ctx, &ipsec); err != nil {
-		return ctrl.Result{}, err
-	}
-	var vpn v1.VPNGatewayList
-	if err := r.Client.List(ctx, &vpn); err != nil {
+	gws, err := v1.ListGateways(ctx, r.Client)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	limits := pol.Spec.Limits.Values()
-	total, refused := tenancy.Admit(limits, tenancy.Members(ipsec.Items, vpn.Items, selected))
+	total, refused := tenancy.Admit(limits, tenancy.Members(gws, selected))
 	st.Usage = total
 	st.RefusedGateways = int32(len(refused))
 
@@ -211,14 +206,11 @@ var usageChanged = predicate.Funcs{
 }
 
 func validated(o client.Object) string {
-	var conds []metav1.Condition
-	switch g := o.(type) {
-	case *v1.IPsecGateway:
-		conds = g.Status.Conditions
-	case *v1.VPNGateway:
-		conds = g.Status.Conditions
+	g, ok := o.(v1.Gateway)
+	if !ok {
+		return ""
 	}
-	if c := meta.FindStatusCondition(conds, v1.ConditionValidated); c != nil {
+	if c := meta.FindStatusCondition(g.GetGatewayStatus().Conditions, v1.ConditionValidated); c != nil {
 		return fmt.Sprintf("%s/%s/%d", c.Status, c.Reason, c.ObservedGeneration)
 	}
 	return ""

@@ -251,7 +251,7 @@ func gatewayObject() *v1alpha1.IPsecGateway {
 // itself (kernel mode).
 func (e *env) render() {
 	e.t.Helper()
-	cfg, err := gatewayconfig.Build(gatewayconfig.Input{Kind: gatewayconfig.KindIPsecGateway, Namespace: "tenant", Name: "e2e", Spec: &e.obj.Spec, Status: &e.obj.Status})
+	cfg, err := gatewayconfig.Build(gatewayconfig.Input{Kind: v1alpha1.KindIPsecGateway, Namespace: "tenant", Name: "e2e", Spec: &e.obj.Spec, Status: &e.obj.Status})
 	if err != nil {
 		e.t.Fatalf("Build: %v", err)
 	}

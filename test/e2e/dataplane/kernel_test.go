@@ -71,7 +71,7 @@ func connectPodAPI(t testing.TB, e *env) *podAPI {
 		t.Fatal(err)
 	}
 	a := &podAPI{cl: cl, cs: cs, gw: render.Gateway{
-		APIVersion: v1alpha1.GroupVersion.String(), Kind: gatewayconfig.KindIPsecGateway, Resource: "ipsecgateways",
+		APIVersion: v1alpha1.GroupVersion.String(), Kind: v1alpha1.KindIPsecGateway, Resource: "ipsecgateways",
 		Namespace: "tenant", Name: "e2e",
 	}}
 	ctx := context.Background()

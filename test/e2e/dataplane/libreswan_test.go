@@ -28,7 +28,6 @@ import (
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/agent/cause"
 	"bnerd.net/vpn-operator/internal/agent/vici"
-	"bnerd.net/vpn-operator/internal/gatewayconfig"
 	pc "bnerd.net/vpn-operator/internal/peerconfig"
 	"bnerd.net/vpn-operator/internal/testenv"
 )
@@ -60,7 +59,7 @@ func (s *lswSite) ipsec(prog string, args ...string) (string, error) {
 // render is `kubectl vpn peer-config --format libreswan --include-secret` for the site.
 func (s *lswSite) render(t testing.TB) string {
 	t.Helper()
-	out, err := pc.Render(pc.Input{Kind: gatewayconfig.KindIPsecGateway, Namespace: "tenant", Name: "e2e",
+	out, err := pc.Render(pc.Input{Kind: v1alpha1.KindIPsecGateway, Namespace: "tenant", Name: "e2e",
 		Spec: &s.e.obj.Spec, Status: &s.e.obj.Status, Tunnel: s.tunnel, PSK: s.psk}, pc.FormatLibreswan)
 	if err != nil {
 		t.Fatalf("peer-config --format libreswan for %s: %v", s.tunnel, err)

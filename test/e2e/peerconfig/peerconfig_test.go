@@ -234,7 +234,7 @@ func (e *env) startCharon(role string) {
 // beside it (the agent's file mode); the agent picks a change up by itself.
 func (e *env) writeGatewayFiles(g *v1alpha1.IPsecGateway) string {
 	e.t.Helper()
-	cfg, err := gatewayconfig.Build(gatewayconfig.Input{Kind: gatewayconfig.KindIPsecGateway, Namespace: g.Namespace, Name: g.Name, Spec: &g.Spec, Status: &g.Status})
+	cfg, err := gatewayconfig.Build(gatewayconfig.Input{Kind: v1alpha1.KindIPsecGateway, Namespace: g.Namespace, Name: g.Name, Spec: &g.Spec, Status: &g.Status})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -310,7 +310,7 @@ func TestStrongSwanPeerConfigBringsTheTunnelUp(t *testing.T) {
 
 	// The client's side exactly as `kubectl vpn peer-config --format strongswan
 	// --include-secret` prints it.
-	client, err := pc.Render(pc.Input{Kind: gatewayconfig.KindIPsecGateway, Namespace: g.Namespace, Name: g.Name,
+	client, err := pc.Render(pc.Input{Kind: v1alpha1.KindIPsecGateway, Namespace: g.Namespace, Name: g.Name,
 		Spec: &g.Spec, Status: &g.Status, Tunnel: "hq", PSK: psk}, pc.FormatStrongSwan)
 	if err != nil {
 		t.Fatal(err)

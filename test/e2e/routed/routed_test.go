@@ -117,7 +117,7 @@ func gatewayObject() (*v1alpha1.GatewaySpec, *v1alpha1.GatewayStatus) {
 func (w *world) render() string {
 	w.T.Helper()
 	spec, st := gatewayObject()
-	cfg, err := gatewayconfig.Build(gatewayconfig.Input{Kind: gatewayconfig.KindIPsecGateway, Namespace: "tenant", Name: "e2e",
+	cfg, err := gatewayconfig.Build(gatewayconfig.Input{Kind: v1alpha1.KindIPsecGateway, Namespace: "tenant", Name: "e2e",
 		Spec: spec, Status: st, InternalSources: []netip.Prefix{netip.MustParsePrefix(internalSource())}})
 	if err != nil {
 		w.T.Fatalf("Build: %v", err)

@@ -105,7 +105,7 @@ func (w *world) render() {
 	if w.obj.Status.WireGuard == nil {
 		w.obj.Status.WireGuard = &v1alpha1.WireGuardStatus{PublicKey: w.gwKey.PublicKey().String()}
 	}
-	cfg, err := gatewayconfig.Build(gatewayconfig.Input{Kind: gatewayconfig.KindVPNGateway, Namespace: "tenant", Name: "e2e",
+	cfg, err := gatewayconfig.Build(gatewayconfig.Input{Kind: v1alpha1.KindVPNGateway, Namespace: "tenant", Name: "e2e",
 		Spec: &w.obj.Spec.GatewaySpec, Status: &w.obj.Status, WireGuard: w.obj.Spec.WireGuard})
 	if err != nil {
 		w.T.Fatalf("Build: %v", err)
