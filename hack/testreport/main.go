@@ -44,6 +44,7 @@ type Report struct {
 func Read(in io.Reader, out io.Writer) (*Report, error) {
 	r := &Report{}
 	buf := map[string][]string{} // package/test -> output so far
+	testFailed := map[string]bool{}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1024*1024), 16*1024*1024)
 	for sc.Scan() {
@@ -73,8 +74,14 @@ func Read(in io.Reader, out io.Writer) (*Report, error) {
 		case "fail":
 			if e.Test == "" {
 				r.Packages++
+				// A package that fails with every test passed failed in TestMain (an
+				// after-all check, a control plane that would not start) or in its build.
+				if !testFailed[e.Package] {
+					r.Failed = append(r.Failed, e.Package+" (no test failed: TestMain, an after-all check or the build)")
+				}
 				continue
 			}
+			testFailed[e.Package] = true
 			r.Failed = append(r.Failed, e.Package+" "+e.Test)
 			fmt.Fprint(out, strings.Join(buf[key], ""))
 			delete(buf, key)

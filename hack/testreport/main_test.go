@@ -71,3 +71,35 @@ func TestReadPassesThroughOtherLines(t *testing.T) {
 }
 
 func writeFile(path, text string) error { return os.WriteFile(path, []byte(text), 0o644) }
+
+// A package whose tests all pass but whose TestMain fails the run (an after-all check)
+// is reported as failed, by name.
+func TestPackageFailingAfterItsTests(t *testing.T) {
+	dir := t.TempDir()
+	for name, text := range map[string]string{
+		"go.mod": "module example.com/after\n\ngo 1.22\n",
+		"after_test.go": `package after
+import ("fmt"; "os"; "testing")
+func TestMain(m *testing.M) { m.Run(); fmt.Println("FAIL: after all tests: a leak"); os.Exit(1) }
+func TestPass(t *testing.T) {}
+`,
+	} {
+		if err := writeFile(filepath.Join(dir, name), text); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "test", "-json", "-count=1", "./...")
+	cmd.Dir = dir
+	raw, _ := cmd.CombinedOutput()
+	var out bytes.Buffer
+	r, err := Read(bytes.NewReader(raw), &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Failed) != 1 || !strings.HasPrefix(r.Failed[0], "example.com/after (no test failed") {
+		t.Fatalf("failed %v\n%s", r.Failed, raw)
+	}
+	if !strings.Contains(out.String(), "a leak") {
+		t.Errorf("TestMain's message is not printed:\n%s", out.String())
+	}
+}

@@ -146,24 +146,37 @@ func (e *Env) Stop() error { return e.env.Stop() }
 //
 // Under -short (the unit tier) it starts nothing: Need skips each test with the unit
 // tier's reason (or fails it when RequireEnv is set), and the package's other tests run.
-func Main(m *testing.M, out **Env) {
+//
+// afterAll checks run once every test has run, whatever their order or selection (a
+// scan of what the whole suite logged, say); one that returns an error fails the run.
+func Main(m *testing.M, out **Env, afterAll ...func() error) {
+	run := func() int {
+		code := m.Run()
+		for _, check := range afterAll {
+			if err := check(); err != nil {
+				fmt.Fprintf(os.Stderr, "FAIL: after all tests: %v\n", err)
+				code = 1
+			}
+		}
+		return code
+	}
 	if UnitTier() {
 		skipAll = UnitTierPrefix + " starts no API server; run without -short for this test"
 		skipUnit = true
-		os.Exit(m.Run())
+		os.Exit(run())
 	}
 	e, err := Start()
 	if err != nil {
 		if err == ErrNoControlPlane && !Required() {
 			fmt.Fprintf(os.Stderr, "SKIP: %v\n", err)
 			skipAll = err.Error()
-			os.Exit(m.Run())
+			os.Exit(run())
 		}
 		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
 		os.Exit(1)
 	}
 	*out = e
-	code := m.Run()
+	code := run()
 	if err := e.Stop(); err != nil {
 		fmt.Fprintf(os.Stderr, "stopping the control plane: %v\n", err)
 	}

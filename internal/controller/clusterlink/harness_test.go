@@ -30,7 +30,7 @@ import (
 var env *testenv.Env
 
 // Everything logged and every Event of the whole suite, scanned for Secret values by
-// TestZZNoSecretInLogsOrEvents.
+// TestNoSecretInLogsOrEvents and, after the last test, by scanSuite.
 var (
 	captureMu sync.Mutex
 	captured  []string
@@ -49,7 +49,7 @@ var testLogger = funcr.New(func(prefix, args string) { capture(prefix + " " + ar
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(testLogger)
-	testenv.Main(m, &env)
+	testenv.Main(m, &env, scanSuite)
 }
 
 const credNS = operatorconfig.DefaultClusterLinkCredentialsNamespace

@@ -31,7 +31,7 @@ import (
 // named key, and good and rotated keys. No key value, raw or base64, appears in the
 // agents' logs, the gateway's status they write, the namespace's Events and ConfigMaps,
 // or the connections they load into charon (keys go only to the shared-secret load).
-func TestZZAgentSecretScan(t *testing.T) {
+func TestAgentSecretScan(t *testing.T) {
 	testenv.Need(t)
 	const (
 		ns      = "psk-scan"
