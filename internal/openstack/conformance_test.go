@@ -1687,8 +1687,16 @@ func TestConformanceFaults(t *testing.T) {
 			}
 		})
 
-		if c := w.srv.Counters(); c.Faulted < 8 {
-			t.Errorf("faulted requests counted: %d", c.Faulted)
+		// Eight requests met a fault (the latency one is answered). The simulator counts
+		// a request when its handler returns, and the dropped and the hung one return
+		// after the client has seen the connection close or given up, so their counts
+		// may land a moment after the client's error: wait for them.
+		deadline := time.Now().Add(10 * time.Second)
+		for w.srv.Counters().Faulted < 8 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if c := w.srv.Counters(); c.Faulted != 8 {
+			t.Errorf("faulted requests counted: %d, want 8", c.Faulted)
 		}
 	}, onlySim("injects faults"))
 }
