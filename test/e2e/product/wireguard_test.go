@@ -163,12 +163,15 @@ func TestWireGuardOnTheNodeWorld(t *testing.T) {
 		// Datagrams to the listen port from a new source port of the peer's endpoint
 		// address (not its WireGuard port, so not the tunnel's own flow and its
 		// connection state) and from the upstream network, an address no peer has; the
-		// capture on the pod's port interface sees what the fabric let through.
+		// capture on the pod's port interface sees what the fabric let through. The
+		// capture sees both directions and the peer listens on the same port, so the
+		// gateway's own handshakes to the peer (dst port 51820, to the peer's address) are
+		// not strangers: only datagrams to an address other than the peer's count.
 		send := func(ns string) {
 			_, _ = world.Exec(ns, "bash", "-c", fmt.Sprintf("for i in 1 2 3 4 5; do echo probe > /dev/udp/%s/%d; sleep 0.1; done", fip, port))
 		}
 		fromPeer := fmt.Sprintf("udp dst port %d and src host %s and not src port %d", port, world.WGSiteWANAddress, world.WGSiteListenPort)
-		fromStranger := fmt.Sprintf("udp dst port %d and not src host %s", port, world.WGSiteWANAddress)
+		fromStranger := fmt.Sprintf("udp dst port %d and not src host %s and not dst host %s", port, world.WGSiteWANAddress, world.WGSiteWANAddress)
 		probe := func(name string) (peer, stranger int) {
 			c, err := w.StartCapture(name, "pid:"+pid, render.NIC2Interface)
 			if err != nil {
