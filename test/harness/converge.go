@@ -159,11 +159,10 @@ func reverseRoutesServed(l *v1.ClusterLink, gws []Gateway, nsLabels map[string]m
 	return out, nil
 }
 
-// AuditInput describes the live gateways and ClusterLinks, from their status on the
-// API server, for sim.Server.Audit. deleted are the UIDs of objects deleted during the
-// run.
-func AuditInput(ctx context.Context, c client.Reader, s *sim.Server, baseline *sim.Snapshot, deleted []string) (sim.AuditInput, error) {
-	in := sim.AuditInput{
+// BuildAuditInput describes the live gateways and ClusterLinks, from their status on the
+// API server, for Audit. deleted are the UIDs of objects deleted during the run.
+func BuildAuditInput(ctx context.Context, c client.Reader, s *sim.Server, baseline *Snapshot, deleted []string) (AuditInput, error) {
+	in := AuditInput{
 		Baseline: baseline,
 		OwnerOf: func(tags []string) (string, bool) {
 			o, ok := openstack.OwnerFromTags(tags)
@@ -191,7 +190,7 @@ func AuditInput(ctx context.Context, c client.Reader, s *sim.Server, baseline *s
 		return in, err
 	}
 	for _, g := range gws {
-		ag := sim.AuditGateway{
+		ag := AuditGateway{
 			Owner: string(g.Object.GetUID()), Name: g.Ref(), ServiceCIDR: g.Status.ServiceCIDR,
 			PortID: g.Status.PortID, ServerID: servers[g.Status.NodeName], Reverse: len(g.Spec.ReverseExposures) > 0,
 		}
@@ -229,7 +228,7 @@ func AuditInput(ctx context.Context, c client.Reader, s *sim.Server, baseline *s
 				serves = append(serves, string(g.Object.GetUID()))
 			}
 		}
-		in.Links = append(in.Links, sim.AuditLink{
+		in.Links = append(in.Links, AuditLink{
 			Owner: string(l.UID), Name: l.Name, TransitIP: l.Status.TransitIP, LegPortID: l.Status.LegPortID,
 			RouterID: l.Status.RouterID, ServiceClusterCIDR: l.Spec.ServiceClusterCIDR, Serves: serves,
 		})

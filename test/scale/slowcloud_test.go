@@ -133,7 +133,7 @@ func TestSlowCloudScale(t *testing.T) {
 	}
 	must(t, harness.CreateWorkers(ctx, c, 3))
 	must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "psk"}, Data: map[string][]byte{"psk": []byte("scale-test-pre-shared-key-0123456789")}}))
-	baseline := s.Snapshot()
+	baseline := harness.TakeSnapshot(s.Objects())
 
 	dir := t.TempDir()
 	bin, err := harness.BuildOperator(dir)
@@ -287,9 +287,9 @@ func TestSlowCloudScale(t *testing.T) {
 		})
 		wg.Wait()
 		waitReady(t, ctx, c, ns, cfg.gateways+cfg.concurrentCreates, cfg.links, 30*time.Minute)
-		in, err := harness.AuditInput(ctx, c, s, baseline, nil)
+		in, err := harness.BuildAuditInput(ctx, c, s, baseline, nil)
 		must(t, err)
-		rep := s.Audit(in)
+		rep := harness.Audit(s.Objects(), in)
 		fmt.Printf("restart during %d concurrent creates (8 clients, %d restarts): audit %s\n", cfg.concurrentCreates, cfg.restartDuringBurst, rep)
 		if p := rep.Problems(); len(p) > 0 {
 			t.Errorf("audit: %s", harness.Summarize(p, 40))

@@ -64,7 +64,7 @@ func TestPoolRebuiltAcrossRestartsUnderConcurrentCreates(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.waitConverged(ConvergeBound)
-	in, err := harness.AuditInput(ctx, w.c, w.sim, w.baseline, w.deleted)
+	in, err := harness.BuildAuditInput(ctx, w.c, w.sim, w.baseline, w.deleted)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -222,11 +222,11 @@ func (w *world) waitConverged(bound time.Duration) {
 
 func (w *world) audit(when string) {
 	w.t.Helper()
-	in, err := harness.AuditInput(w.ctx, w.c, w.sim, w.baseline, w.deleted)
+	in, err := harness.BuildAuditInput(w.ctx, w.c, w.sim, w.baseline, w.deleted)
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	rep := w.sim.Audit(in)
+	rep := harness.Audit(w.sim.Objects(), in)
 	w.t.Logf("audit %s: %s", when, rep)
 	if p := rep.Problems(); len(p) > 0 {
 		w.t.Errorf("audit %s found %d problem(s):\n  %s", when, len(p), harness.Summarize(p, 60))

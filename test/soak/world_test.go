@@ -51,7 +51,7 @@ type world struct {
 	// started the next, report an exit the soak caused as the operator's own, and start
 	// a process the killer then could not.
 	restarting sync.Mutex
-	baseline   *sim.Snapshot
+	baseline   *harness.Snapshot
 	secrets    []string
 
 	gws     map[string]*gwRec // by kind/namespace/name
@@ -132,7 +132,7 @@ func newWorld(t *testing.T, ctx context.Context, cfg settings) *world {
 	}
 	_, opSecret, _ := s.AppCredential(harness.OperatorCred)
 	w.secrets = append(w.secrets, opSecret)
-	w.baseline = s.Snapshot()
+	w.baseline = harness.TakeSnapshot(s.Objects())
 
 	dir := t.TempDir()
 	bin, err := harness.BuildOperator(dir)

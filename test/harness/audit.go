@@ -1,4 +1,4 @@
-package sim
+package harness
 
 import (
 	"fmt"
@@ -6,13 +6,17 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"bnerd.net/vpn-operator/internal/openstack/sim"
 )
 
-// This file audits the simulator's state against what the operator's objects say should
+// This file audits the simulator's objects against what the operator's objects say should
 // exist: after a soak, nothing may be leaked (an OpenStack object or route nobody owns),
 // nothing duplicated, and nothing a deleted object made may remain. The caller describes
-// the live objects (from their Kubernetes status) and how to read an owner from tags;
-// the simulator knows nothing of the operator's conventions beyond that.
+// the live objects (from their Kubernetes status, BuildAuditInput) and how to read an
+// owner from tags. The invariants are the operator's, so they live here with the test
+// harness; the simulator stays a plain OpenStack fake that hands out a copy of its
+// objects.
 
 // Snapshot is what existed at one moment, by ID; an audit ignores what its baseline
 // already held (the seeded estate, hand-made objects), unless an owner has tagged it
@@ -20,26 +24,23 @@ import (
 type Snapshot struct {
 	Ports, FloatingIPs, SecurityGroups map[string]bool
 	// Routes per router ID.
-	Routes map[string]map[Route]bool
+	Routes map[string]map[sim.Route]bool
 }
 
-// Snapshot records the objects present now.
-func (s *Server) Snapshot() *Snapshot {
-	st := s.st
-	st.mu.RLock()
-	defer st.mu.RUnlock()
-	snap := &Snapshot{Ports: map[string]bool{}, FloatingIPs: map[string]bool{}, SecurityGroups: map[string]bool{}, Routes: map[string]map[Route]bool{}}
-	for id := range st.ports {
+// TakeSnapshot records the objects of o by ID, as the baseline of a later audit.
+func TakeSnapshot(o sim.Objects) *Snapshot {
+	snap := &Snapshot{Ports: map[string]bool{}, FloatingIPs: map[string]bool{}, SecurityGroups: map[string]bool{}, Routes: map[string]map[sim.Route]bool{}}
+	for id := range o.Ports {
 		snap.Ports[id] = true
 	}
-	for id := range st.fips {
+	for id := range o.FloatingIPs {
 		snap.FloatingIPs[id] = true
 	}
-	for id := range st.sgs {
+	for id := range o.SecurityGroups {
 		snap.SecurityGroups[id] = true
 	}
-	for id, r := range st.routers {
-		m := map[Route]bool{}
+	for id, r := range o.Routers {
+		m := map[sim.Route]bool{}
 		for _, x := range r.Routes {
 			m[x] = true
 		}
@@ -149,12 +150,9 @@ func (r AuditReport) String() string {
 	return fmt.Sprintf("%d problem(s):\n  %s", len(p), strings.Join(p, "\n  "))
 }
 
-// Audit compares the state with in. It holds the read lock for the whole check, so the
-// state it sees is one moment's.
-func (s *Server) Audit(in AuditInput) AuditReport {
-	st := s.st
-	st.mu.RLock()
-	defer st.mu.RUnlock()
+// Audit compares the simulator's objects (one moment's copy, sim.Server.Objects) with
+// in.
+func Audit(o sim.Objects, in AuditInput) AuditReport {
 	var rep AuditReport
 	base := in.Baseline
 	if base == nil {
@@ -192,10 +190,10 @@ func (s *Server) Audit(in AuditInput) AuditReport {
 	}
 
 	// Ports, their attachments and address pairs.
-	gwPorts := map[string][]*Port{}
-	linkPorts := map[string][]*Port{}
-	for _, id := range sortedKeys(st.ports) {
-		p := st.ports[id]
+	gwPorts := map[string][]*sim.Port{}
+	linkPorts := map[string][]*sim.Port{}
+	for _, id := range sortedKeys(o.Ports) {
+		p := o.Ports[id]
 		owner, tagged := ownerOf(p.Tags)
 		if base.Ports[id] && !tagged {
 			continue
@@ -274,7 +272,7 @@ func (s *Server) Audit(in AuditInput) AuditReport {
 				rep.LeakedPorts = append(rep.LeakedPorts, describePort(p)+" is a second leg of ClusterLink "+l.Name)
 			}
 		}
-		if l.RouterID != "" && (keep.DeviceID != l.RouterID || keep.DeviceOwner != OwnerRouterInterface) {
+		if l.RouterID != "" && (keep.DeviceID != l.RouterID || keep.DeviceOwner != sim.OwnerRouterInterface) {
 			rep.Missing = append(rep.Missing, "ClusterLink "+l.Name+": leg "+keep.ID+" is not attached to router "+l.RouterID+" (device "+keep.DeviceID+")")
 		}
 		if l.TransitIP != "" && !portHasIP(keep, l.TransitIP) {
@@ -284,8 +282,8 @@ func (s *Server) Audit(in AuditInput) AuditReport {
 
 	// Floating IPs.
 	gwFIPs := map[string]int{}
-	for _, id := range sortedKeys(st.fips) {
-		f := st.fips[id]
+	for _, id := range sortedKeys(o.FloatingIPs) {
+		f := o.FloatingIPs[id]
 		owner, tagged := ownerOf(f.Tags)
 		if base.FloatingIPs[id] && !tagged {
 			continue
@@ -304,8 +302,8 @@ func (s *Server) Audit(in AuditInput) AuditReport {
 
 	// Security groups.
 	gwSGs := map[string]int{}
-	for _, id := range sortedKeys(st.sgs) {
-		g := st.sgs[id]
+	for _, id := range sortedKeys(o.SecurityGroups) {
+		g := o.SecurityGroups[id]
 		owner, tagged := ownerOf(g.Tags)
 		if base.SecurityGroups[id] && !tagged {
 			continue
@@ -333,18 +331,18 @@ func (s *Server) Audit(in AuditInput) AuditReport {
 			linkRouters[l.RouterID] = append(linkRouters[l.RouterID], l)
 		}
 	}
-	reverseRoute := map[Route]string{} // /24 via port address -> gateway name
-	reverseOwner := map[Route]string{}
+	reverseRoute := map[sim.Route]string{} // /24 via port address -> gateway name
+	reverseOwner := map[sim.Route]string{}
 	for _, owner := range sortedKeys(gws) {
 		g := gws[owner]
 		if g.Reverse && portIP[owner] != "" {
-			reverseRoute[Route{Destination: g.ServiceCIDR, NextHop: portIP[owner]}] = g.Name
-			reverseOwner[Route{Destination: g.ServiceCIDR, NextHop: portIP[owner]}] = owner
+			reverseRoute[sim.Route{Destination: g.ServiceCIDR, NextHop: portIP[owner]}] = g.Name
+			reverseOwner[sim.Route{Destination: g.ServiceCIDR, NextHop: portIP[owner]}] = owner
 		}
 	}
 	// servedOn: a reverse route belongs on a link's router only when a link there serves
 	// its gateway (a route to another tenant's gateway is a leak, not an explanation).
-	servedOn := func(rid string, x Route) bool {
+	servedOn := func(rid string, x sim.Route) bool {
 		for _, l := range linkRouters[rid] {
 			if reverseRoute[x] != "" && l.serves(reverseOwner[x]) {
 				return true
@@ -352,16 +350,16 @@ func (s *Server) Audit(in AuditInput) AuditReport {
 		}
 		return false
 	}
-	forwardRoute := map[Route]string{}
+	forwardRoute := map[sim.Route]string{}
 	for _, owner := range sortedKeys(links) {
 		l := links[owner]
 		if l.TransitIP != "" {
-			forwardRoute[Route{Destination: l.ServiceClusterCIDR, NextHop: l.TransitIP}] = l.Name
+			forwardRoute[sim.Route{Destination: l.ServiceClusterCIDR, NextHop: l.TransitIP}] = l.Name
 		}
 	}
-	for _, rid := range sortedKeys(st.routers) {
-		r := st.routers[rid]
-		have := map[Route]bool{}
+	for _, rid := range sortedKeys(o.Routers) {
+		r := o.Routers[rid]
+		have := map[sim.Route]bool{}
 		byDest := map[string][]string{}
 		for _, x := range r.Routes {
 			have[x] = true
@@ -447,7 +445,7 @@ func (s *Server) Audit(in AuditInput) AuditReport {
 	return rep
 }
 
-func describePort(p *Port) string {
+func describePort(p *sim.Port) string {
 	ip := ""
 	if len(p.FixedIPs) > 0 {
 		ip = " at " + p.FixedIPs[0].IPAddress
@@ -455,7 +453,7 @@ func describePort(p *Port) string {
 	return "port " + p.ID + " (" + p.Name + ip + ")"
 }
 
-func hasPairFor(p *Port, ip string) bool {
+func hasPairFor(p *sim.Port, ip string) bool {
 	for _, ap := range p.AllowedAddressPairs {
 		if ap.IPAddress == ip {
 			return true
@@ -464,7 +462,7 @@ func hasPairFor(p *Port, ip string) bool {
 	return false
 }
 
-func portHasIP(p *Port, ip string) bool {
+func portHasIP(p *sim.Port, ip string) bool {
 	for _, f := range p.FixedIPs {
 		if f.IPAddress == ip {
 			return true
@@ -482,8 +480,8 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-func sortedRoutes(m map[Route]string) []Route {
-	out := make([]Route, 0, len(m))
+func sortedRoutes(m map[sim.Route]string) []sim.Route {
+	out := make([]sim.Route, 0, len(m))
 	for r := range m {
 		out = append(out, r)
 	}
