@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 // Test peers' public keys (valid Curve25519 encodings).

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 // TestGeneratedFilesAreCurrent regenerates the deepcopy code, the CRDs and the operator's

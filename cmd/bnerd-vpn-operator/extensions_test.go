@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"bnerd.net/vpn-operator/internal/openstack/sim"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 // On a Neutron without an extension it needs, the operator does not start: it exits
@@ -24,14 +24,14 @@ func TestOperatorRefusesNeutronWithoutRequiredExtensions(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	seed, err := sim.LoadSeed(filepath.Join(testenv.RepoRoot(), "examples", "sim-estate.yaml"))
+	seed, err := openstacksim.LoadSeed(filepath.Join(testenv.RepoRoot(), "examples", "sim-estate.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	seed.NeutronExtensions = slices.DeleteFunc(slices.Clone(sim.ZedNeutronExtensions), func(a string) bool {
+	seed.NeutronExtensions = slices.DeleteFunc(slices.Clone(openstacksim.ZedNeutronExtensions), func(a string) bool {
 		return a == "standard-attr-tag" || a == "allowed-address-pairs"
 	})
-	srv, err := sim.Start(seed)
+	srv, err := openstacksim.Start(seed)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,8 +19,8 @@ import (
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/controller/gateway"
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 // The binary's defaults: leader election on, and one resync mechanism (the reconcilers'
@@ -82,11 +82,11 @@ func TestManagerDefaults(t *testing.T) {
 // then takes over.
 func TestOnlyTheLeaderReconciles(t *testing.T) {
 	testenv.Need(t)
-	seed, err := sim.LoadSeed(filepath.Join(testenv.RepoRoot(), "examples", "sim-estate.yaml"))
+	seed, err := openstacksim.LoadSeed(filepath.Join(testenv.RepoRoot(), "examples", "sim-estate.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := sim.Start(seed)
+	s, err := openstacksim.Start(seed)
 	if err != nil {
 		t.Fatal(err)
 	}

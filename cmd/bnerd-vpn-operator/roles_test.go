@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"bnerd.net/vpn-operator/internal/openstack/sim"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 // The operator refuses to start with a credential that lacks a role it needs, naming the
@@ -54,12 +54,12 @@ func TestOperatorRefusesCredentialWithoutNeededRole(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			seed, err := sim.LoadSeed(filepath.Join(testenv.RepoRoot(), "examples", "sim-estate.yaml"))
+			seed, err := openstacksim.LoadSeed(filepath.Join(testenv.RepoRoot(), "examples", "sim-estate.yaml"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			seed.SecureRBAC, seed.LegacyPolicy, seed.ImpliedRoles = tc.secureRBAC, !tc.secureRBAC, tc.implied
-			srv, err := sim.Start(seed)
+			srv, err := openstacksim.Start(seed)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -20,8 +20,8 @@ import (
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 // auditEvent is the part of a kube-apiserver audit event the test reads.
@@ -70,11 +70,11 @@ rules:
 	}
 	defer func() { _ = aenv.Stop() }()
 
-	seed, err := sim.LoadSeed(filepath.Join(testenv.RepoRoot(), "examples", "sim-estate.yaml"))
+	seed, err := openstacksim.LoadSeed(filepath.Join(testenv.RepoRoot(), "examples", "sim-estate.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := sim.Start(seed)
+	s, err := openstacksim.Start(seed)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,18 +9,18 @@ import (
 	"os/signal"
 	"syscall"
 
-	"bnerd.net/vpn-operator/internal/vpncli"
+	"bnerd.net/vpn-operator/internal/kubectlvpn/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cmd := vpncli.NewCommand(vpncli.IO{Out: os.Stdout, Err: os.Stderr, Getenv: os.Getenv}, nil)
+	cmd := cli.NewCommand(cli.IO{Out: os.Stdout, Err: os.Stderr, Getenv: os.Getenv}, nil)
 	err := cmd.ExecuteContext(ctx)
 	if err != nil && err.Error() != "" {
-		if _, isExit := err.(*vpncli.ExitError); !isExit || err.(*vpncli.ExitError).Err != nil {
+		if _, isExit := err.(*cli.ExitError); !isExit || err.(*cli.ExitError).Err != nil {
 			fmt.Fprintln(os.Stderr, "kubectl vpn:", err)
 		}
 	}
-	os.Exit(vpncli.Code(err))
+	os.Exit(cli.Code(err))
 }

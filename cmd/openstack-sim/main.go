@@ -17,7 +17,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"bnerd.net/vpn-operator/internal/openstack/sim"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
 func main() {
@@ -45,7 +45,7 @@ func run(seedPath, listen, credential, cloudsYAML, readyFile, envDir string, hos
 			return err
 		}
 	}
-	seed, err := sim.LoadSeed(seedPath)
+	seed, err := openstacksim.LoadSeed(seedPath)
 	if err != nil {
 		return err
 	}
@@ -54,7 +54,7 @@ func run(seedPath, listen, credential, cloudsYAML, readyFile, envDir string, hos
 	// before Notify kills the process instead of stopping it.
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	s, err := sim.StartAt(seed, listen)
+	s, err := openstacksim.StartAt(seed, listen)
 	if err != nil {
 		return err
 	}
@@ -110,7 +110,7 @@ func loopbackOnly(addr string) error {
 	return nil
 }
 
-func envLines(s *sim.Server, id, secret string) string {
+func envLines(s *openstacksim.Server, id, secret string) string {
 	var b strings.Builder
 	for _, kv := range [][2]string{
 		{"OS_AUTH_URL", s.AuthURL()},
@@ -126,7 +126,7 @@ func envLines(s *sim.Server, id, secret string) string {
 	return b.String()
 }
 
-func writeCloudsYAML(path string, s *sim.Server, id, secret string) error {
+func writeCloudsYAML(path string, s *openstacksim.Server, id, secret string) error {
 	doc := map[string]any{"clouds": map[string]any{"openstack-sim": map[string]any{
 		"auth_type":            "v3applicationcredential",
 		"region_name":          s.Region(),

@@ -1,5 +1,5 @@
 // Command sandbox runs the product locally. By default (root) it runs the whole product
-// (product.go, internal/world): a control plane and two real nodes, the release pushed
+// (product.go, internal/testinfra/world): a control plane and two real nodes, the release pushed
 // into a registry the nodes pull from, the OpenStack simulator, the packet fabric, the
 // operator installed from the released chart, a client site with its own strongSwan; it applies the example gateway and
 // ClusterLink, shows each phase converging, the tunnel up and traffic through it both
@@ -38,8 +38,8 @@ import (
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/conditions"
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 // The estate the sandbox seeds; examples/sim-estate.yaml holds the same names.
@@ -409,7 +409,7 @@ func deleteAndWait(ctx context.Context, c client.Client, obj client.Object, time
 // tagged reports whether the operator made the object: the seam's own owner tag.
 func tagged(tags []string) bool { return openstack.HasTags(tags, openstack.TagManaged) }
 
-func printOpenStack(s *sim.Server) {
+func printOpenStack(s *openstacksim.Server) {
 	for _, p := range s.Ports() {
 		if !tagged(p.Tags) {
 			continue
@@ -460,7 +460,7 @@ func printOpenStack(s *sim.Server) {
 	}
 }
 
-func leftovers(s *sim.Server) []string {
+func leftovers(s *openstacksim.Server) []string {
 	var left []string
 	for _, p := range s.Ports() {
 		if tagged(p.Tags) {

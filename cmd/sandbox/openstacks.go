@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/realstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
+	"bnerd.net/vpn-operator/internal/testinfra/realstack"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 // cloud is the OpenStack the sandbox's story runs against: the simulator (default) or
@@ -35,11 +35,11 @@ func startCloud(ctx context.Context, kind, seedPath string) (cloud, error) {
 	switch kind {
 	case "sim", "":
 		step("starting the OpenStack simulator (seed %s)", seedPath)
-		seed, err := sim.LoadSeed(seedPath)
+		seed, err := openstacksim.LoadSeed(seedPath)
 		if err != nil {
 			return nil, err
 		}
-		s, err := sim.Start(seed)
+		s, err := openstacksim.Start(seed)
 		if err != nil {
 			return nil, err
 		}
@@ -51,7 +51,7 @@ func startCloud(ctx context.Context, kind, seedPath string) (cloud, error) {
 	}
 }
 
-type simCloud struct{ s *sim.Server }
+type simCloud struct{ s *openstacksim.Server }
 
 func (c simCloud) env() []string {
 	id, secret, _ := c.s.AppCredential(operatorCredential)

@@ -15,10 +15,10 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/fabric"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/render"
-	"bnerd.net/vpn-operator/internal/world"
+	"bnerd.net/vpn-operator/internal/testinfra/fabric"
+	"bnerd.net/vpn-operator/internal/testinfra/world"
 )
 
 // productNotReady says why a gateway whose pod is ready (PodReady is among the
@@ -31,7 +31,7 @@ func productNotReady(r *metav1.Condition) string {
 	return "the gateway pod runs on its node; Ready waits for: " + r.Message
 }
 
-// runProduct is the full sandbox: the whole product on this machine (internal/world) with
+// runProduct is the full sandbox: the whole product on this machine (internal/testinfra/world) with
 // the examples applied, a client's tunnel carrying traffic both ways, and everything
 // deleted and checked gone at the end. It needs root.
 func runProduct(stay bool, timeout time.Duration, gatewayPath, linkPath, wireGuardPath string) (err error) {

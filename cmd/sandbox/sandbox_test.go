@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"bnerd.net/vpn-operator/internal/testenv"
-	"bnerd.net/vpn-operator/internal/world"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/world"
 )
 
 // TestSandboxObjectsOnlyRunsToCompletion runs the README's objects-only sandbox command the

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/world"
+	"bnerd.net/vpn-operator/internal/testinfra/world"
 )
 
 // wireGuardPeer is the peer of examples/vpngateway-wireguard.yaml that the sandbox's

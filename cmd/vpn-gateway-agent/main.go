@@ -27,8 +27,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/agent/cause"
 	"bnerd.net/vpn-operator/internal/agent/charon"
+	"bnerd.net/vpn-operator/internal/agent/downcause"
 	"bnerd.net/vpn-operator/internal/agent/exporter"
 	"bnerd.net/vpn-operator/internal/agent/initnat"
 	"bnerd.net/vpn-operator/internal/agent/loader"
@@ -228,7 +228,7 @@ func runLoader(ctx context.Context, args []string) error {
 	tunnelSnaps, loadSnaps := make(chan source.Snapshot, 1), make(chan source.Snapshot, 1)
 	go source.Fanout(ctx, snaps, tunnelSnaps, loadSnaps)
 	go tn.Follow(ctx, tunnelSnaps)
-	causes := &cause.Tracker{PeerTunnel: tn.ByPeer}
+	causes := &downcause.Tracker{PeerTunnel: tn.ByPeer}
 	go (&vici.Watcher{Dial: vici.DialEvents(*sock), Events: []string{"log"}, OnEvent: func(ev govici.Event) { causes.Observe(ev) }, Logf: log.Printf}).Run(ctx)
 	(&loader.Loop{Applier: r.loader(*sock, causes), Keys: keys, Interval: *interval, PortRouting: portRouting, ServiceAddress: routing.HasLocalAddress, Logf: log.Printf}).Run(ctx, loadSnaps)
 	return nil
@@ -242,8 +242,8 @@ func (r *retries) register(fs *flag.FlagSet) {
 	fs.DurationVar(&r.max, "retry-max", 5*time.Minute, "longest wait between attempts of a tunnel that does not come up (a peer that never answers is retried at charon's retransmission pace instead)")
 }
 
-func (r *retries) loader(sock string, causes *cause.Tracker) *vici.Loader {
-	return &vici.Loader{Socket: sock, Logf: log.Printf, Causes: causes, RetryInitial: r.initial, RetryMax: r.max}
+func (r *retries) loader(sock string, causes *downcause.Tracker) *vici.Syncer {
+	return &vici.Syncer{Socket: sock, Logf: log.Printf, Causes: causes, RetryInitial: r.initial, RetryMax: r.max}
 }
 
 // runCharon renders strongswan.conf for the pod's dataplane, clears kernel IPsec state a
@@ -314,7 +314,7 @@ func runStatus(ctx context.Context, args []string) error {
 		return nil
 	}
 	tn := &source.Tunnels{Logf: log.Printf}
-	causes := &cause.Tracker{PeerTunnel: tn.ByPeer}
+	causes := &downcause.Tracker{PeerTunnel: tn.ByPeer}
 	var plans func(string) vici.Plan
 	tunnelSnaps := snaps
 	var waiting func() map[string]string
@@ -378,7 +378,7 @@ func runExporter(ctx context.Context, args []string) error {
 		return serveMetrics(ctx, *listen, &exporter.Collector{Tunnels: tn.Names, SAs: src.SAs, NATStateFile: *stateFile, Rekeys: src.Rekeys, Causes: src})
 	}
 	var rekeys exporter.Rekeys
-	causes := &cause.Tracker{PeerTunnel: tn.ByPeer}
+	causes := &downcause.Tracker{PeerTunnel: tn.ByPeer}
 	go (&vici.Watcher{Dial: vici.DialEvents(*sock), Events: []string{"ike-rekey", "child-rekey", "log"}, OnEvent: func(ev govici.Event) {
 		rekeys.Observe(ev)
 		causes.Observe(ev)

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"bnerd.net/vpn-operator/internal/render"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 // TestDeploymentArgsParse checks the contract between the operator and this binary: every

@@ -1,5 +1,5 @@
 // Command openstackseed applies seed files in the simulator's format (see
-// internal/openstack/sim.Seed) to a real OpenStack, so the same estate, with the same
+// internal/openstack/openstacksim.Seed) to a real OpenStack, so the same estate, with the same
 // names, exists on both. hack/openstack.sh runs it in two steps:
 //
 //	openstackseed --state DIR --seed FILE... identity   projects, users, roles, catalog, application credentials
@@ -38,7 +38,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2"
 	gcos "github.com/gophercloud/gophercloud/v2/openstack"
 
-	"bnerd.net/vpn-operator/internal/openstack/sim"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
 const region = "RegionOne"
@@ -105,8 +105,8 @@ type seeder struct {
 	dir       string
 	adminPW   string
 	servicePW string
-	seed      sim.Seed   // all seed files merged (identities are found by name, so overlaps are fine)
-	files     []sim.Seed // each file on its own: names of networks and subnets are per file
+	seed      openstacksim.Seed   // all seed files merged (identities are found by name, so overlaps are fine)
+	files     []openstacksim.Seed // each file on its own: names of networks and subnets are per file
 	sec       secrets
 	admin     *gophercloud.ProviderClient
 	keystone  *gophercloud.ServiceClient
@@ -119,7 +119,7 @@ func newSeeder(ctx context.Context, dir, adminPW, servicePW string, files []stri
 	s := &seeder{dir: dir, adminPW: adminPW, servicePW: servicePW,
 		log: func(f string, a ...any) { fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05 ")+f+"\n", a...) }}
 	for _, f := range files {
-		sd, err := sim.LoadSeed(f)
+		sd, err := openstacksim.LoadSeed(f)
 		if err != nil {
 			return nil, err
 		}
@@ -282,7 +282,7 @@ func (s *seeder) identity(ctx context.Context) error {
 		projects[name] = str(out.Project, "id")
 		return nil
 	}
-	for _, p := range append([]sim.SeedProject{{Name: "service"}}, s.seed.Projects...) {
+	for _, p := range append([]openstacksim.SeedProject{{Name: "service"}}, s.seed.Projects...) {
 		if err := ensureProject(p.Name); err != nil {
 			return err
 		}
@@ -395,7 +395,7 @@ func (s *seeder) identity(ctx context.Context) error {
 	return s.writeClouds()
 }
 
-func (s *seeder) ensureAppCred(ctx context.Context, u sim.SeedUser, ac sim.SeedAppCredential, userID string) error {
+func (s *seeder) ensureAppCred(ctx context.Context, u openstacksim.SeedUser, ac openstacksim.SeedAppCredential, userID string) error {
 	if have, ok := s.sec.AppCreds[ac.Name]; ok {
 		// Still valid? Authenticating with it is the proof.
 		if _, err := gcos.AuthenticatedClient(ctx, gophercloud.AuthOptions{IdentityEndpoint: authURL,
@@ -596,7 +596,7 @@ func (s *seeder) estate(ctx context.Context) error {
 	// The files share external networks (found by name): those come first, then the
 	// files run side by side, then every server boots at once.
 	for _, sd := range s.files {
-		ext := sim.Seed{}
+		ext := openstacksim.Seed{}
 		for _, n := range sd.Networks {
 			if n.External {
 				ext.Networks = append(ext.Networks, n)
@@ -610,7 +610,7 @@ func (s *seeder) estate(ctx context.Context) error {
 		wg      sync.WaitGroup
 		mu      sync.Mutex
 		errs    []error
-		servers []sim.SeedServer
+		servers []openstacksim.SeedServer
 	)
 	for _, sd := range s.files {
 		servers = append(servers, sd.Servers...)
@@ -651,7 +651,7 @@ func (s *seeder) estate(ctx context.Context) error {
 }
 
 // applyFile seeds one file's networks, routers, RBAC policies and servers.
-func (s *seeder) applyFile(ctx context.Context, sd sim.Seed, projects map[string]*project, adminNet, adminCompute *gophercloud.ServiceClient, es *estate) error {
+func (s *seeder) applyFile(ctx context.Context, sd openstacksim.Seed, projects map[string]*project, adminNet, adminCompute *gophercloud.ServiceClient, es *estate) error {
 	key := func(project, name string) string { return project + "/" + name }
 
 	// Networks, subnets and their seeded ports.
@@ -890,7 +890,7 @@ var errBootFailed = errors.New("failed to boot")
 
 // servers boots the estate's servers, trying a boot that ended in ERROR up to twice
 // more (a later pass deletes the ERROR server and boots it afresh).
-func (s *seeder) servers(ctx context.Context, servers []sim.SeedServer, projects map[string]*project, adminCompute *gophercloud.ServiceClient, ids stateMap) error {
+func (s *seeder) servers(ctx context.Context, servers []openstacksim.SeedServer, projects map[string]*project, adminCompute *gophercloud.ServiceClient, ids stateMap) error {
 	var err error
 	for attempt := 1; attempt <= 3; attempt++ {
 		if err = s.bootServers(ctx, servers, projects, adminCompute, ids); err == nil || !errors.Is(err, errBootFailed) {
@@ -903,7 +903,7 @@ func (s *seeder) servers(ctx context.Context, servers []sim.SeedServer, projects
 	return err
 }
 
-func (s *seeder) bootServers(ctx context.Context, servers []sim.SeedServer, projects map[string]*project, adminCompute *gophercloud.ServiceClient, ids stateMap) error {
+func (s *seeder) bootServers(ctx context.Context, servers []openstacksim.SeedServer, projects map[string]*project, adminCompute *gophercloud.ServiceClient, ids stateMap) error {
 	image, err := gcos.NewImageV2(s.admin, gophercloud.EndpointOpts{Region: region})
 	if err != nil {
 		return err

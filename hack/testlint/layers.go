@@ -86,7 +86,8 @@ type LayerRule struct {
 // Layers are the project's import directions: read-only tools and the gateway pod's
 // programs never import the controllers; the pod's programs never import the operator's
 // configuration; the pod's containers hand each other files (package statefile), never
-// import each other's packages.
+// import each other's packages; only tests, the sandbox and the simulator's own command
+// import the test infrastructure.
 var Layers = []LayerRule{
 	{
 		From:   []string{""},
@@ -110,9 +111,15 @@ var Layers = []LayerRule{
 		Why:  "the exporter reads the other containers' state files, not their packages",
 	},
 	{
-		From: []string{"internal/diagnose", "internal/vpncli", "internal/clustercheck", "internal/peerconfig"},
+		From: []string{"internal/kubectlvpn", "internal/clustercheck"},
 		To:   []string{"internal/controller"},
 		Why:  "the read-only tools must not depend on a reconciler",
+	},
+	{
+		From:   []string{""},
+		To:     []string{"internal/testinfra"},
+		Except: []string{"internal/testinfra", "test", "hack", "cmd/sandbox", "cmd/openstack-sim"},
+		Why:    "the simulator, the packet fabric, the local world and the test API server are test infrastructure: no product binary links them",
 	},
 }
 

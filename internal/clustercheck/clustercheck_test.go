@@ -23,10 +23,10 @@ import (
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/clustercheck"
+	"bnerd.net/vpn-operator/internal/kubectlvpn/cli"
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
-	"bnerd.net/vpn-operator/internal/testenv"
-	"bnerd.net/vpn-operator/internal/vpncli"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 var env *testenv.Env
@@ -44,7 +44,7 @@ type world struct {
 	t                  *testing.T
 	ctx                context.Context
 	opNS, gwNS         string
-	sim                *sim.Server
+	sim                *openstacksim.Server
 	appID, appSecret   string
 	os                 *openstack.Clients
 	opts               clustercheck.Options
@@ -52,16 +52,16 @@ type world struct {
 	nadCRD, pullSecret string
 }
 
-func seed(t *testing.T, mutate func(*sim.Seed)) *sim.Server {
+func seed(t *testing.T, mutate func(*openstacksim.Seed)) *openstacksim.Server {
 	t.Helper()
-	sd, err := sim.LoadSeed(filepath.Join(testenv.RepoRoot(), "examples", "sim-estate.yaml"))
+	sd, err := openstacksim.LoadSeed(filepath.Join(testenv.RepoRoot(), "examples", "sim-estate.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if mutate != nil {
 		mutate(sd)
 	}
-	s, err := sim.Start(sd)
+	s, err := openstacksim.Start(sd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func seed(t *testing.T, mutate func(*sim.Seed)) *sim.Server {
 	return s
 }
 
-func healthyWorld(t *testing.T, s *sim.Server) *world {
+func healthyWorld(t *testing.T, s *openstacksim.Server) *world {
 	t.Helper()
 	testenv.Need(t)
 	ctx := context.Background()
@@ -179,10 +179,10 @@ func (w *world) cli(args ...string) (string, int) {
 	var out, errOut bytes.Buffer
 	envVars := map[string]string{"OS_AUTH_URL": w.sim.AuthURL(), "OS_REGION_NAME": w.sim.Region(),
 		"OS_APPLICATION_CREDENTIAL_ID": w.appID, "OS_APPLICATION_CREDENTIAL_SECRET": w.appSecret}
-	cmd := vpncli.NewCommand(vpncli.IO{Out: &out, Err: &errOut, Getenv: func(k string) string { return envVars[k] }}, env.Config)
+	cmd := cli.NewCommand(cli.IO{Out: &out, Err: &errOut, Getenv: func(k string) string { return envVars[k] }}, env.Config)
 	cmd.SetArgs(append([]string{"check", "--operator-namespace", w.opNS}, args...))
 	err := cmd.Execute()
-	return out.String() + errOut.String(), vpncli.Code(err)
+	return out.String() + errOut.String(), cli.Code(err)
 }
 
 // On a cluster set up as docs/install.md asks, every check passes, from the library and
@@ -205,7 +205,7 @@ func TestHealthyCluster(t *testing.T) {
 		}
 	}
 	out, code := w.cli()
-	if code != vpncli.ExitOK || !strings.Contains(out, "The cluster meets every prerequisite checked.") {
+	if code != cli.ExitOK || !strings.Contains(out, "The cluster meets every prerequisite checked.") {
 		t.Errorf("kubectl vpn check on a healthy cluster: exit %d\n%s", code, out)
 	}
 	if strings.Contains(out, w.appSecret) {
@@ -214,15 +214,15 @@ func TestHealthyCluster(t *testing.T) {
 	// Without an OpenStack credential the check says it is incomplete (exit 2), unless
 	// asked to skip OpenStack.
 	var buf bytes.Buffer
-	cmd := vpncli.NewCommand(vpncli.IO{Out: &buf, Err: &buf, Getenv: func(string) string { return "" }}, env.Config)
+	cmd := cli.NewCommand(cli.IO{Out: &buf, Err: &buf, Getenv: func(string) string { return "" }}, env.Config)
 	cmd.SetArgs([]string{"check", "--operator-namespace", w.opNS})
-	if code := vpncli.Code(cmd.Execute()); code != vpncli.ExitIncomplete || !strings.Contains(buf.String(), "no OpenStack credential") {
+	if code := cli.Code(cmd.Execute()); code != cli.ExitIncomplete || !strings.Contains(buf.String(), "no OpenStack credential") {
 		t.Errorf("without an OpenStack credential: exit %d\n%s", code, buf.String())
 	}
 	buf.Reset()
-	cmd = vpncli.NewCommand(vpncli.IO{Out: &buf, Err: &buf, Getenv: func(string) string { return "" }}, env.Config)
+	cmd = cli.NewCommand(cli.IO{Out: &buf, Err: &buf, Getenv: func(string) string { return "" }}, env.Config)
 	cmd.SetArgs([]string{"check", "--operator-namespace", w.opNS, "--skip-openstack", "-o", "json"})
-	if code := vpncli.Code(cmd.Execute()); code != vpncli.ExitOK || !strings.Contains(buf.String(), `"id": "openstack.quotas"`) {
+	if code := cli.Code(cmd.Execute()); code != cli.ExitOK || !strings.Contains(buf.String(), `"id": "openstack.quotas"`) {
 		t.Errorf("--skip-openstack -o json: exit %d\n%s", code, buf.String())
 	}
 }
@@ -251,7 +251,7 @@ func TestBrokenCluster(t *testing.T) {
 			}
 		}
 		out, code := w.cli()
-		if code != vpncli.ExitProblem || !strings.Contains(out, "Missing or wrong") || !strings.Contains(out, id) || strings.Contains(out, w.appSecret) {
+		if code != cli.ExitProblem || !strings.Contains(out, "Missing or wrong") || !strings.Contains(out, id) || strings.Contains(out, w.appSecret) {
 			t.Errorf("%s: kubectl vpn check exit %d\n%s", id, code, out)
 		}
 	}
@@ -344,9 +344,9 @@ func TestBrokenCluster(t *testing.T) {
 // The OpenStack side of a broken cloud: a Neutron without a required extension, and a
 // project whose floating IP quota is used up.
 func TestBrokenCloud(t *testing.T) {
-	s := seed(t, func(sd *sim.Seed) {
+	s := seed(t, func(sd *openstacksim.Seed) {
 		var exts []string
-		for _, e := range sim.DefaultNeutronExtensions {
+		for _, e := range openstacksim.DefaultNeutronExtensions {
 			if e != openstack.ExtStandardAttrTag {
 				exts = append(exts, e)
 			}
@@ -368,7 +368,7 @@ func TestBrokenCloud(t *testing.T) {
 		t.Errorf("quotas: %+v", c)
 	}
 	out, code := w.cli()
-	if code != vpncli.ExitProblem || !strings.Contains(out, "openstack quota set") {
+	if code != cli.ExitProblem || !strings.Contains(out, "openstack quota set") {
 		t.Errorf("kubectl vpn check exit %d\n%s", code, out)
 	}
 }

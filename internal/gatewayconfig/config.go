@@ -1,7 +1,8 @@
 // Package gatewayconfig is the contract between the operator and a gateway pod: the
 // rendered configuration the reconciler writes into the gateway's ConfigMap and Secret,
 // and the pure renderers (swanctl.conf, secrets, strongswan.conf, the NAT model) the
-// gateway agent consumes. Nothing here performs I/O.
+// gateway agent consumes. Nothing here performs I/O. The Kubernetes objects that carry
+// this configuration (ConfigMap, Secret, Deployment) are package render's.
 package gatewayconfig
 
 import (

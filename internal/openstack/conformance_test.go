@@ -21,7 +21,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/routers"
 
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
 const deadID = "00000000-0000-4000-8000-00000000dead"
@@ -1080,7 +1080,7 @@ func TestConformanceRouterInterfaces(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := must(n.GetPort(ctx, leg.ID)).get(t)
-		if got.DeviceID != w.svcRouter.ID || got.DeviceOwner != sim.OwnerRouterInterface {
+		if got.DeviceID != w.svcRouter.ID || got.DeviceOwner != openstacksim.OwnerRouterInterface {
 			t.Errorf("leg after attach %+v", got)
 		}
 		// A router port goes only through the router API.
@@ -1612,13 +1612,13 @@ func TestConformanceFaults(t *testing.T) {
 
 		cases := []struct {
 			name       string
-			fault      sim.Fault
+			fault      openstacksim.Fault
 			retryAfter time.Duration
 		}{
-			{"500", sim.Fault{Method: "GET", PathPattern: portPath, Status: 500}, 0},
-			{"502", sim.Fault{Method: "GET", PathPattern: portPath, Status: 502}, 0},
-			{"503", sim.Fault{Method: "GET", PathPattern: portPath, Status: 503}, 0},
-			{"429 with Retry-After", sim.Fault{Method: "GET", PathPattern: portPath, Status: 429, RetryAfter: 2 * time.Second}, 2 * time.Second},
+			{"500", openstacksim.Fault{Method: "GET", PathPattern: portPath, Status: 500}, 0},
+			{"502", openstacksim.Fault{Method: "GET", PathPattern: portPath, Status: 502}, 0},
+			{"503", openstacksim.Fault{Method: "GET", PathPattern: portPath, Status: 503}, 0},
+			{"429 with Retry-After", openstacksim.Fault{Method: "GET", PathPattern: portPath, Status: 429, RetryAfter: 2 * time.Second}, 2 * time.Second},
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
@@ -1638,7 +1638,7 @@ func TestConformanceFaults(t *testing.T) {
 		}
 
 		t.Run("one-shot fault", func(t *testing.T) {
-			w.srv.Inject(sim.Fault{Method: "GET", PathPattern: portPath, Status: 503, Count: 1})
+			w.srv.Inject(openstacksim.Fault{Method: "GET", PathPattern: portPath, Status: 503, Count: 1})
 			if _, err := n.GetPort(ctx, p.ID); !openstack.IsTransient(err) {
 				t.Errorf("first call: %v", err)
 			}
@@ -1649,7 +1649,7 @@ func TestConformanceFaults(t *testing.T) {
 
 		t.Run("latency is observed", func(t *testing.T) {
 			const lat = 200 * time.Millisecond
-			remove := w.srv.Inject(sim.Fault{Method: "GET", PathPattern: portPath, Latency: lat})
+			remove := w.srv.Inject(openstacksim.Fault{Method: "GET", PathPattern: portPath, Latency: lat})
 			defer remove()
 			start := time.Now()
 			got, err := n.GetPort(ctx, p.ID)
@@ -1660,7 +1660,7 @@ func TestConformanceFaults(t *testing.T) {
 		})
 
 		t.Run("dropped connection", func(t *testing.T) {
-			remove := w.srv.Inject(sim.Fault{Method: "POST", PathPattern: "/network/v2.0/ports", Drop: true})
+			remove := w.srv.Inject(openstacksim.Fault{Method: "POST", PathPattern: "/network/v2.0/ports", Drop: true})
 			defer remove()
 			_, err := n.CreatePort(ctx, openstack.CreatePortOpts{NetworkID: w.transit.ID})
 			if err == nil || !openstack.IsTransient(err) || openstack.StatusCode(err) != 0 {
@@ -1670,7 +1670,7 @@ func TestConformanceFaults(t *testing.T) {
 
 		t.Run("hung request hits the client timeout", func(t *testing.T) {
 			short := must(openstack.NewClients(ctx, w.operatorCred, openstack.ClientOptions{Timeout: 300 * time.Millisecond})).get(t)
-			remove := w.srv.Inject(sim.Fault{Method: "GET", PathPattern: portPath, Hang: true})
+			remove := w.srv.Inject(openstacksim.Fault{Method: "GET", PathPattern: portPath, Hang: true})
 			defer remove()
 			_, err := short.Networking.GetPort(ctx, p.ID)
 			if err == nil || !openstack.IsTransient(err) {
@@ -1679,7 +1679,7 @@ func TestConformanceFaults(t *testing.T) {
 		})
 
 		t.Run("refusals are not transient", func(t *testing.T) {
-			remove := w.srv.Inject(sim.Fault{Method: "GET", PathPattern: portPath, Status: 403})
+			remove := w.srv.Inject(openstacksim.Fault{Method: "GET", PathPattern: portPath, Status: 403})
 			defer remove()
 			_, err := n.GetPort(ctx, p.ID)
 			if !openstack.IsForbidden(err) || openstack.IsTransient(err) {
@@ -1708,7 +1708,7 @@ func TestConformanceFailedTaggingLeavesNothing(t *testing.T) {
 	forTargets(t, func(t *testing.T, w *world) {
 		ctx := ctxT(t)
 		owner := openstack.Owner{Kind: "IPsecGateway", Namespace: "ns", Name: "tagfail", UID: "uid-tagfail"}
-		remove := w.srv.Inject(sim.Fault{Method: "PUT", PathPattern: "/network/v2.0/ports/*/tags", Status: 503, Count: 1})
+		remove := w.srv.Inject(openstacksim.Fault{Method: "PUT", PathPattern: "/network/v2.0/ports/*/tags", Status: 503, Count: 1})
 		defer remove()
 		_, err := w.op.Networking.CreatePort(ctx, openstack.CreatePortOpts{NetworkID: w.transit.ID, Name: "tagfail", Tags: owner.Tags()})
 		if !openstack.IsTransient(err) {

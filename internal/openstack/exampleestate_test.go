@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
 // The sandbox's example estate (examples/sim-estate.yaml), through the same credential
@@ -55,12 +55,12 @@ func exampleEstate(t *testing.T, target string) {
 			return id
 		}
 	} else {
-		seed, err := sim.LoadSeed("../../examples/sim-estate.yaml")
+		seed, err := openstacksim.LoadSeed("../../examples/sim-estate.yaml")
 		if err != nil {
 			t.Fatal(err)
 		}
 		shape(seed, target)
-		srv, err := sim.Start(seed)
+		srv, err := openstacksim.Start(seed)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -45,7 +45,7 @@ var RequiredExtensions = []string{
 // although it lists tag-creation: that extension is the API that adds several tags to
 // an existing resource at once (POST /v2.0/<resources>/<id>/tags), not tags in a
 // create request. The seam creates such an object with a marker description, tags it,
-// then sets its description (older.go), on every release.
+// then sets its description (tagpending.go), on every release.
 type Features struct {
 	// Extensions are every alias Neutron lists.
 	Extensions []string

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
 // A Neutron without an extension the operator cannot do without is refused, naming
@@ -22,18 +22,18 @@ func TestDiscoverFeaturesRefusesMissingExtensions(t *testing.T) {
 		exts    []string
 		missing []string
 	}{
-		{"no tags, no RBAC", drop(sim.ZedNeutronExtensions, "standard-attr-tag", "rbac-policies"), []string{"standard-attr-tag", "rbac-policies"}},
-		{"no way to change routes safely", drop(sim.ZedNeutronExtensions, "extraroute-atomic", "revision-if-match"), []string{"extraroute-atomic (or revision-if-match)"}},
-		{"no allowed-address pairs", drop(sim.DefaultNeutronExtensions, "allowed-address-pairs"), []string{"allowed-address-pairs"}},
+		{"no tags, no RBAC", drop(openstacksim.ZedNeutronExtensions, "standard-attr-tag", "rbac-policies"), []string{"standard-attr-tag", "rbac-policies"}},
+		{"no way to change routes safely", drop(openstacksim.ZedNeutronExtensions, "extraroute-atomic", "revision-if-match"), []string{"extraroute-atomic (or revision-if-match)"}},
+		{"no allowed-address pairs", drop(openstacksim.DefaultNeutronExtensions, "allowed-address-pairs"), []string{"allowed-address-pairs"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			seed, err := sim.LoadSeed(conformanceEstate)
+			seed, err := openstacksim.LoadSeed(conformanceEstate)
 			if err != nil {
 				t.Fatal(err)
 			}
 			seed.NeutronExtensions = tc.exts
-			srv, err := sim.Start(seed)
+			srv, err := openstacksim.Start(seed)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -92,7 +92,7 @@ type Clients struct {
 // CreatePortOpts describes a new port. Where Neutron takes tags in a port create
 // (tag-ports-during-bulk-creation) they are sent with it, so the port is never visible untagged;
 // elsewhere it is created with a marker description and tagged right after, and a
-// lookup by the owner's tags adopts one a crash left half-tagged (see older.go). Either
+// lookup by the owner's tags adopts one a crash left half-tagged (see tagpending.go). Either
 // way a crash never leaks an unfindable port.
 type CreatePortOpts struct {
 	NetworkID      string

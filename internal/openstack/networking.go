@@ -166,7 +166,7 @@ func (o portCreate) ToPortCreateMap() (map[string]any, error) {
 
 // CreatePort creates a port with its tags. Where Neutron takes tags in the create
 // (tag-ports-during-bulk-creation) they go with it; elsewhere the port is created with a
-// marker description and tagged right after (see older.go).
+// marker description and tagged right after (see tagpending.go).
 func (n *networking) CreatePort(ctx context.Context, opts CreatePortOpts) (*Port, error) {
 	co := ports.CreateOpts{NetworkID: opts.NetworkID, Name: opts.Name, Description: opts.Description}
 	if opts.SubnetID != "" || opts.IPAddress != "" {

@@ -18,7 +18,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/subnets"
 
-	"bnerd.net/vpn-operator/internal/openstack/realstack"
+	"bnerd.net/vpn-operator/internal/testinfra/realstack"
 )
 
 // adminFIPDescription marks the floating IPs the suite makes as an admin.

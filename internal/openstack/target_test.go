@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/realstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
+	"bnerd.net/vpn-operator/internal/testinfra/realstack"
 )
 
 // Targets of the suite. The real ones run only when BNERD_OPENSTACK names them (or, for
@@ -46,7 +46,7 @@ func isReal(target string) bool { return slices.Contains(realTargets, target) }
 // shape makes a seed present a simulator target's Neutron: its extensions and policy
 // defaults (Zed's shipped legacy defaults for the Zed shapes, as the real Zed runs; the
 // secure-RBAC defaults in full for the 2025.1 shape, as the real 2025.1 runs).
-func shape(seed *sim.Seed, target string) {
+func shape(seed *openstacksim.Seed, target string) {
 	seed.NeutronExtensions = shapeExtensions(target)
 	seed.LegacyPolicy = legacyPolicy(target)
 	seed.SecureRBAC = target == targetSim2025
@@ -65,11 +65,11 @@ func zedShaped(target string) bool { return target == targetZed || target == tar
 func shapeExtensions(target string) []string {
 	switch target {
 	case targetZed:
-		return sim.ZedNeutronExtensions
+		return openstacksim.ZedNeutronExtensions
 	case targetOld:
-		return slices.DeleteFunc(slices.Clone(sim.ZedNeutronExtensions), func(a string) bool { return a == openstack.ExtExtraRouteAtomic })
+		return slices.DeleteFunc(slices.Clone(openstacksim.ZedNeutronExtensions), func(a string) bool { return a == openstack.ExtExtraRouteAtomic })
 	case targetSim2025:
-		return sim.Neutron2025NeutronExtensions
+		return openstacksim.Neutron2025NeutronExtensions
 	default:
 		return nil
 	}
@@ -103,7 +103,7 @@ func activeTargets() []target {
 			for _, s := range simShapes {
 				exts := shapeExtensions(s)
 				if exts == nil {
-					exts = sim.DefaultNeutronExtensions
+					exts = openstacksim.DefaultNeutronExtensions
 				}
 				targets = append(targets, target{name: s, features: openstack.FeaturesOf(exts)})
 			}
@@ -150,8 +150,8 @@ func discoverReal(rel realstack.Release) (target, bool) {
 // clients sent.
 type world struct {
 	target string
-	srv    *sim.Server      // simulator targets
-	cloud  *realstack.Cloud // the real target
+	srv    *openstacksim.Server // simulator targets
+	cloud  *realstack.Cloud     // the real target
 
 	op, cust, other, admin *openstack.Clients
 	requests               *requestLog
@@ -493,12 +493,12 @@ func (w *world) cred(t *testing.T, name string) openstack.Credential {
 
 func (w *world) setupSim(t *testing.T, target string) {
 	t.Helper()
-	seed, err := sim.LoadSeed(conformanceEstate)
+	seed, err := openstacksim.LoadSeed(conformanceEstate)
 	if err != nil {
 		t.Fatal(err)
 	}
 	shape(seed, target)
-	srv, err := sim.Start(seed)
+	srv, err := openstacksim.Start(seed)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/tlsfront"
+	"bnerd.net/vpn-operator/internal/testinfra/tlsfront"
 )
 
 // A cloud behind a private CA, on every target (the real OpenStack too): the cloud's

@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 type capture struct {
@@ -81,11 +81,11 @@ func TestCheckCiliumExclusive(t *testing.T) {
 // every project (flag or wildcard RBAC) is a WARNING at start naming the admin's
 // command; per-project shares are not.
 func TestCheckTransitNetworkShare(t *testing.T) {
-	seed, err := sim.LoadSeed(filepath.Join(testenv.RepoRoot(), "examples", "sim-estate.yaml"))
+	seed, err := openstacksim.LoadSeed(filepath.Join(testenv.RepoRoot(), "examples", "sim-estate.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := sim.Start(seed)
+	s, err := openstacksim.Start(seed)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,8 +15,8 @@ import (
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 var env *testenv.Env
@@ -49,12 +49,12 @@ func (c *lines) has(s string) bool {
 // that: Neutron's default of 10 security groups against a policy allowing 20.
 func TestQuotaHeadroomAndWarning(t *testing.T) {
 	testenv.Need(t)
-	seed := &sim.Seed{
-		Projects: []sim.SeedProject{{Name: "ops", Quotas: map[string]int{"port": -1}}},
-		Users: []sim.SeedUser{{Name: "op", Project: "ops", Roles: []string{"member"},
-			AppCredentials: []sim.SeedAppCredential{{Name: "op"}}}},
+	seed := &openstacksim.Seed{
+		Projects: []openstacksim.SeedProject{{Name: "ops", Quotas: map[string]int{"port": -1}}},
+		Users: []openstacksim.SeedUser{{Name: "op", Project: "ops", Roles: []string{"member"},
+			AppCredentials: []openstacksim.SeedAppCredential{{Name: "op"}}}},
 	}
-	s, err := sim.Start(seed)
+	s, err := openstacksim.Start(seed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,8 +127,8 @@ func TestQuotaHeadroomAndWarning(t *testing.T) {
 
 	// Raised for the operator's project (as examples/sim-estate.yaml does): no warning.
 	logs2 := &lines{}
-	s2, err := sim.Start(&sim.Seed{
-		Projects: []sim.SeedProject{{Name: "ops", Quotas: map[string]int{"port": -1, "security_group": -1, "security_group_rule": -1, "floatingip": -1}}},
+	s2, err := openstacksim.Start(&openstacksim.Seed{
+		Projects: []openstacksim.SeedProject{{Name: "ops", Quotas: map[string]int{"port": -1, "security_group": -1, "security_group_rule": -1, "floatingip": -1}}},
 		Users:    seed.Users,
 	})
 	if err != nil {

@@ -2,6 +2,11 @@
 // the Multus NetworkAttachmentDefinition, the RBAC of its pod, the Deployment and the
 // NIC1 NetworkPolicy. Builders are pure: same input, same object. The reconciler owns
 // creating, comparing and updating them.
+//
+// Two packages render, at two levels: this one the Kubernetes objects (it puts the
+// gateway's configuration into the ConfigMap and Secret as opaque text), package
+// gatewayconfig what is inside them (the pod's config format, swanctl.conf, the
+// secrets, strongswan.conf, the NAT model), which the gateway pod's programs read too.
 package render
 
 import (

@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 // A read from before the write is recognised as stale; the object as the API server

@@ -7,7 +7,7 @@ import (
 	"sort"
 	"strings"
 
-	"bnerd.net/vpn-operator/internal/openstack/sim"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
 // This file audits the simulator's objects against what the operator's objects say should
@@ -24,12 +24,12 @@ import (
 type Snapshot struct {
 	Ports, FloatingIPs, SecurityGroups map[string]bool
 	// Routes per router ID.
-	Routes map[string]map[sim.Route]bool
+	Routes map[string]map[openstacksim.Route]bool
 }
 
 // TakeSnapshot records the objects of o by ID, as the baseline of a later audit.
-func TakeSnapshot(o sim.Objects) *Snapshot {
-	snap := &Snapshot{Ports: map[string]bool{}, FloatingIPs: map[string]bool{}, SecurityGroups: map[string]bool{}, Routes: map[string]map[sim.Route]bool{}}
+func TakeSnapshot(o openstacksim.Objects) *Snapshot {
+	snap := &Snapshot{Ports: map[string]bool{}, FloatingIPs: map[string]bool{}, SecurityGroups: map[string]bool{}, Routes: map[string]map[openstacksim.Route]bool{}}
 	for id := range o.Ports {
 		snap.Ports[id] = true
 	}
@@ -40,7 +40,7 @@ func TakeSnapshot(o sim.Objects) *Snapshot {
 		snap.SecurityGroups[id] = true
 	}
 	for id, r := range o.Routers {
-		m := map[sim.Route]bool{}
+		m := map[openstacksim.Route]bool{}
 		for _, x := range r.Routes {
 			m[x] = true
 		}
@@ -150,9 +150,9 @@ func (r AuditReport) String() string {
 	return fmt.Sprintf("%d problem(s):\n  %s", len(p), strings.Join(p, "\n  "))
 }
 
-// Audit compares the simulator's objects (one moment's copy, sim.Server.Objects) with
+// Audit compares the simulator's objects (one moment's copy, openstacksim.Server.Objects) with
 // in.
-func Audit(o sim.Objects, in AuditInput) AuditReport {
+func Audit(o openstacksim.Objects, in AuditInput) AuditReport {
 	var rep AuditReport
 	base := in.Baseline
 	if base == nil {
@@ -190,8 +190,8 @@ func Audit(o sim.Objects, in AuditInput) AuditReport {
 	}
 
 	// Ports, their attachments and address pairs.
-	gwPorts := map[string][]*sim.Port{}
-	linkPorts := map[string][]*sim.Port{}
+	gwPorts := map[string][]*openstacksim.Port{}
+	linkPorts := map[string][]*openstacksim.Port{}
 	for _, id := range sortedKeys(o.Ports) {
 		p := o.Ports[id]
 		owner, tagged := ownerOf(p.Tags)
@@ -272,7 +272,7 @@ func Audit(o sim.Objects, in AuditInput) AuditReport {
 				rep.LeakedPorts = append(rep.LeakedPorts, describePort(p)+" is a second leg of ClusterLink "+l.Name)
 			}
 		}
-		if l.RouterID != "" && (keep.DeviceID != l.RouterID || keep.DeviceOwner != sim.OwnerRouterInterface) {
+		if l.RouterID != "" && (keep.DeviceID != l.RouterID || keep.DeviceOwner != openstacksim.OwnerRouterInterface) {
 			rep.Missing = append(rep.Missing, "ClusterLink "+l.Name+": leg "+keep.ID+" is not attached to router "+l.RouterID+" (device "+keep.DeviceID+")")
 		}
 		if l.TransitIP != "" && !portHasIP(keep, l.TransitIP) {
@@ -331,18 +331,18 @@ func Audit(o sim.Objects, in AuditInput) AuditReport {
 			linkRouters[l.RouterID] = append(linkRouters[l.RouterID], l)
 		}
 	}
-	reverseRoute := map[sim.Route]string{} // /24 via port address -> gateway name
-	reverseOwner := map[sim.Route]string{}
+	reverseRoute := map[openstacksim.Route]string{} // /24 via port address -> gateway name
+	reverseOwner := map[openstacksim.Route]string{}
 	for _, owner := range sortedKeys(gws) {
 		g := gws[owner]
 		if g.Reverse && portIP[owner] != "" {
-			reverseRoute[sim.Route{Destination: g.ServiceCIDR, NextHop: portIP[owner]}] = g.Name
-			reverseOwner[sim.Route{Destination: g.ServiceCIDR, NextHop: portIP[owner]}] = owner
+			reverseRoute[openstacksim.Route{Destination: g.ServiceCIDR, NextHop: portIP[owner]}] = g.Name
+			reverseOwner[openstacksim.Route{Destination: g.ServiceCIDR, NextHop: portIP[owner]}] = owner
 		}
 	}
 	// servedOn: a reverse route belongs on a link's router only when a link there serves
 	// its gateway (a route to another tenant's gateway is a leak, not an explanation).
-	servedOn := func(rid string, x sim.Route) bool {
+	servedOn := func(rid string, x openstacksim.Route) bool {
 		for _, l := range linkRouters[rid] {
 			if reverseRoute[x] != "" && l.serves(reverseOwner[x]) {
 				return true
@@ -350,16 +350,16 @@ func Audit(o sim.Objects, in AuditInput) AuditReport {
 		}
 		return false
 	}
-	forwardRoute := map[sim.Route]string{}
+	forwardRoute := map[openstacksim.Route]string{}
 	for _, owner := range sortedKeys(links) {
 		l := links[owner]
 		if l.TransitIP != "" {
-			forwardRoute[sim.Route{Destination: l.ServiceClusterCIDR, NextHop: l.TransitIP}] = l.Name
+			forwardRoute[openstacksim.Route{Destination: l.ServiceClusterCIDR, NextHop: l.TransitIP}] = l.Name
 		}
 	}
 	for _, rid := range sortedKeys(o.Routers) {
 		r := o.Routers[rid]
-		have := map[sim.Route]bool{}
+		have := map[openstacksim.Route]bool{}
 		byDest := map[string][]string{}
 		for _, x := range r.Routes {
 			have[x] = true
@@ -445,7 +445,7 @@ func Audit(o sim.Objects, in AuditInput) AuditReport {
 	return rep
 }
 
-func describePort(p *sim.Port) string {
+func describePort(p *openstacksim.Port) string {
 	ip := ""
 	if len(p.FixedIPs) > 0 {
 		ip = " at " + p.FixedIPs[0].IPAddress
@@ -453,7 +453,7 @@ func describePort(p *sim.Port) string {
 	return "port " + p.ID + " (" + p.Name + ip + ")"
 }
 
-func hasPairFor(p *sim.Port, ip string) bool {
+func hasPairFor(p *openstacksim.Port, ip string) bool {
 	for _, ap := range p.AllowedAddressPairs {
 		if ap.IPAddress == ip {
 			return true
@@ -462,7 +462,7 @@ func hasPairFor(p *sim.Port, ip string) bool {
 	return false
 }
 
-func portHasIP(p *sim.Port, ip string) bool {
+func portHasIP(p *openstacksim.Port, ip string) bool {
 	for _, f := range p.FixedIPs {
 		if f.IPAddress == ip {
 			return true
@@ -480,8 +480,8 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-func sortedRoutes(m map[sim.Route]string) []sim.Route {
-	out := make([]sim.Route, 0, len(m))
+func sortedRoutes(m map[openstacksim.Route]string) []openstacksim.Route {
+	out := make([]openstacksim.Route, 0, len(m))
 	for r := range m {
 		out = append(out, r)
 	}

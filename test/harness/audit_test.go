@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"bnerd.net/vpn-operator/internal/openstack/sim"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
 // Servers of the example estate (examples/sim-estate.yaml).
@@ -13,13 +13,13 @@ const (
 	workerB = "22222222-2222-4222-8222-222222222222"
 )
 
-func startEstate(t *testing.T) *sim.Server {
+func startEstate(t *testing.T) *openstacksim.Server {
 	t.Helper()
-	seed, err := sim.LoadSeed("../../examples/sim-estate.yaml")
+	seed, err := openstacksim.LoadSeed("../../examples/sim-estate.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := sim.Start(seed)
+	s, err := openstacksim.Start(seed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,13 +53,13 @@ func TestAuditFindsEveryKindOfLeak(t *testing.T) {
 	base := TakeSnapshot(s.Objects())
 
 	// A live gateway with reverse exposures, fully built; a live link.
-	gwPort := mustPort(t, s, sim.Port{NetworkID: transit.ID, Name: "gw", Tags: []string{"uid=gw1"},
-		AllowedAddressPairs: []sim.AddressPair{{IPAddress: "100.64.0.0/24"}}})
-	ok(t, s.SetPortDevice(gwPort.ID, workerA, sim.OwnerCompute))
+	gwPort := mustPort(t, s, openstacksim.Port{NetworkID: transit.ID, Name: "gw", Tags: []string{"uid=gw1"},
+		AllowedAddressPairs: []openstacksim.AddressPair{{IPAddress: "100.64.0.0/24"}}})
+	ok(t, s.SetPortDevice(gwPort.ID, workerA, openstacksim.OwnerCompute))
 	ip := gwPort.FixedIPs[0].IPAddress
 	ok(t, s.AddRoute(vpn01.ID, "100.64.0.0/24", ip))
-	leg := mustPort(t, s, sim.Port{NetworkID: transit.ID, Name: "leg", Tags: []string{"uid=link1"}})
-	ok(t, s.SetPortDevice(leg.ID, svc01.ID, sim.OwnerRouterInterface))
+	leg := mustPort(t, s, openstacksim.Port{NetworkID: transit.ID, Name: "leg", Tags: []string{"uid=link1"}})
+	ok(t, s.SetPortDevice(leg.ID, svc01.ID, openstacksim.OwnerRouterInterface))
 	legIP := leg.FixedIPs[0].IPAddress
 	ok(t, s.AddRoute(vpn01.ID, "10.251.0.0/16", legIP))
 	ok(t, s.AddRoute(svc01.ID, "100.64.0.0/24", ip))
@@ -91,13 +91,13 @@ func TestAuditFindsEveryKindOfLeak(t *testing.T) {
 	ok(t, s.AddRoute(svc01.ID, "100.64.0.0/24", ip))
 
 	// Now one of each.
-	mustPort(t, s, sim.Port{NetworkID: transit.ID, Name: "orphan", Tags: []string{"uid=gone"}}) // deleted owner's port
-	mustPort(t, s, sim.Port{NetworkID: transit.ID, Name: "second", Tags: []string{"uid=gw1"}})  // second port of a live gateway
-	stray := mustPort(t, s, sim.Port{NetworkID: transit.ID, Name: "untagged"})                  // untagged
-	ok(t, s.SetPortDevice(stray.ID, workerB, sim.OwnerCompute))                                 // ... and attached
-	ok(t, s.AddRoute(vpn01.ID, "100.64.9.0/24", ip))                                            // route nobody explains
-	ok(t, s.AddRoute(svc01.ID, "100.64.0.0/24", stray.FixedIPs[0].IPAddress))                   // the /24 routed twice
-	ok(t, s.SetPortDevice(gwPort.ID, workerB, sim.OwnerCompute))                                // the gateway on the wrong server
+	mustPort(t, s, openstacksim.Port{NetworkID: transit.ID, Name: "orphan", Tags: []string{"uid=gone"}}) // deleted owner's port
+	mustPort(t, s, openstacksim.Port{NetworkID: transit.ID, Name: "second", Tags: []string{"uid=gw1"}})  // second port of a live gateway
+	stray := mustPort(t, s, openstacksim.Port{NetworkID: transit.ID, Name: "untagged"})                  // untagged
+	ok(t, s.SetPortDevice(stray.ID, workerB, openstacksim.OwnerCompute))                                 // ... and attached
+	ok(t, s.AddRoute(vpn01.ID, "100.64.9.0/24", ip))                                                     // route nobody explains
+	ok(t, s.AddRoute(svc01.ID, "100.64.0.0/24", stray.FixedIPs[0].IPAddress))                            // the /24 routed twice
+	ok(t, s.SetPortDevice(gwPort.ID, workerB, openstacksim.OwnerCompute))                                // the gateway on the wrong server
 	in.Gateways = append(in.Gateways, AuditGateway{Owner: "gw2", Name: "ns/gw2", ServiceCIDR: "100.64.0.0/24", VirtualIPs: []string{"100.64.0.10"}})
 	in.Links = append(in.Links, AuditLink{Owner: "link2", Name: "link2", TransitIP: legIP})
 
@@ -121,7 +121,7 @@ func TestAuditFindsEveryKindOfLeak(t *testing.T) {
 	}
 }
 
-func mustPort(t *testing.T, s *sim.Server, p sim.Port) sim.Port {
+func mustPort(t *testing.T, s *openstacksim.Server, p openstacksim.Port) openstacksim.Port {
 	t.Helper()
 	got, err := s.AddPort(p)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/linkselect"
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
 // Gateway is either kind of gateway, as read from the API server.
@@ -161,7 +161,7 @@ func reverseRoutesServed(l *v1.ClusterLink, gws []Gateway, nsLabels map[string]m
 
 // BuildAuditInput describes the live gateways and ClusterLinks, from their status on the
 // API server, for Audit. deleted are the UIDs of objects deleted during the run.
-func BuildAuditInput(ctx context.Context, c client.Reader, s *sim.Server, baseline *Snapshot, deleted []string) (AuditInput, error) {
+func BuildAuditInput(ctx context.Context, c client.Reader, s *openstacksim.Server, baseline *Snapshot, deleted []string) (AuditInput, error) {
 	in := AuditInput{
 		Baseline: baseline,
 		OwnerOf: func(tags []string) (string, bool) {

@@ -11,8 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
 // Names of the estate's fixed parts.
@@ -78,7 +78,7 @@ func WorkerNode(i int) string { return fmt.Sprintf("worker-%d", i) }
 // Estate builds the seed: the operator's project with the transit network (its router
 // leg at .1, DHCP at .2), the gateway cluster's router, the service cluster routers,
 // customer projects with their routers and credentials, and the workers.
-func Estate(o EstateOptions) *sim.Seed {
+func Estate(o EstateOptions) *openstacksim.Seed {
 	o.defaults()
 	transit := netip.MustParsePrefix(o.TransitCIDR)
 	at := func(n int) string {
@@ -87,46 +87,46 @@ func Estate(o EstateOptions) *sim.Seed {
 		v += uint32(n)
 		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}).String()
 	}
-	seed := &sim.Seed{
+	seed := &openstacksim.Seed{
 		MaxRoutes: -1,
 		// Neutron's default quotas (10 security groups, 50 floating IPs, 10 RBAC policies
 		// per project) would cap the gateways and cross-tenant links; a platform raises
 		// them for the operator's project.
-		Projects: []sim.SeedProject{{Name: "admin"}, {Name: OperatorProject, Quotas: map[string]int{
+		Projects: []openstacksim.SeedProject{{Name: "admin"}, {Name: OperatorProject, Quotas: map[string]int{
 			"port": -1, "security_group": -1, "security_group_rule": -1, "floatingip": -1, "rbac_policy": -1}}},
-		Users: []sim.SeedUser{{Name: OperatorProject, Project: OperatorProject, Roles: []string{"member"},
-			AppCredentials: []sim.SeedAppCredential{{Name: OperatorCred, Roles: []string{"member"}}}}},
-		Networks: []sim.SeedNetwork{
+		Users: []openstacksim.SeedUser{{Name: OperatorProject, Project: OperatorProject, Roles: []string{"member"},
+			AppCredentials: []openstacksim.SeedAppCredential{{Name: OperatorCred, Roles: []string{"member"}}}}},
+		Networks: []openstacksim.SeedNetwork{
 			{Name: PublicNetwork, Project: "admin", External: true,
-				Subnets: []sim.SeedSubnet{{Name: "public-subnet", CIDR: o.PublicCIDR}}},
+				Subnets: []openstacksim.SeedSubnet{{Name: "public-subnet", CIDR: o.PublicCIDR}}},
 			{Name: TransitNetwork, Project: OperatorProject,
-				Subnets: []sim.SeedSubnet{{Name: "vpn-transit-subnet", CIDR: o.TransitCIDR, GatewayIP: at(1)}},
-				Ports:   []sim.SeedPort{{Name: "vpn-transit-dhcp", FixedIP: at(2), DeviceOwner: "network:dhcp", DeviceID: "dhcp-vpn-transit"}}},
+				Subnets: []openstacksim.SeedSubnet{{Name: "vpn-transit-subnet", CIDR: o.TransitCIDR, GatewayIP: at(1)}},
+				Ports:   []openstacksim.SeedPort{{Name: "vpn-transit-dhcp", FixedIP: at(2), DeviceOwner: "network:dhcp", DeviceID: "dhcp-vpn-transit"}}},
 		},
-		Routers: []sim.SeedRouter{{Name: GatewayRouter, Project: OperatorProject, ExternalGateway: PublicNetwork,
-			Interfaces: []sim.SeedInterface{{Subnet: "vpn-transit-subnet", IP: at(1)}}}},
+		Routers: []openstacksim.SeedRouter{{Name: GatewayRouter, Project: OperatorProject, ExternalGateway: PublicNetwork,
+			Interfaces: []openstacksim.SeedInterface{{Subnet: "vpn-transit-subnet", IP: at(1)}}}},
 	}
 	for i := 0; i < o.ServiceClusters; i++ {
-		seed.Routers = append(seed.Routers, sim.SeedRouter{Name: ServiceClusterRouter(i), Project: OperatorProject, ExternalGateway: PublicNetwork})
+		seed.Routers = append(seed.Routers, openstacksim.SeedRouter{Name: ServiceClusterRouter(i), Project: OperatorProject, ExternalGateway: PublicNetwork})
 	}
 	for i := 0; i < o.Customers; i++ {
 		p := CustomerProject(i)
-		seed.Projects = append(seed.Projects, sim.SeedProject{Name: p})
-		seed.Users = append(seed.Users, sim.SeedUser{Name: p + "-automation", Project: p, Roles: []string{"member"},
-			AppCredentials: []sim.SeedAppCredential{{Name: p, Roles: []string{"member"}}}})
+		seed.Projects = append(seed.Projects, openstacksim.SeedProject{Name: p})
+		seed.Users = append(seed.Users, openstacksim.SeedUser{Name: p + "-automation", Project: p, Roles: []string{"member"},
+			AppCredentials: []openstacksim.SeedAppCredential{{Name: p, Roles: []string{"member"}}}})
 		for j := 0; j < o.RoutersPerCustomer; j++ {
-			seed.Routers = append(seed.Routers, sim.SeedRouter{Name: CustomerRouter(i, j), Project: p, ExternalGateway: PublicNetwork})
+			seed.Routers = append(seed.Routers, openstacksim.SeedRouter{Name: CustomerRouter(i, j), Project: p, ExternalGateway: PublicNetwork})
 		}
 	}
 	for i := 0; i < o.Workers; i++ {
-		seed.Servers = append(seed.Servers, sim.SeedServer{Name: WorkerNode(i), ID: WorkerServerID(i), Project: OperatorProject})
+		seed.Servers = append(seed.Servers, openstacksim.SeedServer{Name: WorkerNode(i), ID: WorkerServerID(i), Project: OperatorProject})
 	}
 	return seed
 }
 
 // OperatorEnv is the operator process's environment for the simulator s and the API
 // server's kubeconfig, plus extra settings (NAME=value).
-func OperatorEnv(s *sim.Server, kubeconfig, internalCIDR string, extra ...string) ([]string, error) {
+func OperatorEnv(s *openstacksim.Server, kubeconfig, internalCIDR string, extra ...string) ([]string, error) {
 	id, secret, ok := s.AppCredential(OperatorCred)
 	if !ok {
 		return nil, fmt.Errorf("the estate has no application credential %q", OperatorCred)

@@ -15,7 +15,7 @@ import (
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/controller/clusterlink"
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/realstack"
+	"bnerd.net/vpn-operator/internal/testinfra/realstack"
 )
 
 // A gateway on the real OpenStack: its port, security group and floating IP made and

@@ -43,9 +43,9 @@ import (
 	"bnerd.net/vpn-operator/internal/controller/clusterlink"
 	"bnerd.net/vpn-operator/internal/controller/gateway"
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/realstack"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/realstack"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 var env *testenv.Env

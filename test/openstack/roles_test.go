@@ -19,7 +19,7 @@ import (
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/controller/clusterlink"
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/realstack"
+	"bnerd.net/vpn-operator/internal/testinfra/realstack"
 )
 
 // A gateway pinned to a floating IP an admin allocated in the operator's project (only

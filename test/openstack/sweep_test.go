@@ -16,7 +16,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
 
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/realstack"
+	"bnerd.net/vpn-operator/internal/testinfra/realstack"
 )
 
 // sweepEstate removes what an earlier, interrupted run left in the example estate's

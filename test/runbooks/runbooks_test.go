@@ -32,11 +32,11 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/diagnose"
-	"bnerd.net/vpn-operator/internal/peerconfig"
+	"bnerd.net/vpn-operator/internal/kubectlvpn/cli"
+	"bnerd.net/vpn-operator/internal/kubectlvpn/diagnose"
+	"bnerd.net/vpn-operator/internal/kubectlvpn/peerconfig"
 	"bnerd.net/vpn-operator/internal/render"
-	"bnerd.net/vpn-operator/internal/testenv"
-	"bnerd.net/vpn-operator/internal/vpncli"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 var env *testenv.Env
@@ -163,7 +163,7 @@ func TestKubectlVPNInvocations(t *testing.T) {
 // (`kubectl vpn diagnose`) name a command and maybe a flag, so only those are checked.
 func checkInvocation(t *testing.T, at string, args []string, prose bool) {
 	t.Helper()
-	cmd := vpncli.NewCommand(vpncli.IO{Out: io.Discard, Err: io.Discard, Getenv: func(string) string { return "" }}, nil)
+	cmd := cli.NewCommand(cli.IO{Out: io.Discard, Err: io.Discard, Getenv: func(string) string { return "" }}, nil)
 	if len(args) == 1 && (args[0] == "--help" || args[0] == "-h") {
 		return
 	}
@@ -399,11 +399,11 @@ func TestDocumentedRBACIsEnough(t *testing.T) {
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
 	var out, errb bytes.Buffer
-	cmd := vpncli.NewCommand(vpncli.IO{Out: &out, Err: &errb, Getenv: func(string) string { return "" }}, cfg)
+	cmd := cli.NewCommand(cli.IO{Out: &out, Err: &errb, Getenv: func(string) string { return "" }}, cfg)
 	cmd.SetArgs([]string{"diagnose", name, "-n", ns, "--skip-openstack", "--skip-exporter"})
 	err := cmd.ExecuteContext(ctx)
-	if vpncli.Code(err) != 0 || strings.Contains(strings.ToLower(out.String()+errb.String()), "forbidden") {
-		t.Errorf("diagnose as %s: exit %d %v\n%s%s", user, vpncli.Code(err), err, out.String(), errb.String())
+	if cli.Code(err) != 0 || strings.Contains(strings.ToLower(out.String()+errb.String()), "forbidden") {
+		t.Errorf("diagnose as %s: exit %d %v\n%s%s", user, cli.Code(err), err, out.String(), errb.String())
 	}
 
 	can := func(verb, resource, sub string) bool {

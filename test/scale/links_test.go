@@ -23,7 +23,7 @@ import (
 	"bnerd.net/vpn-operator/internal/controller/clusterlink"
 	"bnerd.net/vpn-operator/internal/controller/gateway"
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 	"bnerd.net/vpn-operator/test/harness"
 )
 
@@ -254,7 +254,7 @@ func waitLinks(t *testing.T, c client.Client, links, routes int) {
 // quiet waits until neither the simulator's request count nor the link writes (when
 // counted) moved for d: the work a change caused is complete, so a count taken after
 // it is whole.
-func quiet(t *testing.T, s *sim.Server, lw *linkWrites, d time.Duration) {
+func quiet(t *testing.T, s *openstacksim.Server, lw *linkWrites, d time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Minute) // a generous bound, not a latency assertion
 	last, since := -1, time.Now()

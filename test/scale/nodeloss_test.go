@@ -19,9 +19,9 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
 	"bnerd.net/vpn-operator/internal/render"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 	"bnerd.net/vpn-operator/test/harness"
 )
 
@@ -56,7 +56,7 @@ func TestNodeLossTiming(t *testing.T) {
 		{5 * time.Second, 0, 0},
 		{5 * time.Second, time.Second, 2 * time.Second},
 	} {
-		s, err := sim.Start(harness.Estate(harness.EstateOptions{Workers: 2}))
+		s, err := openstacksim.Start(harness.Estate(harness.EstateOptions{Workers: 2}))
 		must(t, err)
 		s.SetLatency(20 * time.Millisecond)
 		s.SetNovaDelays(tc.attach, tc.detach)

@@ -32,9 +32,9 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
 	"bnerd.net/vpn-operator/internal/render"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 	"bnerd.net/vpn-operator/test/harness"
 )
 
@@ -115,7 +115,7 @@ func TestSlowCloudScale(t *testing.T) {
 	if cfg.gateways > 2000 {
 		transit, pool = "10.254.0.0/18", "100.64.0.0/11"
 	}
-	s, err := sim.Start(harness.Estate(harness.EstateOptions{TransitCIDR: transit, PublicCIDR: "198.18.0.0/19",
+	s, err := openstacksim.Start(harness.Estate(harness.EstateOptions{TransitCIDR: transit, PublicCIDR: "198.18.0.0/19",
 		ServiceClusters: cfg.links, Workers: 3}))
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +123,7 @@ func TestSlowCloudScale(t *testing.T) {
 	defer s.Close()
 	s.SetLatency(cfg.latency)
 	if cfg.simQPS > 0 {
-		s.SetRateLimit(sim.RateLimit{QPS: cfg.simQPS, Burst: cfg.simBurst, PerProject: true})
+		s.SetRateLimit(openstacksim.RateLimit{QPS: cfg.simQPS, Burst: cfg.simBurst, PerProject: true})
 	}
 
 	const ns = "scale"

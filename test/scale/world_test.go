@@ -20,9 +20,9 @@ import (
 	"bnerd.net/vpn-operator/internal/conditions"
 	"bnerd.net/vpn-operator/internal/controller/gateway"
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 	"bnerd.net/vpn-operator/test/harness"
 )
 
@@ -30,7 +30,7 @@ import (
 type world struct {
 	t       *testing.T
 	env     *testenv.Env
-	sim     *sim.Server
+	sim     *openstacksim.Server
 	clients *openstack.Clients
 	cfg     operatorconfig.Config
 }
@@ -41,7 +41,7 @@ type world struct {
 func newWorld(t *testing.T) *world {
 	t.Helper()
 	testenv.SkipUnit(t, "starts a control plane and the simulator")
-	seed, err := sim.LoadSeed(filepath.Join(testenv.RepoRoot(), "examples", "sim-estate.yaml"))
+	seed, err := openstacksim.LoadSeed(filepath.Join(testenv.RepoRoot(), "examples", "sim-estate.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func newWorld(t *testing.T) *world {
 // newWorldOf is newWorld on another estate whose operator project, networks and gateway
 // cluster router carry the example estate's names (harness.Estate does), with a Ready
 // worker node for each of servers.
-func newWorldOf(t *testing.T, seed *sim.Seed, servers []string) *world {
+func newWorldOf(t *testing.T, seed *openstacksim.Seed, servers []string) *world {
 	t.Helper()
 	testenv.SkipUnit(t, "starts a control plane and the simulator")
 	ctrllog.SetLogger(logr.Discard())
@@ -60,7 +60,7 @@ func newWorldOf(t *testing.T, seed *sim.Seed, servers []string) *world {
 		t.Fatalf("control plane: %v", err)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
-	s, err := sim.Start(seed)
+	s, err := openstacksim.Start(seed)
 	if err != nil {
 		t.Fatal(err)
 	}

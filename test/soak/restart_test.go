@@ -8,7 +8,7 @@ import (
 	"time"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 	"bnerd.net/vpn-operator/test/harness"
 )
 

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"bnerd.net/vpn-operator/internal/openstack/sim"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 	"bnerd.net/vpn-operator/test/harness"
 )
 
@@ -123,18 +123,18 @@ func (w *world) faultsOn() (off func()) {
 	s := w.sim
 	s.SetLatency(w.cfg.latency)
 	api := "re:^/(network|compute)/"
-	s.Inject(sim.Fault{PathPattern: api, Status: 500, Rate: 0.025})
-	s.Inject(sim.Fault{PathPattern: api, Status: 503, Rate: 0.025})
-	s.Inject(sim.Fault{PathPattern: api, Status: 429, RetryAfter: time.Second, Rate: 0.02})
-	s.Inject(sim.Fault{PathPattern: api, Hang: true, Rate: 0.01})
-	stopStorm := s.Storm(sim.Fault{Method: "PUT", PathPattern: "re:^/network/v2.0/routers/[^/]+/(add|remove)_extraroutes$", Status: 409},
+	s.Inject(openstacksim.Fault{PathPattern: api, Status: 500, Rate: 0.025})
+	s.Inject(openstacksim.Fault{PathPattern: api, Status: 503, Rate: 0.025})
+	s.Inject(openstacksim.Fault{PathPattern: api, Status: 429, RetryAfter: time.Second, Rate: 0.02})
+	s.Inject(openstacksim.Fault{PathPattern: api, Hang: true, Rate: 0.01})
+	stopStorm := s.Storm(openstacksim.Fault{Method: "PUT", PathPattern: "re:^/network/v2.0/routers/[^/]+/(add|remove)_extraroutes$", Status: 409},
 		10*time.Second, 2*time.Second)
-	s.SetNovaChaos(sim.NovaChaos{SlowAttachRate: 0.1, SlowAttach: 30 * time.Second, FailAttachRate: 0.1,
+	s.SetNovaChaos(openstacksim.NovaChaos{SlowAttachRate: 0.1, SlowAttach: 30 * time.Second, FailAttachRate: 0.1,
 		SlowDetachRate: 0.2, SlowDetach: 5 * time.Second})
 	return func() {
 		stopStorm()
 		s.ClearFaults()
-		s.SetNovaChaos(sim.NovaChaos{})
+		s.SetNovaChaos(openstacksim.NovaChaos{})
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 	"bnerd.net/vpn-operator/test/harness"
 )
 
@@ -44,7 +44,7 @@ type world struct {
 	cfg settings
 	c   client.Client
 	r   *rand.Rand
-	sim *sim.Server
+	sim *openstacksim.Server
 	op  *harness.Operator
 	// restarting is held by the killer from its kill to its start, and by ensureRunning:
 	// without it, ensureRunning could see the killed process gone before the killer
@@ -87,7 +87,7 @@ type routerRec struct {
 
 func newWorld(t *testing.T, ctx context.Context, cfg settings) *world {
 	t.Helper()
-	s, err := sim.Start(harness.Estate(harness.EstateOptions{TransitCIDR: transitCIDR, ServiceClusters: serviceClusters,
+	s, err := openstacksim.Start(harness.Estate(harness.EstateOptions{TransitCIDR: transitCIDR, ServiceClusters: serviceClusters,
 		Customers: customers, RoutersPerCustomer: customerRouters, Workers: workers}))
 	if err != nil {
 		t.Fatal(err)

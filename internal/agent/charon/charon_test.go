@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 func TestPrepareRendersAndExecsCharon(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"bnerd.net/vpn-operator/internal/agent/cause"
+	"bnerd.net/vpn-operator/internal/agent/downcause"
 	"bnerd.net/vpn-operator/internal/agent/statefile"
 	"bnerd.net/vpn-operator/internal/agent/vici"
 )
@@ -34,7 +34,7 @@ type Collector struct {
 	// Causes supplies each tunnel's last failure as charon saw it (package cause), the
 	// reason label of bnerd_ipsec_tunnel_reason. Optional.
 	Causes interface {
-		Cause(string) (cause.Cause, bool)
+		Cause(string) (downcause.Cause, bool)
 	}
 
 	mu sync.Mutex

@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"bnerd.net/vpn-operator/internal/agent/cause"
+	"bnerd.net/vpn-operator/internal/agent/downcause"
 	"bnerd.net/vpn-operator/internal/agent/statefile"
 	"bnerd.net/vpn-operator/internal/agent/vici"
 )
@@ -120,9 +120,9 @@ func present(t *testing.T, reg *prometheus.Registry, name string, want map[strin
 	return false
 }
 
-type causes map[string]cause.Cause
+type causes map[string]downcause.Cause
 
-func (c causes) Cause(n string) (cause.Cause, bool) { x, ok := c[n]; return x, ok }
+func (c causes) Cause(n string) (downcause.Cause, bool) { x, ok := c[n]; return x, ok }
 
 // TestTunnelUpIsNeverFalselyZero: an IKE SA rekey in flight (the old SA REKEYED beside its
 // successor) is up; a charon that answers too late leaves the tunnel gauges out of the
@@ -137,14 +137,14 @@ func TestTunnelUpIsNeverFalselyZero(t *testing.T) {
 	c := &Collector{
 		Tunnels: func() []string { return []string{"t1", "t2"} },
 		SAs:     func(context.Context, []string) (map[string][]vici.IKESA, error) { return sas, sasErr },
-		Causes:  causes{"t2": {Reason: cause.NoCommonESPProposal}},
+		Causes:  causes{"t2": {Reason: downcause.NoCommonESPProposal}},
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
 	if v := value(t, reg, "bnerd_ipsec_tunnel_up", map[string]string{"tunnel": "t1"}); v != 1 {
 		t.Errorf("t1 up %v during an IKE rekey", v)
 	}
-	if v := value(t, reg, "bnerd_ipsec_tunnel_reason", map[string]string{"tunnel": "t2", "reason": cause.NoCommonESPProposal}); v != 1 {
+	if v := value(t, reg, "bnerd_ipsec_tunnel_reason", map[string]string{"tunnel": "t2", "reason": downcause.NoCommonESPProposal}); v != 1 {
 		t.Errorf("reason %v", v)
 	}
 	if present(t, reg, "bnerd_ipsec_tunnel_reason", map[string]string{"tunnel": "t1"}) {

@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"bnerd.net/vpn-operator/internal/agent/cause"
+	"bnerd.net/vpn-operator/internal/agent/downcause"
 	"bnerd.net/vpn-operator/internal/agent/statefile"
 	"bnerd.net/vpn-operator/internal/agent/vici"
 )
@@ -26,10 +26,10 @@ type IPsecState struct {
 	CharonNotRunning bool `json:"charonNotRunning,omitempty"`
 	// ListFailed: charon was reached but did not answer the listing; the SAs say
 	// nothing then.
-	ListFailed bool                    `json:"listFailed,omitempty"`
-	SAs        map[string][]vici.IKESA `json:"sas,omitempty"`
-	Rekeys     map[string]uint64       `json:"rekeys,omitempty"`
-	Causes     map[string]cause.Cause  `json:"causes,omitempty"`
+	ListFailed bool                       `json:"listFailed,omitempty"`
+	SAs        map[string][]vici.IKESA    `json:"sas,omitempty"`
+	Rekeys     map[string]uint64          `json:"rekeys,omitempty"`
+	Causes     map[string]downcause.Cause `json:"causes,omitempty"`
 }
 
 // DefaultIPsecStateInterval is how often the status agent publishes the state, and
@@ -48,7 +48,7 @@ type Publisher struct {
 	SAs      Source
 	Rekeys   func() map[string]uint64
 	Causes   interface {
-		Cause(string) (cause.Cause, bool)
+		Cause(string) (downcause.Cause, bool)
 	}
 	Now  func() time.Time
 	Logf func(string, ...any)
@@ -101,7 +101,7 @@ func (p *Publisher) Publish(ctx context.Context) error {
 		for _, n := range names {
 			if c, ok := p.Causes.Cause(n); ok {
 				if st.Causes == nil {
-					st.Causes = map[string]cause.Cause{}
+					st.Causes = map[string]downcause.Cause{}
 				}
 				st.Causes[n] = c
 			}
@@ -186,10 +186,10 @@ func (f *IPsecStateFile) Rekeys() map[string]uint64 {
 }
 
 // Cause returns the tunnel's published last failure.
-func (f *IPsecStateFile) Cause(name string) (cause.Cause, bool) {
+func (f *IPsecStateFile) Cause(name string) (downcause.Cause, bool) {
 	st, err := f.read()
 	if err != nil {
-		return cause.Cause{}, false
+		return downcause.Cause{}, false
 	}
 	c, ok := st.Causes[name]
 	return c, ok

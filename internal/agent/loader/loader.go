@@ -22,7 +22,7 @@ import (
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
 )
 
-// Applier converges charon to the rendered files (*vici.Loader: it opens a new VICI
+// Applier converges charon to the rendered files (*vici.Syncer: it opens a new VICI
 // session for every Apply, so a restarted charon is reached again without bookkeeping).
 type Applier interface {
 	Apply(ctx context.Context, swanctl, secrets string) (vici.Result, error)
@@ -249,7 +249,7 @@ func describe(waiting map[string]string) string {
 	return strings.Join(parts, "; ")
 }
 
-// localAddresser is an Applier that can be told the port's address (*vici.Loader).
+// localAddresser is an Applier that can be told the port's address (*vici.Syncer).
 type localAddresser interface{ SetLocalAddress(string) }
 
 // portReady reports whether the port's policy routing is in place for the config, and

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 func model(n int) *gatewayconfig.NAT {

@@ -22,7 +22,7 @@ import (
 	"bnerd.net/vpn-operator/internal/agent/vici"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
 	"bnerd.net/vpn-operator/internal/render"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 // The secret scan of the gateway pod's side: the loader and the status agent, wired as

@@ -6,7 +6,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 func TestApplyIdempotent(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/agent/cause"
+	"bnerd.net/vpn-operator/internal/agent/downcause"
 	"bnerd.net/vpn-operator/internal/agent/vici"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
 	"bnerd.net/vpn-operator/internal/statuswrite"
@@ -227,7 +227,7 @@ var AgentFields = []string{"tunnels", "tunnelsReady", "tunnelsObservedTime", "in
 // Notes composes what the cause tracker and the loader know into Compute's notes. Either
 // may be nil (the status agent without its loader has only the causes).
 func Notes(causes interface {
-	Cause(string) (cause.Cause, bool)
+	Cause(string) (downcause.Cause, bool)
 }, plans func(string) vici.Plan, now func() time.Time) func(string) Note {
 	if now == nil {
 		now = time.Now
@@ -238,7 +238,7 @@ func Notes(causes interface {
 			if c, ok := causes.Cause(name); ok {
 				n.Reason, n.Message = c.Reason, c.Message
 				// Refused rekeys leave the tunnel up until the child SA expires.
-				n.Warn = c.Reason == cause.PFSMismatchAtRekey
+				n.Warn = c.Reason == downcause.PFSMismatchAtRekey
 			}
 		}
 		if plans != nil {

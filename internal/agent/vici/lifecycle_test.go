@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"bnerd.net/vpn-operator/internal/agent/cause"
+	"bnerd.net/vpn-operator/internal/agent/downcause"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
 )
 
@@ -95,7 +95,7 @@ func TestRefusalsBackOffAndSayWhy(t *testing.T) {
 	}
 	p.until("authentication failure recognised", 20*time.Second, func() bool {
 		c, ok := p.causes.Cause("t1")
-		return ok && c.Reason == cause.AuthenticationFailed && len(p.sas()["t1"]) == 0
+		return ok && c.Reason == downcause.AuthenticationFailed && len(p.sas()["t1"]) == 0
 	})
 	// The schedule: attempt k+1 is due backoff(k) after attempt k.
 	for k, wait := range []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second} {
@@ -150,7 +150,7 @@ func TestUnansweredPeerRetriedAtOnce(t *testing.T) {
 	p.apply()
 	p.until("charon gives up on the unanswered peer", 3*time.Minute, func() bool {
 		c, ok := p.causes.Cause("t1")
-		return ok && c.Reason == cause.PeerNotResponding && len(p.sas()["t1"]) == 0
+		return ok && c.Reason == downcause.PeerNotResponding && len(p.sas()["t1"]) == 0
 	})
 	pairRun(t, "ip", "netns", "exec", p.pns, "nft", "delete table ip tndrop")
 	p.clock.Advance(time.Second) // far less than the backoff of 5 s
@@ -170,7 +170,7 @@ func TestHalfOpenRecovers(t *testing.T) {
 	p.until("half-open: IKE SA without child, cause recognised", 20*time.Second, func() bool {
 		c, ok := p.causes.Cause("t1")
 		s := Summarize(p.sas()["t1"], "t1")
-		return ok && c.Reason == cause.TrafficSelectorsRefused && s.Established && !s.Up && !s.Negotiating
+		return ok && c.Reason == downcause.TrafficSelectorsRefused && s.Established && !s.Up && !s.Negotiating
 	})
 	firstIKE := p.sas()["t1"][0].UniqueID
 	p.apply() // first round half-open: grace for a rekey in flight
@@ -207,7 +207,7 @@ func TestPFSMismatchAtRekeyRecovers(t *testing.T) {
 	first := p.sas()["t1"][0].UniqueID
 	p.until("refused rekey recognised while up", 20*time.Second, func() bool {
 		c, ok := p.causes.Cause("t1")
-		return ok && c.Reason == cause.PFSMismatchAtRekey
+		return ok && c.Reason == downcause.PFSMismatchAtRekey
 	})
 	// Converge in real time (a fake clock advanced with it) until a new IKE SA carries
 	// the tunnel.

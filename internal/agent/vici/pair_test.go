@@ -15,13 +15,13 @@ import (
 
 	govici "github.com/strongswan/govici/vici"
 
-	"bnerd.net/vpn-operator/internal/agent/cause"
+	"bnerd.net/vpn-operator/internal/agent/downcause"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 // pair is two real charons (kernel-libipsec) in network namespaces joined by a veth: the
-// gateway, configured by the Loader from the production renderer's swanctl.conf, and a
+// gateway, configured by the Syncer from the production renderer's swanctl.conf, and a
 // client whose swanctl.conf each test writes by hand and loads with swanctl, as the
 // client's administrator would.
 type pair struct {
@@ -30,8 +30,8 @@ type pair struct {
 	gns, pns     string
 	gsock, psock string
 	cfg          *gatewayconfig.Config
-	loader       *Loader
-	causes       *cause.Tracker
+	loader       *Syncer
+	causes       *downcause.Tracker
 	clock        *fakeClock
 	// procs are the charons by name ("gateway", "client").
 	procs map[string]*exec.Cmd
@@ -150,8 +150,8 @@ func newPairFrom(t *testing.T, o pairOptions) *pair {
 		}
 		p.cfg.Tunnels = append(p.cfg.Tunnels, tn)
 	}
-	p.causes = &cause.Tracker{Now: p.clock.Now}
-	p.loader = &Loader{Socket: p.gsock, Causes: p.causes, Now: p.clock.Now, Logf: t.Logf}
+	p.causes = &downcause.Tracker{Now: p.clock.Now}
+	p.loader = &Syncer{Socket: p.gsock, Causes: p.causes, Now: p.clock.Now, Logf: t.Logf}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	connected := make(chan struct{}, 1)

@@ -160,7 +160,7 @@ func TestCallsAgainstAHungCharonEnd(t *testing.T) {
 	if _, err := ListSAsOn(sock)(context.Background(), []string{"t1"}); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrCharonNotRunning) {
 		t.Errorf("list-sas: %v", err)
 	}
-	l := &Loader{Socket: sock}
+	l := &Syncer{Socket: sock}
 	if _, err := l.Apply(context.Background(), sample, "secrets {\n}\n"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("apply: %v", err)
 	}

@@ -14,7 +14,7 @@ import (
 	govici "github.com/strongswan/govici/vici"
 
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 // TestLoaderEndsAnSAOnTheWrongPath runs two real charons in network namespaces joined by
@@ -93,7 +93,7 @@ func TestLoaderEndsAnSAOnTheWrongPath(t *testing.T) {
 
 	const psk = "wrong-path-test-key-0123456789"
 	secrets := fmt.Sprintf("secrets {\n  ike-t {\n    id-1 = gw\n    id-2 = peer\n    secret = %q\n  }\n}\n", psk)
-	peer := &Loader{Socket: psock}
+	peer := &Syncer{Socket: psock}
 	if _, err := peer.Apply(ctx, `connections {
   t {
     version = 2
@@ -145,7 +145,7 @@ func TestLoaderEndsAnSAOnTheWrongPath(t *testing.T) {
   }
 }
 `
-	gw := &Loader{Socket: gsock, Logf: t.Logf}
+	gw := &Syncer{Socket: gsock, Logf: t.Logf}
 	localHost := func() string {
 		s, err := govici.NewSession(govici.WithSocketPath(gsock))
 		if err != nil {

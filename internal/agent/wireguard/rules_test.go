@@ -7,7 +7,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"bnerd.net/vpn-operator/internal/agent/routing"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 // TestEncryptedPacketsNeverTakeTheMainTable: until init-nat has put the port's default

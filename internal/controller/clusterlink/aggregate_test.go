@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
 const (
@@ -142,7 +142,7 @@ func TestReverseRoutesModeSwitchAddsBeforeRemoving(t *testing.T) {
 // condition names the cap, nothing of it stays on the router or in the status; the
 // Aggregate mode fits.
 func TestReverseRoutesRouteLimit(t *testing.T) {
-	h := newHarness(t, func(s *sim.Seed) { s.MaxRoutes = 3 })
+	h := newHarness(t, func(s *openstacksim.Seed) { s.MaxRoutes = 3 })
 	for i := 1; i <= 4; i++ {
 		ipsecGateway(t, "tenant-cap", fmt.Sprintf("gw%d", i), true, fmt.Sprintf("100.64.%d.0/24", i), fmt.Sprintf("10.254.0.%d", 100+i))
 	}

@@ -12,7 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
 // errCrash stands for the operator dying right after an OpenStack write took effect:
@@ -115,7 +115,7 @@ func (h *harness) crashReconciler(cp *crashPoint) *Reconciler {
 
 type crashScenario struct {
 	name   string
-	seed   func(*sim.Seed)
+	seed   func(*openstacksim.Seed)
 	router string
 	cidr   string
 	opts   []linkOpt
@@ -123,13 +123,13 @@ type crashScenario struct {
 	setup  func(h *harness, link string)
 }
 
-func handMadeLeg(s *sim.Seed) {
+func handMadeLeg(s *openstacksim.Seed) {
 	for i := range s.Routers {
 		switch s.Routers[i].Name {
 		case "shoot--services--svc01":
-			s.Routers[i].Interfaces = append(s.Routers[i].Interfaces, sim.SeedInterface{Subnet: "vpn-transit-subnet", IP: "10.254.0.3"})
+			s.Routers[i].Interfaces = append(s.Routers[i].Interfaces, openstacksim.SeedInterface{Subnet: "vpn-transit-subnet", IP: "10.254.0.3"})
 		case "shoot--services--vpn01":
-			s.Routers[i].Routes = append(s.Routers[i].Routes, sim.Route{Destination: svcCIDR, NextHop: "10.254.0.3"})
+			s.Routers[i].Routes = append(s.Routers[i].Routes, openstacksim.Route{Destination: svcCIDR, NextHop: "10.254.0.3"})
 		}
 	}
 }
@@ -173,7 +173,7 @@ func TestCrashConsistency(t *testing.T) {
 }
 
 func newCrashHarness(t *testing.T, sc crashScenario) *harness {
-	var mut []func(*sim.Seed)
+	var mut []func(*openstacksim.Seed)
 	if sc.seed != nil {
 		mut = append(mut, sc.seed)
 	}
@@ -218,7 +218,7 @@ func (h *harness) runCrash(t *testing.T, sc crashScenario, suffix string, create
 	if len(legs) != 1 || legs[0].ID != l.Status.LegPortID || legs[0].DeviceID != rt.ID || len(h.portsAt(l.Status.TransitIP)) != 1 {
 		t.Fatalf("legs %+v for status %s at %s", legs, l.Status.LegPortID, l.Status.TransitIP)
 	}
-	var fwd []sim.Route
+	var fwd []openstacksim.Route
 	for _, x := range h.opRouter().Routes {
 		if x.NextHop == l.Status.TransitIP {
 			fwd = append(fwd, x)

@@ -8,7 +8,7 @@ import (
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
 const (
@@ -318,8 +318,8 @@ func TestCrossTenantRouterResolveFailedSharesNothing(t *testing.T) {
 func TestCrossTenantTransitNetworkShared(t *testing.T) {
 	rbac := "/network/v2.0/rbac-policies"
 	t.Run("409 DuplicateRbacPolicy, visible", func(t *testing.T) {
-		h := newHarness(t, func(s *sim.Seed) {
-			s.RBACPolicies = append(s.RBACPolicies, sim.SeedRBAC{Network: "vpn-transit", TargetProject: "customer-diehl", Project: "admin"})
+		h := newHarness(t, func(s *openstacksim.Seed) {
+			s.RBACPolicies = append(s.RBACPolicies, openstacksim.SeedRBAC{Network: "vpn-transit", TargetProject: "customer-diehl", Project: "admin"})
 		})
 		h.secret("dup", "diehl", nil)
 		h.newLink("dup", diehlRouter, diehlCIDR, crossTenant(projDiehl))
@@ -330,17 +330,17 @@ func TestCrossTenantTransitNetworkShared(t *testing.T) {
 		}
 	})
 	t.Run("403, visible", func(t *testing.T) {
-		h := newHarness(t, func(s *sim.Seed) {
-			s.RBACPolicies = append(s.RBACPolicies, sim.SeedRBAC{Network: "vpn-transit", TargetProject: "customer-diehl", Project: "admin"})
+		h := newHarness(t, func(s *openstacksim.Seed) {
+			s.RBACPolicies = append(s.RBACPolicies, openstacksim.SeedRBAC{Network: "vpn-transit", TargetProject: "customer-diehl", Project: "admin"})
 		})
-		h.sim.Inject(sim.Fault{Method: "POST", PathPattern: rbac, Status: 403})
+		h.sim.Inject(openstacksim.Fault{Method: "POST", PathPattern: rbac, Status: 403})
 		h.secret("vis", "diehl", nil)
 		h.newLink("vis", diehlRouter, diehlCIDR, crossTenant(projDiehl))
 		h.untilReady("vis")
 	})
 	t.Run("403, not visible", func(t *testing.T) {
 		h := newHarness(t)
-		h.sim.Inject(sim.Fault{Method: "POST", PathPattern: rbac, Status: 403})
+		h.sim.Inject(openstacksim.Fault{Method: "POST", PathPattern: rbac, Status: 403})
 		h.secret("notshared", "diehl", nil)
 		h.newLink("notshared", diehlRouter, diehlCIDR, crossTenant(projDiehl))
 		res, _ := h.reconcile("notshared")
@@ -356,7 +356,7 @@ func TestCrossTenantTransitNetworkShared(t *testing.T) {
 	})
 	t.Run("other failure", func(t *testing.T) {
 		h := newHarness(t)
-		h.sim.Inject(sim.Fault{Method: "POST", PathPattern: rbac, Status: 400})
+		h.sim.Inject(openstacksim.Fault{Method: "POST", PathPattern: rbac, Status: 400})
 		h.secret("sharefail", "diehl", nil)
 		h.newLink("sharefail", diehlRouter, diehlCIDR, crossTenant(projDiehl))
 		l := h.untilCond("sharefail", v1.ConditionTransitNetworkShared, v1.ReasonEnsureNetworkSharedFailed)
@@ -364,10 +364,10 @@ func TestCrossTenantTransitNetworkShared(t *testing.T) {
 	})
 	t.Run("visibility check fails", func(t *testing.T) {
 		h := newHarness(t)
-		h.sim.Inject(sim.Fault{Method: "POST", PathPattern: rbac, Status: 403})
+		h.sim.Inject(openstacksim.Fault{Method: "POST", PathPattern: rbac, Status: 403})
 		// The customer's visibility check fails; the operator's own read of the network
 		// (is it shared with every project?) does not.
-		h.sim.Inject(sim.Fault{Method: "GET", PathPattern: "/network/v2.0/networks/" + h.transitNetID(), Status: 500, UserAgent: customerUserAgent})
+		h.sim.Inject(openstacksim.Fault{Method: "GET", PathPattern: "/network/v2.0/networks/" + h.transitNetID(), Status: 500, UserAgent: customerUserAgent})
 		h.secret("visfail", "diehl", nil)
 		h.newLink("visfail", diehlRouter, diehlCIDR, crossTenant(projDiehl))
 		l := h.untilCond("visfail", v1.ConditionTransitNetworkShared, v1.ReasonNetworkVisibilityCheckFailed)
@@ -414,7 +414,7 @@ func TestCrossTenantTransitIPMismatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Another tenant's port takes the freed address.
-	if _, err := h.sim.AddPort(sim.Port{NetworkID: h.transitNetID(), ProjectID: projOther, FixedIPs: []sim.FixedIP{{IPAddress: old}}}); err != nil {
+	if _, err := h.sim.AddPort(openstacksim.Port{NetworkID: h.transitNetID(), ProjectID: projOther, FixedIPs: []openstacksim.FixedIP{{IPAddress: old}}}); err != nil {
 		t.Fatal(err)
 	}
 	l = h.untilCond("mm", v1.ConditionLegAttached, v1.ReasonTransitIPMismatch)
@@ -441,7 +441,7 @@ func TestCrossTenantTransitIPMismatch(t *testing.T) {
 // A forward-route failure on a cross-tenant link names the operator credential.
 func TestCrossTenantOperatorCredentialPrefix(t *testing.T) {
 	h := newHarness(t)
-	h.sim.Inject(sim.Fault{Method: "PUT", PathPattern: "/network/v2.0/routers/" + h.opRouter().ID + "/add_extraroutes", Status: 400})
+	h.sim.Inject(openstacksim.Fault{Method: "PUT", PathPattern: "/network/v2.0/routers/" + h.opRouter().ID + "/add_extraroutes", Status: 400})
 	h.secret("opfail", "diehl", nil)
 	h.newLink("opfail", diehlRouter, diehlCIDR, crossTenant(projDiehl))
 	l := h.untilCond("opfail", v1.ConditionRouteInstalled, v1.ReasonEnsureRouteFailed)

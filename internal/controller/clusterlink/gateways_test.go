@@ -12,7 +12,7 @@ import (
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
 func gatewaySpec(reverse bool) v1.GatewaySpec {
@@ -109,8 +109,8 @@ func makeGatewayPort(t *testing.T, kind string, gw client.Object, cidr, portIP s
 			t.Fatal(err)
 		}
 	}
-	if _, err := h.sim.AddPort(sim.Port{NetworkID: h.transitNetID(), ProjectID: projOperator, Name: openstack.ResourceName(kind, gw.GetNamespace(), gw.GetName()),
-		FixedIPs: []sim.FixedIP{{SubnetID: h.transitSubnetID(), IPAddress: portIP}}, Tags: openstack.WithServiceCIDR(owner.Tags(), cidr)}); err != nil {
+	if _, err := h.sim.AddPort(openstacksim.Port{NetworkID: h.transitNetID(), ProjectID: projOperator, Name: openstack.ResourceName(kind, gw.GetNamespace(), gw.GetName()),
+		FixedIPs: []openstacksim.FixedIP{{SubnetID: h.transitSubnetID(), IPAddress: portIP}}, Tags: openstack.WithServiceCIDR(owner.Tags(), cidr)}); err != nil {
 		t.Fatalf("gateway port %s: %v", portIP, err)
 	}
 }

@@ -22,9 +22,9 @@ import (
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 var env *testenv.Env
@@ -77,26 +77,26 @@ func cred(name string) appCred {
 	return c
 }
 
-func seedAppCred(name string, roles ...string) sim.SeedAppCredential {
+func seedAppCred(name string, roles ...string) openstacksim.SeedAppCredential {
 	c := cred(name)
-	return sim.SeedAppCredential{Name: name, ID: c.id, Secret: c.secret, Roles: roles}
+	return openstacksim.SeedAppCredential{Name: name, ID: c.id, Secret: c.secret, Roles: roles}
 }
 
 // baseSeed is the estate of the specification's examples: the gateway cluster vpn01
 // with its leg at .1, same-tenant service clusters, customer routers, credentials of
 // every shape the cross-tenant rules distinguish.
-func baseSeed() *sim.Seed {
-	return &sim.Seed{
+func baseSeed() *openstacksim.Seed {
+	return &openstacksim.Seed{
 		MaxRoutes: -1,
-		Projects: []sim.SeedProject{
+		Projects: []openstacksim.SeedProject{
 			{Name: "admin", ID: projAdmin}, {Name: "vpn-operator", ID: projOperator},
 			{Name: "customer-diehl", ID: projDiehl}, {Name: "customer-other", ID: projOther},
 		},
-		Users: []sim.SeedUser{
+		Users: []openstacksim.SeedUser{
 			{Name: "vpn-operator", Project: "vpn-operator", Roles: []string{"member"},
-				AppCredentials: []sim.SeedAppCredential{seedAppCred("operator", "member")}},
+				AppCredentials: []openstacksim.SeedAppCredential{seedAppCred("operator", "member")}},
 			{Name: "diehl-automation", Project: "customer-diehl", Roles: []string{"member", "load-balancer_admin", "_member_"},
-				AppCredentials: []sim.SeedAppCredential{
+				AppCredentials: []openstacksim.SeedAppCredential{
 					seedAppCred("diehl", "member", "load-balancer_admin", "_member_"),
 					seedAppCred("diehl-rotated", "member"),
 					seedAppCred("diehl-admin", "Admin"),
@@ -105,22 +105,22 @@ func baseSeed() *sim.Seed {
 					seedAppCred("diehl-custom", "member", "network_operator"),
 				}},
 			{Name: "diehl-empty", Project: "customer-diehl",
-				AppCredentials: []sim.SeedAppCredential{seedAppCred("diehl-noroles")}},
+				AppCredentials: []openstacksim.SeedAppCredential{seedAppCred("diehl-noroles")}},
 			{Name: "other-automation", Project: "customer-other", Roles: []string{"member"},
-				AppCredentials: []sim.SeedAppCredential{seedAppCred("other", "member")}},
+				AppCredentials: []openstacksim.SeedAppCredential{seedAppCred("other", "member")}},
 			{Name: "vpn-operator-2", Project: "vpn-operator", Roles: []string{"member"},
-				AppCredentials: []sim.SeedAppCredential{seedAppCred("operator-as-customer", "member")}},
+				AppCredentials: []openstacksim.SeedAppCredential{seedAppCred("operator-as-customer", "member")}},
 		},
-		Networks: []sim.SeedNetwork{
+		Networks: []openstacksim.SeedNetwork{
 			{Name: "public", Project: "admin", External: true,
-				Subnets: []sim.SeedSubnet{{Name: "public-subnet", CIDR: "203.0.113.0/24", GatewayIP: "203.0.113.1"}}},
+				Subnets: []openstacksim.SeedSubnet{{Name: "public-subnet", CIDR: "203.0.113.0/24", GatewayIP: "203.0.113.1"}}},
 			{Name: "vpn-transit", Project: "vpn-operator",
-				Subnets: []sim.SeedSubnet{{Name: "vpn-transit-subnet", CIDR: "10.254.0.0/24", GatewayIP: "10.254.0.1"}},
-				Ports:   []sim.SeedPort{{Name: "vpn-transit-dhcp", FixedIP: "10.254.0.2", DeviceOwner: "network:dhcp", DeviceID: "dhcp-vpn-transit"}}},
+				Subnets: []openstacksim.SeedSubnet{{Name: "vpn-transit-subnet", CIDR: "10.254.0.0/24", GatewayIP: "10.254.0.1"}},
+				Ports:   []openstacksim.SeedPort{{Name: "vpn-transit-dhcp", FixedIP: "10.254.0.2", DeviceOwner: "network:dhcp", DeviceID: "dhcp-vpn-transit"}}},
 		},
-		Routers: []sim.SeedRouter{
+		Routers: []openstacksim.SeedRouter{
 			{Name: "shoot--services--vpn01", Project: "vpn-operator", ExternalGateway: "public",
-				Interfaces: []sim.SeedInterface{{Subnet: "vpn-transit-subnet", IP: "10.254.0.1"}}},
+				Interfaces: []openstacksim.SeedInterface{{Subnet: "vpn-transit-subnet", IP: "10.254.0.1"}}},
 			{Name: "shoot--services--svc01", Project: "vpn-operator", ExternalGateway: "public"},
 			{Name: "shoot--services--svc02", Project: "vpn-operator", ExternalGateway: "public"},
 			{Name: "shoot--services--svc03", Project: "vpn-operator", ExternalGateway: "public"},
@@ -184,7 +184,7 @@ type harness struct {
 
 	t      *testing.T
 	ctx    context.Context
-	sim    *sim.Server
+	sim    *openstacksim.Server
 	op     *openstack.Clients
 	r      *Reconciler
 	rec    *recorder
@@ -193,14 +193,14 @@ type harness struct {
 	cfg    operatorconfig.Config
 }
 
-func newHarness(t *testing.T, mutate ...func(*sim.Seed)) *harness {
+func newHarness(t *testing.T, mutate ...func(*openstacksim.Seed)) *harness {
 	t.Helper()
 	testenv.Need(t)
 	seed := baseSeed()
 	for _, m := range mutate {
 		m(seed)
 	}
-	s, err := sim.Start(seed)
+	s, err := openstacksim.Start(seed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +323,7 @@ func (h *harness) transitSubnetID() string {
 	return s.ID
 }
 
-func (h *harness) router(name string) sim.Router {
+func (h *harness) router(name string) openstacksim.Router {
 	h.t.Helper()
 	r, ok := h.sim.RouterByName(name)
 	if !ok {
@@ -332,7 +332,7 @@ func (h *harness) router(name string) sim.Router {
 	return r
 }
 
-func (h *harness) opRouter() sim.Router { return h.router("shoot--services--vpn01") }
+func (h *harness) opRouter() openstacksim.Router { return h.router("shoot--services--vpn01") }
 
 // --- objects ---
 
@@ -525,8 +525,8 @@ func expectNoCond(t *testing.T, l *v1.ClusterLink, condType string) {
 
 // --- simulator views ---
 
-func (h *harness) portsAt(ip string) []sim.Port {
-	var out []sim.Port
+func (h *harness) portsAt(ip string) []openstacksim.Port {
+	var out []openstacksim.Port
 	for _, p := range h.sim.Ports() {
 		for _, f := range p.FixedIPs {
 			if f.IPAddress == ip {
@@ -537,16 +537,16 @@ func (h *harness) portsAt(ip string) []sim.Port {
 	return out
 }
 
-func (h *harness) linkPorts(l *v1.ClusterLink) []sim.Port {
+func (h *harness) linkPorts(l *v1.ClusterLink) []openstacksim.Port {
 	return h.sim.PortsByTag(openstack.TagManaged, openstack.SanitizeTag(openstack.TagUIDPrefix+string(l.UID)))
 }
 
-func hasRoute(r sim.Router, dst, nh string) bool {
-	return r.HasRoute(sim.Route{Destination: dst, NextHop: nh})
+func hasRoute(r openstacksim.Router, dst, nh string) bool {
+	return r.HasRoute(openstacksim.Route{Destination: dst, NextHop: nh})
 }
 
-func (h *harness) sharesFor(project string) []sim.RBACPolicy {
-	var out []sim.RBACPolicy
+func (h *harness) sharesFor(project string) []openstacksim.RBACPolicy {
+	var out []openstacksim.RBACPolicy
 	for _, p := range h.sim.RBACPolicies() {
 		if p.TargetProject == project && p.ObjectID == h.transitNetID() && p.Action == "access_as_shared" {
 			out = append(out, p)

@@ -18,7 +18,7 @@ import (
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
 // Regressions found by the chaos soak (test/soak).
@@ -40,8 +40,8 @@ func TestUnwindSparesAnotherOwnersRouteViaAReusedTransitIP(t *testing.T) {
 		t.Fatal(err)
 	}
 	gw := openstack.Owner{Kind: "IPsecGateway", Namespace: "tenant-x", Name: "gw", UID: "6f0c1b7e-0000-4000-8000-000000000001"}
-	if _, err := h.sim.AddPort(sim.Port{NetworkID: h.transitNetID(), Name: "gateway", Tags: gw.Tags(),
-		FixedIPs: []sim.FixedIP{{SubnetID: h.transitSubnetID(), IPAddress: x}}}); err != nil {
+	if _, err := h.sim.AddPort(openstacksim.Port{NetworkID: h.transitNetID(), Name: "gateway", Tags: gw.Tags(),
+		FixedIPs: []openstacksim.FixedIP{{SubnetID: h.transitSubnetID(), IPAddress: x}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.sim.AddRoute(opID, "100.64.7.0/24", x); err != nil {
@@ -111,7 +111,7 @@ func conditionTrue(l *v1.ClusterLink, t string) bool {
 // human.
 func TestTransitIPTakenBeforeTheLegWasBuiltIsReallocated(t *testing.T) {
 	h := newHarness(t)
-	remove := h.sim.Inject(sim.Fault{Method: "POST", PathPattern: "/network/v2.0/ports", Status: 500, Count: 1})
+	remove := h.sim.Inject(openstacksim.Fault{Method: "POST", PathPattern: "/network/v2.0/ports", Status: 500, Count: 1})
 	h.newLink("taken", "shoot--services--svc01", svcCIDR)
 	l := h.until("taken", "a transit IP without a leg", func(l *v1.ClusterLink) bool { return l.Status.TransitIP != "" })
 	remove()
@@ -120,8 +120,8 @@ func TestTransitIPTakenBeforeTheLegWasBuiltIsReallocated(t *testing.T) {
 		t.Fatalf("the leg was built although its creation failed: %s", l.Status.LegPortID)
 	}
 	gw := openstack.Owner{Kind: "IPsecGateway", Namespace: "tenant-x", Name: "gw", UID: "6f0c1b7e-0000-4000-8000-000000000002"}
-	taker, err := h.sim.AddPort(sim.Port{NetworkID: h.transitNetID(), Name: "gateway", Tags: gw.Tags(),
-		FixedIPs: []sim.FixedIP{{SubnetID: h.transitSubnetID(), IPAddress: x}}})
+	taker, err := h.sim.AddPort(openstacksim.Port{NetworkID: h.transitNetID(), Name: "gateway", Tags: gw.Tags(),
+		FixedIPs: []openstacksim.FixedIP{{SubnetID: h.transitSubnetID(), IPAddress: x}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestLinkWaitingForARouterIsWokenWhenThePreviousLinkIsGone(t *testing.T) {
 	waitFor(t, "first Ready", func() (bool, string) { l := h.get("first"); return conditionTrue(l, v1.ConditionReady), dumpConds(l) })
 
 	rt := h.router(router)
-	remove := h.sim.Inject(sim.Fault{Method: "PUT", PathPattern: "/network/v2.0/routers/" + rt.ID + "/remove_router_interface", Status: 503})
+	remove := h.sim.Inject(openstacksim.Fault{Method: "PUT", PathPattern: "/network/v2.0/routers/" + rt.ID + "/remove_router_interface", Status: 503})
 	h.delete("first")
 	h.newLink("second", router, svcCIDR)
 	waitFor(t, "second refused by Neutron", func() (bool, string) {

@@ -9,7 +9,7 @@ import (
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
 // racingNet lets another port take the address of the first leg port create just
@@ -31,10 +31,10 @@ func (n *racingNet) CreatePort(ctx context.Context, o openstack.CreatePortOpts) 
 }
 
 // foreignPort puts a port that is no leg (a gateway VM's interface) at ip.
-func (h *harness) foreignPort(ip string) sim.Port {
+func (h *harness) foreignPort(ip string) openstacksim.Port {
 	h.t.Helper()
-	p, err := h.sim.AddPort(sim.Port{NetworkID: h.transitNetID(), DeviceID: "vm-1", DeviceOwner: "compute:nova",
-		FixedIPs: []sim.FixedIP{{SubnetID: h.transitSubnetID(), IPAddress: ip}}})
+	p, err := h.sim.AddPort(openstacksim.Port{NetworkID: h.transitNetID(), DeviceID: "vm-1", DeviceOwner: "compute:nova",
+		FixedIPs: []openstacksim.FixedIP{{SubnetID: h.transitSubnetID(), IPAddress: ip}}})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestSameTenantTransitIPTakenBeforeLegIsReallocated(t *testing.T) {
 	})
 	t.Run("address occupied when the leg is looked for", func(t *testing.T) {
 		h := newHarness(t)
-		remove := h.sim.Inject(sim.Fault{Method: "POST", PathPattern: "/network/v2.0/ports", Status: 500, Count: 1})
+		remove := h.sim.Inject(openstacksim.Fault{Method: "POST", PathPattern: "/network/v2.0/ports", Status: 500, Count: 1})
 		defer remove()
 		h.newLink("occupied", "shoot--services--svc01", svcCIDR)
 		if _, err := h.reconcile("occupied"); err == nil {

@@ -13,7 +13,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
 // Every reverse-exposure-bearing gateway of either kind, in any namespace, gets a route
@@ -98,7 +98,7 @@ func TestReverseRoutesIndependentOfForwardRoute(t *testing.T) {
 	svcID := h.router("shoot--services--svc01").ID
 
 	t.Run("forward broken", func(t *testing.T) {
-		remove := h.sim.Inject(sim.Fault{Method: "PUT", PathPattern: "/network/v2.0/routers/" + opID + "/add_extraroutes", Status: 400})
+		remove := h.sim.Inject(openstacksim.Fault{Method: "PUT", PathPattern: "/network/v2.0/routers/" + opID + "/add_extraroutes", Status: 400})
 		defer remove()
 		h.newLink("indep", "shoot--services--svc01", svcCIDR)
 		l := h.untilCond("indep", v1.ConditionRouteInstalled, v1.ReasonEnsureRouteFailed)
@@ -110,7 +110,7 @@ func TestReverseRoutesIndependentOfForwardRoute(t *testing.T) {
 		if err := h.sim.RemoveRoute(svcID, "100.64.1.0/24", "10.254.0.101"); err != nil {
 			t.Fatal(err)
 		}
-		remove := h.sim.Inject(sim.Fault{Method: "PUT", PathPattern: "/network/v2.0/routers/" + svcID + "/add_extraroutes", Status: 400})
+		remove := h.sim.Inject(openstacksim.Fault{Method: "PUT", PathPattern: "/network/v2.0/routers/" + svcID + "/add_extraroutes", Status: 400})
 		defer remove()
 		l := h.untilCond("indep", v1.ConditionReverseRoutesInstalled, v1.ReasonEnsureReverseRoutesFailed)
 		expectCond(t, l, v1.ConditionReverseRoutesInstalled, metav1.ConditionFalse, v1.ReasonEnsureReverseRoutesFailed, "adding reverse route(s) 100.64.1.0/24 via 10.254.0.101")

@@ -11,7 +11,7 @@ import (
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
 const svcCIDR = "10.251.0.0/16"
@@ -87,7 +87,7 @@ func TestSameTenantConvergedIsFree(t *testing.T) {
 // skipped.
 func TestSameTenantSkipsOccupiedAndClaimed(t *testing.T) {
 	h := newHarness(t)
-	if _, err := h.sim.AddPort(sim.Port{NetworkID: h.transitNetID(), Name: "someone", FixedIPs: []sim.FixedIP{{IPAddress: "10.254.0.3"}}}); err != nil {
+	if _, err := h.sim.AddPort(openstacksim.Port{NetworkID: h.transitNetID(), Name: "someone", FixedIPs: []openstacksim.FixedIP{{IPAddress: "10.254.0.3"}}}); err != nil {
 		t.Fatal(err)
 	}
 	// A link pinned to .4 that cannot progress (its router does not exist) still
@@ -127,7 +127,7 @@ func TestSameTenantPinClaimedByAnotherLink(t *testing.T) {
 // A pin held by a port that is not an adoptable leg is refused.
 func TestSameTenantPinHeldByForeignPort(t *testing.T) {
 	h := newHarness(t)
-	foreign, err := h.sim.AddPort(sim.Port{NetworkID: h.transitNetID(), Name: "vm", FixedIPs: []sim.FixedIP{{IPAddress: "10.254.0.8"}}, DeviceID: "some-vm", DeviceOwner: "compute:nova"})
+	foreign, err := h.sim.AddPort(openstacksim.Port{NetworkID: h.transitNetID(), Name: "vm", FixedIPs: []openstacksim.FixedIP{{IPAddress: "10.254.0.8"}}, DeviceID: "some-vm", DeviceOwner: "compute:nova"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestSameTenantPinHeldByForeignPort(t *testing.T) {
 // The transit IP is in status before any port exists at it.
 func TestSameTenantTransitIPPersistedBeforeUse(t *testing.T) {
 	h := newHarness(t)
-	h.sim.Inject(sim.Fault{Method: "POST", PathPattern: "/network/v2.0/ports", Status: 500})
+	h.sim.Inject(openstacksim.Fault{Method: "POST", PathPattern: "/network/v2.0/ports", Status: 500})
 	h.newLink("persist", "shoot--services--svc01", svcCIDR)
 	l := h.untilCond("persist", v1.ConditionLegAttached, v1.ReasonEnsureLegPortFailed)
 	if l.Status.TransitIP != "10.254.0.3" || len(h.portsAt("10.254.0.3")) != 0 {
@@ -197,13 +197,13 @@ func TestSameTenantConcurrentLinksNeverShare(t *testing.T) {
 // without recreating anything; deleting the link afterwards deletes the port.
 func TestSameTenantAdoptsWorkedExample(t *testing.T) {
 	var legID string
-	h := newHarness(t, func(s *sim.Seed) {
+	h := newHarness(t, func(s *openstacksim.Seed) {
 		for i := range s.Routers {
 			switch s.Routers[i].Name {
 			case "shoot--services--svc01":
-				s.Routers[i].Interfaces = append(s.Routers[i].Interfaces, sim.SeedInterface{Subnet: "vpn-transit-subnet", IP: "10.254.0.3"})
+				s.Routers[i].Interfaces = append(s.Routers[i].Interfaces, openstacksim.SeedInterface{Subnet: "vpn-transit-subnet", IP: "10.254.0.3"})
 			case "shoot--services--vpn01":
-				s.Routers[i].Routes = append(s.Routers[i].Routes, sim.Route{Destination: svcCIDR, NextHop: "10.254.0.3"})
+				s.Routers[i].Routes = append(s.Routers[i].Routes, openstacksim.Route{Destination: svcCIDR, NextHop: "10.254.0.3"})
 			}
 		}
 	})
@@ -241,10 +241,10 @@ func TestSameTenantAdoptsWorkedExample(t *testing.T) {
 
 // Without a pin, a hand-made leg sitting at .3 is adopted too.
 func TestSameTenantAdoptsAtDot3WithoutPin(t *testing.T) {
-	h := newHarness(t, func(s *sim.Seed) {
+	h := newHarness(t, func(s *openstacksim.Seed) {
 		for i := range s.Routers {
 			if s.Routers[i].Name == "shoot--services--svc02" {
-				s.Routers[i].Interfaces = append(s.Routers[i].Interfaces, sim.SeedInterface{Subnet: "vpn-transit-subnet", IP: "10.254.0.3"})
+				s.Routers[i].Interfaces = append(s.Routers[i].Interfaces, openstacksim.SeedInterface{Subnet: "vpn-transit-subnet", IP: "10.254.0.3"})
 			}
 		}
 	})

@@ -15,7 +15,7 @@ import (
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
 // routerWrites counts the add and remove calls of route sets on one router since the
@@ -141,8 +141,8 @@ func TestForwardRoutesRemovedAsRecordedPairs(t *testing.T) {
 		t.Fatal(err)
 	}
 	gw := openstack.Owner{Kind: "IPsecGateway", Namespace: "tenant-x", Name: "gw", UID: "6f0c1b7e-0000-4000-8000-000000000002"}
-	if _, err := h.sim.AddPort(sim.Port{NetworkID: h.transitNetID(), Name: "gateway", Tags: gw.Tags(),
-		FixedIPs: []sim.FixedIP{{SubnetID: h.transitSubnetID(), IPAddress: x}}}); err != nil {
+	if _, err := h.sim.AddPort(openstacksim.Port{NetworkID: h.transitNetID(), Name: "gateway", Tags: gw.Tags(),
+		FixedIPs: []openstacksim.FixedIP{{SubnetID: h.transitSubnetID(), IPAddress: x}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.sim.AddRoute(opID, "100.64.9.0/24", x); err != nil {
@@ -333,13 +333,13 @@ func condOf(l *v1.ClusterLink, t string) string {
 // cloud has the secure-RBAC defaults (member alone sees nothing of its own project
 // there), member everywhere. With both roles the link gets Ready (the control).
 func TestCrossTenantCredentialsRoleMissing(t *testing.T) {
-	h := newHarness(t, func(s *sim.Seed) {
+	h := newHarness(t, func(s *openstacksim.Seed) {
 		s.SecureRBAC = true
 		for i := range s.Users {
 			switch s.Users[i].Name {
 			case "vpn-operator":
 				s.Users[i].Roles = []string{"member", "reader"}
-				s.Users[i].AppCredentials = []sim.SeedAppCredential{seedAppCred("operator", "member", "reader")}
+				s.Users[i].AppCredentials = []openstacksim.SeedAppCredential{seedAppCred("operator", "member", "reader")}
 			case "diehl-automation":
 				s.Users[i].Roles = []string{"member", "reader"}
 				s.Users[i].AppCredentials = append(s.Users[i].AppCredentials,

@@ -15,7 +15,7 @@ import (
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
 // errCrash stands for the operator dying right after an OpenStack write took effect:
@@ -220,7 +220,7 @@ type crashCase struct {
 const pinnedFIP = "203.0.113.77"
 
 // pinnedFloatingIP returns the user's floating IP (creating it once).
-func (h *harness) pinnedFloatingIP(t *testing.T) sim.FloatingIP {
+func (h *harness) pinnedFloatingIP(t *testing.T) openstacksim.FloatingIP {
 	t.Helper()
 	for _, f := range h.sim.FloatingIPs() {
 		if f.FloatingIPAddress == pinnedFIP {

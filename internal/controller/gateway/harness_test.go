@@ -31,9 +31,9 @@ import (
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/conditions"
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 var env *testenv.Env
@@ -147,7 +147,7 @@ func (r *countingRecorder) has(s string) bool {
 type harness struct {
 	t       *testing.T
 	ctx     context.Context
-	sim     *sim.Server
+	sim     *openstacksim.Server
 	os      *openstack.Clients
 	ns      string
 	cfg     operatorconfig.Config
@@ -200,11 +200,11 @@ func testConfig() operatorconfig.Config {
 func newHarness(t *testing.T) *harness {
 	t.Helper()
 	testenv.Need(t)
-	seed, err := sim.LoadSeed(filepath.Join(testenv.RepoRoot(), "examples", "sim-estate.yaml"))
+	seed, err := openstacksim.LoadSeed(filepath.Join(testenv.RepoRoot(), "examples", "sim-estate.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := sim.Start(seed)
+	s, err := openstacksim.Start(seed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -617,7 +617,7 @@ func (h *harness) tagged(uid types.UID) (ports, sgs, fips int) {
 	return
 }
 
-func (h *harness) operatorRouter() sim.Router {
+func (h *harness) operatorRouter() openstacksim.Router {
 	h.t.Helper()
 	rt, ok := h.sim.RouterByName("shoot--services--vpn01")
 	if !ok {
@@ -626,8 +626,8 @@ func (h *harness) operatorRouter() sim.Router {
 	return rt
 }
 
-func routesVia(rt sim.Router, nexthop string) []sim.Route {
-	var out []sim.Route
+func routesVia(rt openstacksim.Router, nexthop string) []openstacksim.Route {
+	var out []openstacksim.Route
 	for _, r := range rt.Routes {
 		if r.NextHop == nexthop {
 			out = append(out, r)

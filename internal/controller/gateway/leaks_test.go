@@ -6,7 +6,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
 // Regressions found by the chaos soak (test/soak).
@@ -25,7 +25,7 @@ func TestPinnedCIDRReleasedByADeletionIsTakenAtOnce(t *testing.T) {
 	old := h.waitConverged("old")
 
 	// The old gateway's deletion is held up by a failing cloud for a while.
-	remove := h.sim.Inject(sim.Fault{Method: "DELETE", PathPattern: "/network/v2.0/ports/*", Status: 503})
+	remove := h.sim.Inject(openstacksim.Fault{Method: "DELETE", PathPattern: "/network/v2.0/ports/*", Status: 503})
 	if err := env.Client.Delete(h.ctx, old); err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
 	"bnerd.net/vpn-operator/internal/render"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
 func testNode(name string, ready bool, since time.Time, mutate ...func(*corev1.Node)) corev1.Node {
@@ -277,7 +277,7 @@ func TestPlacementSpreadsAndFallsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.waitGone(onA)
-	remove := h.sim.Inject(sim.Fault{Method: "POST", PathPattern: "re:/servers/" + serverA + "/os-interface$", Status: 409})
+	remove := h.sim.Inject(openstacksim.Fault{Method: "POST", PathPattern: "re:/servers/" + serverA + "/os-interface$", Status: 409})
 	defer remove()
 	h.cfg.NodeMaxGateways = 2
 	h.start()

@@ -20,8 +20,8 @@ import (
 	"bnerd.net/vpn-operator/internal/agent/vici"
 	"bnerd.net/vpn-operator/internal/controller/outcome"
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
 	"bnerd.net/vpn-operator/internal/statuswrite"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
 const routeCreatePort = "POST /network/v2.0/ports"
@@ -56,7 +56,7 @@ func TestRefusalWaitsForSpecChange(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
 	h.psk("hq-psk", testPSK)
-	remove := h.sim.Inject(sim.Fault{Method: "POST", PathPattern: "/network/v2.0/ports", Status: 403})
+	remove := h.sim.Inject(openstacksim.Fault{Method: "POST", PathPattern: "/network/v2.0/ports", Status: 403})
 	h.start()
 	h.create("refused", spec(false))
 	gw := h.waitCond("refused", v1alpha1.ConditionPortReady, metav1.ConditionFalse, v1alpha1.ReasonPortFailed)
@@ -108,7 +108,7 @@ func TestServerErrorStormBacksOff(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
 	h.psk("hq-psk", testPSK)
-	remove := h.sim.Inject(sim.Fault{Method: "POST", PathPattern: "/network/v2.0/ports", Status: 503})
+	remove := h.sim.Inject(openstacksim.Fault{Method: "POST", PathPattern: "/network/v2.0/ports", Status: 503})
 	h.start()
 	h.create("storm", spec(false))
 	gw := h.waitCond("storm", v1alpha1.ConditionPortReady, metav1.ConditionFalse, v1alpha1.ReasonPortFailed)
@@ -144,7 +144,7 @@ func TestRetryAfterHonoured(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
 	h.psk("hq-psk", testPSK)
-	remove := h.sim.Inject(sim.Fault{Method: "POST", PathPattern: "/network/v2.0/ports", Status: 429, RetryAfter: 2 * time.Second, Count: 3})
+	remove := h.sim.Inject(openstacksim.Fault{Method: "POST", PathPattern: "/network/v2.0/ports", Status: 429, RetryAfter: 2 * time.Second, Count: 3})
 	defer remove()
 	h.start()
 	h.create("limited", spec(false))

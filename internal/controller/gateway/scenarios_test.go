@@ -21,8 +21,8 @@ import (
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
 	"bnerd.net/vpn-operator/internal/render"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
 // Invalid specs are refused with a reason and make no OpenStack call at all.
@@ -717,7 +717,7 @@ func TestTransientOpenStackFailures(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
 	h.psk("hq-psk", testPSK)
-	for _, f := range []sim.Fault{
+	for _, f := range []openstacksim.Fault{
 		{Method: "POST", PathPattern: "/network/v2.0/ports", Status: 503, Count: 1},
 		{Method: "POST", PathPattern: "/network/v2.0/security-group-rules", Status: 500, Count: 2},
 		{Method: "POST", PathPattern: "/network/v2.0/floatingips", Status: 500, Count: 1},

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"bnerd.net/vpn-operator/internal/openstack"
-	"bnerd.net/vpn-operator/internal/openstack/sim"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 // A gateway's missing security-group rules go to Neutron in one bulk request (a gateway
@@ -19,7 +19,7 @@ import (
 // phase and stores nothing. Against the simulator, whose bulk create the conformance
 // suite holds to the real Neutron's.
 func TestCreateRulesInOneRequest(t *testing.T) {
-	seed, err := sim.LoadSeed(filepath.Join(testenv.RepoRoot(), "examples", "sim-estate.yaml"))
+	seed, err := openstacksim.LoadSeed(filepath.Join(testenv.RepoRoot(), "examples", "sim-estate.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +29,7 @@ func TestCreateRulesInOneRequest(t *testing.T) {
 			seed.Projects[i].Quotas["security_group_rule"] = quota
 		}
 	}
-	s, err := sim.Start(seed)
+	s, err := openstacksim.Start(seed)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,10 +26,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/agent/cause"
+	"bnerd.net/vpn-operator/internal/agent/downcause"
 	"bnerd.net/vpn-operator/internal/agent/vici"
-	pc "bnerd.net/vpn-operator/internal/peerconfig"
-	"bnerd.net/vpn-operator/internal/testenv"
+	pc "bnerd.net/vpn-operator/internal/kubectlvpn/peerconfig"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 // lswSite is one client site running libreswan: a client host on its network (c<n>) and
@@ -300,7 +300,7 @@ func (e *env) collectCharonLog(t testing.TB) *charonLog {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &vici.Watcher{Dial: vici.DialEvents(e.sock("g")), Events: []string{"log"}, Retry: 500 * time.Millisecond,
 		OnEvent: func(ev govici.Event) {
-			line, ok := cause.FromEvent(ev)
+			line, ok := downcause.FromEvent(ev)
 			if !ok {
 				return
 			}
@@ -804,9 +804,9 @@ func TestLibreswanClient(t *testing.T) {
 				return
 			}
 			figure(t.Logf, "gateway: dead libreswan %s detected after %.0fs", s.version, time.Since(killed).Seconds())
-			eventuallyT(t, "status says "+cause.PeerNotResponding, 3*time.Minute, func() bool {
+			eventuallyT(t, "status says "+downcause.PeerNotResponding, 3*time.Minute, func() bool {
 				st, ok := e.tunnelState(s.tunnel)
-				return ok && st.State != "Up" && st.Reason == cause.PeerNotResponding
+				return ok && st.State != "Up" && st.Reason == downcause.PeerNotResponding
 			})
 			s.start(t)
 			eventuallyT(t, "up again with the client back", 2*time.Minute, func() bool {
@@ -826,10 +826,10 @@ func TestLibreswanClient(t *testing.T) {
 			return func(c string) string { return regexp.MustCompile(re).ReplaceAllString(c, with) }
 		}
 		for _, mm := range []mismatch{
-			{reason: cause.AuthenticationFailed, psk: "not-the-gateways-key-0123456789"},
-			{reason: cause.NoCommonIKEProposal, edit: replace(`(?m)^\tike=.*$`, "\tike=chacha20_poly1305-sha2_256-dh19")},
-			{reason: cause.NoCommonESPProposal, edit: replace(`(?m)^\tesp=.*$`, "\tesp=aes128-sha1-dh19")},
-			{reason: cause.TrafficSelectorsRefused, edit: replace(`(?m)^\trightsubnet=.*$`, "\trightsubnet=100.64.8.0/24")},
+			{reason: downcause.AuthenticationFailed, psk: "not-the-gateways-key-0123456789"},
+			{reason: downcause.NoCommonIKEProposal, edit: replace(`(?m)^\tike=.*$`, "\tike=chacha20_poly1305-sha2_256-dh19")},
+			{reason: downcause.NoCommonESPProposal, edit: replace(`(?m)^\tesp=.*$`, "\tesp=aes128-sha1-dh19")},
+			{reason: downcause.TrafficSelectorsRefused, edit: replace(`(?m)^\trightsubnet=.*$`, "\trightsubnet=100.64.8.0/24")},
 		} {
 			t.Run(mm.reason, func(t *testing.T) {
 				forEach(t, sites, func(t *testing.T, s *lswSite) {

@@ -23,12 +23,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/agent/cause"
+	"bnerd.net/vpn-operator/internal/agent/downcause"
 	"bnerd.net/vpn-operator/internal/agent/exporter"
 	"bnerd.net/vpn-operator/internal/agent/vici"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
 	"bnerd.net/vpn-operator/internal/render"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 // rekeySoakEnv lengthens the host mode's rekeys under traffic in TestTunnelLifecycle (a
@@ -515,7 +515,7 @@ func (e *env) lifecycleCauses(t *testing.T, read statusReader) {
 		log0 := strings.Count(e.statusAgentLog(), "initiated t1")
 		start := time.Now()
 		breakPeer(bad)
-		st := expect(t, cause.AuthenticationFailed, "Down")
+		st := expect(t, downcause.AuthenticationFailed, "Down")
 		e.sleep(30 * time.Second)
 		attempts := strings.Count(e.statusAgentLog(), "initiated t1") - log0
 		figure(t.Logf, "refused peer: %d attempts in %.0fs (a fixed 2 s interval would make %d)", attempts, time.Since(start).Seconds(), int(time.Since(start)/(2*time.Second)))
@@ -532,21 +532,21 @@ func (e *env) lifecycleCauses(t *testing.T, read statusReader) {
 		bad := good
 		bad.ike = "aes256-sha256-modp2048"
 		breakPeer(bad)
-		expect(t, cause.NoCommonIKEProposal, "Down")
+		expect(t, downcause.NoCommonIKEProposal, "Down")
 		restore(t)
 	})
 	e.run(t, "no common ESP proposal: half-open, recovers", func(t *testing.T) {
 		bad := good
 		bad.esp = "aes256-sha256-modp2048"
 		breakPeer(bad)
-		expect(t, cause.NoCommonESPProposal, "Connecting")
+		expect(t, downcause.NoCommonESPProposal, "Connecting")
 		restore(t)
 	})
 	e.run(t, "traffic selectors refused: half-open, recovers", func(t *testing.T) {
 		bad := good
 		bad.remoteTS = "100.64.8.0/24"
 		breakPeer(bad)
-		expect(t, cause.TrafficSelectorsRefused, "Connecting")
+		expect(t, downcause.TrafficSelectorsRefused, "Connecting")
 		restore(t)
 	})
 	e.run(t, "PFS mismatch at rekey: reported while up, recovers after the child SA expires", func(t *testing.T) {
@@ -555,7 +555,7 @@ func (e *env) lifecycleCauses(t *testing.T, read statusReader) {
 		breakPeer(bad)
 		e.eventually("up without PFS", func() bool { st, ok := read(); return ok && st.State == "Up" })
 		ike0, _ := e.ikeChild()
-		expect(t, cause.PFSMismatchAtRekey, "Up")
+		expect(t, downcause.PFSMismatchAtRekey, "Up")
 		e.eventually("up again on a new IKE SA after the child SA expired", func() bool {
 			id, _ := e.ikeChild()
 			return id != "" && id != ike0
@@ -576,13 +576,13 @@ func (e *env) lifecycleCauses(t *testing.T, read statusReader) {
 		var st v1alpha1.TunnelState
 		deadline := time.Now().Add(scaled(3 * time.Minute))
 		for time.Now().Before(deadline) {
-			if st, _ = read(); st.Reason == cause.PeerNotResponding {
+			if st, _ = read(); st.Reason == downcause.PeerNotResponding {
 				break
 			}
 			time.Sleep(time.Second)
 		}
-		if st.Reason != cause.PeerNotResponding {
-			t.Fatalf("status %+v, want %s", st, cause.PeerNotResponding)
+		if st.Reason != downcause.PeerNotResponding {
+			t.Fatalf("status %+v, want %s", st, downcause.PeerNotResponding)
 		}
 		// The client answers again 10 s later.
 		e.sleep(10 * time.Second)

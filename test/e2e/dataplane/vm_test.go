@@ -18,7 +18,7 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 // vmTests are the tests the VM runs: the dataplane suite in kernel mode, the tunnel's

@@ -20,7 +20,7 @@ import (
 
 	"bnerd.net/vpn-operator/internal/agent/nat"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 // TestWireGuardKernel runs kernel WireGuard between two namespaces joined by a bridge

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 // Env is one test's world.

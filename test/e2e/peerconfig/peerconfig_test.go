@@ -23,8 +23,8 @@ import (
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
-	pc "bnerd.net/vpn-operator/internal/peerconfig"
-	"bnerd.net/vpn-operator/internal/testenv"
+	pc "bnerd.net/vpn-operator/internal/kubectlvpn/peerconfig"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
 // Addresses: TEST-NET and CGNAT space inside namespaces this test creates only.

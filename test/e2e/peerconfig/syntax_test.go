@@ -10,14 +10,14 @@ import (
 	"strings"
 	"testing"
 
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
-// goldens returns the peer-config golden files of a format (internal/peerconfig's
+// goldens returns the peer-config golden files of a format (internal/kubectlvpn/peerconfig's
 // TestGolden keeps them equal to what the renderer writes).
 func goldens(t *testing.T, format string) map[string]string {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(testenv.RepoRoot(), "internal", "peerconfig", "testdata", "*-"+format+".golden"))
+	files, err := filepath.Glob(filepath.Join(testenv.RepoRoot(), "internal", "kubectlvpn", "peerconfig", "testdata", "*-"+format+".golden"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no %s golden files: %v", format, err)
 	}

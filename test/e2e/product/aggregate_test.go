@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
-	"bnerd.net/vpn-operator/internal/world"
+	"bnerd.net/vpn-operator/internal/testinfra/world"
 )
 
 // exampleLink is the ClusterLink of examples/clusterlink.yaml.

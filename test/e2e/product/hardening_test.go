@@ -16,7 +16,7 @@ import (
 
 	"bnerd.net/vpn-operator/internal/agent/nat"
 	"bnerd.net/vpn-operator/internal/render"
-	"bnerd.net/vpn-operator/internal/world"
+	"bnerd.net/vpn-operator/internal/testinfra/world"
 )
 
 // podHardened checks, on the real kubelet and containerd, what the rendered pod's

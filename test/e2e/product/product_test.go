@@ -3,7 +3,7 @@
 // operator installed from the released chart (helm install oci://... --version) against
 // the OpenStack simulator, the packet fabric that makes the simulator's
 // networking carry traffic, a client site with its own hand-configured strongSwan, and
-// hosts in the service clusters (internal/world). It applies the examples and checks what
+// hosts in the service clusters (internal/testinfra/world). It applies the examples and checks what
 // a client and the platform would: the tunnel comes up from the applied IPsecGateway and
 // carries traffic both ways, survives what a cluster does to pods and nodes, fails
 // closed, and leaves nothing behind.
@@ -44,8 +44,8 @@ import (
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
 	"bnerd.net/vpn-operator/internal/render"
-	"bnerd.net/vpn-operator/internal/testenv"
-	"bnerd.net/vpn-operator/internal/world"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/world"
 )
 
 type env struct {

@@ -19,7 +19,7 @@ import (
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/agent/nat"
 	"bnerd.net/vpn-operator/internal/render"
-	"bnerd.net/vpn-operator/internal/world"
+	"bnerd.net/vpn-operator/internal/testinfra/world"
 )
 
 // Tenant A (namespace intruderNS) and tenant B (the examples' tenant acme, namespace

@@ -26,7 +26,7 @@ import (
 	"bnerd.net/vpn-operator/internal/operatorconfig"
 	"bnerd.net/vpn-operator/internal/render"
 	"bnerd.net/vpn-operator/internal/rollout"
-	"bnerd.net/vpn-operator/internal/world"
+	"bnerd.net/vpn-operator/internal/testinfra/world"
 )
 
 // previousRelease is the release the upgrade starts from: main as it landed on 3 December

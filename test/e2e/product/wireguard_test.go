@@ -19,8 +19,8 @@ import (
 
 	v1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/render"
-	"bnerd.net/vpn-operator/internal/testenv"
-	"bnerd.net/vpn-operator/internal/world"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/world"
 )
 
 // wgGateway is the WireGuard gateway of TestWireGuardOnTheNodeWorld.

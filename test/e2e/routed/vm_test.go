@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 	"bnerd.net/vpn-operator/test/e2e/netns"
 )
 

@@ -28,7 +28,7 @@ import (
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/agent/wgstate"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
-	"bnerd.net/vpn-operator/internal/testenv"
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 	"bnerd.net/vpn-operator/test/e2e/netns"
 )
 

@@ -1,6 +1,6 @@
 // Command chart-install installs, upgrades or uninstalls a chart with the Helm SDK, as
 // `helm upgrade --install --wait` and `helm uninstall --wait` do. The local product world
-// (internal/world) installs the operator's chart with it, from the release pushed to the
+// (internal/testinfra/world) installs the operator's chart with it, from the release pushed to the
 // world's registry (--chart oci://... --version), as a provider does: the SDK is what
 // the chart tests already build, so the world needs no helm CLI of its own. An OCI chart
 // is located and pulled as `helm install oci://... --version` does (the registry

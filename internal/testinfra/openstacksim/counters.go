@@ -1,0 +1,111 @@
+package openstacksim
+
+import (
+	"maps"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Counters tallies requests by method and route template, e.g.
+// "GET /network/v2.0/ports/{id}". Reads are GET and HEAD; Writes are POST,
+// PUT, DELETE and PATCH except Keystone token requests, which are counted
+// under their own route and in Tokens so a test can assert that a converged
+// reconcile made zero writes even if it had to (re)authenticate. Faulted
+// requests are counted too (they reached the server) and also in Faulted.
+type Counters struct {
+	ByRoute map[string]int
+	Reads   int
+	Writes  int
+	Tokens  int
+	Faulted int
+}
+
+// Total is the number of requests counted.
+func (c Counters) Total() int {
+	n := 0
+	for _, v := range c.ByRoute {
+		n += v
+	}
+	return n
+}
+
+// RequestRecord is one entry of the request log.
+type RequestRecord struct {
+	Time      time.Time
+	Method    string
+	Path      string
+	Query     string
+	Route     string
+	Status    int // 0 when the connection was dropped
+	ProjectID string
+	Faulted   bool
+}
+
+const requestLogSize = 4096
+
+func isTokenRoute(path string) bool {
+	return strings.HasPrefix(path, identityPrefix+"/v3/auth/tokens")
+}
+
+func (s *Server) record(r *http.Request, route string, status int, faulted bool) {
+	rec := RequestRecord{Time: time.Now(), Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery,
+		Route: route, Status: status, Faulted: faulted}
+	if tok := s.lookupToken(r.Header.Get("X-Auth-Token")); tok != nil {
+		rec.ProjectID = tok.projectID
+	}
+	s.cntMu.Lock()
+	defer s.cntMu.Unlock()
+	s.counters.ByRoute[route]++
+	switch {
+	case isTokenRoute(r.URL.Path):
+		if r.Method == http.MethodPost {
+			s.counters.Tokens++
+		} else if !isWrite(r.Method) {
+			s.counters.Reads++
+		}
+	case isWrite(r.Method):
+		s.counters.Writes++
+	default:
+		s.counters.Reads++
+	}
+	if faulted {
+		s.counters.Faulted++
+	}
+	if len(s.log) < requestLogSize {
+		s.log = append(s.log, rec)
+	} else {
+		s.log[s.logNext] = rec
+	}
+	s.logNext = (s.logNext + 1) % requestLogSize
+}
+
+// Counters returns a copy of the counters.
+func (s *Server) Counters() Counters {
+	s.cntMu.Lock()
+	defer s.cntMu.Unlock()
+	c := s.counters
+	c.ByRoute = maps.Clone(s.counters.ByRoute)
+	return c
+}
+
+// ResetCounters zeroes the counters and the request log.
+func (s *Server) ResetCounters() {
+	s.cntMu.Lock()
+	defer s.cntMu.Unlock()
+	s.counters = Counters{ByRoute: map[string]int{}}
+	s.log = nil
+	s.logNext = 0
+}
+
+// RequestLog returns the most recent requests (up to 4096), oldest first.
+func (s *Server) RequestLog() []RequestRecord {
+	s.cntMu.Lock()
+	defer s.cntMu.Unlock()
+	if len(s.log) < requestLogSize {
+		return append([]RequestRecord(nil), s.log...)
+	}
+	out := make([]RequestRecord, 0, requestLogSize)
+	out = append(out, s.log[s.logNext:]...)
+	return append(out, s.log[:s.logNext]...)
+}
