@@ -7,7 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
@@ -17,19 +17,19 @@ import (
 func TestIntervalAdmission(t *testing.T) {
 	testenv.Need(t)
 	ctx := context.Background()
-	for _, bc := range v1.BoundCases() {
+	for _, bc := range v1alpha1.BoundCases() {
 		for _, kind := range []string{"IPsecGateway", "VPNGateway"} {
 			try := func(v string) error {
 				s := goodGatewaySpec()
 				bc.Set(&s.Tunnels[0], v)
 				if kind == "IPsecGateway" {
-					return env.Client.Create(ctx, &v1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Name: name("iv"), Namespace: ns}, Spec: s})
+					return env.Client.Create(ctx, &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Name: name("iv"), Namespace: ns}, Spec: s})
 				}
-				return env.Client.Create(ctx, &v1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Name: name("iv"), Namespace: ns},
-					Spec: v1.VPNGatewaySpec{Protocol: v1.VPNProtocolIPsec, GatewaySpec: s}})
+				return env.Client.Create(ctx, &v1alpha1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Name: name("iv"), Namespace: ns},
+					Spec: v1alpha1.VPNGatewaySpec{Protocol: v1alpha1.VPNProtocolIPsec, GatewaySpec: s}})
 			}
-			var bound v1.IntervalBound
-			for _, b := range v1.IntervalBounds {
+			var bound v1alpha1.IntervalBound
+			for _, b := range v1alpha1.IntervalBounds {
 				if b.Field == bc.Field {
 					bound = b
 				}

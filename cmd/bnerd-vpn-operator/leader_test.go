@@ -16,7 +16,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/controller/gateway"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
@@ -153,7 +153,7 @@ func TestOnlyTheLeaderReconciles(t *testing.T) {
 		a.stop()
 		b.stop()
 		// Leave nothing for the next test's operator to reconcile.
-		var l v1.IPsecGatewayList
+		var l v1alpha1.IPsecGatewayList
 		_ = env.Client.List(context.Background(), &l, client.InNamespace(ns))
 		for i := range l.Items {
 			g := &l.Items[i]
@@ -175,9 +175,9 @@ func TestOnlyTheLeaderReconciles(t *testing.T) {
 
 	const n = 3
 	for i := range n {
-		gw := &v1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("gw-%d", i)}, Spec: v1.GatewaySpec{
-			Tunnels: []v1.Tunnel{{Name: "hq", Peer: v1.Peer{Address: "198.51.100.7", Subnets: []string{"192.168.10.0/24"}},
-				PreSharedKey: v1.SecretKeyRef{Name: "psk"}}},
+		gw := &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("gw-%d", i)}, Spec: v1alpha1.GatewaySpec{
+			Tunnels: []v1alpha1.Tunnel{{Name: "hq", Peer: v1alpha1.Peer{Address: "198.51.100.7", Subnets: []string{"192.168.10.0/24"}},
+				PreSharedKey: v1alpha1.SecretKeyRef{Name: "psk"}}},
 		}}
 		if err := env.Client.Create(ctx, gw); err != nil {
 			t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
@@ -117,20 +117,20 @@ func TestOperatorBinaryWithCloudsYAML(t *testing.T) {
 	}()
 
 	ctx := context.Background()
-	link := &v1.ClusterLink{
+	link := &v1alpha1.ClusterLink{
 		ObjectMeta: metav1.ObjectMeta{Name: "binary-svc01"},
-		Spec:       v1.ClusterLinkSpec{ServiceClusterRouter: "shoot--services--svc01", ServiceClusterCIDR: "10.251.0.0/16"},
+		Spec:       v1alpha1.ClusterLinkSpec{ServiceClusterRouter: "shoot--services--svc01", ServiceClusterCIDR: "10.251.0.0/16"},
 	}
 	if err := env.Client.Create(ctx, link); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(2 * time.Minute) // a generous bound, not a latency assertion
 	for {
-		cur := &v1.ClusterLink{}
+		cur := &v1alpha1.ClusterLink{}
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(link), cur); err != nil {
 			t.Fatal(err)
 		}
-		if meta.IsStatusConditionTrue(cur.Status.Conditions, v1.ConditionReady) {
+		if meta.IsStatusConditionTrue(cur.Status.Conditions, v1alpha1.ConditionReady) {
 			if cur.Status.TransitIP == "" {
 				t.Fatalf("Ready without a transit IP: %+v", cur.Status)
 			}

@@ -20,7 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 	"bnerd.net/vpn-operator/internal/testinfra/testenv"
@@ -153,9 +153,9 @@ rules:
 		Data: map[string][]byte{"psk": []byte("a key of more than twenty bytes for RBAC")}}); err != nil {
 		t.Fatal(err)
 	}
-	gw := &v1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "gw"}, Spec: v1.GatewaySpec{
-		Tunnels: []v1.Tunnel{{Name: "hq", Peer: v1.Peer{Address: "198.51.100.7", Subnets: []string{"192.168.10.0/24"}},
-			PreSharedKey: v1.SecretKeyRef{Name: "hq-psk"}}},
+	gw := &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "gw"}, Spec: v1alpha1.GatewaySpec{
+		Tunnels: []v1alpha1.Tunnel{{Name: "hq", Peer: v1alpha1.Peer{Address: "198.51.100.7", Subnets: []string{"192.168.10.0/24"}},
+			PreSharedKey: v1alpha1.SecretKeyRef{Name: "hq-psk"}}},
 	}}
 	if err := c.Create(ctx, gw); err != nil {
 		t.Fatal(err)
@@ -166,33 +166,33 @@ rules:
 		t.Fatal(err)
 	}
 	customer, _ := s.ProjectByName("customer-diehl")
-	link := &v1.ClusterLink{ObjectMeta: metav1.ObjectMeta{Name: "diehl01", Annotations: map[string]string{v1.AnnotationCustomerAPIAccess: "none"}},
-		Spec: v1.ClusterLinkSpec{ServiceClusterRouter: "shoot--diehl--diehl01", ServiceClusterCIDR: "10.234.0.0/16",
-			CredentialsSecretRef: &v1.SecretRef{Name: "clusterlink-diehl01", Namespace: creds}, CustomerProjectID: customer.ID}}
+	link := &v1alpha1.ClusterLink{ObjectMeta: metav1.ObjectMeta{Name: "diehl01", Annotations: map[string]string{v1alpha1.AnnotationCustomerAPIAccess: "none"}},
+		Spec: v1alpha1.ClusterLinkSpec{ServiceClusterRouter: "shoot--diehl--diehl01", ServiceClusterCIDR: "10.234.0.0/16",
+			CredentialsSecretRef: &v1alpha1.SecretRef{Name: "clusterlink-diehl01", Namespace: creds}, CustomerProjectID: customer.ID}}
 	if err := c.Create(ctx, link); err != nil {
 		t.Fatal(err)
 	}
 	// A policy that selects no namespace of the test: only its status is written.
-	pol := &v1.VPNTenantPolicy{ObjectMeta: metav1.ObjectMeta{Name: "rbac-nobody"}, Spec: v1.VPNTenantPolicySpec{
+	pol := &v1alpha1.VPNTenantPolicy{ObjectMeta: metav1.ObjectMeta{Name: "rbac-nobody"}, Spec: v1alpha1.VPNTenantPolicySpec{
 		NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"ipsec.bnerd.net/tenant": "nobody"}}}}
 	if err := c.Create(ctx, pol); err != nil {
 		t.Fatal(err)
 	}
 
 	waitUntil(t, "the gateway WorkloadReady", func() bool {
-		var g v1.IPsecGateway
+		var g v1alpha1.IPsecGateway
 		_ = c.Get(ctx, client.ObjectKeyFromObject(gw), &g)
-		return meta.IsStatusConditionTrue(g.Status.Conditions, v1.ConditionWorkloadReady) && len(g.Finalizers) > 0
+		return meta.IsStatusConditionTrue(g.Status.Conditions, v1alpha1.ConditionWorkloadReady) && len(g.Finalizers) > 0
 	})
 	waitUntil(t, "the ClusterLink Ready", func() bool {
-		var l v1.ClusterLink
+		var l v1alpha1.ClusterLink
 		_ = c.Get(ctx, client.ObjectKeyFromObject(link), &l)
-		return meta.IsStatusConditionTrue(l.Status.Conditions, v1.ConditionReady) && len(l.Finalizers) > 0
+		return meta.IsStatusConditionTrue(l.Status.Conditions, v1alpha1.ConditionReady) && len(l.Finalizers) > 0
 	})
 	waitUntil(t, "the VPNTenantPolicy's status written", func() bool {
-		var p v1.VPNTenantPolicy
+		var p v1alpha1.VPNTenantPolicy
 		_ = c.Get(ctx, client.ObjectKeyFromObject(pol), &p)
-		return meta.FindStatusCondition(p.Status.Conditions, v1.ConditionReady) != nil
+		return meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady) != nil
 	})
 	if err := c.Delete(ctx, gw); err != nil {
 		t.Fatal(err)
@@ -201,10 +201,10 @@ rules:
 		t.Fatal(err)
 	}
 	waitUntil(t, "the gateway's finalizer removed", func() bool {
-		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(gw), &v1.IPsecGateway{}))
+		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(gw), &v1alpha1.IPsecGateway{}))
 	})
 	waitUntil(t, "the ClusterLink's finalizer removed", func() bool {
-		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(link), &v1.ClusterLink{}))
+		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(link), &v1alpha1.ClusterLink{}))
 	})
 	stop()
 
@@ -213,7 +213,7 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	control := &v1.VPNTenantPolicy{ObjectMeta: metav1.ObjectMeta{Name: "rbac-control"}}
+	control := &v1alpha1.VPNTenantPolicy{ObjectMeta: metav1.ObjectMeta{Name: "rbac-control"}}
 	if err := ac.Create(ctx, control); !apierrors.IsForbidden(err) {
 		t.Fatalf("creating a VPNTenantPolicy as the operator: %v, want forbidden", err)
 	}

@@ -18,7 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 	"bnerd.net/vpn-operator/internal/testinfra/testenv"
@@ -154,9 +154,9 @@ rules:
 			t.Fatal(err)
 		}
 	}
-	gw := &v1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "audit-tenant", Name: "gw"}, Spec: v1.GatewaySpec{
-		Tunnels: []v1.Tunnel{{Name: "hq", Peer: v1.Peer{Address: "198.51.100.7", Subnets: []string{"192.168.10.0/24"}},
-			PreSharedKey: v1.SecretKeyRef{Name: "hq-psk"}}},
+	gw := &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "audit-tenant", Name: "gw"}, Spec: v1alpha1.GatewaySpec{
+		Tunnels: []v1alpha1.Tunnel{{Name: "hq", Peer: v1alpha1.Peer{Address: "198.51.100.7", Subnets: []string{"192.168.10.0/24"}},
+			PreSharedKey: v1alpha1.SecretKeyRef{Name: "hq-psk"}}},
 	}}
 	if err := c.Create(ctx, gw); err != nil {
 		t.Fatal(err)
@@ -167,21 +167,21 @@ rules:
 		t.Fatal(err)
 	}
 	customer, _ := s.ProjectByName("customer-diehl")
-	link := &v1.ClusterLink{ObjectMeta: metav1.ObjectMeta{Name: "diehl01", Annotations: map[string]string{v1.AnnotationCustomerAPIAccess: "none"}},
-		Spec: v1.ClusterLinkSpec{ServiceClusterRouter: "shoot--diehl--diehl01", ServiceClusterCIDR: "10.234.0.0/16",
-			CredentialsSecretRef: &v1.SecretRef{Name: "clusterlink-diehl01", Namespace: "bnerd-vpn-clusterlinks"}, CustomerProjectID: customer.ID}}
+	link := &v1alpha1.ClusterLink{ObjectMeta: metav1.ObjectMeta{Name: "diehl01", Annotations: map[string]string{v1alpha1.AnnotationCustomerAPIAccess: "none"}},
+		Spec: v1alpha1.ClusterLinkSpec{ServiceClusterRouter: "shoot--diehl--diehl01", ServiceClusterCIDR: "10.234.0.0/16",
+			CredentialsSecretRef: &v1alpha1.SecretRef{Name: "clusterlink-diehl01", Namespace: "bnerd-vpn-clusterlinks"}, CustomerProjectID: customer.ID}}
 	if err := c.Create(ctx, link); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the gateway's workload phase checked the key", func() bool {
-		var g v1.IPsecGateway
+		var g v1alpha1.IPsecGateway
 		_ = c.Get(ctx, client.ObjectKeyFromObject(gw), &g)
-		return meta.IsStatusConditionTrue(g.Status.Conditions, v1.ConditionWorkloadReady)
+		return meta.IsStatusConditionTrue(g.Status.Conditions, v1alpha1.ConditionWorkloadReady)
 	})
 	waitUntil(t, "the ClusterLink Ready", func() bool {
-		var l v1.ClusterLink
+		var l v1alpha1.ClusterLink
 		_ = c.Get(ctx, client.ObjectKeyFromObject(link), &l)
-		return meta.IsStatusConditionTrue(l.Status.Conditions, v1.ConditionReady)
+		return meta.IsStatusConditionTrue(l.Status.Conditions, v1alpha1.ConditionReady)
 	})
 	stop()
 

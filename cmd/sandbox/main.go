@@ -35,7 +35,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/conditions"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
@@ -177,13 +177,13 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath strin
 	}()
 
 	step("applying %s", gatewayPath)
-	gw := &v1.IPsecGateway{}
+	gw := &v1alpha1.IPsecGateway{}
 	if err := apply(ctx, c, gatewayPath, gw, tenantNamespace); err != nil {
 		return err
 	}
 	// No kubelet runs here: the gateway converges (every phase True), but its pod never
 	// runs, so Ready stays False with PodReady's reason, as it would in a real cluster.
-	if err := waitReady(ctx, c, gw, func() []metav1.Condition { return gw.Status.Conditions }, v1.GatewayPhaseConditionTypes, timeout, objectsOnlyNotReady); err != nil {
+	if err := waitReady(ctx, c, gw, func() []metav1.Condition { return gw.Status.Conditions }, v1alpha1.GatewayPhaseConditionTypes, timeout, objectsOnlyNotReady); err != nil {
 		fmt.Printf("\noperator log (%s):\n", logPath)
 		tail(logPath, 40)
 		return err
@@ -194,14 +194,14 @@ func run(stay bool, timeout time.Duration, seedPath, gatewayPath, linkPath strin
 	out, _ := sigsyaml.Marshal(st)
 	fmt.Println(indent(string(out)))
 
-	var link *v1.ClusterLink
+	var link *v1alpha1.ClusterLink
 	if linkPath != "" {
 		step("applying %s", linkPath)
-		link = &v1.ClusterLink{}
+		link = &v1alpha1.ClusterLink{}
 		if err := apply(ctx, c, linkPath, link, ""); err != nil {
 			return err
 		}
-		if err := waitReady(ctx, c, link, func() []metav1.Condition { return link.Status.Conditions }, []string{v1.ConditionReady}, timeout, nil); err != nil {
+		if err := waitReady(ctx, c, link, func() []metav1.Condition { return link.Status.Conditions }, []string{v1alpha1.ConditionReady}, timeout, nil); err != nil {
 			fmt.Printf("\noperator log (%s):\n", logPath)
 			tail(logPath, 40)
 			return err
@@ -259,13 +259,13 @@ func seedCluster(ctx context.Context, c client.Client, os1 cloud) error {
 	for _, ns := range []*corev1.Namespace{
 		{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}},
 		// Tenant acme's namespace: examples/vpntenantpolicy.yaml governs it.
-		{ObjectMeta: metav1.ObjectMeta{Name: tenantNamespace, Labels: map[string]string{v1.LabelTenant: "acme"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: tenantNamespace, Labels: map[string]string{v1alpha1.LabelTenant: "acme"}}},
 	} {
 		if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
 	}
-	if err := apply(ctx, c, "examples/vpntenantpolicy.yaml", &v1.VPNTenantPolicy{}, ""); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := apply(ctx, c, "examples/vpntenantpolicy.yaml", &v1alpha1.VPNTenantPolicy{}, ""); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	for _, n := range nodes {
@@ -329,7 +329,7 @@ func waitReady(ctx context.Context, c client.Client, obj client.Object, conds fu
 		name = key.Name
 	}
 	what := "Ready"
-	if len(want) > 1 || want[0] != v1.ConditionReady {
+	if len(want) > 1 || want[0] != v1alpha1.ConditionReady {
 		what = "converged"
 	}
 	deadline := time.Now().Add(timeout)
@@ -352,7 +352,7 @@ func waitReady(ctx context.Context, c client.Client, obj client.Object, conds fu
 		}
 		if done {
 			step("%s %s is %s after %.1fs", kind, name, what, time.Since(start).Seconds())
-			if r := conditions.Get(conds(), v1.ConditionReady); what == "converged" && r != nil && r.Status != metav1.ConditionTrue && notReady != nil {
+			if r := conditions.Get(conds(), v1alpha1.ConditionReady); what == "converged" && r != nil && r.Status != metav1.ConditionTrue && notReady != nil {
 				step("%s %s: Ready=%s/%s (%s)", kind, name, r.Status, r.Reason, notReady(r))
 			}
 			return nil

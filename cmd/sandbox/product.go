@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/render"
 	"bnerd.net/vpn-operator/internal/testinfra/fabric"
@@ -25,7 +25,7 @@ import (
 // conditions waited for) is not Ready yet: its tunnel needs the client's side, which the
 // sandbox's client site configures only now.
 func productNotReady(r *metav1.Condition) string {
-	if r.Reason == v1.ReasonTunnelsDown || r.Reason == v1.ReasonTunnelsNotReported {
+	if r.Reason == v1alpha1.ReasonTunnelsDown || r.Reason == v1alpha1.ReasonTunnelsNotReported {
 		return "the gateway pod runs on its node; the tunnel waits for the client site, which configures its side next"
 	}
 	return "the gateway pod runs on its node; Ready waits for: " + r.Message
@@ -86,13 +86,13 @@ func runProduct(stay bool, timeout time.Duration, gatewayPath, linkPath, wireGua
 
 	step("applying %s", gatewayPath)
 	applied := time.Now()
-	gw := &v1.IPsecGateway{}
+	gw := &v1alpha1.IPsecGateway{}
 	if err := w.Apply(ctx, gatewayPath, gw, world.TenantNamespace); err != nil {
 		return err
 	}
 	// Ready also needs the tunnel, which needs the client's side: wait for the objects and
 	// the pod, then let the client configure, then wait for Ready.
-	converged := append(append([]string{}, v1.GatewayPhaseConditionTypes...), v1.ConditionPodReady)
+	converged := append(append([]string{}, v1alpha1.GatewayPhaseConditionTypes...), v1alpha1.ConditionPodReady)
 	if err := waitReady(ctx, w.Kube, gw, func() []metav1.Condition { return gw.Status.Conditions }, converged, timeout, productNotReady); err != nil {
 		return fail(err)
 	}
@@ -110,7 +110,7 @@ func runProduct(stay bool, timeout time.Duration, gatewayPath, linkPath, wireGua
 		return fail(err)
 	}
 	step("tunnel up: tunnelsReady %s, %.1fs after the apply", gw.Status.TunnelsReady, time.Since(applied).Seconds())
-	if err := waitReady(ctx, w.Kube, gw, func() []metav1.Condition { return gw.Status.Conditions }, []string{v1.ConditionReady}, timeout, nil); err != nil {
+	if err := waitReady(ctx, w.Kube, gw, func() []metav1.Condition { return gw.Status.Conditions }, []string{v1alpha1.ConditionReady}, timeout, nil); err != nil {
 		return fail(err)
 	}
 	// The status agent can report the tunnel before the kubelet reports the pod Running.
@@ -130,14 +130,14 @@ func runProduct(stay bool, timeout time.Duration, gatewayPath, linkPath, wireGua
 	out, _ := sigsyaml.Marshal(gw.Status.Tunnels)
 	fmt.Println(indent(strings.TrimSpace(string(out))))
 
-	var link *v1.ClusterLink
+	var link *v1alpha1.ClusterLink
 	if linkPath != "" {
 		step("applying %s", linkPath)
-		link = &v1.ClusterLink{}
+		link = &v1alpha1.ClusterLink{}
 		if err := w.Apply(ctx, linkPath, link, ""); err != nil {
 			return err
 		}
-		if err := waitReady(ctx, w.Kube, link, func() []metav1.Condition { return link.Status.Conditions }, []string{v1.ConditionReady}, timeout, nil); err != nil {
+		if err := waitReady(ctx, w.Kube, link, func() []metav1.Condition { return link.Status.Conditions }, []string{v1alpha1.ConditionReady}, timeout, nil); err != nil {
 			return fail(err)
 		}
 	}
@@ -158,7 +158,7 @@ func runProduct(stay bool, timeout time.Duration, gatewayPath, linkPath, wireGua
 		fmt.Println(indent(strings.TrimSpace(out)))
 	}
 
-	var wg *v1.VPNGateway
+	var wg *v1alpha1.VPNGateway
 	if wireGuardPath != "" {
 		if wg, err = runWireGuard(ctx, w, timeout, wireGuardPath); err != nil {
 			return fail(err)

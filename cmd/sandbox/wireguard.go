@@ -8,7 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/testinfra/world"
 )
 
@@ -23,13 +23,13 @@ const wireGuardPeer = "hq"
 // example's key for hq is a placeholder: the site's router has its own key pair, and its
 // public key goes into the peer, as a tenant does. It returns the gateway, to be deleted
 // with the others.
-func runWireGuard(ctx context.Context, w *world.World, timeout time.Duration, path string) (*v1.VPNGateway, error) {
+func runWireGuard(ctx context.Context, w *world.World, timeout time.Duration, path string) (*v1alpha1.VPNGateway, error) {
 	step("WireGuard client site: its router at %s runs wg-quick (userspace wireguard-go); host %s serving :%s", world.WGSiteWANAddress, world.WGSiteHostAddress, world.WGSiteHostPort)
 	site, err := w.StartWireGuardSite(ctx)
 	if err != nil {
 		return nil, err
 	}
-	gw := &v1.VPNGateway{}
+	gw := &v1alpha1.VPNGateway{}
 	if err := w.Load(path, gw, world.TenantNamespace); err != nil {
 		return nil, err
 	}
@@ -46,7 +46,7 @@ func runWireGuard(ctx context.Context, w *world.World, timeout time.Duration, pa
 	if err := w.Kube.Create(ctx, gw); err != nil {
 		return nil, err
 	}
-	converged := append(append([]string{}, v1.GatewayConditionTypesFor(true)...), v1.ConditionPodReady)
+	converged := append(append([]string{}, v1alpha1.GatewayConditionTypesFor(true)...), v1alpha1.ConditionPodReady)
 	if err := waitReady(ctx, w.Kube, gw, func() []metav1.Condition { return gw.Status.Conditions }, converged, timeout, productNotReady); err != nil {
 		return gw, err
 	}
@@ -59,7 +59,7 @@ func runWireGuard(ctx context.Context, w *world.World, timeout time.Duration, pa
 	if err := site.Up(conf); err != nil {
 		return gw, err
 	}
-	if err := waitReady(ctx, w.Kube, gw, func() []metav1.Condition { return gw.Status.Conditions }, []string{v1.ConditionReady}, timeout, nil); err != nil {
+	if err := waitReady(ctx, w.Kube, gw, func() []metav1.Condition { return gw.Status.Conditions }, []string{v1alpha1.ConditionReady}, timeout, nil); err != nil {
 		return gw, err
 	}
 	if err := answered(ctx, timeout, "the WireGuard tunnel", []request{

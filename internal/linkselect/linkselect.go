@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 )
 
 // Selects reports whether link serves a gateway labelled gwLabels in a namespace
@@ -28,10 +28,10 @@ import (
 // A cross-tenant link serves only namespaces carrying that label, whatever its
 // selector says: the selector can narrow a customer's link, never widen it beyond the
 // customer's namespaces.
-func Selects(link *v1.ClusterLink, nsLabels, gwLabels map[string]string) (bool, error) {
+func Selects(link *v1alpha1.ClusterLink, nsLabels, gwLabels map[string]string) (bool, error) {
 	if link.Spec.CredentialsSecretRef != nil {
 		p := link.Spec.CustomerProjectID
-		if p == "" || nsLabels[v1.LabelCustomerProject] != p {
+		if p == "" || nsLabels[v1alpha1.LabelCustomerProject] != p {
 			return false, nil
 		}
 	}
@@ -58,7 +58,7 @@ func Selects(link *v1.ClusterLink, nsLabels, gwLabels map[string]string) (bool, 
 }
 
 // Describe says in words whom link serves, for condition messages.
-func Describe(link *v1.ClusterLink) string {
+func Describe(link *v1alpha1.ClusterLink) string {
 	sel := link.Spec.GatewaySelector
 	switch {
 	case sel != nil:
@@ -70,7 +70,7 @@ func Describe(link *v1.ClusterLink) string {
 			gw = "gateways matching " + metav1.FormatLabelSelector(sel.Selector)
 		}
 		if link.Spec.CredentialsSecretRef != nil {
-			ns += fmt.Sprintf(" labelled %s=%s", v1.LabelCustomerProject, link.Spec.CustomerProjectID)
+			ns += fmt.Sprintf(" labelled %s=%s", v1alpha1.LabelCustomerProject, link.Spec.CustomerProjectID)
 		}
 		return gw + " in " + ns
 	case link.Spec.CredentialsSecretRef == nil:
@@ -78,24 +78,24 @@ func Describe(link *v1.ClusterLink) string {
 	default:
 		p := link.Spec.CustomerProjectID
 		if errs := validation.IsValidLabelValue(p); len(errs) > 0 {
-			return fmt.Sprintf("no gateway (customerProjectID %q cannot be a label value, so no namespace can carry %s; set spec.gatewaySelector)", p, v1.LabelCustomerProject)
+			return fmt.Sprintf("no gateway (customerProjectID %q cannot be a label value, so no namespace can carry %s; set spec.gatewaySelector)", p, v1alpha1.LabelCustomerProject)
 		}
-		return fmt.Sprintf("the gateways in namespaces labelled %s=%s", v1.LabelCustomerProject, p)
+		return fmt.Sprintf("the gateways in namespaces labelled %s=%s", v1alpha1.LabelCustomerProject, p)
 	}
 }
 
 // Active reports whether link takes part in serving at all: not being deleted, a spec
 // that passes Validate, and not refused by its reconciler (Validated=False, for example
 // a serviceClusterCIDR overlapping an older link's).
-func Active(link *v1.ClusterLink) bool {
+func Active(link *v1alpha1.ClusterLink) bool {
 	if !link.DeletionTimestamp.IsZero() || len(link.Spec.Validate()) > 0 {
 		return false
 	}
-	return !meta.IsStatusConditionFalse(link.Status.Conditions, v1.ConditionValidated)
+	return !meta.IsStatusConditionFalse(link.Status.Conditions, v1alpha1.ConditionValidated)
 }
 
 // CIDR is the link's serviceClusterCIDR, or false when it does not parse.
-func CIDR(link *v1.ClusterLink) (netip.Prefix, bool) {
+func CIDR(link *v1alpha1.ClusterLink) (netip.Prefix, bool) {
 	p, err := netip.ParsePrefix(link.Spec.ServiceClusterCIDR)
 	return p, err == nil && p.Addr().Is4()
 }

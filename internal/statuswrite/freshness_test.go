@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
@@ -21,8 +21,8 @@ func TestFreshnessTellsAStaleReadFromAFreshOne(t *testing.T) {
 	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fresh"}}); err != nil {
 		t.Fatal(err)
 	}
-	gw := &v1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "fresh", Name: "gw"}, Spec: v1.GatewaySpec{
-		Tunnels: []v1.Tunnel{{Name: "hq", Peer: v1.Peer{Address: "198.51.100.7", Subnets: []string{"192.168.10.0/24"}}, PreSharedKey: v1.SecretKeyRef{Name: "psk"}}}}}
+	gw := &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "fresh", Name: "gw"}, Spec: v1alpha1.GatewaySpec{
+		Tunnels: []v1alpha1.Tunnel{{Name: "hq", Peer: v1alpha1.Peer{Address: "198.51.100.7", Subnets: []string{"192.168.10.0/24"}}, PreSharedKey: v1alpha1.SecretKeyRef{Name: "psk"}}}}}
 	if err := env.Client.Create(ctx, gw); err != nil {
 		t.Fatal(err)
 	}
@@ -33,13 +33,13 @@ func TestFreshnessTellsAStaleReadFromAFreshOne(t *testing.T) {
 	}
 	base := gw.DeepCopy()
 	gw.Status.ServiceCIDR = "100.64.3.0/24"
-	gw.Status.Exposures = []v1.AllocatedAddress{{Name: "portal", VirtualIP: "100.64.3.10"}}
-	gw.Status.Conditions = []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Reconciled",
+	gw.Status.Exposures = []v1alpha1.AllocatedAddress{{Name: "portal", VirtualIP: "100.64.3.10"}}
+	gw.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Reconciled",
 		Message: "every phase is converged", LastTransitionTime: metav1.NewTime(time.Now()), ObservedGeneration: 1}}
 	if err := w.Apply(ctx, gw, base); err != nil {
 		t.Fatal(err)
 	}
-	fresh := &v1.IPsecGateway{}
+	fresh := &v1alpha1.IPsecGateway{}
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(gw), fresh); err != nil {
 		t.Fatal(err)
 	}

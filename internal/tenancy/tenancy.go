@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 )
 
 // Policy is what governs one namespace's gateways.
@@ -34,7 +34,7 @@ type Policy struct {
 	// FloatingIPs are the addresses the tenant may pin.
 	FloatingIPs []netip.Addr
 	// Limits are the caps with defaults applied.
-	Limits v1.TenantUsage
+	Limits v1alpha1.TenantUsage
 	// Conflicting, when set, counts the policies that select the namespace: more than
 	// one, so none applies and the namespace's gateways are refused.
 	Conflicting int
@@ -42,12 +42,12 @@ type Policy struct {
 
 // Strict is the policy of a namespace no VPNTenantPolicy selects.
 func Strict(namespace string) Policy {
-	return Policy{Namespace: namespace, Limits: v1.TenantLimits{}.Values()}
+	return Policy{Namespace: namespace, Limits: v1alpha1.TenantLimits{}.Values()}
 }
 
 // FromSpec builds the policy a VPNTenantPolicy states (entries that do not parse are
 // left out: the schema and Validate refuse them).
-func FromSpec(name, namespace string, s *v1.VPNTenantPolicySpec) Policy {
+func FromSpec(name, namespace string, s *v1alpha1.VPNTenantPolicySpec) Policy {
 	p := Policy{Name: name, Namespace: namespace, Limits: s.Limits.Values()}
 	for _, c := range s.RoutedSubnets {
 		if x, err := netip.ParsePrefix(c); err == nil && x.Addr().Is4() {
@@ -69,7 +69,7 @@ func FromSpec(name, namespace string, s *v1.VPNTenantPolicySpec) Policy {
 
 // Selects reports whether the policy selects a namespace with these labels. A
 // selector that names nothing (refused by the schema) or does not parse selects none.
-func Selects(pol *v1.VPNTenantPolicy, nsLabels map[string]string) bool {
+func Selects(pol *v1alpha1.VPNTenantPolicy, nsLabels map[string]string) bool {
 	sel := pol.Spec.NamespaceSelector
 	if len(sel.MatchLabels) == 0 && len(sel.MatchExpressions) == 0 {
 		return false
@@ -82,7 +82,7 @@ func Selects(pol *v1.VPNTenantPolicy, nsLabels map[string]string) bool {
 }
 
 // Selecting returns the names of the policies that select the namespace, sorted.
-func Selecting(policies []v1.VPNTenantPolicy, nsLabels map[string]string) []string {
+func Selecting(policies []v1alpha1.VPNTenantPolicy, nsLabels map[string]string) []string {
 	var out []string
 	for i := range policies {
 		if Selects(&policies[i], nsLabels) {
@@ -95,8 +95,8 @@ func Selecting(policies []v1.VPNTenantPolicy, nsLabels map[string]string) []stri
 
 // For resolves the policy of a namespace: the one policy that selects it, the strict
 // defaults when none does, and a conflict (Conflicting > 1) when several do.
-func For(policies []v1.VPNTenantPolicy, namespace string, nsLabels map[string]string) Policy {
-	var found []*v1.VPNTenantPolicy
+func For(policies []v1alpha1.VPNTenantPolicy, namespace string, nsLabels map[string]string) Policy {
+	var found []*v1alpha1.VPNTenantPolicy
 	for i := range policies {
 		if Selects(&policies[i], nsLabels) {
 			found = append(found, &policies[i])
@@ -154,14 +154,14 @@ func (p Policy) FloatingIPAllowed(a netip.Addr) bool {
 
 // UsageOf is what one gateway holds against its tenant's limits. A WireGuard gateway
 // (wg set) counts its peers as tunnels.
-func UsageOf(spec *v1.GatewaySpec, wg *v1.WireGuardSpec) v1.TenantUsage {
-	u := v1.TenantUsage{Gateways: 1, Exposures: int32(len(spec.Exposures))}
+func UsageOf(spec *v1alpha1.GatewaySpec, wg *v1alpha1.WireGuardSpec) v1alpha1.TenantUsage {
+	u := v1alpha1.TenantUsage{Gateways: 1, Exposures: int32(len(spec.Exposures))}
 	if wg != nil {
 		u.Tunnels = int32(len(wg.Peers))
 	} else {
 		u.Tunnels = int32(len(spec.Tunnels))
 		for _, t := range spec.Tunnels {
-			if t.Mode == v1.TunnelModeRouted {
+			if t.Mode == v1alpha1.TunnelModeRouted {
 				u.RoutedSubnets += int32(len(t.Peer.Subnets))
 			}
 		}
@@ -173,8 +173,8 @@ func UsageOf(spec *v1.GatewaySpec, wg *v1.WireGuardSpec) v1.TenantUsage {
 }
 
 // Add returns a + b.
-func Add(a, b v1.TenantUsage) v1.TenantUsage {
-	return v1.TenantUsage{
+func Add(a, b v1alpha1.TenantUsage) v1alpha1.TenantUsage {
+	return v1alpha1.TenantUsage{
 		Gateways:             a.Gateways + b.Gateways,
 		Tunnels:              a.Tunnels + b.Tunnels,
 		RoutedSubnets:        a.RoutedSubnets + b.RoutedSubnets,
@@ -184,7 +184,7 @@ func Add(a, b v1.TenantUsage) v1.TenantUsage {
 }
 
 // Exceeded names the limits u passes, as "tunnels (17 of 16)".
-func Exceeded(u, limits v1.TenantUsage) []string {
+func Exceeded(u, limits v1alpha1.TenantUsage) []string {
 	var out []string
 	for _, x := range []struct {
 		name        string
@@ -210,7 +210,7 @@ type Member struct {
 	Ref     string
 	UID     types.UID
 	Created metav1.Time
-	Usage   v1.TenantUsage
+	Usage   v1alpha1.TenantUsage
 	// Admitted: the gateway's Validated condition is True for its current generation,
 	// so it holds what it asks for now. Admitted gateways are counted first: a change
 	// of one gateway never pushes out another that was admitted before.
@@ -234,7 +234,7 @@ type Refusal struct {
 // oldest first (then by UID). A gateway that would pass a limit is refused; a refused
 // new gateway takes nothing from those after it, a refused established one is still
 // counted (it holds what it had). Total is what the counted gateways hold.
-func Admit(limits v1.TenantUsage, members []Member) (total v1.TenantUsage, refused []Refusal) {
+func Admit(limits v1alpha1.TenantUsage, members []Member) (total v1alpha1.TenantUsage, refused []Refusal) {
 	rank := func(m Member) int {
 		switch {
 		case m.Admitted:
@@ -279,7 +279,7 @@ func RefusalOf(refused []Refusal, uid types.UID) (Refusal, bool) {
 }
 
 // Summary says in words what u holds of the limits.
-func Summary(u, limits v1.TenantUsage) string {
+func Summary(u, limits v1alpha1.TenantUsage) string {
 	return strings.Join([]string{
 		fmt.Sprintf("%d of %d gateways", u.Gateways, limits.Gateways),
 		fmt.Sprintf("%d of %d tunnels", u.Tunnels, limits.Tunnels),
@@ -291,11 +291,11 @@ func Summary(u, limits v1.TenantUsage) string {
 
 // Members lists the gateways of the given namespaces (every namespace when namespaces
 // is nil) as the limits count them.
-func Members(gws []v1.Gateway, namespaces map[string]bool) []Member {
+func Members(gws []v1alpha1.Gateway, namespaces map[string]bool) []Member {
 	var out []Member
 	admitted := func(conds []metav1.Condition, gen int64) bool {
 		for _, c := range conds {
-			if c.Type == v1.ConditionValidated {
+			if c.Type == v1alpha1.ConditionValidated {
 				return c.Status == metav1.ConditionTrue && c.ObservedGeneration == gen
 			}
 		}
@@ -306,7 +306,7 @@ func Members(gws []v1.Gateway, namespaces map[string]bool) []Member {
 			continue
 		}
 		st := g.GetGatewayStatus()
-		out = append(out, Member{Ref: v1.DescribeGateway(g), UID: g.GetUID(), Created: g.GetCreationTimestamp(),
+		out = append(out, Member{Ref: v1alpha1.DescribeGateway(g), UID: g.GetUID(), Created: g.GetCreationTimestamp(),
 			Usage: UsageOf(g.GetGatewaySpec(), g.GetWireGuard()), Admitted: admitted(st.Conditions, g.GetGeneration()), Established: st.ServiceCIDR != ""})
 	}
 	return out

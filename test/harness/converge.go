@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/linkselect"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
@@ -21,8 +21,8 @@ import (
 type Gateway struct {
 	Kind   string
 	Object client.Object
-	Spec   *v1.GatewaySpec
-	Status *v1.GatewayStatus
+	Spec   *v1alpha1.GatewaySpec
+	Status *v1alpha1.GatewayStatus
 }
 
 // Ref is "<Kind> <namespace>/<name>".
@@ -32,7 +32,7 @@ func (g Gateway) Ref() string {
 
 // ListGateways lists both kinds in every namespace.
 func ListGateways(ctx context.Context, c client.Reader) ([]Gateway, error) {
-	gws, err := v1.ListGateways(ctx, c)
+	gws, err := v1alpha1.ListGateways(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +48,7 @@ func converged(obj client.Object, conds []metav1.Condition, observed int64) (boo
 	if !obj.GetDeletionTimestamp().IsZero() {
 		return false, "still being deleted"
 	}
-	c := meta.FindStatusCondition(conds, v1.ConditionReady)
+	c := meta.FindStatusCondition(conds, v1alpha1.ConditionReady)
 	switch {
 	case c == nil:
 		return false, "no Ready condition"
@@ -72,7 +72,7 @@ func gatewayConverged(g Gateway) (bool, string) {
 	if g.Status.ObservedGeneration != obj.GetGeneration() {
 		return false, fmt.Sprintf("generation %d not observed yet (status %d)", obj.GetGeneration(), g.Status.ObservedGeneration)
 	}
-	for _, t := range v1.GatewayPhaseConditionTypes {
+	for _, t := range v1alpha1.GatewayPhaseConditionTypes {
 		c := meta.FindStatusCondition(g.Status.Conditions, t)
 		switch {
 		case c == nil:
@@ -100,7 +100,7 @@ func NotConverged(ctx context.Context, c client.Reader) ([]string, error) {
 			out = append(out, g.Ref()+": "+why)
 		}
 	}
-	var links v1.ClusterLinkList
+	var links v1alpha1.ClusterLinkList
 	if err := c.List(ctx, &links); err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func NotConverged(ctx context.Context, c client.Reader) ([]string, error) {
 
 // reverseRoutesServed lists "<service CIDR> via <port address>" of every gateway with
 // reverse exposures (and both addresses in its status) that the link serves, sorted.
-func reverseRoutesServed(l *v1.ClusterLink, gws []Gateway, nsLabels map[string]map[string]string) ([]string, error) {
+func reverseRoutesServed(l *v1alpha1.ClusterLink, gws []Gateway, nsLabels map[string]map[string]string) ([]string, error) {
 	var out []string
 	for _, g := range gws {
 		if len(g.Spec.ReverseExposures) == 0 || g.Status.ServiceCIDR == "" || g.Status.PortFixedIP == "" || !g.Object.GetDeletionTimestamp().IsZero() {
@@ -202,7 +202,7 @@ func BuildAuditInput(ctx context.Context, c client.Reader, s *openstacksim.Serve
 		}
 		in.Gateways = append(in.Gateways, ag)
 	}
-	var links v1.ClusterLinkList
+	var links v1alpha1.ClusterLinkList
 	if err := c.List(ctx, &links); err != nil {
 		return in, err
 	}

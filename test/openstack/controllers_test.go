@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/controller/clusterlink"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/testinfra/realstack"
@@ -125,8 +125,8 @@ func reverseGatewayAndClusterLinks(t *testing.T, rel realstack.Release) {
 	}
 
 	// Same tenant: svc01.
-	same := &v1.ClusterLink{ObjectMeta: metav1.ObjectMeta{Name: r.linkName("svc01")},
-		Spec: v1.ClusterLinkSpec{ServiceClusterRouter: "shoot--services--svc01", ServiceClusterCIDR: "10.251.0.0/16"}}
+	same := &v1alpha1.ClusterLink{ObjectMeta: metav1.ObjectMeta{Name: r.linkName("svc01")},
+		Spec: v1alpha1.ClusterLinkSpec{ServiceClusterRouter: "shoot--services--svc01", ServiceClusterCIDR: "10.251.0.0/16"}}
 	if err := env.Client.Create(r.ctx, same); err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func reverseGatewayAndClusterLinks(t *testing.T, rel realstack.Release) {
 	}
 	setMode := func(mode string) {
 		t.Helper()
-		var l v1.ClusterLink
+		var l v1alpha1.ClusterLink
 		if err := env.Client.Get(r.ctx, types.NamespacedName{Name: same.Name}, &l); err != nil {
 			t.Fatal(err)
 		}
@@ -178,7 +178,7 @@ func reverseGatewayAndClusterLinks(t *testing.T, rel realstack.Release) {
 		}
 	}
 	pool := openstack.Route{Destination: r.cfg.ServiceCIDRPool.String(), NextHop: opTransit}
-	setMode(v1.ReverseRouteAggregate)
+	setMode(v1alpha1.ReverseRouteAggregate)
 	eventually(t, "the aggregate route alone on svc01's router", func() (bool, string) {
 		rt := r.router(r.os, "shoot--services--svc01")
 		return rt.HasRoute(pool) && !rt.HasRoute(reverse), fmtRoutes(rt)
@@ -188,10 +188,10 @@ func reverseGatewayAndClusterLinks(t *testing.T, rel realstack.Release) {
 	// read it between the two on both real releases.
 	eventually(t, "the Aggregate link's status records the pool route alone", func() (bool, string) {
 		l := r.linkReady(same.Name)
-		ok := l.Status.ReverseRouteMode == v1.ReverseRouteAggregate && len(l.Status.ReverseRoutes) == 1 && l.Status.ReverseRoutes[0].GatewayRef == v1.AggregateGatewayRef
+		ok := l.Status.ReverseRouteMode == v1alpha1.ReverseRouteAggregate && len(l.Status.ReverseRoutes) == 1 && l.Status.ReverseRoutes[0].GatewayRef == v1alpha1.AggregateGatewayRef
 		return ok, fmt.Sprintf("mode %q, reverse routes %v", l.Status.ReverseRouteMode, l.Status.ReverseRoutes)
 	})
-	setMode(v1.ReverseRoutePerGateway)
+	setMode(v1alpha1.ReverseRoutePerGateway)
 	eventually(t, "the per-gateway route back on svc01's router", func() (bool, string) {
 		rt := r.router(r.os, "shoot--services--svc01")
 		return rt.HasRoute(reverse) && !rt.HasRoute(pool), fmtRoutes(rt)
@@ -216,7 +216,7 @@ func reverseGatewayAndClusterLinks(t *testing.T, rel realstack.Release) {
 	if nsObj.Labels == nil {
 		nsObj.Labels = map[string]string{}
 	}
-	nsObj.Labels[v1.LabelCustomerProject] = custProject
+	nsObj.Labels[v1alpha1.LabelCustomerProject] = custProject
 	if err := env.Client.Update(r.ctx, &nsObj); err != nil {
 		t.Fatal(err)
 	}
@@ -226,10 +226,10 @@ func reverseGatewayAndClusterLinks(t *testing.T, rel realstack.Release) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(r.ctx, secret) })
-	cross := &v1.ClusterLink{
-		ObjectMeta: metav1.ObjectMeta{Name: r.linkName("diehl01"), Annotations: map[string]string{v1.AnnotationCustomerAPIAccess: "none"}},
-		Spec: v1.ClusterLinkSpec{ServiceClusterRouter: "shoot--diehl--diehl01", ServiceClusterCIDR: "10.234.0.0/16",
-			CredentialsSecretRef: &v1.SecretRef{Name: secret.Name, Namespace: secret.Namespace}, CustomerProjectID: custProject},
+	cross := &v1alpha1.ClusterLink{
+		ObjectMeta: metav1.ObjectMeta{Name: r.linkName("diehl01"), Annotations: map[string]string{v1alpha1.AnnotationCustomerAPIAccess: "none"}},
+		Spec: v1alpha1.ClusterLinkSpec{ServiceClusterRouter: "shoot--diehl--diehl01", ServiceClusterCIDR: "10.234.0.0/16",
+			CredentialsSecretRef: &v1alpha1.SecretRef{Name: secret.Name, Namespace: secret.Namespace}, CustomerProjectID: custProject},
 	}
 	if err := env.Client.Create(r.ctx, cross); err != nil {
 		t.Fatal(err)

@@ -39,7 +39,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/controller/clusterlink"
 	"bnerd.net/vpn-operator/internal/controller/gateway"
 	"bnerd.net/vpn-operator/internal/openstack"
@@ -201,7 +201,7 @@ func newRigAs(t *testing.T, rel realstack.Release, operatorCredential string) *r
 		}
 	}
 	// The rig's tenant may expose the node network (its gateways' portal lives there).
-	pol := &v1.VPNTenantPolicy{ObjectMeta: metav1.ObjectMeta{Name: "rig-" + r.ns}, Spec: v1.VPNTenantPolicySpec{
+	pol := &v1alpha1.VPNTenantPolicy{ObjectMeta: metav1.ObjectMeta{Name: "rig-" + r.ns}, Spec: v1alpha1.VPNTenantPolicySpec{
 		NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: r.ns}},
 		ExposureTargets:   []string{"10.250.0.0/16"},
 	}}
@@ -458,30 +458,30 @@ func (r *rig) psk(name, value string) {
 	}
 }
 
-func gatewaySpec(reverse bool) v1.GatewaySpec {
-	s := v1.GatewaySpec{
-		Tunnels: []v1.Tunnel{{
+func gatewaySpec(reverse bool) v1alpha1.GatewaySpec {
+	s := v1alpha1.GatewaySpec{
+		Tunnels: []v1alpha1.Tunnel{{
 			Name:         "hq",
-			Peer:         v1.Peer{Address: "198.51.100.7", Subnets: []string{"192.168.10.0/24"}},
-			PreSharedKey: v1.SecretKeyRef{Name: "hq-psk", Key: "psk"},
+			Peer:         v1alpha1.Peer{Address: "198.51.100.7", Subnets: []string{"192.168.10.0/24"}},
+			PreSharedKey: v1alpha1.SecretKeyRef{Name: "hq-psk", Key: "psk"},
 		}},
-		Exposures: []v1.Exposure{{
+		Exposures: []v1alpha1.Exposure{{
 			Name:   "portal",
-			Target: v1.Target{Address: "10.250.0.20", Ports: []v1.PortSpec{{Port: 443, Protocol: v1.ProtocolTCP}}},
+			Target: v1alpha1.Target{Address: "10.250.0.20", Ports: []v1alpha1.PortSpec{{Port: 443, Protocol: v1alpha1.ProtocolTCP}}},
 		}},
 	}
 	if reverse {
-		s.ReverseExposures = []v1.ReverseExposure{{
+		s.ReverseExposures = []v1alpha1.ReverseExposure{{
 			Name: "erp", Tunnel: "hq",
-			Target: v1.Target{Address: "192.168.10.5", Ports: []v1.PortSpec{{Port: 8443, Protocol: v1.ProtocolTCP}}},
+			Target: v1alpha1.Target{Address: "192.168.10.5", Ports: []v1alpha1.PortSpec{{Port: 8443, Protocol: v1alpha1.ProtocolTCP}}},
 		}}
 	}
 	return s
 }
 
-func (r *rig) createGateway(name string, reverse bool) *v1.IPsecGateway {
+func (r *rig) createGateway(name string, reverse bool) *v1alpha1.IPsecGateway {
 	r.t.Helper()
-	gw := &v1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: name}, Spec: gatewaySpec(reverse)}
+	gw := &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: name}, Spec: gatewaySpec(reverse)}
 	if err := env.Client.Create(r.ctx, gw); err != nil {
 		r.t.Fatal(err)
 	}
@@ -493,14 +493,14 @@ func (r *rig) createGateway(name string, reverse bool) *v1.IPsecGateway {
 // gatewayReady waits until every phase condition is True for the current generation:
 // the OpenStack and Kubernetes objects are converged. No kubelet runs here, so the
 // gateway's own Ready (which also needs the pod and its tunnels) stays False.
-func (r *rig) gatewayReady(name string) *v1.IPsecGateway {
+func (r *rig) gatewayReady(name string) *v1alpha1.IPsecGateway {
 	r.t.Helper()
-	var gw v1.IPsecGateway
+	var gw v1alpha1.IPsecGateway
 	eventually(r.t, "gateway "+name+" converged", func() (bool, string) {
 		if err := env.Client.Get(r.ctx, client.ObjectKey{Namespace: r.ns, Name: name}, &gw); err != nil {
 			return false, err.Error()
 		}
-		for _, typ := range v1.GatewayPhaseConditionTypes {
+		for _, typ := range v1alpha1.GatewayPhaseConditionTypes {
 			c := meta.FindStatusCondition(gw.Status.Conditions, typ)
 			if c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != gw.Generation {
 				return false, condString(gw.Status.Conditions)
@@ -511,14 +511,14 @@ func (r *rig) gatewayReady(name string) *v1.IPsecGateway {
 	return &gw
 }
 
-func (r *rig) linkReady(name string) *v1.ClusterLink {
+func (r *rig) linkReady(name string) *v1alpha1.ClusterLink {
 	r.t.Helper()
-	var l v1.ClusterLink
+	var l v1alpha1.ClusterLink
 	eventually(r.t, "ClusterLink "+name+" Ready", func() (bool, string) {
 		if err := env.Client.Get(r.ctx, client.ObjectKey{Name: name}, &l); err != nil {
 			return false, err.Error()
 		}
-		return meta.IsStatusConditionTrue(l.Status.Conditions, v1.ConditionReady), condString(l.Status.Conditions)
+		return meta.IsStatusConditionTrue(l.Status.Conditions, v1alpha1.ConditionReady), condString(l.Status.Conditions)
 	})
 	return &l
 }

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/controller/clusterlink"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/testinfra/realstack"
@@ -47,7 +47,7 @@ func pinnedFloatingIP(t *testing.T, rel realstack.Release) {
 	t.Cleanup(func() { _ = floatingips.Delete(context.Background(), nc, fip.ID).ExtractErr() })
 
 	// Only a pin the tenant's policy lists is adopted (docs/gateway.md).
-	pol := &v1.VPNTenantPolicy{}
+	pol := &v1alpha1.VPNTenantPolicy{}
 	if err := env.Client.Get(r.ctx, client.ObjectKey{Name: "rig-" + r.ns}, pol); err != nil {
 		t.Fatal(err)
 	}
@@ -56,8 +56,8 @@ func pinnedFloatingIP(t *testing.T, rel realstack.Release) {
 		t.Fatal(err)
 	}
 	r.psk("hq-psk", "correct horse battery staple")
-	gw := &v1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: "pinned"}, Spec: gatewaySpec(false)}
-	gw.Spec.Endpoint = &v1.Endpoint{FloatingIP: fip.FloatingIP}
+	gw := &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: "pinned"}, Spec: gatewaySpec(false)}
+	gw.Spec.Endpoint = &v1alpha1.Endpoint{FloatingIP: fip.FloatingIP}
 	if err := env.Client.Create(r.ctx, gw); err != nil {
 		t.Fatal(err)
 	}
@@ -137,9 +137,9 @@ var leastRoles = map[realstack.Release][]leastRoleCase{
 	realstack.R2025_1: {
 		{credential: "vpn-operator-member-only"},
 		{credential: "vpn-operator-readonly", refusedFor: openstack.RoleMember,
-			failure: v1.ConditionPortReady + "/" + v1.ReasonPortFailed + ": HTTP 403"},
+			failure: v1alpha1.ConditionPortReady + "/" + v1alpha1.ReasonPortFailed + ": HTTP 403"},
 		{credential: "vpn-operator-lb-only", refusedFor: openstack.RoleMember,
-			failure: v1.ConditionPortReady + "/" + v1.ReasonPortFailed + `: resolve network "vpn-transit": not found`},
+			failure: v1alpha1.ConditionPortReady + "/" + v1alpha1.ReasonPortFailed + `: resolve network "vpn-transit": not found`},
 	},
 }
 
@@ -205,9 +205,9 @@ func leastRolesOn(t *testing.T, rel realstack.Release) {
 			link := r.crossTenantLink("roles", cred)
 			verdict := r.linkOutcome(link)
 			t.Logf("%s on %s, a cross-tenant link: %s", cred, rel, verdict)
-			if !strings.HasPrefix(verdict, v1.ConditionCredentialsResolved+"/"+v1.ReasonCredentialsRoleMissing+": ") ||
+			if !strings.HasPrefix(verdict, v1alpha1.ConditionCredentialsResolved+"/"+v1alpha1.ReasonCredentialsRoleMissing+": ") ||
 				!strings.Contains(verdict, "lacks the "+role+" role") {
-				t.Errorf("the link: %s; want %s/%s naming the %s role", verdict, v1.ConditionCredentialsResolved, v1.ReasonCredentialsRoleMissing, role)
+				t.Errorf("the link: %s; want %s/%s naming the %s role", verdict, v1alpha1.ConditionCredentialsResolved, v1alpha1.ReasonCredentialsRoleMissing, role)
 			}
 			r.deleteAndWait(link)
 			r.audit(link.UID)
@@ -217,22 +217,22 @@ func leastRolesOn(t *testing.T, rel realstack.Release) {
 
 // firstOutcome waits until the gateway converges ("converged") or one of its phase
 // conditions turns False for the current generation ("Type/Reason: message").
-func (r *rig) firstOutcome(gw *v1.IPsecGateway) string {
+func (r *rig) firstOutcome(gw *v1alpha1.IPsecGateway) string {
 	r.t.Helper()
 	var outcome string
 	eventually(r.t, "gateway "+gw.Name+" converged or refused", func() (bool, string) {
-		var cur v1.IPsecGateway
+		var cur v1alpha1.IPsecGateway
 		if err := env.Client.Get(r.ctx, client.ObjectKeyFromObject(gw), &cur); err != nil {
 			return false, err.Error()
 		}
 		converged := true
-		for _, typ := range v1.GatewayPhaseConditionTypes {
+		for _, typ := range v1alpha1.GatewayPhaseConditionTypes {
 			c := meta.FindStatusCondition(cur.Status.Conditions, typ)
 			if c == nil || c.ObservedGeneration != cur.Generation {
 				converged = false
 				continue
 			}
-			if c.Status == metav1.ConditionFalse && c.Reason != v1.ReasonNotReady {
+			if c.Status == metav1.ConditionFalse && c.Reason != v1alpha1.ReasonNotReady {
 				outcome = fmt.Sprintf("%s/%s: %s", c.Type, c.Reason, c.Message)
 				return true, ""
 			}
@@ -250,7 +250,7 @@ func (r *rig) firstOutcome(gw *v1.IPsecGateway) string {
 
 // crossTenantLink makes a cross-tenant ClusterLink to the customer's diehl01 with the
 // estate's credential cred in its Secret, and the namespace labels it needs.
-func (r *rig) crossTenantLink(name, cred string) *v1.ClusterLink {
+func (r *rig) crossTenantLink(name, cred string) *v1alpha1.ClusterLink {
 	r.t.Helper()
 	custProject, err := r.cloud.ID("projects", "customer-diehl")
 	if err != nil {
@@ -267,7 +267,7 @@ func (r *rig) crossTenantLink(name, cred string) *v1.ClusterLink {
 	if nsObj.Labels == nil {
 		nsObj.Labels = map[string]string{}
 	}
-	nsObj.Labels[v1.LabelCustomerProject] = custProject
+	nsObj.Labels[v1alpha1.LabelCustomerProject] = custProject
 	if err := env.Client.Update(r.ctx, &nsObj); err != nil {
 		r.t.Fatal(err)
 	}
@@ -278,10 +278,10 @@ func (r *rig) crossTenantLink(name, cred string) *v1.ClusterLink {
 		r.t.Fatal(err)
 	}
 	r.t.Cleanup(func() { _ = env.Client.Delete(context.Background(), secret) })
-	link := &v1.ClusterLink{
-		ObjectMeta: metav1.ObjectMeta{Name: linkName, Annotations: map[string]string{v1.AnnotationCustomerAPIAccess: "none"}},
-		Spec: v1.ClusterLinkSpec{ServiceClusterRouter: "shoot--diehl--diehl01", ServiceClusterCIDR: "10.234.0.0/16",
-			CredentialsSecretRef: &v1.SecretRef{Name: secret.Name, Namespace: secret.Namespace}, CustomerProjectID: custProject},
+	link := &v1alpha1.ClusterLink{
+		ObjectMeta: metav1.ObjectMeta{Name: linkName, Annotations: map[string]string{v1alpha1.AnnotationCustomerAPIAccess: "none"}},
+		Spec: v1alpha1.ClusterLinkSpec{ServiceClusterRouter: "shoot--diehl--diehl01", ServiceClusterCIDR: "10.234.0.0/16",
+			CredentialsSecretRef: &v1alpha1.SecretRef{Name: secret.Name, Namespace: secret.Namespace}, CustomerProjectID: custProject},
 	}
 	if err := env.Client.Create(r.ctx, link); err != nil {
 		r.t.Fatal(err)
@@ -292,20 +292,20 @@ func (r *rig) crossTenantLink(name, cred string) *v1.ClusterLink {
 
 // linkOutcome waits until the link is Ready ("Ready") or its credentials are refused
 // ("CredentialsResolved/Reason: message").
-func (r *rig) linkOutcome(link *v1.ClusterLink) string {
+func (r *rig) linkOutcome(link *v1alpha1.ClusterLink) string {
 	r.t.Helper()
 	var outcome string
 	eventually(r.t, "ClusterLink "+link.Name+" Ready or refused", func() (bool, string) {
-		var cur v1.ClusterLink
+		var cur v1alpha1.ClusterLink
 		if err := env.Client.Get(r.ctx, client.ObjectKeyFromObject(link), &cur); err != nil {
 			return false, err.Error()
 		}
-		if meta.IsStatusConditionTrue(cur.Status.Conditions, v1.ConditionReady) {
+		if meta.IsStatusConditionTrue(cur.Status.Conditions, v1alpha1.ConditionReady) {
 			outcome = "Ready"
 			return true, ""
 		}
-		if c := meta.FindStatusCondition(cur.Status.Conditions, v1.ConditionCredentialsResolved); c != nil && c.Status == metav1.ConditionFalse &&
-			slices.Contains([]string{v1.ReasonCredentialsRoleMissing, v1.ReasonCredentialsPrivileged, v1.ReasonAuthFailed}, c.Reason) {
+		if c := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionCredentialsResolved); c != nil && c.Status == metav1.ConditionFalse &&
+			slices.Contains([]string{v1alpha1.ReasonCredentialsRoleMissing, v1alpha1.ReasonCredentialsPrivileged, v1alpha1.ReasonAuthFailed}, c.Reason) {
 			outcome = fmt.Sprintf("%s/%s: %s", c.Type, c.Reason, c.Message)
 			return true, ""
 		}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 	"bnerd.net/vpn-operator/test/harness"
 )
@@ -34,17 +34,17 @@ func TestPoolRebuiltAcrossRestartsUnderConcurrentCreates(t *testing.T) {
 		go func(c int) {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
-				obj := newGatewayObject(v1.KindIPsecGateway, tenantNamespaces[c%len(tenantNamespaces)], fmt.Sprintf("burst-%d-%d", c, i))
+				obj := newGatewayObject(v1alpha1.KindIPsecGateway, tenantNamespaces[c%len(tenantNamespaces)], fmt.Sprintf("burst-%d-%d", c, i))
 				spec := specOf(obj)
-				spec.Tunnels = []v1.Tunnel{{Name: "hq", Peer: v1.Peer{Address: fmt.Sprintf("198.51.100.%d", 1+c*each+i), Subnets: []string{"192.168.10.0/24"}},
-					PreSharedKey: v1.SecretKeyRef{Name: "psk", Key: "psk"}}}
-				spec.Exposures = []v1.Exposure{{Name: "portal", Target: v1.Target{Address: "10.250.0.20", Ports: []v1.PortSpec{{Port: 443, Protocol: v1.ProtocolTCP}}}}}
+				spec.Tunnels = []v1alpha1.Tunnel{{Name: "hq", Peer: v1alpha1.Peer{Address: fmt.Sprintf("198.51.100.%d", 1+c*each+i), Subnets: []string{"192.168.10.0/24"}},
+					PreSharedKey: v1alpha1.SecretKeyRef{Name: "psk", Key: "psk"}}}
+				spec.Exposures = []v1alpha1.Exposure{{Name: "portal", Target: v1alpha1.Target{Address: "10.250.0.20", Ports: []v1alpha1.PortSpec{{Port: 443, Protocol: v1alpha1.ProtocolTCP}}}}}
 				if err := w.c.Create(ctx, obj); err != nil {
 					errs <- err
 					return
 				}
 				mu.Lock()
-				w.gws[gwKey(v1.KindIPsecGateway, obj.GetNamespace(), obj.GetName())] = &gwRec{kind: v1.KindIPsecGateway, ns: obj.GetNamespace(), name: obj.GetName()}
+				w.gws[gwKey(v1alpha1.KindIPsecGateway, obj.GetNamespace(), obj.GetName())] = &gwRec{kind: v1alpha1.KindIPsecGateway, ns: obj.GetNamespace(), name: obj.GetName()}
 				mu.Unlock()
 				time.Sleep(150 * time.Millisecond)
 			}

@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 	"bnerd.net/vpn-operator/test/harness"
 )
@@ -223,27 +223,27 @@ func (w *world) name(prefix string) string {
 func gwKey(kind, ns, name string) string { return kind + "/" + ns + "/" + name }
 
 func newGatewayObject(kind, ns, name string) client.Object {
-	if kind == v1.KindVPNGateway {
-		return &v1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	if kind == v1alpha1.KindVPNGateway {
+		return &v1alpha1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 	}
-	return &v1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	return &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 }
 
-func specOf(obj client.Object) *v1.GatewaySpec {
+func specOf(obj client.Object) *v1alpha1.GatewaySpec {
 	switch o := obj.(type) {
-	case *v1.VPNGateway:
+	case *v1alpha1.VPNGateway:
 		return &o.Spec.GatewaySpec
-	case *v1.IPsecGateway:
+	case *v1alpha1.IPsecGateway:
 		return &o.Spec
 	}
 	return nil
 }
 
-func statusOf(obj client.Object) *v1.GatewayStatus {
+func statusOf(obj client.Object) *v1alpha1.GatewayStatus {
 	switch o := obj.(type) {
-	case *v1.VPNGateway:
+	case *v1alpha1.VPNGateway:
 		return &o.Status
-	case *v1.IPsecGateway:
+	case *v1alpha1.IPsecGateway:
 		return &o.Status
 	}
 	return nil
@@ -261,9 +261,9 @@ func (w *world) pinnedInUse() map[int]bool {
 }
 
 func (w *world) createGateway() {
-	kind := v1.KindIPsecGateway
+	kind := v1alpha1.KindIPsecGateway
 	if w.r.IntN(3) == 0 {
-		kind = v1.KindVPNGateway
+		kind = v1alpha1.KindVPNGateway
 	}
 	ns := tenantNamespaces[w.r.IntN(len(tenantNamespaces))]
 	name := w.name("gw")
@@ -297,8 +297,8 @@ func (w *world) createGateway() {
 			spec.Exposures[0].VirtualIP = fmt.Sprintf("100.64.%d.%d", rec.pinned, 10+w.r.IntN(100))
 		}
 	}
-	if vg, ok := obj.(*v1.VPNGateway); ok {
-		vg.Spec.Protocol = v1.VPNProtocolIPsec
+	if vg, ok := obj.(*v1alpha1.VPNGateway); ok {
+		vg.Spec.Protocol = v1alpha1.VPNProtocolIPsec
 	}
 	if err := w.c.Create(w.ctx, obj); err != nil {
 		w.t.Fatalf("creating %s %s/%s: %v", kind, ns, name, err)
@@ -306,7 +306,7 @@ func (w *world) createGateway() {
 	w.gws[gwKey(kind, ns, name)] = rec
 }
 
-func (w *world) addTunnel(spec *v1.GatewaySpec) {
+func (w *world) addTunnel(spec *v1alpha1.GatewaySpec) {
 	used := map[string]bool{}
 	for _, t := range spec.Tunnels {
 		used[t.Name] = true
@@ -324,11 +324,11 @@ func (w *world) addTunnel(spec *v1.GatewaySpec) {
 			break
 		}
 	}
-	spec.Tunnels = append(spec.Tunnels, v1.Tunnel{Name: name, Peer: v1.Peer{Address: addr, Subnets: []string{subnet}},
-		PreSharedKey: v1.SecretKeyRef{Name: "psk", Key: "psk"}})
+	spec.Tunnels = append(spec.Tunnels, v1alpha1.Tunnel{Name: name, Peer: v1alpha1.Peer{Address: addr, Subnets: []string{subnet}},
+		PreSharedKey: v1alpha1.SecretKeyRef{Name: "psk", Key: "psk"}})
 }
 
-func (w *world) addExposure(spec *v1.GatewaySpec) {
+func (w *world) addExposure(spec *v1alpha1.GatewaySpec) {
 	used := map[string]bool{}
 	for _, e := range spec.Exposures {
 		used[e.Name] = true
@@ -337,12 +337,12 @@ func (w *world) addExposure(spec *v1.GatewaySpec) {
 	for name = fmt.Sprintf("e%d", w.r.IntN(1000)); used[name]; name = fmt.Sprintf("e%d", w.r.IntN(1000)) {
 	}
 	port := []int32{443, 636, 8443}[w.r.IntN(3)]
-	spec.Exposures = append(spec.Exposures, v1.Exposure{Name: name,
-		Target: v1.Target{Address: fmt.Sprintf("10.250.%d.%d", w.r.IntN(250), 1+w.r.IntN(250)),
-			Ports: []v1.PortSpec{{Port: port, Protocol: v1.ProtocolTCP}}}})
+	spec.Exposures = append(spec.Exposures, v1alpha1.Exposure{Name: name,
+		Target: v1alpha1.Target{Address: fmt.Sprintf("10.250.%d.%d", w.r.IntN(250), 1+w.r.IntN(250)),
+			Ports: []v1alpha1.PortSpec{{Port: port, Protocol: v1alpha1.ProtocolTCP}}}})
 }
 
-func (w *world) addReverse(spec *v1.GatewaySpec) {
+func (w *world) addReverse(spec *v1alpha1.GatewaySpec) {
 	if len(spec.Tunnels) == 0 {
 		return
 	}
@@ -355,8 +355,8 @@ func (w *world) addReverse(spec *v1.GatewaySpec) {
 	}
 	t := spec.Tunnels[w.r.IntN(len(spec.Tunnels))]
 	base := t.Peer.Subnets[0][:len(t.Peer.Subnets[0])-len("0/24")]
-	spec.ReverseExposures = append(spec.ReverseExposures, v1.ReverseExposure{Name: name, Tunnel: t.Name,
-		Target: v1.Target{Address: fmt.Sprintf("%s%d", base, 5+w.r.IntN(200)), Ports: []v1.PortSpec{{Port: 8443, Protocol: v1.ProtocolTCP}}}})
+	spec.ReverseExposures = append(spec.ReverseExposures, v1alpha1.ReverseExposure{Name: name, Tunnel: t.Name,
+		Target: v1alpha1.Target{Address: fmt.Sprintf("%s%d", base, 5+w.r.IntN(200)), Ports: []v1alpha1.PortSpec{{Port: 8443, Protocol: v1alpha1.ProtocolTCP}}}})
 }
 
 func (w *world) randomGateway() (string, *gwRec) {
@@ -423,14 +423,14 @@ func (w *world) updateGateway() {
 		case 7:
 			if n := len(spec.Tunnels); n > 1 {
 				gone := spec.Tunnels[w.r.IntN(n)].Name
-				var keep []v1.Tunnel
+				var keep []v1alpha1.Tunnel
 				for _, t := range spec.Tunnels {
 					if t.Name != gone {
 						keep = append(keep, t)
 					}
 				}
 				spec.Tunnels = keep
-				var rev []v1.ReverseExposure
+				var rev []v1alpha1.ReverseExposure
 				for _, r := range spec.ReverseExposures {
 					if r.Tunnel != gone {
 						rev = append(rev, r)
@@ -502,8 +502,8 @@ func (w *world) createLink() {
 	ri := free[w.r.IntN(len(free))]
 	rt := w.routers[ri]
 	name := w.name("link")
-	link := &v1.ClusterLink{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: v1.ClusterLinkSpec{ServiceClusterRouter: rt.name, ServiceClusterCIDR: rt.cidrs[w.r.IntN(2)]}}
+	link := &v1alpha1.ClusterLink{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.ClusterLinkSpec{ServiceClusterRouter: rt.name, ServiceClusterCIDR: rt.cidrs[w.r.IntN(2)]}}
 	if rt.customer >= 0 {
 		project := harness.CustomerProject(rt.customer)
 		id, secret, _ := w.sim.AppCredential(project)
@@ -513,8 +513,8 @@ func (w *world) createLink() {
 		if err := w.c.Create(w.ctx, sec); err != nil {
 			w.t.Fatal(err)
 		}
-		link.Annotations = map[string]string{v1.AnnotationCustomerAPIAccess: "none"}
-		link.Spec.CredentialsSecretRef = &v1.SecretRef{Namespace: harness.CredentialsNamespace, Name: sec.Name}
+		link.Annotations = map[string]string{v1alpha1.AnnotationCustomerAPIAccess: "none"}
+		link.Spec.CredentialsSecretRef = &v1alpha1.SecretRef{Namespace: harness.CredentialsNamespace, Name: sec.Name}
 		link.Spec.CustomerProjectID = p.ID
 	}
 	if err := w.c.Create(w.ctx, link); err != nil {
@@ -531,7 +531,7 @@ func (w *world) randomLink() *linkRec {
 // updateLink moves the service cluster's CIDR (the forward route follows).
 func (w *world) updateLink() {
 	l := w.randomLink()
-	link := &v1.ClusterLink{ObjectMeta: metav1.ObjectMeta{Name: l.name}}
+	link := &v1alpha1.ClusterLink{ObjectMeta: metav1.ObjectMeta{Name: l.name}}
 	err := w.retryUpdate(link, func() {
 		cidrs := w.routers[l.router].cidrs
 		if link.Spec.ServiceClusterCIDR == cidrs[0] {
@@ -547,7 +547,7 @@ func (w *world) updateLink() {
 
 func (w *world) deleteLink() {
 	l := w.randomLink()
-	w.deleteObject(&v1.ClusterLink{ObjectMeta: metav1.ObjectMeta{Name: l.name}})
+	w.deleteObject(&v1alpha1.ClusterLink{ObjectMeta: metav1.ObjectMeta{Name: l.name}})
 	delete(w.links, l.name)
 }
 
@@ -577,7 +577,7 @@ func (w *world) deleteAll() {
 		delete(w.gws, k)
 	}
 	for _, k := range sortedKeys(w.links) {
-		w.deleteObject(&v1.ClusterLink{ObjectMeta: metav1.ObjectMeta{Name: k}})
+		w.deleteObject(&v1alpha1.ClusterLink{ObjectMeta: metav1.ObjectMeta{Name: k}})
 		delete(w.links, k)
 	}
 }

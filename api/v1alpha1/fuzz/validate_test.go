@@ -7,26 +7,26 @@ import (
 	"strings"
 	"testing"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 )
 
-func goodGateway() v1.GatewaySpec {
-	return v1.GatewaySpec{
-		Tunnels: []v1.Tunnel{{
+func goodGateway() v1alpha1.GatewaySpec {
+	return v1alpha1.GatewaySpec{
+		Tunnels: []v1alpha1.Tunnel{{
 			Name:         "hq",
-			Peer:         v1.Peer{Address: "198.51.100.7", Subnets: []string{"192.168.10.0/24"}},
-			PreSharedKey: v1.SecretKeyRef{Name: "hq-psk", Key: "psk"},
-			IKE:          v1.IKEOptions{Proposals: []string{"aes256gcm16-prfsha384-ecp384"}, Lifetime: "4h"},
-			ESP:          v1.ESPOptions{Proposals: []string{"aes256gcm16-ecp384"}, Lifetime: "1h"},
-			DPD:          v1.DPDOptions{Delay: "30s", Action: "restart"},
+			Peer:         v1alpha1.Peer{Address: "198.51.100.7", Subnets: []string{"192.168.10.0/24"}},
+			PreSharedKey: v1alpha1.SecretKeyRef{Name: "hq-psk", Key: "psk"},
+			IKE:          v1alpha1.IKEOptions{Proposals: []string{"aes256gcm16-prfsha384-ecp384"}, Lifetime: "4h"},
+			ESP:          v1alpha1.ESPOptions{Proposals: []string{"aes256gcm16-ecp384"}, Lifetime: "1h"},
+			DPD:          v1alpha1.DPDOptions{Delay: "30s", Action: "restart"},
 		}},
-		Exposures: []v1.Exposure{{
+		Exposures: []v1alpha1.Exposure{{
 			Name:   "web",
-			Target: v1.Target{Address: "10.250.0.20", Ports: []v1.PortSpec{{Port: 443, Protocol: v1.ProtocolTCP}}},
+			Target: v1alpha1.Target{Address: "10.250.0.20", Ports: []v1alpha1.PortSpec{{Port: 443, Protocol: v1alpha1.ProtocolTCP}}},
 		}},
-		ReverseExposures: []v1.ReverseExposure{{
+		ReverseExposures: []v1alpha1.ReverseExposure{{
 			Name: "erp", Tunnel: "hq",
-			Target: v1.Target{Address: "192.168.10.5", Ports: []v1.PortSpec{{Port: 8443}}},
+			Target: v1alpha1.Target{Address: "192.168.10.5", Ports: []v1alpha1.PortSpec{{Port: 8443}}},
 		}},
 	}
 }
@@ -54,7 +54,7 @@ func FuzzGatewayValidate(f *testing.F) {
 	f.Add([]byte(`{"tunnels":[{"name":"a","peer":{"address":"1.2.3.4","subnets":["169.254.0.0/16"]},"preSharedKey":{"name":"s"}}],"exposures":[{"name":"e","target":{"address":"169.254.169.254","ports":[{"port":443}]}}],"reverseExposures":[{"name":"r","tunnel":"a","target":{"address":"169.254.169.254"}}]}`))
 	f.Add([]byte(`{"tunnels":[{"name":"a","peer":{"address":"1.2.3.4","subnets":["10.0.0.0/8"]},"preSharedKey":{"name":"s"},"ike":{"proposals":["3des-sha1-modp1024"]},"esp":{"proposals":["aes256-md5"]}}],"exposures":[{"name":"e","target":{"address":"127.0.0.1"}}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var s v1.GatewaySpec
+		var s v1alpha1.GatewaySpec
 		if err := json.Unmarshal(data, &s); err != nil {
 			return
 		}
@@ -107,7 +107,7 @@ func FuzzGatewayValidate(f *testing.F) {
 			if err != nil || !a.Is4() {
 				t.Fatalf("accepted exposure pin %q that is no IPv4 address", e.VirtualIP)
 			}
-			if o := a.As4()[3]; o < v1.ExposureFirstOctet || o > v1.ExposureLastOctet {
+			if o := a.As4()[3]; o < v1alpha1.ExposureFirstOctet || o > v1alpha1.ExposureLastOctet {
 				t.Fatalf("accepted exposure pin %s outside range", e.VirtualIP)
 			}
 		}
@@ -119,7 +119,7 @@ func FuzzGatewayValidate(f *testing.F) {
 			if err != nil || !a.Is4() {
 				t.Fatalf("accepted reverse pin %q that is no IPv4 address", r.VirtualIP)
 			}
-			if o := a.As4()[3]; o < v1.ReverseFirstOctet {
+			if o := a.As4()[3]; o < v1alpha1.ReverseFirstOctet {
 				t.Fatalf("accepted reverse pin %s outside range", r.VirtualIP)
 			}
 		}

@@ -15,7 +15,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 )
 
 // Two client keys as `wg pubkey` prints them (any 32 bytes are a Curve25519 public key).
@@ -24,25 +24,25 @@ const (
 	keyB = "JTA7RlFcZ3J9iJOeqbS/ytXg6/YBDBciLThDTllkb3o="
 )
 
-func goodWireGuardGateway() v1.VPNGatewaySpec {
-	return v1.VPNGatewaySpec{
-		Protocol: v1.VPNProtocolWireGuard,
-		WireGuard: &v1.WireGuardSpec{
+func goodWireGuardGateway() v1alpha1.VPNGatewaySpec {
+	return v1alpha1.VPNGatewaySpec{
+		Protocol: v1alpha1.VPNProtocolWireGuard,
+		WireGuard: &v1alpha1.WireGuardSpec{
 			ListenPort: 51820,
-			Peers: []v1.WireGuardPeer{
+			Peers: []v1alpha1.WireGuardPeer{
 				{Name: "hq", PublicKey: keyA, AllowedIPs: []string{"192.168.10.0/24", "192.168.11.0/24"},
-					Endpoint: &v1.WireGuardEndpoint{Address: "198.51.100.7", Port: 51820}, PersistentKeepalive: 25},
+					Endpoint: &v1alpha1.WireGuardEndpoint{Address: "198.51.100.7", Port: 51820}, PersistentKeepalive: 25},
 				{Name: "roamer", PublicKey: keyB, AllowedIPs: []string{"10.20.0.0/16"}},
 			},
 		},
-		GatewaySpec: v1.GatewaySpec{
-			Exposures: []v1.Exposure{{
+		GatewaySpec: v1alpha1.GatewaySpec{
+			Exposures: []v1alpha1.Exposure{{
 				Name:   "web",
-				Target: v1.Target{Address: "10.250.0.20", Ports: []v1.PortSpec{{Port: 443, Protocol: v1.ProtocolTCP}}},
+				Target: v1alpha1.Target{Address: "10.250.0.20", Ports: []v1alpha1.PortSpec{{Port: 443, Protocol: v1alpha1.ProtocolTCP}}},
 			}},
-			ReverseExposures: []v1.ReverseExposure{{
+			ReverseExposures: []v1alpha1.ReverseExposure{{
 				Name: "erp", Tunnel: "hq",
-				Target: v1.Target{Address: "192.168.10.5", Ports: []v1.PortSpec{{Port: 8443}}},
+				Target: v1alpha1.Target{Address: "192.168.10.5", Ports: []v1alpha1.PortSpec{{Port: 8443}}},
 			}},
 		},
 	}
@@ -106,7 +106,7 @@ func FuzzVPNGatewayValidate(f *testing.F) {
 	f.Add([]byte(`{"protocol":"wireguard","wireguard":{"listenPort":-1,"peers":[{"name":"a","publicKey":"` + keyA[:43] + `B","allowedIPs":["169.254.0.0/16"],"endpoint":{"address":"169.254.169.254","port":70000}}]}}`))
 	f.Add([]byte(`{"protocol":"ipsec","tunnels":[{"name":"a","peer":{"address":"1.2.3.4","subnets":["10.0.0.0/8"]},"preSharedKey":{"name":"s"}}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var s v1.VPNGatewaySpec
+		var s v1alpha1.VPNGatewaySpec
 		if err := json.Unmarshal(data, &s); err != nil {
 			return
 		}
@@ -118,13 +118,13 @@ func FuzzVPNGatewayValidate(f *testing.F) {
 		if again := s.Validate(); text(errs) != text(again) {
 			t.Fatalf("Validate answered differently twice: %v, then %v", errs, again)
 		}
-		if (s.Protocol == "" || s.Protocol == v1.VPNProtocolIPsec) && s.WireGuard == nil {
+		if (s.Protocol == "" || s.Protocol == v1alpha1.VPNProtocolIPsec) && s.WireGuard == nil {
 			ipsec := s.GatewaySpec.Validate()
 			if text(errs) != text(ipsec) {
 				t.Fatalf("protocol %q answers %v, an IPsecGateway with the same spec %v", s.Protocol, errs, ipsec)
 			}
 		}
-		if s.Protocol == v1.VPNProtocolWireGuard && s.WireGuard != nil {
+		if s.Protocol == v1alpha1.VPNProtocolWireGuard && s.WireGuard != nil {
 			for i, p := range s.WireGuard.Peers {
 				path := fmt.Sprintf("spec.wireguard.peers[%d].publicKey", i)
 				refused := false
@@ -140,12 +140,12 @@ func FuzzVPNGatewayValidate(f *testing.F) {
 			return
 		}
 		switch s.Protocol {
-		case "", v1.VPNProtocolIPsec:
+		case "", v1alpha1.VPNProtocolIPsec:
 			if s.WireGuard != nil {
 				t.Fatal("accepted a wireguard section with protocol ipsec")
 			}
 			return
-		case v1.VPNProtocolWireGuard:
+		case v1alpha1.VPNProtocolWireGuard:
 		default:
 			t.Fatalf("accepted protocol %q", s.Protocol)
 		}
@@ -174,7 +174,7 @@ func TestVPNGatewaySeedCorpus(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", file, err)
 		}
-		var s v1.VPNGatewaySpec
+		var s v1alpha1.VPNGatewaySpec
 		if err := json.Unmarshal([]byte(data), &s); err != nil {
 			t.Fatalf("%s: %v", file, err)
 		}
@@ -193,7 +193,7 @@ func text(errs field.ErrorList) string {
 	return ""
 }
 
-func checkAcceptedWireGuard(t *testing.T, s *v1.VPNGatewaySpec) {
+func checkAcceptedWireGuard(t *testing.T, s *v1alpha1.VPNGatewaySpec) {
 	t.Helper()
 	special := func(a netip.Addr) bool {
 		for _, p := range specialRanges {
@@ -210,7 +210,7 @@ func checkAcceptedWireGuard(t *testing.T, s *v1.VPNGatewaySpec) {
 	if wg.ListenPort < 0 || wg.ListenPort > 65535 {
 		t.Fatalf("accepted listen port %d", wg.ListenPort)
 	}
-	if p := v1.WireGuardListenPort(wg); p < 1 || p > 65535 {
+	if p := v1alpha1.WireGuardListenPort(wg); p < 1 || p > 65535 {
 		t.Fatalf("effective listen port %d", p)
 	}
 	label := regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
@@ -244,7 +244,7 @@ func checkAcceptedWireGuard(t *testing.T, s *v1.VPNGatewaySpec) {
 			}
 			port := p.Endpoint.Port
 			if port == 0 {
-				port = v1.DefaultWireGuardListenPort
+				port = v1alpha1.DefaultWireGuardListenPort
 			}
 			key := netip.AddrPortFrom(a, uint16(port)).String()
 			if endpoints[key] {

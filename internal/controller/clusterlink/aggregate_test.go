@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
@@ -17,7 +17,7 @@ const (
 	removeRoutes = "PUT /network/v2.0/routers/{id}/remove_extraroutes"
 )
 
-func aggregate(l *v1.ClusterLink) { l.Spec.ReverseRouteMode = v1.ReverseRouteAggregate }
+func aggregate(l *v1alpha1.ClusterLink) { l.Spec.ReverseRouteMode = v1alpha1.ReverseRouteAggregate }
 
 // reverseRoutesOn lists the routes of the named router into the service-CIDR pool.
 func (h *harness) reverseRoutesOn(router string) []string {
@@ -45,11 +45,11 @@ func TestReverseRoutesAggregateOneRoute(t *testing.T) {
 	if got := h.reverseRoutesOn("shoot--services--svc01"); fmt.Sprint(got) != "[100.64.0.0/16 via 10.254.0.1]" {
 		t.Fatalf("service router's routes into the pool: %v, want the pool via the gateway cluster's router (10.254.0.1)", got)
 	}
-	want := []v1.ReverseRoute{{ServiceCIDR: "100.64.0.0/16", NextHop: "10.254.0.1", GatewayRef: v1.AggregateGatewayRef}}
-	if fmt.Sprint(l.Status.ReverseRoutes) != fmt.Sprint(want) || l.Status.ReverseRouteMode != v1.ReverseRouteAggregate {
+	want := []v1alpha1.ReverseRoute{{ServiceCIDR: "100.64.0.0/16", NextHop: "10.254.0.1", GatewayRef: v1alpha1.AggregateGatewayRef}}
+	if fmt.Sprint(l.Status.ReverseRoutes) != fmt.Sprint(want) || l.Status.ReverseRouteMode != v1alpha1.ReverseRouteAggregate {
 		t.Fatalf("status.reverseRoutes %v (mode %q), want %v (Aggregate)", l.Status.ReverseRoutes, l.Status.ReverseRouteMode, want)
 	}
-	expectCond(t, l, v1.ConditionReverseRoutesInstalled, metav1.ConditionTrue, v1.ReasonReverseRoutesInstalled,
+	expectCond(t, l, v1alpha1.ConditionReverseRoutesInstalled, metav1.ConditionTrue, v1alpha1.ReasonReverseRoutesInstalled,
 		"the service-CIDR pool 100.64.0.0/16 via the gateway cluster's router (10.254.0.1) on router shoot--services--svc01 reaches the 3 gateway(s)")
 
 	// More gateways: no router write.
@@ -57,8 +57,8 @@ func TestReverseRoutesAggregateOneRoute(t *testing.T) {
 	for i := 4; i <= 8; i++ {
 		ipsecGateway(t, "tenant-agg", fmt.Sprintf("gw%d", i), true, fmt.Sprintf("100.64.%d.0/24", i), fmt.Sprintf("10.254.0.%d", 100+i))
 	}
-	h.until("agg", "8 gateways served", func(l *v1.ClusterLink) bool {
-		c := meta.FindStatusCondition(l.Status.Conditions, v1.ConditionReverseRoutesInstalled)
+	h.until("agg", "8 gateways served", func(l *v1alpha1.ClusterLink) bool {
+		c := meta.FindStatusCondition(l.Status.Conditions, v1alpha1.ConditionReverseRoutesInstalled)
 		return c != nil && strings.Contains(c.Message, "reaches the 8 gateway(s)")
 	})
 	if c := h.sim.Counters(); c.ByRoute[addRoutes]+c.ByRoute[removeRoutes] != 0 {
@@ -74,11 +74,11 @@ func TestReverseRoutesAggregateOneRoute(t *testing.T) {
 	for i := 1; i <= 8; i++ {
 		setReverse(t, "tenant-agg", fmt.Sprintf("gw%d", i), false)
 	}
-	l = h.until("agg", "no reverse routes", func(l *v1.ClusterLink) bool { return len(l.Status.ReverseRoutes) == 0 })
+	l = h.until("agg", "no reverse routes", func(l *v1alpha1.ClusterLink) bool { return len(l.Status.ReverseRoutes) == 0 })
 	if got := h.reverseRoutesOn("shoot--services--svc01"); len(got) != 0 {
 		t.Fatalf("routes into the pool left on the service router: %v", got)
 	}
-	expectCond(t, l, v1.ConditionReverseRoutesInstalled, metav1.ConditionTrue, v1.ReasonReverseRoutesInstalled, "no gateway this link serves has reverse exposures")
+	expectCond(t, l, v1alpha1.ConditionReverseRoutesInstalled, metav1.ConditionTrue, v1alpha1.ReasonReverseRoutesInstalled, "no gateway this link serves has reverse exposures")
 }
 
 // Switching a link between the modes adds the new routes before it removes the old
@@ -91,7 +91,7 @@ func TestReverseRoutesModeSwitchAddsBeforeRemoving(t *testing.T) {
 	}
 	h.newLink("sw", "shoot--services--svc01", svcCIDR)
 	l := h.untilReady("sw")
-	if len(l.Status.ReverseRoutes) != 3 || l.Status.ReverseRouteMode != v1.ReverseRoutePerGateway {
+	if len(l.Status.ReverseRoutes) != 3 || l.Status.ReverseRouteMode != v1alpha1.ReverseRoutePerGateway {
 		t.Fatalf("per gateway: %v (mode %q)", l.Status.ReverseRoutes, l.Status.ReverseRouteMode)
 	}
 	svcID := h.router("shoot--services--svc01").ID
@@ -107,8 +107,8 @@ func TestReverseRoutesModeSwitchAddsBeforeRemoving(t *testing.T) {
 
 	h.sim.ResetCounters()
 	h.update("sw", aggregate)
-	l = h.until("sw", "Aggregate", func(l *v1.ClusterLink) bool {
-		return l.Status.ReverseRouteMode == v1.ReverseRouteAggregate && len(l.Status.ReverseRoutes) == 1
+	l = h.until("sw", "Aggregate", func(l *v1alpha1.ClusterLink) bool {
+		return l.Status.ReverseRouteMode == v1alpha1.ReverseRouteAggregate && len(l.Status.ReverseRoutes) == 1
 	})
 	if got := fmt.Sprint(order()); got != "[add remove]" {
 		t.Fatalf("router writes of the switch to Aggregate: %s, want [add remove]", got)
@@ -118,9 +118,9 @@ func TestReverseRoutesModeSwitchAddsBeforeRemoving(t *testing.T) {
 	}
 
 	h.sim.ResetCounters()
-	h.update("sw", func(l *v1.ClusterLink) { l.Spec.ReverseRouteMode = v1.ReverseRoutePerGateway })
-	h.until("sw", "PerGateway", func(l *v1.ClusterLink) bool {
-		return l.Status.ReverseRouteMode == v1.ReverseRoutePerGateway && len(l.Status.ReverseRoutes) == 3
+	h.update("sw", func(l *v1alpha1.ClusterLink) { l.Spec.ReverseRouteMode = v1alpha1.ReverseRoutePerGateway })
+	h.until("sw", "PerGateway", func(l *v1alpha1.ClusterLink) bool {
+		return l.Status.ReverseRouteMode == v1alpha1.ReverseRoutePerGateway && len(l.Status.ReverseRoutes) == 3
 	})
 	if got := fmt.Sprint(order()); got != "[add remove]" {
 		t.Fatalf("router writes of the switch back: %s, want [add remove]", got)
@@ -130,7 +130,7 @@ func TestReverseRoutesModeSwitchAddsBeforeRemoving(t *testing.T) {
 	}
 
 	h.update("sw", aggregate)
-	h.until("sw", "Aggregate again", func(l *v1.ClusterLink) bool { return len(l.Status.ReverseRoutes) == 1 })
+	h.until("sw", "Aggregate again", func(l *v1alpha1.ClusterLink) bool { return len(l.Status.ReverseRoutes) == 1 })
 	h.delete("sw")
 	h.until("sw", "gone", nil)
 	if got := h.reverseRoutesOn("shoot--services--svc01"); len(got) != 0 {
@@ -147,8 +147,8 @@ func TestReverseRoutesRouteLimit(t *testing.T) {
 		ipsecGateway(t, "tenant-cap", fmt.Sprintf("gw%d", i), true, fmt.Sprintf("100.64.%d.0/24", i), fmt.Sprintf("10.254.0.%d", 100+i))
 	}
 	h.newLink("cap", "shoot--services--svc01", svcCIDR)
-	l := h.untilCond("cap", v1.ConditionReverseRoutesInstalled, v1.ReasonRouteLimitExceeded)
-	c := expectCond(t, l, v1.ConditionReverseRoutesInstalled, metav1.ConditionFalse, v1.ReasonRouteLimitExceeded, "router shoot--services--svc01 cannot take 4 more route(s)")
+	l := h.untilCond("cap", v1alpha1.ConditionReverseRoutesInstalled, v1alpha1.ReasonRouteLimitExceeded)
+	c := expectCond(t, l, v1alpha1.ConditionReverseRoutesInstalled, metav1.ConditionFalse, v1alpha1.ReasonRouteLimitExceeded, "router shoot--services--svc01 cannot take 4 more route(s)")
 	for _, want := range []string{"maximum 3", "max_routes", "reverseRouteMode: Aggregate", "nothing of the batch was added"} {
 		if !strings.Contains(c.Message, want) {
 			t.Errorf("condition message %q does not say %q", c.Message, want)
@@ -160,7 +160,7 @@ func TestReverseRoutesRouteLimit(t *testing.T) {
 	if len(l.Status.ReverseRoutes) != 0 {
 		t.Fatalf("status records refused routes: %v", l.Status.ReverseRoutes)
 	}
-	expectCond(t, l, v1.ConditionRouteInstalled, metav1.ConditionTrue, v1.ReasonRouteInstalled, svcCIDR)
+	expectCond(t, l, v1alpha1.ConditionRouteInstalled, metav1.ConditionTrue, v1alpha1.ReasonRouteInstalled, svcCIDR)
 
 	h.update("cap", aggregate)
 	l = h.untilReady("cap")
@@ -174,23 +174,23 @@ func TestReverseRoutesRouteLimit(t *testing.T) {
 // Aggregate (refused at admission).
 func TestReverseRouteModeDefaultAndCrossTenant(t *testing.T) {
 	h := newHarness(t)
-	h.cfg.ClusterLinkReverseRouteMode = v1.ReverseRouteAggregate
+	h.cfg.ClusterLinkReverseRouteMode = v1alpha1.ReverseRouteAggregate
 	h.r = New(h.deps())
 	ipsecGateway(t, "tenant-def", "gw", true, "100.64.1.0/24", "10.254.0.101")
 	h.newLink("def", "shoot--services--svc01", svcCIDR)
 	l := h.untilReady("def")
-	if l.Status.ReverseRouteMode != v1.ReverseRouteAggregate || len(l.Status.ReverseRoutes) != 1 || l.Status.ReverseRoutes[0].GatewayRef != v1.AggregateGatewayRef {
+	if l.Status.ReverseRouteMode != v1alpha1.ReverseRouteAggregate || len(l.Status.ReverseRoutes) != 1 || l.Status.ReverseRoutes[0].GatewayRef != v1alpha1.AggregateGatewayRef {
 		t.Fatalf("operator default Aggregate: mode %q, routes %v", l.Status.ReverseRouteMode, l.Status.ReverseRoutes)
 	}
 
-	bad := &v1.ClusterLink{ObjectMeta: metav1.ObjectMeta{Name: "cross-agg"},
-		Spec: v1.ClusterLinkSpec{ServiceClusterRouter: "shoot--diehl--diehl01", ServiceClusterCIDR: freshCIDR(), ReverseRouteMode: v1.ReverseRouteAggregate}}
+	bad := &v1alpha1.ClusterLink{ObjectMeta: metav1.ObjectMeta{Name: "cross-agg"},
+		Spec: v1alpha1.ClusterLinkSpec{ServiceClusterRouter: "shoot--diehl--diehl01", ServiceClusterCIDR: freshCIDR(), ReverseRouteMode: v1alpha1.ReverseRouteAggregate}}
 	crossTenant(projDiehl)(bad)
 	err := env.Client.Create(h.ctx, bad)
 	if err == nil || !strings.Contains(err.Error(), "reverseRouteMode Aggregate is for same-tenant links only") {
 		t.Fatalf("cross-tenant link asking for Aggregate: %v, want refused at admission", err)
 	}
-	if got := h.r.reverseMode(bad); got != v1.ReverseRoutePerGateway {
+	if got := h.r.reverseMode(bad); got != v1alpha1.ReverseRoutePerGateway {
 		t.Fatalf("a cross-tenant link's mode with the operator default Aggregate: %s", got)
 	}
 }

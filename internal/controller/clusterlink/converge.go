@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/conditions"
 	"bnerd.net/vpn-operator/internal/controller/outcome"
 	"bnerd.net/vpn-operator/internal/linkselect"
@@ -34,18 +34,18 @@ type phase struct {
 
 func (r *Reconciler) phases() []phase {
 	return []phase{
-		{cond: v1.ConditionValidated, run: r.ensureValidated},
-		{cond: v1.ConditionTenantIsolationAttested, cross: true, blocks: []string{v1.ConditionCredentialsResolved}, run: r.ensureAttested},
-		{cond: v1.ConditionCredentialsResolved, cross: true, blocks: []string{v1.ConditionTransitNetworkShared}, run: r.ensureCredentials},
-		{cond: v1.ConditionLegAttached, run: r.ensureNotMismatched},
-		{cond: v1.ConditionTransitIPAllocated, run: r.ensureTransitNetwork},
-		{cond: v1.ConditionTransitIPAllocated, run: r.ensureTransitNotSharedWithAll},
-		{cond: v1.ConditionLegAttached, blocks: []string{v1.ConditionTransitNetworkShared, v1.ConditionTransitIPAllocated, v1.ConditionRouteInstalled, v1.ConditionReverseRoutesInstalled}, run: r.ensureRouter},
-		{cond: v1.ConditionTransitNetworkShared, cross: true, blocks: []string{v1.ConditionTransitIPAllocated, v1.ConditionLegAttached}, run: r.ensureShared},
-		{cond: v1.ConditionTransitIPAllocated, blocks: []string{v1.ConditionLegAttached, v1.ConditionRouteInstalled, v1.ConditionReverseRoutesInstalled}, run: r.ensureTransitIP},
-		{cond: v1.ConditionLegAttached, run: r.ensureLeg},
-		{cond: v1.ConditionRouteInstalled, independent: true, run: r.ensureForwardRoute},
-		{cond: v1.ConditionReverseRoutesInstalled, run: r.ensureReverseRoutes},
+		{cond: v1alpha1.ConditionValidated, run: r.ensureValidated},
+		{cond: v1alpha1.ConditionTenantIsolationAttested, cross: true, blocks: []string{v1alpha1.ConditionCredentialsResolved}, run: r.ensureAttested},
+		{cond: v1alpha1.ConditionCredentialsResolved, cross: true, blocks: []string{v1alpha1.ConditionTransitNetworkShared}, run: r.ensureCredentials},
+		{cond: v1alpha1.ConditionLegAttached, run: r.ensureNotMismatched},
+		{cond: v1alpha1.ConditionTransitIPAllocated, run: r.ensureTransitNetwork},
+		{cond: v1alpha1.ConditionTransitIPAllocated, run: r.ensureTransitNotSharedWithAll},
+		{cond: v1alpha1.ConditionLegAttached, blocks: []string{v1alpha1.ConditionTransitNetworkShared, v1alpha1.ConditionTransitIPAllocated, v1alpha1.ConditionRouteInstalled, v1alpha1.ConditionReverseRoutesInstalled}, run: r.ensureRouter},
+		{cond: v1alpha1.ConditionTransitNetworkShared, cross: true, blocks: []string{v1alpha1.ConditionTransitIPAllocated, v1alpha1.ConditionLegAttached}, run: r.ensureShared},
+		{cond: v1alpha1.ConditionTransitIPAllocated, blocks: []string{v1alpha1.ConditionLegAttached, v1alpha1.ConditionRouteInstalled, v1alpha1.ConditionReverseRoutesInstalled}, run: r.ensureTransitIP},
+		{cond: v1alpha1.ConditionLegAttached, run: r.ensureLeg},
+		{cond: v1alpha1.ConditionRouteInstalled, independent: true, run: r.ensureForwardRoute},
+		{cond: v1alpha1.ConditionReverseRoutesInstalled, run: r.ensureReverseRoutes},
 	}
 }
 
@@ -80,19 +80,19 @@ func (r *Reconciler) converge(ctx context.Context, lc *linkCtx) error {
 
 func (r *Reconciler) ensureValidated(ctx context.Context, lc *linkCtx) (bool, error) {
 	if errs := lc.link.Spec.Validate(); len(errs) > 0 {
-		lc.set.False(v1.ConditionValidated, v1.ReasonInvalidSpec, errs.ToAggregate().Error())
+		lc.set.False(v1alpha1.ConditionValidated, v1alpha1.ReasonInvalidSpec, errs.ToAggregate().Error())
 		return false, nil
 	}
 	msg, err := r.cidrOverlap(ctx, lc.link)
 	if err != nil {
-		lc.set.False(v1.ConditionValidated, v1.ReasonInvalidSpec, "listing ClusterLinks: "+outcome.Describe(err))
+		lc.set.False(v1alpha1.ConditionValidated, v1alpha1.ReasonInvalidSpec, "listing ClusterLinks: "+outcome.Describe(err))
 		return false, err
 	}
 	if msg != "" {
-		lc.set.False(v1.ConditionValidated, v1.ReasonServiceClusterCIDROverlap, msg)
+		lc.set.False(v1alpha1.ConditionValidated, v1alpha1.ReasonServiceClusterCIDROverlap, msg)
 		return false, nil
 	}
-	lc.set.True(v1.ConditionValidated, v1.ReasonValid, "the spec passed validation")
+	lc.set.True(v1alpha1.ConditionValidated, v1alpha1.ReasonValid, "the spec passed validation")
 	return true, nil
 }
 
@@ -102,7 +102,7 @@ func (r *Reconciler) ensureValidated(ctx context.Context, lc *linkCtx) (bool, er
 // gateway's exposure into it could not be told apart; the older link keeps it), or a
 // gateway's routed-mode subnet (routedOverlap). The transit subnet is checked once it
 // is resolved (ensureTransitNetwork).
-func (r *Reconciler) cidrOverlap(ctx context.Context, link *v1.ClusterLink) (string, error) {
+func (r *Reconciler) cidrOverlap(ctx context.Context, link *v1alpha1.ClusterLink) (string, error) {
 	cidr, ok := linkselect.CIDR(link)
 	if !ok {
 		return "", nil
@@ -110,7 +110,7 @@ func (r *Reconciler) cidrOverlap(ctx context.Context, link *v1.ClusterLink) (str
 	if pool := r.d.Config.ServiceCIDRPool; pool.IsValid() && pool.Overlaps(cidr) {
 		return fmt.Sprintf("serviceClusterCIDR %s overlaps the service-CIDR pool %s, where the gateways' virtual IPs live; route the service cluster's own network", cidr, pool), nil
 	}
-	var list v1.ClusterLinkList
+	var list v1alpha1.ClusterLinkList
 	if err := r.d.Client.List(ctx, &list); err != nil {
 		return "", err
 	}
@@ -132,15 +132,15 @@ func (r *Reconciler) cidrOverlap(ctx context.Context, link *v1.ClusterLink) (str
 // link whose network overlaps one routed now, or claimed by a gateway older than the
 // link, is refused (the gateway reconciler refuses routed subnets overlapping an
 // active link, so the one that was there first keeps it either way).
-func (r *Reconciler) routedOverlap(ctx context.Context, link *v1.ClusterLink, cidr netip.Prefix) (string, error) {
-	check := func(kind, ns, name string, created metav1.Time, spec *v1.GatewaySpec, st *v1.GatewayStatus, gen int64) string {
-		c := conditions.Get(st.Conditions, v1.ConditionRoutingReady)
-		routesNow := c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == gen && c.Reason != v1.ReasonNotRequired
+func (r *Reconciler) routedOverlap(ctx context.Context, link *v1alpha1.ClusterLink, cidr netip.Prefix) (string, error) {
+	check := func(kind, ns, name string, created metav1.Time, spec *v1alpha1.GatewaySpec, st *v1alpha1.GatewayStatus, gen int64) string {
+		c := conditions.Get(st.Conditions, v1alpha1.ConditionRoutingReady)
+		routesNow := c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == gen && c.Reason != v1alpha1.ReasonNotRequired
 		if !routesNow && !created.Before(&link.CreationTimestamp) {
 			return ""
 		}
 		for _, t := range spec.Tunnels {
-			if t.Mode != v1.TunnelModeRouted {
+			if t.Mode != v1alpha1.TunnelModeRouted {
 				continue
 			}
 			for _, s := range t.Peer.Subnets {
@@ -153,7 +153,7 @@ func (r *Reconciler) routedOverlap(ctx context.Context, link *v1.ClusterLink, ci
 	}
 	// The cache's own objects are read, not copied (nothing here writes to them): the
 	// copies of a thousand gateways per link reconcile were a fifth of the operator's CPU.
-	gws, err := v1.ListGateways(ctx, r.d.Client, client.UnsafeDisableDeepCopy)
+	gws, err := v1alpha1.ListGateways(ctx, r.d.Client, client.UnsafeDisableDeepCopy)
 	if err != nil {
 		return "", err
 	}
@@ -166,7 +166,7 @@ func (r *Reconciler) routedOverlap(ctx context.Context, link *v1.ClusterLink, ci
 }
 
 // older orders links by creation, then by name.
-func older(a, b *v1.ClusterLink) bool {
+func older(a, b *v1alpha1.ClusterLink) bool {
 	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
 		return a.CreationTimestamp.Before(&b.CreationTimestamp)
 	}
@@ -174,13 +174,13 @@ func older(a, b *v1.ClusterLink) bool {
 }
 
 func (r *Reconciler) ensureAttested(_ context.Context, lc *linkCtx) (bool, error) {
-	if lc.link.Annotations[v1.AnnotationCustomerAPIAccess] != "none" {
-		lc.set.False(v1.ConditionTenantIsolationAttested, v1.ReasonNotAttested, fmt.Sprintf(
+	if lc.link.Annotations[v1alpha1.AnnotationCustomerAPIAccess] != "none" {
+		lc.set.False(v1alpha1.ConditionTenantIsolationAttested, v1alpha1.ReasonNotAttested, fmt.Sprintf(
 			"a cross-tenant link needs the annotation %s: \"none\", set by a platform admin who attests that the customer has no OpenStack API access of their own; no OpenStack call is made until then",
-			v1.AnnotationCustomerAPIAccess))
+			v1alpha1.AnnotationCustomerAPIAccess))
 		return false, nil
 	}
-	lc.set.True(v1.ConditionTenantIsolationAttested, v1.ReasonAttested, "a platform admin attested that the customer has no OpenStack API access of their own")
+	lc.set.True(v1alpha1.ConditionTenantIsolationAttested, v1alpha1.ReasonAttested, "a platform admin attested that the customer has no OpenStack API access of their own")
 	return true, nil
 }
 
@@ -190,7 +190,7 @@ func (r *Reconciler) ensureCredentials(ctx context.Context, lc *linkCtx) (bool, 
 	link := lc.link
 	cr := r.customerCredential(ctx, lc)
 	if !cr.ok() {
-		lc.set.False(v1.ConditionCredentialsResolved, cr.reason, cr.message)
+		lc.set.False(v1alpha1.ConditionCredentialsResolved, cr.reason, cr.message)
 		if cr.err != nil {
 			return false, cr.err // transient: back off
 		}
@@ -200,10 +200,10 @@ func (r *Reconciler) ensureCredentials(ctx context.Context, lc *linkCtx) (bool, 
 	if pinned := link.Status.CustomerProjectID; (pinned != "" && pinned != cr.project) || (pinned == "" && link.Status.LegPortID != "") {
 		msg := fmt.Sprintf("secret %s: the credential authenticates into project %s, but this link's leg was built in project %q; restore the credential of that project",
 			lc.secret, cr.project, pinned)
-		lc.set.False(v1.ConditionCredentialsResolved, v1.ReasonCredentialsProjectChanged, msg)
+		lc.set.False(v1alpha1.ConditionCredentialsResolved, v1alpha1.ReasonCredentialsProjectChanged, msg)
 		return false, nil
 	}
-	lc.set.True(v1.ConditionCredentialsResolved, v1.ReasonResolved,
+	lc.set.True(v1alpha1.ConditionCredentialsResolved, v1alpha1.ReasonResolved,
 		fmt.Sprintf("secret %s authenticates into project %s with a member-scoped application credential", lc.secret, cr.project))
 	link.Status.CustomerProjectID = cr.project
 	lc.leg, lc.projectID = cr.clients, cr.project
@@ -214,8 +214,8 @@ func (r *Reconciler) ensureCredentials(ctx context.Context, lc *linkCtx) (bool, 
 // human recreates it. The route via the old address is re-checked, in case removing it
 // failed before.
 func (r *Reconciler) ensureNotMismatched(ctx context.Context, lc *linkCtx) (bool, error) {
-	c := conditions.Get(lc.link.Status.Conditions, v1.ConditionLegAttached)
-	if c == nil || c.Reason != v1.ReasonTransitIPMismatch {
+	c := conditions.Get(lc.link.Status.Conditions, v1alpha1.ConditionLegAttached)
+	if c == nil || c.Reason != v1alpha1.ReasonTransitIPMismatch {
 		return true, nil
 	}
 	if err := r.removeForwardRoutes(ctx, lc); err != nil {
@@ -228,16 +228,16 @@ func (r *Reconciler) ensureNotMismatched(ctx context.Context, lc *linkCtx) (bool
 func (r *Reconciler) ensureTransitNetwork(ctx context.Context, lc *linkCtx) (bool, error) {
 	tn, err := r.transitNetwork(ctx)
 	if err != nil {
-		cond, reason := v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocationFailed
+		cond, reason := v1alpha1.ConditionTransitIPAllocated, v1alpha1.ReasonTransitIPAllocationFailed
 		if lc.cross {
-			cond, reason = v1.ConditionTransitNetworkShared, v1.ReasonEnsureNetworkSharedFailed
+			cond, reason = v1alpha1.ConditionTransitNetworkShared, v1alpha1.ReasonEnsureNetworkSharedFailed
 		}
 		lc.set.False(cond, reason, lc.opPrefix()+outcome.Describe(err))
 		return false, err
 	}
 	lc.tn = tn
 	if cidr, ok := linkselect.CIDR(lc.link); ok && tn.prefix.Overlaps(cidr) {
-		lc.set.False(v1.ConditionValidated, v1.ReasonServiceClusterCIDROverlap, fmt.Sprintf(
+		lc.set.False(v1alpha1.ConditionValidated, v1alpha1.ReasonServiceClusterCIDROverlap, fmt.Sprintf(
 			"serviceClusterCIDR %s overlaps the transit subnet %s, where the legs and the gateways' ports live", cidr, tn.prefix))
 		return false, nil
 	}
@@ -251,9 +251,9 @@ func (r *Reconciler) ensureTransitNetwork(ctx context.Context, lc *linkCtx) (boo
 // admin may add or remove it at any time); what the link already built is left as it
 // is, and deleting a link still unwinds it.
 func (r *Reconciler) ensureTransitNotSharedWithAll(ctx context.Context, lc *linkCtx) (bool, error) {
-	cond, failReason := v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocationFailed
+	cond, failReason := v1alpha1.ConditionTransitIPAllocated, v1alpha1.ReasonTransitIPAllocationFailed
 	if lc.cross {
-		cond, failReason = v1.ConditionTransitNetworkShared, v1.ReasonEnsureNetworkSharedFailed
+		cond, failReason = v1alpha1.ConditionTransitNetworkShared, v1alpha1.ReasonEnsureNetworkSharedFailed
 	}
 	share, err := openstack.ReadNetworkShare(ctx, r.d.Operator.Networking, lc.tn.network.ID)
 	if err != nil {
@@ -261,7 +261,7 @@ func (r *Reconciler) ensureTransitNotSharedWithAll(ctx context.Context, lc *link
 		return false, err
 	}
 	if share.EveryProject() {
-		lc.set.False(cond, v1.ReasonTransitNetworkSharedWithAllProjects, fmt.Sprintf(
+		lc.set.False(cond, v1alpha1.ReasonTransitNetworkSharedWithAllProjects, fmt.Sprintf(
 			"%sthe transit network is shared with every project of the cloud: %s. Any tenant could put a port on it and reach every linked service cluster through the gateway router, so this link builds and changes nothing until an OpenStack admin removes that share (customers get per-project shares from their ClusterLinks); what it built before is left as it is",
 			lc.opPrefix(), share.How()))
 		return false, nil
@@ -274,7 +274,7 @@ func (r *Reconciler) ensureTransitNotSharedWithAll(ctx context.Context, lc *link
 func (r *Reconciler) ensureRouter(ctx context.Context, lc *linkCtx) (bool, error) {
 	rt, err := lc.leg.Networking.ResolveRouter(ctx, lc.link.Spec.ServiceClusterRouter)
 	if err != nil {
-		lc.set.False(v1.ConditionLegAttached, v1.ReasonRouterResolveFailed,
+		lc.set.False(v1alpha1.ConditionLegAttached, v1alpha1.ReasonRouterResolveFailed,
 			fmt.Sprintf("%sresolving router %q: %s", lc.legPrefix(), lc.link.Spec.ServiceClusterRouter, outcome.Describe(err)))
 		return false, err
 	}
@@ -291,7 +291,7 @@ func (r *Reconciler) waiting(lc *linkCtx, blocked string, next ...string) {
 			continue
 		}
 		if conditions.Get(lc.link.Status.Conditions, t) == nil {
-			lc.set.Unknown(t, v1.ReasonNotReady, "waiting for "+blocked)
+			lc.set.Unknown(t, v1alpha1.ReasonNotReady, "waiting for "+blocked)
 		}
 	}
 }

@@ -12,7 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack"
 )
 
@@ -72,16 +72,16 @@ func (r *Reconciler) customerCredential(ctx context.Context, lc *linkCtx) credRe
 		return credResult{reason: reason, message: name + ": " + fmt.Sprintf(format, args...), requeue: CredentialRequeue}
 	}
 	if ref.Namespace != r.d.Config.ClusterLinkCredentialsNamespace {
-		return fixed(v1.ReasonSecretNamespaceNotAllowed,
+		return fixed(v1alpha1.ReasonSecretNamespaceNotAllowed,
 			"namespace %q is not the operator's credentials namespace %q; customer credentials are read only from there",
 			ref.Namespace, r.d.Config.ClusterLinkCredentialsNamespace)
 	}
 	if want := SecretNamePrefix + link.Name; ref.Name != want {
-		return fixed(v1.ReasonSecretNameNotAllowed,
+		return fixed(v1alpha1.ReasonSecretNameNotAllowed,
 			"a ClusterLink may only use the Secret written for it, %s/%s; the Secret was not read", ref.Namespace, want)
 	}
 	if link.Spec.CustomerProjectID != "" && link.Spec.CustomerProjectID == r.d.OperatorProjectID {
-		return fixed(v1.ReasonCredentialsAreOperatorProject,
+		return fixed(v1alpha1.ReasonCredentialsAreOperatorProject,
 			"spec.customerProjectID %s is the operator's own project; a cross-tenant link must name the customer's project", link.Spec.CustomerProjectID)
 	}
 
@@ -93,9 +93,9 @@ func (r *Reconciler) customerCredential(ctx context.Context, lc *linkCtx) credRe
 	secret := &corev1.Secret{}
 	if err := r.reader.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, secret); err != nil {
 		if apierrors.IsNotFound(err) {
-			return fixed(v1.ReasonSecretNotFound, "not found")
+			return fixed(v1alpha1.ReasonSecretNotFound, "not found")
 		}
-		return credResult{reason: v1.ReasonSecretNotFound, message: name + ": cannot be read: " + apiErrText(err), requeue: CredentialRequeue, err: err}
+		return credResult{reason: v1alpha1.ReasonSecretNotFound, message: name + ": cannot be read: " + apiErrText(err), requeue: CredentialRequeue, err: err}
 	}
 	version := secretVersion(secret)
 
@@ -118,15 +118,15 @@ func (r *Reconciler) customerCredential(ctx context.Context, lc *linkCtx) credRe
 		}
 	}
 	if len(missing) > 0 {
-		return fixed(v1.ReasonCredentialsInvalid, "missing required key(s) %s (an application credential is required)", strings.Join(missing, ", "))
+		return fixed(v1alpha1.ReasonCredentialsInvalid, "missing required key(s) %s (an application credential is required)", strings.Join(missing, ", "))
 	}
 	// Values of the Secret are compared, never quoted: the point of the check is that
 	// an attacker-chosen endpoint is never contacted, and naming it helps no one.
 	if v := get(openstack.EnvAuthURL); v != "" && strings.TrimRight(v, "/") != strings.TrimRight(r.d.AuthURL, "/") {
-		return fixed(v1.ReasonCredentialsInvalid, "%s is not the operator's own Keystone endpoint %s", openstack.EnvAuthURL, r.d.AuthURL)
+		return fixed(v1alpha1.ReasonCredentialsInvalid, "%s is not the operator's own Keystone endpoint %s", openstack.EnvAuthURL, r.d.AuthURL)
 	}
 	if v := get(openstack.EnvRegionName); v != "" && v != r.d.Region {
-		return fixed(v1.ReasonCredentialsInvalid, "%s is not the operator's own region %q", openstack.EnvRegionName, r.d.Region)
+		return fixed(v1alpha1.ReasonCredentialsInvalid, "%s is not the operator's own region %q", openstack.EnvRegionName, r.d.Region)
 	}
 	// Endpoint, region and endpoint type are the operator's, whatever the Secret says:
 	// an OS_INTERFACE in it (internal, admin) is ignored, so a customer cannot steer the
@@ -141,7 +141,7 @@ func (r *Reconciler) customerCredential(ctx context.Context, lc *linkCtx) credRe
 
 	clients, err := r.cache.Get(ctx, string(link.UID), version, cred)
 	if err != nil {
-		res := fixed(v1.ReasonAuthFailed, "authentication failed: %s", err.Error())
+		res := fixed(v1alpha1.ReasonAuthFailed, "authentication failed: %s", err.Error())
 		if openstack.IsTransient(err) {
 			res.err = err
 		}
@@ -150,7 +150,7 @@ func (r *Reconciler) customerCredential(ctx context.Context, lc *linkCtx) credRe
 	info, err := clients.Identity.TokenInfo(ctx)
 	if err != nil {
 		r.cache.Forget(string(link.UID))
-		return fixed(v1.ReasonAuthFailed, "reading the token: %s", err.Error())
+		return fixed(v1alpha1.ReasonAuthFailed, "reading the token: %s", err.Error())
 	}
 
 	r.mu.Lock()
@@ -169,25 +169,25 @@ func (r *Reconciler) customerCredential(ctx context.Context, lc *linkCtx) credRe
 	if !checked {
 		if len(info.Roles) == 0 {
 			r.cache.Forget(string(link.UID))
-			return fixed(v1.ReasonAuthFailed, "the token carries no roles, so its privilege cannot be checked; use a member-scoped application credential")
+			return fixed(v1alpha1.ReasonAuthFailed, "the token carries no roles, so its privilege cannot be checked; use a member-scoped application credential")
 		}
 		if bad := privileged(info.Roles); len(bad) > 0 {
-			return refuse(v1.ReasonCredentialsPrivileged, fmt.Sprintf(
+			return refuse(v1alpha1.ReasonCredentialsPrivileged, fmt.Sprintf(
 				"%s: the credential's token carries the privileged role(s) %s; use a member-scoped application credential (update the Secret to retry)",
 				name, strings.Join(bad, ", ")))
 		}
 		if unknown := r.unknownRoles(info.Roles); len(unknown) > 0 {
-			return refuse(v1.ReasonCredentialsPrivileged, fmt.Sprintf(
+			return refuse(v1alpha1.ReasonCredentialsPrivileged, fmt.Sprintf(
 				"%s: the credential's token carries the role(s) %s, which the operator does not know to be harmless; use an application credential with member roles only, or, once the cloud's policy is checked, add them to IPSEC_CLUSTERLINK_SAFE_ROLES (update the Secret to retry)",
 				name, strings.Join(unknown, ", ")))
 		}
 	}
 	if info.ProjectID == r.d.OperatorProjectID {
 		r.cache.Forget(string(link.UID))
-		return fixed(v1.ReasonCredentialsAreOperatorProject, "authenticates into the operator's own project %s; a cross-tenant link needs the customer's credential", info.ProjectID)
+		return fixed(v1alpha1.ReasonCredentialsAreOperatorProject, "authenticates into the operator's own project %s; a cross-tenant link needs the customer's credential", info.ProjectID)
 	}
 	if want := link.Spec.CustomerProjectID; want != "" && info.ProjectID != want {
-		return refuse(v1.ReasonCredentialsProjectMismatch, fmt.Sprintf(
+		return refuse(v1alpha1.ReasonCredentialsProjectMismatch, fmt.Sprintf(
 			"%s: the credential authenticates into project %s, but spec.customerProjectID is %s; nothing was shared, created or attached (update the Secret to retry)",
 			name, info.ProjectID, want))
 	}
@@ -203,11 +203,11 @@ func (r *Reconciler) customerCredential(ctx context.Context, lc *linkCtx) credRe
 		if _, err := openstack.CheckRoles(info.Roles, probe); err != nil {
 			if !errors.Is(err, openstack.ErrMissingRole) {
 				r.cache.Forget(string(link.UID))
-				res := fixed(v1.ReasonAuthFailed, "checking the credential's roles: %s", err.Error())
+				res := fixed(v1alpha1.ReasonAuthFailed, "checking the credential's roles: %s", err.Error())
 				res.err = err
 				return res
 			}
-			return refuse(v1.ReasonCredentialsRoleMissing, fmt.Sprintf("%s: %s (update the Secret to retry)", name, err.Error()))
+			return refuse(v1alpha1.ReasonCredentialsRoleMissing, fmt.Sprintf("%s: %s (update the Secret to retry)", name, err.Error()))
 		}
 	}
 	r.mu.Lock()

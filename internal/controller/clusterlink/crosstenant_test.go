@@ -6,7 +6,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
@@ -34,9 +34,9 @@ func TestCrossTenantLinks(t *testing.T) {
 	h.newLink("diehl01", diehlRouter, diehlCIDR, crossTenant(projDiehl))
 	l := h.untilReady("diehl01")
 
-	expectCond(t, l, v1.ConditionTenantIsolationAttested, metav1.ConditionTrue, v1.ReasonAttested, "")
-	expectCond(t, l, v1.ConditionCredentialsResolved, metav1.ConditionTrue, v1.ReasonResolved, "secret "+credNS+"/clusterlink-diehl01 authenticates into project "+projDiehl)
-	expectCond(t, l, v1.ConditionTransitNetworkShared, metav1.ConditionTrue, v1.ReasonShared, "transit network "+h.transitNetID()+" is shared with project "+projDiehl)
+	expectCond(t, l, v1alpha1.ConditionTenantIsolationAttested, metav1.ConditionTrue, v1alpha1.ReasonAttested, "")
+	expectCond(t, l, v1alpha1.ConditionCredentialsResolved, metav1.ConditionTrue, v1alpha1.ReasonResolved, "secret "+credNS+"/clusterlink-diehl01 authenticates into project "+projDiehl)
+	expectCond(t, l, v1alpha1.ConditionTransitNetworkShared, metav1.ConditionTrue, v1alpha1.ReasonShared, "transit network "+h.transitNetID()+" is shared with project "+projDiehl)
 	if l.Status.CustomerProjectID != projDiehl {
 		t.Fatalf("status.customerProjectID %q", l.Status.CustomerProjectID)
 	}
@@ -117,18 +117,20 @@ func TestCrossTenantNotAttested(t *testing.T) {
 	h.secret("na1", "diehl", nil)
 	h.secret("na2", "diehl", nil)
 	h.sim.ResetCounters()
-	h.newLink("na1", diehlRouter, diehlCIDR, crossTenant(projDiehl), func(l *v1.ClusterLink) { delete(l.Annotations, v1.AnnotationCustomerAPIAccess) })
-	h.newLink("na2", diehlRouter, "10.236.0.0/16", crossTenant(projDiehl), func(l *v1.ClusterLink) { l.Annotations[v1.AnnotationCustomerAPIAccess] = "None" })
+	h.newLink("na1", diehlRouter, diehlCIDR, crossTenant(projDiehl), func(l *v1alpha1.ClusterLink) { delete(l.Annotations, v1alpha1.AnnotationCustomerAPIAccess) })
+	h.newLink("na2", diehlRouter, "10.236.0.0/16", crossTenant(projDiehl), func(l *v1alpha1.ClusterLink) { l.Annotations[v1alpha1.AnnotationCustomerAPIAccess] = "None" })
 	for _, n := range []string{"na1", "na2"} {
-		l := h.untilCond(n, v1.ConditionTenantIsolationAttested, v1.ReasonNotAttested)
-		expectCond(t, l, v1.ConditionTenantIsolationAttested, metav1.ConditionFalse, v1.ReasonNotAttested, "a cross-tenant link needs the annotation "+v1.AnnotationCustomerAPIAccess)
-		expectCond(t, l, v1.ConditionReady, metav1.ConditionFalse, v1.ReasonNotAttested, "")
+		l := h.untilCond(n, v1alpha1.ConditionTenantIsolationAttested, v1alpha1.ReasonNotAttested)
+		expectCond(t, l, v1alpha1.ConditionTenantIsolationAttested, metav1.ConditionFalse, v1alpha1.ReasonNotAttested, "a cross-tenant link needs the annotation "+v1alpha1.AnnotationCustomerAPIAccess)
+		expectCond(t, l, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonNotAttested, "")
 	}
 	if n := h.sim.Counters().Total(); n != 0 || h.builds.Load() != 0 || h.reader.secretGets.Load() != 0 {
 		t.Fatalf("unattested links made %d OpenStack calls, %d client builds, %d Secret reads", n, h.builds.Load(), h.reader.secretGets.Load())
 	}
 	// Attesting later lets the link proceed.
-	h.update("na1", func(l *v1.ClusterLink) { l.Annotations = map[string]string{v1.AnnotationCustomerAPIAccess: "none"} })
+	h.update("na1", func(l *v1alpha1.ClusterLink) {
+		l.Annotations = map[string]string{v1alpha1.AnnotationCustomerAPIAccess: "none"}
+	})
 	h.untilReady("na1")
 }
 
@@ -147,47 +149,47 @@ func TestCrossTenantCredentialRefusals(t *testing.T) {
 	}{
 		{"ns", func(n string) linkOpt {
 			h.secret(n, "diehl", nil)
-			return func(l *v1.ClusterLink) { l.Spec.CredentialsSecretRef.Namespace = "default" }
-		}, v1.ReasonSecretNamespaceNotAllowed, "secret default/clusterlink-ns: namespace \"default\" is not the operator's credentials namespace", true, true},
+			return func(l *v1alpha1.ClusterLink) { l.Spec.CredentialsSecretRef.Namespace = "default" }
+		}, v1alpha1.ReasonSecretNamespaceNotAllowed, "secret default/clusterlink-ns: namespace \"default\" is not the operator's credentials namespace", true, true},
 		{"name", func(n string) linkOpt {
 			h.secret("diehl02", "diehl", nil)
-			return func(l *v1.ClusterLink) { l.Spec.CredentialsSecretRef.Name = "clusterlink-diehl02" }
-		}, v1.ReasonSecretNameNotAllowed, "secret " + credNS + "/clusterlink-diehl02: a ClusterLink may only use the Secret written for it", true, true},
-		{"missing", func(n string) linkOpt { return nil }, v1.ReasonSecretNotFound, "secret " + credNS + "/clusterlink-missing: not found", false, true},
+			return func(l *v1alpha1.ClusterLink) { l.Spec.CredentialsSecretRef.Name = "clusterlink-diehl02" }
+		}, v1alpha1.ReasonSecretNameNotAllowed, "secret " + credNS + "/clusterlink-diehl02: a ClusterLink may only use the Secret written for it", true, true},
+		{"missing", func(n string) linkOpt { return nil }, v1alpha1.ReasonSecretNotFound, "secret " + credNS + "/clusterlink-missing: not found", false, true},
 		{"nokey", func(n string) linkOpt {
 			h.secret(n, "diehl", map[string]string{openstack.EnvAppCredentialSecret: ""})
 			return nil
-		}, v1.ReasonCredentialsInvalid, "secret " + credNS + "/clusterlink-nokey: missing required key(s) OS_APPLICATION_CREDENTIAL_SECRET", false, true},
+		}, v1alpha1.ReasonCredentialsInvalid, "secret " + credNS + "/clusterlink-nokey: missing required key(s) OS_APPLICATION_CREDENTIAL_SECRET", false, true},
 		{"userpass", func(n string) linkOpt {
 			h.secret(n, "", map[string]string{openstack.EnvUsername: "diehl", openstack.EnvPassword: "ZZSECRET-password-9e1"})
 			secretValues = append(secretValues, "ZZSECRET-password-9e1")
 			return nil
-		}, v1.ReasonCredentialsInvalid, "secret " + credNS + "/clusterlink-userpass: missing required key(s) OS_APPLICATION_CREDENTIAL_ID, OS_APPLICATION_CREDENTIAL_SECRET", false, true},
+		}, v1alpha1.ReasonCredentialsInvalid, "secret " + credNS + "/clusterlink-userpass: missing required key(s) OS_APPLICATION_CREDENTIAL_ID, OS_APPLICATION_CREDENTIAL_SECRET", false, true},
 		{"authurl", func(n string) linkOpt {
 			h.secret(n, "diehl", map[string]string{openstack.EnvAuthURL: "https://keystone.attacker.example/v3"})
 			return nil
-		}, v1.ReasonCredentialsInvalid, "secret " + credNS + "/clusterlink-authurl: OS_AUTH_URL is not the operator's own Keystone endpoint", false, true},
+		}, v1alpha1.ReasonCredentialsInvalid, "secret " + credNS + "/clusterlink-authurl: OS_AUTH_URL is not the operator's own Keystone endpoint", false, true},
 		{"region", func(n string) linkOpt {
 			h.secret(n, "diehl", map[string]string{openstack.EnvRegionName: "RegionTwo"})
 			return nil
-		}, v1.ReasonCredentialsInvalid, "secret " + credNS + "/clusterlink-region: OS_REGION_NAME is not the operator's own region", false, true},
+		}, v1alpha1.ReasonCredentialsInvalid, "secret " + credNS + "/clusterlink-region: OS_REGION_NAME is not the operator's own region", false, true},
 		{"badsecret", func(n string) linkOpt {
 			h.secret(n, "diehl", map[string]string{openstack.EnvAppCredentialSecret: "ZZSECRET-wrong-5a7"})
 			secretValues = append(secretValues, "ZZSECRET-wrong-5a7")
 			return nil
-		}, v1.ReasonAuthFailed, "secret " + credNS + "/clusterlink-badsecret: authentication failed: ", false, false},
+		}, v1alpha1.ReasonAuthFailed, "secret " + credNS + "/clusterlink-badsecret: authentication failed: ", false, false},
 		{"noroles", func(n string) linkOpt {
 			h.secret(n, "diehl-noroles", nil)
 			return nil
-		}, v1.ReasonAuthFailed, "secret " + credNS + "/clusterlink-noroles: the token carries no roles", false, false},
+		}, v1alpha1.ReasonAuthFailed, "secret " + credNS + "/clusterlink-noroles: the token carries no roles", false, false},
 		{"opspec", func(n string) linkOpt {
 			h.secret(n, "diehl", nil)
-			return func(l *v1.ClusterLink) { l.Spec.CustomerProjectID = projOperator }
-		}, v1.ReasonCredentialsAreOperatorProject, "secret " + credNS + "/clusterlink-opspec: spec.customerProjectID " + projOperator + " is the operator's own project", true, true},
+			return func(l *v1alpha1.ClusterLink) { l.Spec.CustomerProjectID = projOperator }
+		}, v1alpha1.ReasonCredentialsAreOperatorProject, "secret " + credNS + "/clusterlink-opspec: spec.customerProjectID " + projOperator + " is the operator's own project", true, true},
 		{"opsecret", func(n string) linkOpt {
 			h.secret(n, "operator-as-customer", nil)
 			return nil
-		}, v1.ReasonCredentialsAreOperatorProject, "secret " + credNS + "/clusterlink-opsecret: authenticates into the operator's own project " + projOperator, false, false},
+		}, v1alpha1.ReasonCredentialsAreOperatorProject, "secret " + credNS + "/clusterlink-opsecret: authenticates into the operator's own project " + projOperator, false, false},
 	}
 	for _, c := range cases {
 		t.Run(c.reason+"/"+c.name, func(t *testing.T) {
@@ -200,7 +202,7 @@ func TestCrossTenantCredentialRefusals(t *testing.T) {
 			h.newLink(c.name, "shoot--diehl--diehl02", freshCIDR(), opts...)
 			res, _ := h.reconcile(c.name)
 			l := h.get(c.name)
-			expectCond(t, l, v1.ConditionCredentialsResolved, metav1.ConditionFalse, c.reason, c.msg)
+			expectCond(t, l, v1alpha1.ConditionCredentialsResolved, metav1.ConditionFalse, c.reason, c.msg)
 			if res.RequeueAfter != CredentialRequeue {
 				t.Errorf("requeue %v, want %v", res.RequeueAfter, CredentialRequeue)
 			}
@@ -231,7 +233,7 @@ func TestCrossTenantCredentialsPrivileged(t *testing.T) {
 			h.newLink(name, "shoot--diehl--diehl02", freshCIDR(), crossTenant(projDiehl))
 			res, _ := h.reconcile(name)
 			l := h.get(name)
-			expectCond(t, l, v1.ConditionCredentialsResolved, metav1.ConditionFalse, v1.ReasonCredentialsPrivileged, secretPrefix(name)+"the credential's token carries the privileged role(s) "+c.role)
+			expectCond(t, l, v1alpha1.ConditionCredentialsResolved, metav1.ConditionFalse, v1alpha1.ReasonCredentialsPrivileged, secretPrefix(name)+"the credential's token carries the privileged role(s) "+c.role)
 			if res.RequeueAfter != h.cfg.ResyncInterval {
 				t.Fatalf("requeue %v, want the resync interval", res.RequeueAfter)
 			}
@@ -247,7 +249,7 @@ func TestCrossTenantCredentialsPrivileged(t *testing.T) {
 				t.Fatal("a privileged credential got the network shared")
 			}
 			h.secret(name, "diehl", nil)
-			h.untilCond(name, v1.ConditionCredentialsResolved, v1.ReasonResolved)
+			h.untilCond(name, v1alpha1.ConditionCredentialsResolved, v1alpha1.ReasonResolved)
 			h.delete(name)
 			h.until(name, "gone", nil)
 		})
@@ -263,7 +265,7 @@ func TestCrossTenantProjectMismatch(t *testing.T) {
 	h.sim.ResetCounters()
 	res, _ := h.reconcile("mismatch")
 	l := h.get("mismatch")
-	expectCond(t, l, v1.ConditionCredentialsResolved, metav1.ConditionFalse, v1.ReasonCredentialsProjectMismatch,
+	expectCond(t, l, v1alpha1.ConditionCredentialsResolved, metav1.ConditionFalse, v1alpha1.ReasonCredentialsProjectMismatch,
 		secretPrefix("mismatch")+"the credential authenticates into project "+projOther+", but spec.customerProjectID is "+projDiehl)
 	if res.RequeueAfter != h.cfg.ResyncInterval {
 		t.Fatalf("requeue %v", res.RequeueAfter)
@@ -292,7 +294,7 @@ func TestCrossTenantProjectChanged(t *testing.T) {
 	h.sim.ResetCounters()
 	res, _ := h.reconcile("changed")
 	l = h.get("changed")
-	expectCond(t, l, v1.ConditionCredentialsResolved, metav1.ConditionFalse, v1.ReasonCredentialsProjectChanged,
+	expectCond(t, l, v1alpha1.ConditionCredentialsResolved, metav1.ConditionFalse, v1alpha1.ReasonCredentialsProjectChanged,
 		secretPrefix("changed")+"the credential authenticates into project "+projDiehl+", but this link's leg was built in project \"legacy")
 	if res.RequeueAfter != h.cfg.ResyncInterval || h.sim.Counters().Writes != 0 {
 		t.Fatalf("requeue %v, writes %d", res.RequeueAfter, h.sim.Counters().Writes)
@@ -305,8 +307,8 @@ func TestCrossTenantRouterResolveFailedSharesNothing(t *testing.T) {
 	h.secret("noshare", "diehl", nil)
 	// The operator's svc01 router exists, but not in the customer's project.
 	h.newLink("noshare", "shoot--services--svc01", diehlCIDR, crossTenant(projDiehl))
-	l := h.untilCond("noshare", v1.ConditionLegAttached, v1.ReasonRouterResolveFailed)
-	expectCond(t, l, v1.ConditionLegAttached, metav1.ConditionFalse, v1.ReasonRouterResolveFailed, custPrefix("noshare")+`resolving router "shoot--services--svc01"`)
+	l := h.untilCond("noshare", v1alpha1.ConditionLegAttached, v1alpha1.ReasonRouterResolveFailed)
+	expectCond(t, l, v1alpha1.ConditionLegAttached, metav1.ConditionFalse, v1alpha1.ReasonRouterResolveFailed, custPrefix("noshare")+`resolving router "shoot--services--svc01"`)
 	if len(h.sim.RBACPolicies()) != 0 || len(h.linkPorts(l)) != 0 {
 		t.Fatal("an unresolvable router still got the network shared or a port")
 	}
@@ -324,7 +326,7 @@ func TestCrossTenantTransitNetworkShared(t *testing.T) {
 		h.secret("dup", "diehl", nil)
 		h.newLink("dup", diehlRouter, diehlCIDR, crossTenant(projDiehl))
 		l := h.untilReady("dup")
-		expectCond(t, l, v1.ConditionTransitNetworkShared, metav1.ConditionTrue, v1.ReasonShared, "transit network "+h.transitNetID()+" is visible to project "+projDiehl+" through a rule the operator does not own")
+		expectCond(t, l, v1alpha1.ConditionTransitNetworkShared, metav1.ConditionTrue, v1alpha1.ReasonShared, "transit network "+h.transitNetID()+" is visible to project "+projDiehl+" through a rule the operator does not own")
 		if len(h.sim.RBACPolicies()) != 1 {
 			t.Fatalf("policies %v", h.sim.RBACPolicies())
 		}
@@ -345,7 +347,7 @@ func TestCrossTenantTransitNetworkShared(t *testing.T) {
 		h.newLink("notshared", diehlRouter, diehlCIDR, crossTenant(projDiehl))
 		res, _ := h.reconcile("notshared")
 		l := h.get("notshared")
-		c := expectCond(t, l, v1.ConditionTransitNetworkShared, metav1.ConditionFalse, v1.ReasonTransitNetworkNotShared, "operator credential: sharing transit network")
+		c := expectCond(t, l, v1alpha1.ConditionTransitNetworkShared, metav1.ConditionFalse, v1alpha1.ReasonTransitNetworkNotShared, "operator credential: sharing transit network")
 		cmd := "openstack network rbac create --type network --action access_as_shared --target-project " + projDiehl + " " + h.transitNetID()
 		if !strings.Contains(c.Message, cmd) {
 			t.Fatalf("message %q lacks the command %q", c.Message, cmd)
@@ -359,8 +361,8 @@ func TestCrossTenantTransitNetworkShared(t *testing.T) {
 		h.sim.Inject(openstacksim.Fault{Method: "POST", PathPattern: rbac, Status: 400})
 		h.secret("sharefail", "diehl", nil)
 		h.newLink("sharefail", diehlRouter, diehlCIDR, crossTenant(projDiehl))
-		l := h.untilCond("sharefail", v1.ConditionTransitNetworkShared, v1.ReasonEnsureNetworkSharedFailed)
-		expectCond(t, l, v1.ConditionTransitNetworkShared, metav1.ConditionFalse, v1.ReasonEnsureNetworkSharedFailed, "operator credential: ")
+		l := h.untilCond("sharefail", v1alpha1.ConditionTransitNetworkShared, v1alpha1.ReasonEnsureNetworkSharedFailed)
+		expectCond(t, l, v1alpha1.ConditionTransitNetworkShared, metav1.ConditionFalse, v1alpha1.ReasonEnsureNetworkSharedFailed, "operator credential: ")
 	})
 	t.Run("visibility check fails", func(t *testing.T) {
 		h := newHarness(t)
@@ -370,8 +372,8 @@ func TestCrossTenantTransitNetworkShared(t *testing.T) {
 		h.sim.Inject(openstacksim.Fault{Method: "GET", PathPattern: "/network/v2.0/networks/" + h.transitNetID(), Status: 500, UserAgent: customerUserAgent})
 		h.secret("visfail", "diehl", nil)
 		h.newLink("visfail", diehlRouter, diehlCIDR, crossTenant(projDiehl))
-		l := h.untilCond("visfail", v1.ConditionTransitNetworkShared, v1.ReasonNetworkVisibilityCheckFailed)
-		expectCond(t, l, v1.ConditionTransitNetworkShared, metav1.ConditionFalse, v1.ReasonNetworkVisibilityCheckFailed, custPrefix("visfail"))
+		l := h.untilCond("visfail", v1alpha1.ConditionTransitNetworkShared, v1alpha1.ReasonNetworkVisibilityCheckFailed)
+		expectCond(t, l, v1alpha1.ConditionTransitNetworkShared, metav1.ConditionFalse, v1alpha1.ReasonNetworkVisibilityCheckFailed, custPrefix("visfail"))
 	})
 }
 
@@ -384,8 +386,8 @@ func TestCrossTenantSecondLinkOnSameRouter(t *testing.T) {
 	h.newLink("first", diehlRouter, diehlCIDR, crossTenant(projDiehl))
 	h.untilReady("first")
 	h.newLink("second", diehlRouter, "10.236.0.0/16", crossTenant(projDiehl))
-	l := h.untilCond("second", v1.ConditionLegAttached, v1.ReasonEnsureRouterHasPortFailed)
-	c := expectCond(t, l, v1.ConditionLegAttached, metav1.ConditionFalse, v1.ReasonEnsureRouterHasPortFailed, custPrefix("second")+"attaching leg port ")
+	l := h.untilCond("second", v1alpha1.ConditionLegAttached, v1alpha1.ReasonEnsureRouterHasPortFailed)
+	c := expectCond(t, l, v1alpha1.ConditionLegAttached, metav1.ConditionFalse, v1alpha1.ReasonEnsureRouterHasPortFailed, custPrefix("second")+"attaching leg port ")
 	if !strings.Contains(c.Message, "Router already has a port on subnet") {
 		t.Fatalf("Neutron's refusal not surfaced: %q", c.Message)
 	}
@@ -417,8 +419,8 @@ func TestCrossTenantTransitIPMismatch(t *testing.T) {
 	if _, err := h.sim.AddPort(openstacksim.Port{NetworkID: h.transitNetID(), ProjectID: projOther, FixedIPs: []openstacksim.FixedIP{{IPAddress: old}}}); err != nil {
 		t.Fatal(err)
 	}
-	l = h.untilCond("mm", v1.ConditionLegAttached, v1.ReasonTransitIPMismatch)
-	c := expectCond(t, l, v1.ConditionLegAttached, metav1.ConditionFalse, v1.ReasonTransitIPMismatch, custPrefix("mm")+"the leg port came back at ")
+	l = h.untilCond("mm", v1alpha1.ConditionLegAttached, v1alpha1.ReasonTransitIPMismatch)
+	c := expectCond(t, l, v1alpha1.ConditionLegAttached, metav1.ConditionFalse, v1alpha1.ReasonTransitIPMismatch, custPrefix("mm")+"the leg port came back at ")
 	if !strings.Contains(c.Message, "instead of status.transitIP "+old) {
 		t.Fatalf("message %q", c.Message)
 	}
@@ -428,7 +430,7 @@ func TestCrossTenantTransitIPMismatch(t *testing.T) {
 	if ps := h.linkPorts(l); len(ps) != 0 {
 		t.Fatalf("the recreated port survives: %+v", ps)
 	}
-	expectCond(t, l, v1.ConditionRouteInstalled, metav1.ConditionFalse, v1.ReasonEnsureRouteFailed, "operator credential: ")
+	expectCond(t, l, v1alpha1.ConditionRouteInstalled, metav1.ConditionFalse, v1alpha1.ReasonEnsureRouteFailed, "operator credential: ")
 	h.sim.ResetCounters()
 	for range 3 {
 		_, _ = h.reconcile("mm")
@@ -444,9 +446,9 @@ func TestCrossTenantOperatorCredentialPrefix(t *testing.T) {
 	h.sim.Inject(openstacksim.Fault{Method: "PUT", PathPattern: "/network/v2.0/routers/" + h.opRouter().ID + "/add_extraroutes", Status: 400})
 	h.secret("opfail", "diehl", nil)
 	h.newLink("opfail", diehlRouter, diehlCIDR, crossTenant(projDiehl))
-	l := h.untilCond("opfail", v1.ConditionRouteInstalled, v1.ReasonEnsureRouteFailed)
-	expectCond(t, l, v1.ConditionRouteInstalled, metav1.ConditionFalse, v1.ReasonEnsureRouteFailed, "operator credential: add routes")
-	expectCond(t, l, v1.ConditionLegAttached, metav1.ConditionTrue, v1.ReasonAttached, "")
+	l := h.untilCond("opfail", v1alpha1.ConditionRouteInstalled, v1alpha1.ReasonEnsureRouteFailed)
+	expectCond(t, l, v1alpha1.ConditionRouteInstalled, metav1.ConditionFalse, v1alpha1.ReasonEnsureRouteFailed, "operator credential: add routes")
+	expectCond(t, l, v1alpha1.ConditionLegAttached, metav1.ConditionTrue, v1alpha1.ReasonAttached, "")
 }
 
 // Unbind: with the customer credential gone, the gateway route is still removed at
@@ -462,8 +464,8 @@ func TestCrossTenantUnbindHeldUntilSecretFixed(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.delete("held")
-	l = h.untilCond("held", v1.ConditionCredentialsResolved, v1.ReasonCredentialsUnavailable)
-	expectCond(t, l, v1.ConditionCredentialsResolved, metav1.ConditionFalse, v1.ReasonCredentialsUnavailable,
+	l = h.untilCond("held", v1alpha1.ConditionCredentialsResolved, v1alpha1.ReasonCredentialsUnavailable)
+	expectCond(t, l, v1alpha1.ConditionCredentialsResolved, metav1.ConditionFalse, v1alpha1.ReasonCredentialsUnavailable,
 		"the customer side cannot be cleaned up, so the finalizer is held: SecretNotFound: "+secretPrefix("held")+"not found")
 	if hasRoute(h.opRouter(), diehlCIDR, l.Status.TransitIP) {
 		t.Fatal("the gateway route was not removed first")
@@ -487,8 +489,8 @@ func TestCrossTenantUnbindRefusesWrongProject(t *testing.T) {
 	l := h.untilReady("wrongproj")
 	h.secret("wrongproj", "other", nil)
 	h.delete("wrongproj")
-	l = h.untilCond("wrongproj", v1.ConditionCredentialsResolved, v1.ReasonCredentialsProjectMismatch)
-	expectCond(t, l, v1.ConditionCredentialsResolved, metav1.ConditionFalse, v1.ReasonCredentialsProjectMismatch, "the customer side cannot be cleaned up, so the finalizer is held: "+secretPrefix("wrongproj"))
+	l = h.untilCond("wrongproj", v1alpha1.ConditionCredentialsResolved, v1alpha1.ReasonCredentialsProjectMismatch)
+	expectCond(t, l, v1alpha1.ConditionCredentialsResolved, metav1.ConditionFalse, v1alpha1.ReasonCredentialsProjectMismatch, "the customer side cannot be cleaned up, so the finalizer is held: "+secretPrefix("wrongproj"))
 	if _, ok := h.sim.Port(l.Status.LegPortID); !ok {
 		t.Fatal("the leg was removed with a foreign project's credential")
 	}
@@ -512,8 +514,8 @@ func TestCrossTenantAbandon(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.delete("abandon")
-	h.untilCond("abandon", v1.ConditionCredentialsResolved, v1.ReasonCredentialsUnavailable)
-	h.update("abandon", func(l *v1.ClusterLink) { l.Annotations[v1.AnnotationAbandonCustomerResources] = "true" })
+	h.untilCond("abandon", v1alpha1.ConditionCredentialsResolved, v1alpha1.ReasonCredentialsUnavailable)
+	h.update("abandon", func(l *v1alpha1.ClusterLink) { l.Annotations[v1alpha1.AnnotationAbandonCustomerResources] = "true" })
 	h.until("abandon", "gone", nil)
 	evs := h.rec.find("abandon", "CustomerResourcesAbandoned")
 	if len(evs) != 1 || evs[0].Type != "Warning" {

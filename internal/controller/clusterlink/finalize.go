@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/controller/outcome"
 	"bnerd.net/vpn-operator/internal/openstack"
 )
@@ -23,7 +23,7 @@ import (
 // when nothing is left behind, or when a human abandoned the customer side.
 func (r *Reconciler) finalize(ctx context.Context, lc *linkCtx) error {
 	link := lc.link
-	if !controllerutil.ContainsFinalizer(link, v1.FinalizerClusterLink) {
+	if !controllerutil.ContainsFinalizer(link, v1alpha1.FinalizerClusterLink) {
 		return nil
 	}
 	before := slices.Clone(link.Status.Conditions)
@@ -31,7 +31,7 @@ func (r *Reconciler) finalize(ctx context.Context, lc *linkCtx) error {
 	transitionEvents(lc, before)
 	if done {
 		r.emit(lc)
-		controllerutil.RemoveFinalizer(link, v1.FinalizerClusterLink)
+		controllerutil.RemoveFinalizer(link, v1alpha1.FinalizerClusterLink)
 		if uerr := r.d.Client.Update(ctx, link); uerr != nil {
 			return client.IgnoreNotFound(uerr)
 		}
@@ -44,7 +44,7 @@ func (r *Reconciler) finalize(ctx context.Context, lc *linkCtx) error {
 		r.wakeWaiting(ctx, link.UID)
 		return nil
 	}
-	lc.set.False(v1.ConditionReady, v1.ReasonDeleting, "deletion is waiting: see the other conditions")
+	lc.set.False(v1alpha1.ConditionReady, v1alpha1.ReasonDeleting, "deletion is waiting: see the other conditions")
 	if werr := r.writeStatus(ctx, lc); werr != nil && err == nil {
 		err = werr
 	}
@@ -60,14 +60,14 @@ const wakeBuffer = 256
 // router this link's leg held (Neutron allows one leg per router on the transit subnet)
 // or for its pinned transit IP, and would otherwise wait for the resync.
 func (r *Reconciler) wakeWaiting(ctx context.Context, gone types.UID) {
-	var list v1.ClusterLinkList
+	var list v1alpha1.ClusterLinkList
 	if err := r.d.Client.List(ctx, &list); err != nil {
 		log.FromContext(ctx).Info("listing ClusterLinks to wake after a deletion failed", "error", err.Error())
 		return
 	}
 	for i := range list.Items {
 		l := &list.Items[i]
-		if l.UID == gone || meta.IsStatusConditionTrue(l.Status.Conditions, v1.ConditionReady) {
+		if l.UID == gone || meta.IsStatusConditionTrue(l.Status.Conditions, v1alpha1.ConditionReady) {
 			continue
 		}
 		select {
@@ -86,11 +86,11 @@ func (r *Reconciler) unwind(ctx context.Context, lc *linkCtx) (bool, error) {
 	// 1. The gateway route goes first, always, on the operator's credential: it cuts
 	// the data path whatever happens to the customer side.
 	if err := r.removeForwardRoutes(ctx, lc); err != nil {
-		lc.set.False(v1.ConditionRouteInstalled, v1.ReasonEnsureRouteFailed, lc.opPrefix()+"removing the gateway route: "+outcome.Describe(err))
+		lc.set.False(v1alpha1.ConditionRouteInstalled, v1alpha1.ReasonEnsureRouteFailed, lc.opPrefix()+"removing the gateway route: "+outcome.Describe(err))
 		return false, r.heldRetry(err)
 	}
 	if st.TransitIP != "" {
-		lc.set.False(v1.ConditionRouteInstalled, v1.ReasonDeleting, "the gateway route was removed: the link is being deleted")
+		lc.set.False(v1alpha1.ConditionRouteInstalled, v1alpha1.ReasonDeleting, "the gateway route was removed: the link is being deleted")
 	}
 
 	if st.LegPortID == "" && st.TransitIP == "" && len(st.ReverseRoutes) == 0 && !(lc.cross && st.CustomerProjectID != "") {
@@ -105,25 +105,25 @@ func (r *Reconciler) unwind(ctx context.Context, lc *linkCtx) (bool, error) {
 		reason, msg := cr.reason, cr.message
 		if cr.ok() {
 			if pinned := st.CustomerProjectID; pinned != "" && pinned != cr.project {
-				reason = v1.ReasonCredentialsProjectMismatch
+				reason = v1alpha1.ReasonCredentialsProjectMismatch
 				msg = fmt.Sprintf("secret %s: the credential authenticates into project %s, but this link's leg was built in project %s; it is never used to clean up another project",
 					lc.secret, cr.project, pinned)
 			}
 		}
 		if reason != "" {
-			if link.Annotations[v1.AnnotationAbandonCustomerResources] == "true" {
+			if link.Annotations[v1alpha1.AnnotationAbandonCustomerResources] == "true" {
 				r.abandon(lc, reason)
 				return true, nil
 			}
-			held := v1.ReasonCredentialsUnavailable
-			if reason == v1.ReasonCredentialsProjectMismatch {
+			held := v1alpha1.ReasonCredentialsUnavailable
+			if reason == v1alpha1.ReasonCredentialsProjectMismatch {
 				held = reason
 			} else {
 				msg = reason + ": " + msg
 			}
-			lc.set.False(v1.ConditionCredentialsResolved, held, fmt.Sprintf(
+			lc.set.False(v1alpha1.ConditionCredentialsResolved, held, fmt.Sprintf(
 				"the customer side cannot be cleaned up, so the finalizer is held: %s; fix the Secret, or annotate the ClusterLink %s=true to leave the customer-side resources behind",
-				msg, v1.AnnotationAbandonCustomerResources))
+				msg, v1alpha1.AnnotationAbandonCustomerResources))
 			requeue := cr.requeue
 			if requeue == 0 {
 				requeue = CredentialRequeue
@@ -140,7 +140,7 @@ func (r *Reconciler) unwind(ctx context.Context, lc *linkCtx) (bool, error) {
 
 	// 2. Reverse routes, the attachment, the port: on the credential of the leg's project.
 	if err := r.unwindLeg(ctx, lc); err != nil {
-		lc.set.False(v1.ConditionLegAttached, v1.ReasonEnsureRouterHasPortFailed, lc.legPrefix()+"unwinding the leg: "+outcome.Describe(err))
+		lc.set.False(v1alpha1.ConditionLegAttached, v1alpha1.ReasonEnsureRouterHasPortFailed, lc.legPrefix()+"unwinding the leg: "+outcome.Describe(err))
 		return false, r.heldRetry(err)
 	}
 	return true, nil
@@ -250,7 +250,7 @@ func (r *Reconciler) abandon(lc *linkCtx, reason string) {
 		project = lc.link.Spec.CustomerProjectID
 	}
 	note := fmt.Sprintf("%s=true: releasing the finalizer without cleaning the customer side (credential unavailable: %s); left behind in project %s: %s, its attachment to %s, reverse routes: %s",
-		v1.AnnotationAbandonCustomerResources, reason, project, port, router, routes)
+		v1alpha1.AnnotationAbandonCustomerResources, reason, project, port, router, routes)
 	lc.eventf(corev1.EventTypeWarning, "CustomerResourcesAbandoned", "%s", note)
 	lc.log.Info("abandoning customer-side resources", "project", project, "legPortID", st.LegPortID,
 		"transitIP", st.TransitIP, "router", lc.link.Spec.ServiceClusterRouter, "routerID", st.RouterID, "reverseRoutes", routes)

@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/render"
 )
 
@@ -22,9 +22,9 @@ import (
 func podClient(t *testing.T, kind, resource string, gw client.Object) client.Client {
 	t.Helper()
 	ctx := context.Background()
-	g := render.Gateway{APIVersion: v1.GroupVersion.String(), Kind: kind, Resource: resource,
+	g := render.Gateway{APIVersion: v1alpha1.GroupVersion.String(), Kind: kind, Resource: resource,
 		Namespace: gw.GetNamespace(), Name: gw.GetName(), UID: gw.GetUID()}
-	for _, o := range []client.Object{render.ServiceAccount(g), render.Role(g, v1.GroupVersion.Group, "hq-psk"), render.RoleBinding(g)} {
+	for _, o := range []client.Object{render.ServiceAccount(g), render.Role(g, v1alpha1.GroupVersion.Group, "hq-psk"), render.RoleBinding(g)} {
 		if err := env.Client.Create(ctx, o); err != nil {
 			t.Fatal(err)
 		}
@@ -90,8 +90,8 @@ func TestForgedGatewayStatusInstallsNoRoute(t *testing.T) {
 		{
 			t.Logf("forging %s: %s via %s", c.name, c.cidr, c.nextHop)
 			forgeStatus(t, pod, g, map[string]string{"serviceCIDR": c.cidr, "portFixedIP": c.nextHop})
-			l := h.until("forge", "the link to see the forged status", func(l *v1.ClusterLink) bool {
-				cond := meta.FindStatusCondition(l.Status.Conditions, v1.ConditionReverseRoutesInstalled)
+			l := h.until("forge", "the link to see the forged status", func(l *v1alpha1.ClusterLink) bool {
+				cond := meta.FindStatusCondition(l.Status.Conditions, v1alpha1.ConditionReverseRoutesInstalled)
 				return cond != nil && strings.Contains(cond.Message, "IPsecGateway/forge-attacker/gw: ") && strings.Contains(cond.Message, c.cidr)
 			})
 			svc := h.router("shoot--services--svc01")
@@ -106,14 +106,14 @@ func TestForgedGatewayStatusInstallsNoRoute(t *testing.T) {
 					t.Fatalf("the link records a route for the forged status: %v", x)
 				}
 			}
-			if len(h.rec.find("forge", v1.ReasonStatusForged)) == 0 {
+			if len(h.rec.find("forge", v1alpha1.ReasonStatusForged)) == 0 {
 				t.Fatal("no StatusForged Event on the link")
 			}
 		}
 	}
 	// Back to the truth (the gateway reconciler writes it back): routed again.
 	forgeStatus(t, env.Client, g, map[string]string{"serviceCIDR": gwCIDR(42), "portFixedIP": gwIP(42)})
-	h.until("forge", "the honest route again", func(l *v1.ClusterLink) bool {
+	h.until("forge", "the honest route again", func(l *v1alpha1.ClusterLink) bool {
 		return hasRoute(h.router("shoot--services--svc01"), gwCIDR(42), gwIP(42))
 	})
 
@@ -122,12 +122,12 @@ func TestForgedGatewayStatusInstallsNoRoute(t *testing.T) {
 	// is still refused.
 	legacy := ipsecGateway(t, "forge-legacy", "gw", true, gwCIDR(44), gwIP(44))
 	makeGatewayPort(t, "IPsecGateway", legacy, "", gwIP(44))
-	h.until("forge", "the legacy gateway's route", func(l *v1.ClusterLink) bool {
+	h.until("forge", "the legacy gateway's route", func(l *v1alpha1.ClusterLink) bool {
 		return hasRoute(h.router("shoot--services--svc01"), gwCIDR(44), gwIP(44))
 	})
 	forgeStatus(t, podClient(t, "IPsecGateway", "ipsecgateways", legacy), legacy, map[string]string{"portFixedIP": gwIP(41)})
-	h.until("forge", "the legacy gateway's forged next hop refused", func(l *v1.ClusterLink) bool {
-		cond := meta.FindStatusCondition(l.Status.Conditions, v1.ConditionReverseRoutesInstalled)
+	h.until("forge", "the legacy gateway's forged next hop refused", func(l *v1alpha1.ClusterLink) bool {
+		cond := meta.FindStatusCondition(l.Status.Conditions, v1alpha1.ConditionReverseRoutesInstalled)
 		return cond != nil && strings.Contains(cond.Message, "IPsecGateway/forge-legacy/gw: ")
 	})
 	if svc := h.router("shoot--services--svc01"); hasRoute(svc, gwCIDR(44), gwIP(41)) || !hasRoute(svc, gwCIDR(41), gwIP(41)) {

@@ -10,23 +10,23 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
-func gatewaySpec(reverse bool) v1.GatewaySpec {
-	s := v1.GatewaySpec{
-		Tunnels: []v1.Tunnel{{
+func gatewaySpec(reverse bool) v1alpha1.GatewaySpec {
+	s := v1alpha1.GatewaySpec{
+		Tunnels: []v1alpha1.Tunnel{{
 			Name:         "hq",
-			Peer:         v1.Peer{Address: "198.51.100.7", Subnets: []string{"192.168.10.0/24"}},
-			PreSharedKey: v1.SecretKeyRef{Name: "hq-psk"},
+			Peer:         v1alpha1.Peer{Address: "198.51.100.7", Subnets: []string{"192.168.10.0/24"}},
+			PreSharedKey: v1alpha1.SecretKeyRef{Name: "hq-psk"},
 		}},
-		Exposures: []v1.Exposure{{Name: "web", Target: v1.Target{Address: "10.250.0.20", Ports: []v1.PortSpec{{Port: 443}}}}},
+		Exposures: []v1alpha1.Exposure{{Name: "web", Target: v1alpha1.Target{Address: "10.250.0.20", Ports: []v1alpha1.PortSpec{{Port: 443}}}}},
 	}
 	if reverse {
-		s.ReverseExposures = []v1.ReverseExposure{{Name: "erp", Tunnel: "hq",
-			Target: v1.Target{Address: "192.168.10.5", Ports: []v1.PortSpec{{Port: 8443}}}}}
+		s.ReverseExposures = []v1alpha1.ReverseExposure{{Name: "erp", Tunnel: "hq",
+			Target: v1alpha1.Target{Address: "192.168.10.5", Ports: []v1alpha1.PortSpec{{Port: 8443}}}}}
 	}
 	return s
 }
@@ -38,7 +38,7 @@ func ensureNS(t *testing.T, ns string) { ensureNamespace(t, ns) }
 func customerNS(t *testing.T, ns, project string) {
 	t.Helper()
 	ensureNS(t, ns)
-	labelNS(t, ns, map[string]string{v1.LabelCustomerProject: project})
+	labelNS(t, ns, map[string]string{v1alpha1.LabelCustomerProject: project})
 }
 
 func labelNS(t *testing.T, ns string, labels map[string]string) {
@@ -58,11 +58,11 @@ func labelNS(t *testing.T, ns string, labels map[string]string) {
 
 // ipsecGateway creates an IPsecGateway and fills the status fields the gateway
 // reconciler would (service CIDR and transit port address).
-func ipsecGateway(t *testing.T, ns, name string, reverse bool, cidr, portIP string) *v1.IPsecGateway {
+func ipsecGateway(t *testing.T, ns, name string, reverse bool, cidr, portIP string) *v1alpha1.IPsecGateway {
 	t.Helper()
 	ensureNS(t, ns)
 	ctx := context.Background()
-	gw := &v1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: gatewaySpec(reverse)}
+	gw := &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: gatewaySpec(reverse)}
 	if err := env.Client.Create(ctx, gw); err != nil {
 		t.Fatal(err)
 	}
@@ -74,11 +74,11 @@ func ipsecGateway(t *testing.T, ns, name string, reverse bool, cidr, portIP stri
 	return gw
 }
 
-func vpnGateway(t *testing.T, ns, name string, reverse bool, cidr, portIP string) *v1.VPNGateway {
+func vpnGateway(t *testing.T, ns, name string, reverse bool, cidr, portIP string) *v1alpha1.VPNGateway {
 	t.Helper()
 	ensureNS(t, ns)
 	ctx := context.Background()
-	gw := &v1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: v1.VPNGatewaySpec{GatewaySpec: gatewaySpec(reverse)}}
+	gw := &v1alpha1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: v1alpha1.VPNGatewaySpec{GatewaySpec: gatewaySpec(reverse)}}
 	if err := env.Client.Create(ctx, gw); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func setReverse(t *testing.T, ns, name string, reverse bool) {
 	t.Helper()
 	ctx := context.Background()
 	for range 10 {
-		gw := &v1.IPsecGateway{}
+		gw := &v1alpha1.IPsecGateway{}
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, gw); err != nil {
 			t.Fatal(err)
 		}
@@ -139,7 +139,7 @@ func setReverse(t *testing.T, ns, name string, reverse bool) {
 func setPortIP(t *testing.T, ns, name, ip string) {
 	t.Helper()
 	ctx := context.Background()
-	gw := &v1.IPsecGateway{}
+	gw := &v1alpha1.IPsecGateway{}
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, gw); err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func setPortIP(t *testing.T, ns, name, ip string) {
 
 func deleteIPsecGateway(t *testing.T, ns, name string) {
 	t.Helper()
-	err := env.Client.Delete(context.Background(), &v1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
+	err := env.Client.Delete(context.Background(), &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
 	if err != nil {
 		t.Fatal(err)
 	}

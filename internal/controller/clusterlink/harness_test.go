@@ -20,7 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
 	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
@@ -261,7 +261,7 @@ func ensureNamespace(t *testing.T, name string) {
 // the next test starts from an empty estate (ClusterLinks are cluster-scoped).
 func (h *harness) cleanup() {
 	ctx := context.Background()
-	var links v1.ClusterLinkList
+	var links v1alpha1.ClusterLinkList
 	_ = env.Client.List(ctx, &links)
 	for i := range links.Items {
 		l := &links.Items[i]
@@ -269,12 +269,12 @@ func (h *harness) cleanup() {
 		_ = env.Client.Update(ctx, l)
 		_ = env.Client.Delete(ctx, l)
 	}
-	var ig v1.IPsecGatewayList
+	var ig v1alpha1.IPsecGatewayList
 	_ = env.Client.List(ctx, &ig)
 	for i := range ig.Items {
 		_ = env.Client.Delete(ctx, &ig.Items[i])
 	}
-	var vg v1.VPNGatewayList
+	var vg v1alpha1.VPNGatewayList
 	_ = env.Client.List(ctx, &vg)
 	for i := range vg.Items {
 		_ = env.Client.Delete(ctx, &vg.Items[i])
@@ -285,7 +285,7 @@ func (h *harness) cleanup() {
 		_ = env.Client.Delete(ctx, &secrets.Items[i])
 	}
 	waitFor(h.t, "the estate to be empty", func() (bool, string) {
-		var l v1.ClusterLinkList
+		var l v1alpha1.ClusterLinkList
 		_ = env.Client.List(ctx, &l)
 		return len(l.Items) == 0, fmt.Sprintf("%d ClusterLinks left", len(l.Items))
 	})
@@ -336,18 +336,18 @@ func (h *harness) opRouter() openstacksim.Router { return h.router("shoot--servi
 
 // --- objects ---
 
-type linkOpt func(*v1.ClusterLink)
+type linkOpt func(*v1alpha1.ClusterLink)
 
-func pin(ip string) linkOpt { return func(l *v1.ClusterLink) { l.Spec.TransitIP = ip } }
+func pin(ip string) linkOpt { return func(l *v1alpha1.ClusterLink) { l.Spec.TransitIP = ip } }
 
 // crossTenant makes the link cross-tenant with the Secret it is allowed to use.
 func crossTenant(project string) linkOpt {
-	return func(l *v1.ClusterLink) {
+	return func(l *v1alpha1.ClusterLink) {
 		if l.Annotations == nil {
 			l.Annotations = map[string]string{}
 		}
-		l.Annotations[v1.AnnotationCustomerAPIAccess] = "none"
-		l.Spec.CredentialsSecretRef = &v1.SecretRef{Name: SecretNamePrefix + l.Name, Namespace: credNS}
+		l.Annotations[v1alpha1.AnnotationCustomerAPIAccess] = "none"
+		l.Spec.CredentialsSecretRef = &v1alpha1.SecretRef{Name: SecretNamePrefix + l.Name, Namespace: credNS}
 		l.Spec.CustomerProjectID = project
 	}
 }
@@ -358,11 +358,11 @@ var cidrSeq atomic.Int32
 // overlap).
 func freshCIDR() string { return fmt.Sprintf("10.238.%d.0/24", cidrSeq.Add(1)%256) }
 
-func (h *harness) newLink(name, router, cidr string, opts ...linkOpt) *v1.ClusterLink {
+func (h *harness) newLink(name, router, cidr string, opts ...linkOpt) *v1alpha1.ClusterLink {
 	h.t.Helper()
-	l := &v1.ClusterLink{
+	l := &v1alpha1.ClusterLink{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       v1.ClusterLinkSpec{ServiceClusterRouter: router, ServiceClusterCIDR: cidr},
+		Spec:       v1alpha1.ClusterLinkSpec{ServiceClusterRouter: router, ServiceClusterCIDR: cidr},
 	}
 	for _, o := range opts {
 		o(l)
@@ -405,9 +405,9 @@ func (h *harness) secret(link, credName string, extra map[string]string) *corev1
 	return s
 }
 
-func (h *harness) get(name string) *v1.ClusterLink {
+func (h *harness) get(name string) *v1alpha1.ClusterLink {
 	h.t.Helper()
-	l := &v1.ClusterLink{}
+	l := &v1alpha1.ClusterLink{}
 	if err := env.Client.Get(h.ctx, types.NamespacedName{Name: name}, l); err != nil {
 		h.t.Fatalf("get ClusterLink %s: %v", name, err)
 	}
@@ -415,11 +415,11 @@ func (h *harness) get(name string) *v1.ClusterLink {
 }
 
 func (h *harness) gone(name string) bool {
-	err := env.Client.Get(h.ctx, types.NamespacedName{Name: name}, &v1.ClusterLink{})
+	err := env.Client.Get(h.ctx, types.NamespacedName{Name: name}, &v1alpha1.ClusterLink{})
 	return apierrors.IsNotFound(err)
 }
 
-func (h *harness) update(name string, mut func(*v1.ClusterLink)) {
+func (h *harness) update(name string, mut func(*v1alpha1.ClusterLink)) {
 	h.t.Helper()
 	for range 10 {
 		l := h.get(name)
@@ -453,13 +453,13 @@ func (h *harness) reconcile(name string) (ctrl.Result, error) {
 }
 
 // converge reconciles until cond holds (or the link is gone when cond is nil).
-func (h *harness) until(name string, what string, cond func(l *v1.ClusterLink) bool) *v1.ClusterLink {
+func (h *harness) until(name string, what string, cond func(l *v1alpha1.ClusterLink) bool) *v1alpha1.ClusterLink {
 	h.t.Helper()
-	var last *v1.ClusterLink
+	var last *v1alpha1.ClusterLink
 	var lastErr error
 	for range 20 {
 		_, lastErr = h.reconcile(name)
-		l := &v1.ClusterLink{}
+		l := &v1alpha1.ClusterLink{}
 		if err := env.Client.Get(h.ctx, types.NamespacedName{Name: name}, l); err != nil {
 			if apierrors.IsNotFound(err) && cond == nil {
 				return nil
@@ -475,22 +475,22 @@ func (h *harness) until(name string, what string, cond func(l *v1.ClusterLink) b
 	return nil
 }
 
-func (h *harness) untilReady(name string) *v1.ClusterLink {
+func (h *harness) untilReady(name string) *v1alpha1.ClusterLink {
 	h.t.Helper()
-	return h.until(name, "Ready", func(l *v1.ClusterLink) bool {
-		return meta.IsStatusConditionTrue(l.Status.Conditions, v1.ConditionReady)
+	return h.until(name, "Ready", func(l *v1alpha1.ClusterLink) bool {
+		return meta.IsStatusConditionTrue(l.Status.Conditions, v1alpha1.ConditionReady)
 	})
 }
 
-func (h *harness) untilCond(name, condType, reason string) *v1.ClusterLink {
+func (h *harness) untilCond(name, condType, reason string) *v1alpha1.ClusterLink {
 	h.t.Helper()
-	return h.until(name, condType+"/"+reason, func(l *v1.ClusterLink) bool {
+	return h.until(name, condType+"/"+reason, func(l *v1alpha1.ClusterLink) bool {
 		c := meta.FindStatusCondition(l.Status.Conditions, condType)
 		return c != nil && c.Reason == reason
 	})
 }
 
-func dumpConds(l *v1.ClusterLink) string {
+func dumpConds(l *v1alpha1.ClusterLink) string {
 	if l == nil {
 		return "<none>"
 	}
@@ -504,7 +504,7 @@ func dumpConds(l *v1.ClusterLink) string {
 }
 
 // expectCond asserts a condition's status, reason and message prefix.
-func expectCond(t *testing.T, l *v1.ClusterLink, condType string, status metav1.ConditionStatus, reason, msgPrefix string) *metav1.Condition {
+func expectCond(t *testing.T, l *v1alpha1.ClusterLink, condType string, status metav1.ConditionStatus, reason, msgPrefix string) *metav1.Condition {
 	t.Helper()
 	c := meta.FindStatusCondition(l.Status.Conditions, condType)
 	if c == nil {
@@ -516,7 +516,7 @@ func expectCond(t *testing.T, l *v1.ClusterLink, condType string, status metav1.
 	return c
 }
 
-func expectNoCond(t *testing.T, l *v1.ClusterLink, condType string) {
+func expectNoCond(t *testing.T, l *v1alpha1.ClusterLink, condType string) {
 	t.Helper()
 	if c := meta.FindStatusCondition(l.Status.Conditions, condType); c != nil {
 		t.Fatalf("%s: unexpected %s condition %s/%s", l.Name, condType, c.Status, c.Reason)
@@ -537,7 +537,7 @@ func (h *harness) portsAt(ip string) []openstacksim.Port {
 	return out
 }
 
-func (h *harness) linkPorts(l *v1.ClusterLink) []openstacksim.Port {
+func (h *harness) linkPorts(l *v1alpha1.ClusterLink) []openstacksim.Port {
 	return h.sim.PortsByTag(openstack.TagManaged, openstack.SanitizeTag(openstack.TagUIDPrefix+string(l.UID)))
 }
 

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
@@ -86,8 +86,8 @@ func TestReverseRoutesRecordedBeforeTheRouterWrite(t *testing.T) {
 
 	// The gateway goes before the link is reconciled again.
 	deleteIPsecGateway(t, "tenant-rec", "gw")
-	h.until("record", "no reverse routes", func(l *v1.ClusterLink) bool {
-		return len(l.Status.ReverseRoutes) == 0 && conditionTrue(l, v1.ConditionReady)
+	h.until("record", "no reverse routes", func(l *v1alpha1.ClusterLink) bool {
+		return len(l.Status.ReverseRoutes) == 0 && conditionTrue(l, v1alpha1.ConditionReady)
 	})
 	if svc := h.router("shoot--services--svc01"); hasRoute(svc, gwCIDR(1), gwIP(1)) {
 		t.Fatalf("route %s via %s outlived its gateway on the service router (routes %v)", gwCIDR(1), gwIP(1), svc.Routes)
@@ -101,7 +101,7 @@ func reconcileRequest(name string) ctrl.Request {
 	return ctrl.Request{NamespacedName: types.NamespacedName{Name: name}}
 }
 
-func conditionTrue(l *v1.ClusterLink, t string) bool {
+func conditionTrue(l *v1alpha1.ClusterLink, t string) bool {
 	return meta.IsStatusConditionTrue(l.Status.Conditions, t)
 }
 
@@ -113,7 +113,7 @@ func TestTransitIPTakenBeforeTheLegWasBuiltIsReallocated(t *testing.T) {
 	h := newHarness(t)
 	remove := h.sim.Inject(openstacksim.Fault{Method: "POST", PathPattern: "/network/v2.0/ports", Status: 500, Count: 1})
 	h.newLink("taken", "shoot--services--svc01", svcCIDR)
-	l := h.until("taken", "a transit IP without a leg", func(l *v1.ClusterLink) bool { return l.Status.TransitIP != "" })
+	l := h.until("taken", "a transit IP without a leg", func(l *v1alpha1.ClusterLink) bool { return l.Status.TransitIP != "" })
 	remove()
 	x := l.Status.TransitIP
 	if l.Status.LegPortID != "" {
@@ -165,7 +165,10 @@ func TestLinkWaitingForARouterIsWokenWhenThePreviousLinkIsGone(t *testing.T) {
 
 	router := "shoot--services--svc03"
 	h.newLink("first", router, svcCIDR)
-	waitFor(t, "first Ready", func() (bool, string) { l := h.get("first"); return conditionTrue(l, v1.ConditionReady), dumpConds(l) })
+	waitFor(t, "first Ready", func() (bool, string) {
+		l := h.get("first")
+		return conditionTrue(l, v1alpha1.ConditionReady), dumpConds(l)
+	})
 
 	rt := h.router(router)
 	remove := h.sim.Inject(openstacksim.Fault{Method: "PUT", PathPattern: "/network/v2.0/routers/" + rt.ID + "/remove_router_interface", Status: 503})
@@ -173,12 +176,15 @@ func TestLinkWaitingForARouterIsWokenWhenThePreviousLinkIsGone(t *testing.T) {
 	h.newLink("second", router, svcCIDR)
 	waitFor(t, "second refused by Neutron", func() (bool, string) {
 		l := h.get("second")
-		c := meta.FindStatusCondition(l.Status.Conditions, v1.ConditionLegAttached)
-		return c != nil && c.Reason == v1.ReasonEnsureRouterHasPortFailed, dumpConds(l)
+		c := meta.FindStatusCondition(l.Status.Conditions, v1alpha1.ConditionLegAttached)
+		return c != nil && c.Reason == v1alpha1.ReasonEnsureRouterHasPortFailed, dumpConds(l)
 	})
 	remove()
 	waitFor(t, "first gone", func() (bool, string) { return h.gone("first"), "" })
-	waitFor(t, "second Ready", func() (bool, string) { l := h.get("second"); return conditionTrue(l, v1.ConditionReady), dumpConds(l) })
+	waitFor(t, "second Ready", func() (bool, string) {
+		l := h.get("second")
+		return conditionTrue(l, v1alpha1.ConditionReady), dumpConds(l)
+	})
 }
 
 // A cross-tenant leg without a pin takes Neutron's address, so the only trace of its

@@ -11,7 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/controller/outcome"
 	"bnerd.net/vpn-operator/internal/ipam"
 	"bnerd.net/vpn-operator/internal/openstack"
@@ -29,7 +29,7 @@ type transitNet struct {
 	prefix  netip.Prefix
 }
 
-func owner(link *v1.ClusterLink) openstack.Owner {
+func owner(link *v1alpha1.ClusterLink) openstack.Owner {
 	return openstack.Owner{Kind: OwnerKind, Name: link.Name, UID: string(link.UID)}
 }
 
@@ -75,12 +75,12 @@ func (r *Reconciler) ensureShared(ctx context.Context, lc *linkCtx) (bool, error
 		ObjectID: netID, ObjectType: openstack.RBACObjectNetwork, TargetProject: project, Action: openstack.RBACActionAccessAsShared,
 	})
 	if err != nil {
-		lc.set.False(v1.ConditionTransitNetworkShared, v1.ReasonEnsureNetworkSharedFailed, lc.opPrefix()+"listing RBAC policies: "+outcome.Describe(err))
+		lc.set.False(v1alpha1.ConditionTransitNetworkShared, v1alpha1.ReasonEnsureNetworkSharedFailed, lc.opPrefix()+"listing RBAC policies: "+outcome.Describe(err))
 		return false, err
 	}
 	for _, p := range pols {
 		if p.ObjectID == netID && p.TargetProject == project && p.Action == openstack.RBACActionAccessAsShared {
-			lc.set.True(v1.ConditionTransitNetworkShared, v1.ReasonShared,
+			lc.set.True(v1alpha1.ConditionTransitNetworkShared, v1alpha1.ReasonShared,
 				fmt.Sprintf("transit network %s is shared with project %s (RBAC policy %s)", netID, project, p.ID))
 			return true, nil
 		}
@@ -88,30 +88,30 @@ func (r *Reconciler) ensureShared(ctx context.Context, lc *linkCtx) (bool, error
 	pol, err := op.ShareNetwork(ctx, netID, project)
 	if err == nil {
 		lc.eventf(corev1.EventTypeNormal, "TransitNetworkShared", "shared transit network %s with project %s (RBAC policy %s)", netID, project, pol.ID)
-		lc.set.True(v1.ConditionTransitNetworkShared, v1.ReasonShared,
+		lc.set.True(v1alpha1.ConditionTransitNetworkShared, v1alpha1.ReasonShared,
 			fmt.Sprintf("transit network %s is shared with project %s (RBAC policy %s)", netID, project, pol.ID))
 		return true, nil
 	}
 	if !openstack.IsForbidden(err) && !openstack.IsConflict(err) {
-		lc.set.False(v1.ConditionTransitNetworkShared, v1.ReasonEnsureNetworkSharedFailed, lc.opPrefix()+outcome.Describe(err))
+		lc.set.False(v1alpha1.ConditionTransitNetworkShared, v1alpha1.ReasonEnsureNetworkSharedFailed, lc.opPrefix()+outcome.Describe(err))
 		return false, err
 	}
 	// Refused, or a rule owned by someone else exists (409 DuplicateRbacPolicy): what
 	// counts is whether the customer can see the network.
 	if _, verr := lc.leg.Networking.GetNetwork(ctx, netID); verr != nil {
 		if !openstack.IsNotFound(verr) {
-			lc.set.False(v1.ConditionTransitNetworkShared, v1.ReasonNetworkVisibilityCheckFailed,
+			lc.set.False(v1alpha1.ConditionTransitNetworkShared, v1alpha1.ReasonNetworkVisibilityCheckFailed,
 				fmt.Sprintf("%schecking whether project %s can see transit network %s after the share was refused (%s): %s",
 					lc.legPrefix(), project, netID, err.Error(), outcome.Describe(verr)))
 			return false, verr
 		}
-		lc.set.False(v1.ConditionTransitNetworkShared, v1.ReasonTransitNetworkNotShared, fmt.Sprintf(
+		lc.set.False(v1alpha1.ConditionTransitNetworkShared, v1alpha1.ReasonTransitNetworkNotShared, fmt.Sprintf(
 			"%ssharing transit network %s with project %s failed (%s) and the project cannot see it; an OpenStack admin runs once: "+
 				"openstack network rbac create --type network --action access_as_shared --target-project %s %s",
 			lc.opPrefix(), netID, project, err.Error(), project, netID))
 		return false, nil
 	}
-	lc.set.True(v1.ConditionTransitNetworkShared, v1.ReasonShared,
+	lc.set.True(v1alpha1.ConditionTransitNetworkShared, v1alpha1.ReasonShared,
 		fmt.Sprintf("transit network %s is visible to project %s through a rule the operator does not own", netID, project))
 	return true, nil
 }
@@ -123,7 +123,7 @@ func (r *Reconciler) ensureShared(ctx context.Context, lc *linkCtx) (bool, error
 // holds every allocation a predecessor persisted, and this process's allocations that
 // the cache may not show yet are in the in-memory claims the allocation also checks.
 func (r *Reconciler) listedClaims(ctx context.Context) (map[string][]netip.Addr, map[string]string, error) {
-	var list v1.ClusterLinkList
+	var list v1alpha1.ClusterLinkList
 	if err := r.d.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, nil, err
 	}
@@ -157,27 +157,27 @@ func (r *Reconciler) ensureTransitIP(ctx context.Context, lc *linkCtx) (bool, er
 	if cur := link.Status.TransitIP; cur != "" {
 		a, err := netip.ParseAddr(cur)
 		if err != nil {
-			lc.set.False(v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocationFailed, fmt.Sprintf("status.transitIP %q is not an address", cur))
+			lc.set.False(v1alpha1.ConditionTransitIPAllocated, v1alpha1.ReasonTransitIPAllocationFailed, fmt.Sprintf("status.transitIP %q is not an address", cur))
 			return false, nil
 		}
 		r.claims.Hold(uid, a)
 		if pin := link.Spec.TransitIP; pin != "" && pin != cur {
-			lc.set.False(v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocationFailed, fmt.Sprintf(
+			lc.set.False(v1alpha1.ConditionTransitIPAllocated, v1alpha1.ReasonTransitIPAllocationFailed, fmt.Sprintf(
 				"spec.transitIP %s differs from the allocated %s; the leg stays at %s (recreate the ClusterLink to move it)", pin, cur, cur))
 			return true, nil
 		}
-		lc.set.True(v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocated, "transit IP "+cur)
+		lc.set.True(v1alpha1.ConditionTransitIPAllocated, v1alpha1.ReasonTransitIPAllocated, "transit IP "+cur)
 		return true, nil
 	}
 	if lc.cross && link.Spec.TransitIP == "" {
-		if conditionMissing(lc, v1.ConditionTransitIPAllocated) {
-			lc.set.Unknown(v1.ConditionTransitIPAllocated, v1.ReasonInProgress, "the customer's leg port will take the address Neutron allocates")
+		if conditionMissing(lc, v1alpha1.ConditionTransitIPAllocated) {
+			lc.set.Unknown(v1alpha1.ConditionTransitIPAllocated, v1alpha1.ReasonInProgress, "the customer's leg port will take the address Neutron allocates")
 		}
 		return true, nil
 	}
 
 	fail := func(err error) (bool, error) {
-		lc.set.False(v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocationFailed, lc.opPrefix()+outcome.Describe(err))
+		lc.set.False(v1alpha1.ConditionTransitIPAllocated, v1alpha1.ReasonTransitIPAllocationFailed, lc.opPrefix()+outcome.Describe(err))
 		return false, err
 	}
 	// A port tagged for this link exists when a previous reconcile created it and
@@ -194,7 +194,7 @@ func (r *Reconciler) ensureTransitIP(ctx context.Context, lc *linkCtx) (bool, er
 			if err := r.persist(ctx, lc); err != nil {
 				return false, err
 			}
-			lc.set.True(v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocated, "transit IP "+ip+" (from this link's own port "+p.ID+")")
+			lc.set.True(v1alpha1.ConditionTransitIPAllocated, v1alpha1.ReasonTransitIPAllocated, "transit IP "+ip+" (from this link's own port "+p.ID+")")
 			return true, nil
 		}
 	}
@@ -246,7 +246,7 @@ func (r *Reconciler) ensureTransitIP(ctx context.Context, lc *linkCtx) (bool, er
 		})
 	})
 	if err != nil {
-		lc.set.False(v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocationFailed, err.Error())
+		lc.set.False(v1alpha1.ConditionTransitIPAllocated, v1alpha1.ReasonTransitIPAllocationFailed, err.Error())
 		return false, nil
 	}
 	link.Status.TransitIP = a.String()
@@ -256,7 +256,7 @@ func (r *Reconciler) ensureTransitIP(ctx context.Context, lc *linkCtx) (bool, er
 		return false, err
 	}
 	lc.eventf(corev1.EventTypeNormal, "TransitIPAllocated", "allocated transit IP %s", a)
-	lc.set.True(v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocated, "transit IP "+a.String())
+	lc.set.True(v1alpha1.ConditionTransitIPAllocated, v1alpha1.ReasonTransitIPAllocated, "transit IP "+a.String())
 	return true, nil
 }
 
@@ -282,10 +282,10 @@ func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx) (bool, error) {
 		if err != nil {
 			msg = strings.TrimSuffix(msg, err.Error()) + outcome.Describe(err)
 		}
-		lc.set.False(v1.ConditionLegAttached, reason, lc.legPrefix()+msg)
-		r.waiting(lc, v1.ConditionLegAttached, v1.ConditionRouteInstalled, v1.ConditionReverseRoutesInstalled)
-		if conditionMissing(lc, v1.ConditionReverseRoutesInstalled) || lc.link.Status.ReverseRoutes == nil {
-			lc.set.False(v1.ConditionReverseRoutesInstalled, v1.ReasonEnsureReverseRoutesFailed, "the leg is not attached, so the service cluster's router cannot reach any gateway port")
+		lc.set.False(v1alpha1.ConditionLegAttached, reason, lc.legPrefix()+msg)
+		r.waiting(lc, v1alpha1.ConditionLegAttached, v1alpha1.ConditionRouteInstalled, v1alpha1.ConditionReverseRoutesInstalled)
+		if conditionMissing(lc, v1alpha1.ConditionReverseRoutesInstalled) || lc.link.Status.ReverseRoutes == nil {
+			lc.set.False(v1alpha1.ConditionReverseRoutesInstalled, v1alpha1.ReasonEnsureReverseRoutesFailed, "the leg is not attached, so the service cluster's router cannot reach any gateway port")
 		}
 		return false, err
 	}
@@ -298,13 +298,13 @@ func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx) (bool, error) {
 			port = p
 		case err == nil, openstack.IsNotFound(err):
 		default:
-			return fail(v1.ReasonEnsureLegPortFailed, err, "reading leg port %s: %s", id, err.Error())
+			return fail(v1alpha1.ReasonEnsureLegPortFailed, err, "reading leg port %s: %s", id, err.Error())
 		}
 	}
 	if port == nil {
 		ps, err := net.ListPorts(ctx, openstack.ListPortsOpts{Tags: own.Selector(), NetworkID: tn.network.ID})
 		if err != nil {
-			return fail(v1.ReasonEnsureLegPortFailed, err, "looking up the leg port by tag: %s", err.Error())
+			return fail(v1alpha1.ReasonEnsureLegPortFailed, err, "looking up the leg port by tag: %s", err.Error())
 		}
 		for i := range ps {
 			if port == nil || ps[i].FixedIPOn(tn.subnet.ID) == link.Status.TransitIP {
@@ -319,7 +319,7 @@ func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx) (bool, error) {
 	if port == nil && adoptIP != "" {
 		ps, err := net.ListPorts(ctx, openstack.ListPortsOpts{NetworkID: tn.network.ID, IPAddress: adoptIP})
 		if err != nil {
-			return fail(v1.ReasonEnsureLegPortFailed, err, "looking up ports at %s: %s", adoptIP, err.Error())
+			return fail(v1alpha1.ReasonEnsureLegPortFailed, err, "looking up ports at %s: %s", adoptIP, err.Error())
 		}
 		for i := range ps {
 			p := &ps[i]
@@ -335,7 +335,7 @@ func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx) (bool, error) {
 						also = "; also failed to remove this link's gateway route via " + adoptIP + ": " + outcome.Describe(err)
 					}
 				}
-				return fail(v1.ReasonEnsureLegPortFailed, nil,
+				return fail(v1alpha1.ReasonEnsureLegPortFailed, nil,
 					"transit IP %s is held by port %s (device %q), which is not an untagged leg attached to router %s; free the address or recreate the link%s",
 					adoptIP, p.ID, p.DeviceID, lc.router.Name, also)
 			}
@@ -346,7 +346,7 @@ func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx) (bool, error) {
 				}
 			}
 			if _, err := net.ReplacePortTags(ctx, p.ID, tags); err != nil {
-				return fail(v1.ReasonEnsureLegPortFailed, err, "tagging hand-made leg port %s for adoption: %s", p.ID, err.Error())
+				return fail(v1alpha1.ReasonEnsureLegPortFailed, err, "tagging hand-made leg port %s for adoption: %s", p.ID, err.Error())
 			}
 			p.Tags = tags
 			port = p
@@ -381,27 +381,27 @@ func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx) (bool, error) {
 			return r.reallocate(ctx, lc, fmt.Sprintf("transit IP %s was taken by another port before this link's leg was created", opts.IPAddress))
 		}
 		if err != nil {
-			return fail(v1.ReasonEnsureLegPortFailed, err, "creating the leg port: %s", err.Error())
+			return fail(v1alpha1.ReasonEnsureLegPortFailed, err, "creating the leg port: %s", err.Error())
 		}
 		port = p
 		lc.eventf(corev1.EventTypeNormal, "LegPortCreated", "created leg port %s at %s", p.ID, p.FixedIPOn(tn.subnet.ID))
 	}
 	ip := port.FixedIPOn(tn.subnet.ID)
 	if ip == "" {
-		return fail(v1.ReasonEnsureLegPortFailed, nil, "leg port %s has no address on the transit subnet %s", port.ID, tn.subnet.ID)
+		return fail(v1alpha1.ReasonEnsureLegPortFailed, nil, "leg port %s has no address on the transit subnet %s", port.ID, tn.subnet.ID)
 	}
 	if cur := link.Status.TransitIP; cur != "" && ip != cur {
 		if lc.cross {
 			return r.transitIPMismatch(ctx, lc, port, cur, ip)
 		}
-		return fail(v1.ReasonEnsureLegPortFailed, nil, "leg port %s sits at %s, but status.transitIP is %s", port.ID, ip, cur)
+		return fail(v1alpha1.ReasonEnsureLegPortFailed, nil, "leg port %s sits at %s, but status.transitIP is %s", port.ID, ip, cur)
 	}
 	record := link.Status.LegPortID != port.ID
 	if link.Status.TransitIP == "" {
 		a, _ := netip.ParseAddr(ip)
 		r.claims.Hold(string(link.UID), a)
 		link.Status.TransitIP = ip
-		lc.set.True(v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocated, "transit IP "+ip+" (allocated by Neutron to the customer's leg port)")
+		lc.set.True(v1alpha1.ConditionTransitIPAllocated, v1alpha1.ReasonTransitIPAllocated, "transit IP "+ip+" (allocated by Neutron to the customer's leg port)")
 		record = true
 	}
 	if record {
@@ -415,15 +415,15 @@ func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx) (bool, error) {
 	switch {
 	case port.DeviceID == lc.router.ID:
 	case port.DeviceID != "":
-		return fail(v1.ReasonEnsureRouterHasPortFailed, nil, "leg port %s is attached to device %s, not router %s", port.ID, port.DeviceID, lc.router.ID)
+		return fail(v1alpha1.ReasonEnsureRouterHasPortFailed, nil, "leg port %s is attached to device %s, not router %s", port.ID, port.DeviceID, lc.router.ID)
 	default:
 		if err := net.AddRouterInterface(ctx, lc.router.ID, port.ID); err != nil {
-			return fail(v1.ReasonEnsureRouterHasPortFailed, err, "attaching leg port %s to router %s: %s", port.ID, lc.router.Name, err.Error())
+			return fail(v1alpha1.ReasonEnsureRouterHasPortFailed, err, "attaching leg port %s to router %s: %s", port.ID, lc.router.Name, err.Error())
 		}
 		lc.eventf(corev1.EventTypeNormal, "LegAttached", "attached leg port %s (%s) to router %s", port.ID, ip, lc.router.Name)
 	}
 	lc.attached = true
-	lc.set.True(v1.ConditionLegAttached, v1.ReasonAttached,
+	lc.set.True(v1alpha1.ConditionLegAttached, v1alpha1.ReasonAttached,
 		fmt.Sprintf("leg port %s (%s) is attached to router %s (%s)", port.ID, ip, lc.router.Name, lc.router.ID))
 	return true, nil
 }
@@ -446,10 +446,10 @@ func (r *Reconciler) transitIPMismatch(ctx context.Context, lc *linkCtx, port *o
 	for _, p := range problems {
 		msg += "; " + p
 	}
-	lc.set.False(v1.ConditionLegAttached, v1.ReasonTransitIPMismatch, msg)
-	lc.set.False(v1.ConditionRouteInstalled, v1.ReasonEnsureRouteFailed, lc.opPrefix()+"no gateway route: the leg's transit IP changed (TransitIPMismatch)")
-	lc.set.False(v1.ConditionReverseRoutesInstalled, v1.ReasonEnsureReverseRoutesFailed, lc.legPrefix()+"the leg is gone (TransitIPMismatch)")
-	lc.eventf(corev1.EventTypeWarning, v1.ReasonTransitIPMismatch, "%s", msg)
+	lc.set.False(v1alpha1.ConditionLegAttached, v1alpha1.ReasonTransitIPMismatch, msg)
+	lc.set.False(v1alpha1.ConditionRouteInstalled, v1alpha1.ReasonEnsureRouteFailed, lc.opPrefix()+"no gateway route: the leg's transit IP changed (TransitIPMismatch)")
+	lc.set.False(v1alpha1.ConditionReverseRoutesInstalled, v1alpha1.ReasonEnsureReverseRoutesFailed, lc.legPrefix()+"the leg is gone (TransitIPMismatch)")
+	lc.eventf(corev1.EventTypeWarning, v1alpha1.ReasonTransitIPMismatch, "%s", msg)
 	if len(problems) > 0 {
 		return false, errors.New("transit IP mismatch cleanup incomplete")
 	}
@@ -479,8 +479,8 @@ func (r *Reconciler) reallocate(ctx context.Context, lc *linkCtx, why string) (b
 		return false, err
 	}
 	r.claims.Release(string(link.UID))
-	lc.set.Unknown(v1.ConditionTransitIPAllocated, v1.ReasonInProgress, why+"; allocating another")
-	lc.set.Unknown(v1.ConditionLegAttached, v1.ReasonNotReady, "waiting for "+v1.ConditionTransitIPAllocated)
+	lc.set.Unknown(v1alpha1.ConditionTransitIPAllocated, v1alpha1.ReasonInProgress, why+"; allocating another")
+	lc.set.Unknown(v1alpha1.ConditionLegAttached, v1alpha1.ReasonNotReady, "waiting for "+v1alpha1.ConditionTransitIPAllocated)
 	lc.eventf(corev1.EventTypeWarning, "TransitIPTaken", "%s; allocating another", why)
 	return false, errTransitIPTaken
 }

@@ -7,7 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
@@ -85,6 +85,6 @@ func TestSameTenantTransitIPTakenBeforeLegIsReallocated(t *testing.T) {
 		if p, ok := h.sim.Port(foreign.ID); !ok || len(p.Tags) != 0 {
 			t.Fatalf("the foreign port was touched: %+v", p)
 		}
-		expectCond(t, l, v1.ConditionTransitIPAllocated, metav1.ConditionTrue, v1.ReasonTransitIPAllocated, "transit IP "+l.Status.TransitIP)
+		expectCond(t, l, v1alpha1.ConditionTransitIPAllocated, metav1.ConditionTrue, v1alpha1.ReasonTransitIPAllocated, "transit IP "+l.Status.TransitIP)
 	})
 }

@@ -29,7 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/conditions"
 	"bnerd.net/vpn-operator/internal/controller/namedwatch"
 	"bnerd.net/vpn-operator/internal/controller/outcome"
@@ -178,13 +178,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("clusterlink").
-		For(&v1.ClusterLink{}, linkChanged()).
-		Watches(&v1.IPsecGateway{}, r.fanOut(), gatewayPredicate()).
-		Watches(&v1.VPNGateway{}, r.fanOut(), gatewayPredicate()).
+		For(&v1alpha1.ClusterLink{}, linkChanged()).
+		Watches(&v1alpha1.IPsecGateway{}, r.fanOut(), gatewayPredicate()).
+		Watches(&v1alpha1.VPNGateway{}, r.fanOut(), gatewayPredicate()).
 		// A namespace's labels decide which links serve its gateways.
 		Watches(&corev1.Namespace{}, r.fanOut(), namespaceLabelsChanged()).
 		// A link created, deleted or re-specified can lift or cause another's overlap.
-		Watches(&v1.ClusterLink{}, r.fanOut(), linkSpecOrLifecycle()).
+		Watches(&v1alpha1.ClusterLink{}, r.fanOut(), linkSpecOrLifecycle()).
 		WatchesRawSource(r.secrets.Source(handler.EnqueueRequestsFromMapFunc(credentialLink))).
 		WatchesRawSource(source.Channel(r.wake, &handler.EnqueueRequestForObject{})).
 		WithOptions(opts).
@@ -193,11 +193,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // linkCtx carries one reconcile's state.
 type linkCtx struct {
-	link *v1.ClusterLink
-	orig *v1.ClusterLinkStatus
+	link *v1alpha1.ClusterLink
+	orig *v1alpha1.ClusterLinkStatus
 	// base is the object as last read from or written to the API server: the status
 	// write is guarded by its resourceVersion.
-	base   *v1.ClusterLink
+	base   *v1alpha1.ClusterLink
 	set    conditions.Setter
 	log    logr.Logger
 	cross  bool
@@ -254,7 +254,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) error {
-	link := &v1.ClusterLink{}
+	link := &v1alpha1.ClusterLink{}
 	if err := r.d.Client.Get(ctx, req.NamespacedName, link); err != nil {
 		return client.IgnoreNotFound(err)
 	}
@@ -279,8 +279,8 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) error {
 	if !link.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, lc)
 	}
-	if !controllerutil.ContainsFinalizer(link, v1.FinalizerClusterLink) {
-		controllerutil.AddFinalizer(link, v1.FinalizerClusterLink)
+	if !controllerutil.ContainsFinalizer(link, v1alpha1.FinalizerClusterLink) {
+		controllerutil.AddFinalizer(link, v1alpha1.FinalizerClusterLink)
 		if err := r.d.Client.Update(ctx, link); err != nil {
 			return err
 		}
@@ -299,27 +299,27 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) error {
 
 // summarize derives Ready from the phase conditions.
 func (r *Reconciler) summarize(lc *linkCtx) {
-	types := []string{v1.ConditionValidated}
+	types := []string{v1alpha1.ConditionValidated}
 	if lc.cross {
-		types = append(types, v1.ConditionTenantIsolationAttested, v1.ConditionCredentialsResolved, v1.ConditionTransitNetworkShared)
+		types = append(types, v1alpha1.ConditionTenantIsolationAttested, v1alpha1.ConditionCredentialsResolved, v1alpha1.ConditionTransitNetworkShared)
 	} else {
-		for _, t := range []string{v1.ConditionTenantIsolationAttested, v1.ConditionCredentialsResolved, v1.ConditionTransitNetworkShared} {
+		for _, t := range []string{v1alpha1.ConditionTenantIsolationAttested, v1alpha1.ConditionCredentialsResolved, v1alpha1.ConditionTransitNetworkShared} {
 			lc.set.Remove(t)
 		}
 	}
-	types = append(types, v1.ConditionTransitIPAllocated, v1.ConditionLegAttached, v1.ConditionRouteInstalled, v1.ConditionReverseRoutesInstalled)
+	types = append(types, v1alpha1.ConditionTransitIPAllocated, v1alpha1.ConditionLegAttached, v1alpha1.ConditionRouteInstalled, v1alpha1.ConditionReverseRoutesInstalled)
 	// A phase that failed names Ready before one that was merely not reached.
 	for _, t := range types {
 		if c := conditions.Get(lc.link.Status.Conditions, t); c != nil && c.Status == metav1.ConditionFalse {
-			lc.set.False(v1.ConditionReady, c.Reason, c.Type+": "+c.Message)
+			lc.set.False(v1alpha1.ConditionReady, c.Reason, c.Type+": "+c.Message)
 			return
 		}
 	}
 	if blocking := conditions.Summary(lc.link.Status.Conditions, types...); blocking != nil {
-		lc.set.False(v1.ConditionReady, blocking.Reason, blocking.Type+": "+blocking.Message)
+		lc.set.False(v1alpha1.ConditionReady, blocking.Reason, blocking.Type+": "+blocking.Message)
 		return
 	}
-	lc.set.True(v1.ConditionReady, v1.ReasonReconciled, "the service cluster is linked into the transit network")
+	lc.set.True(v1alpha1.ConditionReady, v1alpha1.ReasonReconciled, "the service cluster is linked into the transit network")
 }
 
 // writeStatus writes the status when it changed: a server-side apply under the
@@ -367,7 +367,7 @@ func (r *Reconciler) emit(lc *linkCtx) {
 // transitionEvents records an Event for every condition whose status or reason moved.
 func transitionEvents(lc *linkCtx, before []metav1.Condition) {
 	for _, c := range lc.link.Status.Conditions {
-		if c.Type == v1.ConditionReady {
+		if c.Type == v1alpha1.ConditionReady {
 			continue
 		}
 		var prev *metav1.Condition

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
@@ -29,14 +29,14 @@ func TestReverseRoutesBothKindsAllNamespaces(t *testing.T) {
 	if !hasRoute(svc, "100.64.1.0/24", "10.254.0.101") || !hasRoute(svc, "100.64.2.0/24", "10.254.0.102") || hasRoute(svc, "100.64.3.0/24", "10.254.0.103") {
 		t.Fatalf("service router routes %v", svc.Routes)
 	}
-	want := []v1.ReverseRoute{
+	want := []v1alpha1.ReverseRoute{
 		{ServiceCIDR: "100.64.1.0/24", NextHop: "10.254.0.101", GatewayRef: "IPsecGateway/tenant-a/ipsec"},
 		{ServiceCIDR: "100.64.2.0/24", NextHop: "10.254.0.102", GatewayRef: "VPNGateway/tenant-b/vpn"},
 	}
 	if fmt.Sprint(l.Status.ReverseRoutes) != fmt.Sprint(want) {
 		t.Fatalf("status.reverseRoutes %v, want %v", l.Status.ReverseRoutes, want)
 	}
-	expectCond(t, l, v1.ConditionReverseRoutesInstalled, metav1.ConditionTrue, v1.ReasonReverseRoutesInstalled, "2 reverse route(s)")
+	expectCond(t, l, v1alpha1.ConditionReverseRoutesInstalled, metav1.ConditionTrue, v1alpha1.ReasonReverseRoutesInstalled, "2 reverse route(s)")
 	if hasRoute(h.opRouter(), "100.64.1.0/24", "10.254.0.101") {
 		t.Fatal("a reverse route landed on the gateway cluster's router")
 	}
@@ -50,12 +50,12 @@ func TestReverseRoutesPruneStale(t *testing.T) {
 	ipsecGateway(t, "tenant-p", "deleted", true, "100.64.2.0/24", "10.254.0.102")
 	ipsecGateway(t, "tenant-p", "swept", true, "100.64.3.0/24", "10.254.0.103")
 	h.newLink("prune", "shoot--services--svc01", svcCIDR)
-	h.until("prune", "3 reverse routes", func(l *v1.ClusterLink) bool { return len(l.Status.ReverseRoutes) == 3 })
+	h.until("prune", "3 reverse routes", func(l *v1alpha1.ClusterLink) bool { return len(l.Status.ReverseRoutes) == 3 })
 	svcID := h.router("shoot--services--svc01").ID
 
 	setReverse(t, "tenant-p", "loses", false)
 	deleteIPsecGateway(t, "tenant-p", "deleted")
-	l := h.until("prune", "1 reverse route", func(l *v1.ClusterLink) bool { return len(l.Status.ReverseRoutes) == 1 })
+	l := h.until("prune", "1 reverse route", func(l *v1alpha1.ClusterLink) bool { return len(l.Status.ReverseRoutes) == 1 })
 	svc := h.router("shoot--services--svc01")
 	if hasRoute(svc, "100.64.1.0/24", "10.254.0.101") || hasRoute(svc, "100.64.2.0/24", "10.254.0.102") || !hasRoute(svc, "100.64.3.0/24", "10.254.0.103") {
 		t.Fatalf("routes after pruning: %v", svc.Routes)
@@ -67,11 +67,11 @@ func TestReverseRoutesPruneStale(t *testing.T) {
 	}
 	deleteIPsecGateway(t, "tenant-p", "swept")
 	h.sim.ResetCounters()
-	l = h.until("prune", "no reverse routes", func(l *v1.ClusterLink) bool { return len(l.Status.ReverseRoutes) == 0 })
+	l = h.until("prune", "no reverse routes", func(l *v1alpha1.ClusterLink) bool { return len(l.Status.ReverseRoutes) == 0 })
 	if w := h.writes(); w != 0 {
 		t.Fatalf("pruning a route someone else removed took %d writes", w)
 	}
-	expectCond(t, l, v1.ConditionReverseRoutesInstalled, metav1.ConditionTrue, v1.ReasonReverseRoutesInstalled, "no gateway this link serves has reverse exposures")
+	expectCond(t, l, v1alpha1.ConditionReverseRoutesInstalled, metav1.ConditionTrue, v1alpha1.ReasonReverseRoutesInstalled, "no gateway this link serves has reverse exposures")
 }
 
 // A reverse route removed out of band comes back.
@@ -101,9 +101,9 @@ func TestReverseRoutesIndependentOfForwardRoute(t *testing.T) {
 		remove := h.sim.Inject(openstacksim.Fault{Method: "PUT", PathPattern: "/network/v2.0/routers/" + opID + "/add_extraroutes", Status: 400})
 		defer remove()
 		h.newLink("indep", "shoot--services--svc01", svcCIDR)
-		l := h.untilCond("indep", v1.ConditionRouteInstalled, v1.ReasonEnsureRouteFailed)
-		expectCond(t, l, v1.ConditionReverseRoutesInstalled, metav1.ConditionTrue, v1.ReasonReverseRoutesInstalled, "1 reverse route(s)")
-		expectCond(t, l, v1.ConditionLegAttached, metav1.ConditionTrue, v1.ReasonAttached, "")
+		l := h.untilCond("indep", v1alpha1.ConditionRouteInstalled, v1alpha1.ReasonEnsureRouteFailed)
+		expectCond(t, l, v1alpha1.ConditionReverseRoutesInstalled, metav1.ConditionTrue, v1alpha1.ReasonReverseRoutesInstalled, "1 reverse route(s)")
+		expectCond(t, l, v1alpha1.ConditionLegAttached, metav1.ConditionTrue, v1alpha1.ReasonAttached, "")
 	})
 	t.Run("reverse broken", func(t *testing.T) {
 		h.untilReady("indep")
@@ -112,9 +112,9 @@ func TestReverseRoutesIndependentOfForwardRoute(t *testing.T) {
 		}
 		remove := h.sim.Inject(openstacksim.Fault{Method: "PUT", PathPattern: "/network/v2.0/routers/" + svcID + "/add_extraroutes", Status: 400})
 		defer remove()
-		l := h.untilCond("indep", v1.ConditionReverseRoutesInstalled, v1.ReasonEnsureReverseRoutesFailed)
-		expectCond(t, l, v1.ConditionReverseRoutesInstalled, metav1.ConditionFalse, v1.ReasonEnsureReverseRoutesFailed, "adding reverse route(s) 100.64.1.0/24 via 10.254.0.101")
-		expectCond(t, l, v1.ConditionRouteInstalled, metav1.ConditionTrue, v1.ReasonRouteInstalled, svcCIDR)
+		l := h.untilCond("indep", v1alpha1.ConditionReverseRoutesInstalled, v1alpha1.ReasonEnsureReverseRoutesFailed)
+		expectCond(t, l, v1alpha1.ConditionReverseRoutesInstalled, metav1.ConditionFalse, v1alpha1.ReasonEnsureReverseRoutesFailed, "adding reverse route(s) 100.64.1.0/24 via 10.254.0.101")
+		expectCond(t, l, v1alpha1.ConditionRouteInstalled, metav1.ConditionTrue, v1alpha1.ReasonRouteInstalled, svcCIDR)
 		if len(l.Status.ReverseRoutes) != 0 {
 			t.Fatalf("status claims reverse routes that are not installed: %v", l.Status.ReverseRoutes)
 		}
@@ -137,7 +137,7 @@ func TestReverseRoutesFiftyGatewaysBoundedWrites(t *testing.T) {
 		c := h.sim.Counters()
 		return c.Writes, c.ByRoute["PUT /network/v2.0/routers/{id}/add_extraroutes"] + c.ByRoute["PUT /network/v2.0/routers/{id}/remove_extraroutes"]
 	}
-	measureUntil := func(name string, done func(*v1.ClusterLink) bool, maxWrites int) {
+	measureUntil := func(name string, done func(*v1alpha1.ClusterLink) bool, maxWrites int) {
 		t.Helper()
 		h.sim.ResetCounters()
 		h.until("fifty", name, done)
@@ -149,7 +149,7 @@ func TestReverseRoutesFiftyGatewaysBoundedWrites(t *testing.T) {
 	}
 	measure := func(name string, want int, maxWrites int) {
 		t.Helper()
-		measureUntil(name, func(l *v1.ClusterLink) bool { return len(l.Status.ReverseRoutes) == want }, maxWrites)
+		measureUntil(name, func(l *v1alpha1.ClusterLink) bool { return len(l.Status.ReverseRoutes) == want }, maxWrites)
 	}
 
 	for i := range n {
@@ -164,7 +164,7 @@ func TestReverseRoutesFiftyGatewaysBoundedWrites(t *testing.T) {
 		setPortIP(t, "tenant-50", fmt.Sprintf("gw%02d", i), newIP(i))
 	}
 	// Converged means every changed gateway is recorded with its new next hop.
-	measureUntil("10 gateways change their port", func(l *v1.ClusterLink) bool {
+	measureUntil("10 gateways change their port", func(l *v1alpha1.ClusterLink) bool {
 		moved := 0
 		for _, rr := range l.Status.ReverseRoutes {
 			var i int
@@ -208,8 +208,8 @@ func TestReverseRoutesFiftyGatewaysBoundedWrites(t *testing.T) {
 // The gateway predicate lets only reverse-route-relevant changes fan out.
 func TestGatewayPredicate(t *testing.T) {
 	p := GatewayPredicate()
-	mk := func(reverse bool, cidr, ip string) *v1.IPsecGateway {
-		g := &v1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Name: "g", Namespace: "n"}, Spec: gatewaySpec(reverse)}
+	mk := func(reverse bool, cidr, ip string) *v1alpha1.IPsecGateway {
+		g := &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Name: "g", Namespace: "n"}, Spec: gatewaySpec(reverse)}
 		g.Status.ServiceCIDR, g.Status.PortFixedIP = cidr, ip
 		return g
 	}
@@ -222,7 +222,7 @@ func TestGatewayPredicate(t *testing.T) {
 	deleting := with.DeepCopy()
 	now := metav1.Now()
 	deleting.DeletionTimestamp = &now
-	vpn := &v1.VPNGateway{Spec: v1.VPNGatewaySpec{GatewaySpec: gatewaySpec(true)}}
+	vpn := &v1alpha1.VPNGateway{Spec: v1alpha1.VPNGatewaySpec{GatewaySpec: gatewaySpec(true)}}
 	vpn.Status.ServiceCIDR, vpn.Status.PortFixedIP = "100.64.2.0/24", "10.254.0.102"
 	cases := []struct {
 		name string
@@ -281,7 +281,7 @@ func TestReverseRoutesFanOutWatch(t *testing.T) {
 		t.Helper()
 		waitFor(t, fmt.Sprintf("%s to carry %d reverse routes", name, want), func() (bool, string) {
 			l := h.get(name)
-			return len(l.Status.ReverseRoutes) == want && condStatus(l, v1.ConditionReverseRoutesInstalled) == metav1.ConditionTrue,
+			return len(l.Status.ReverseRoutes) == want && condStatus(l, v1alpha1.ConditionReverseRoutesInstalled) == metav1.ConditionTrue,
 				fmt.Sprintf("%v\n%s", l.Status.ReverseRoutes, dumpConds(l))
 		})
 	}
@@ -304,7 +304,7 @@ func TestReverseRoutesFanOutWatch(t *testing.T) {
 	setReverse(t, "tenant-fan", "gw", false) // loses its last one
 	count("fan-a", 1)
 	count("fan-b", 1)
-	if err := env.Client.Delete(h.ctx, &v1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant-fan2", Name: "vgw"}}); err != nil {
+	if err := env.Client.Delete(h.ctx, &v1alpha1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant-fan2", Name: "vgw"}}); err != nil {
 		t.Fatal(err)
 	}
 	count("fan-a", 0)
@@ -319,7 +319,7 @@ func TestReverseRoutesFanOutWatch(t *testing.T) {
 	waitFor(t, "fan-a to be gone", func() (bool, string) { return h.gone("fan-a"), "still there" })
 }
 
-func condStatus(l *v1.ClusterLink, t string) metav1.ConditionStatus {
+func condStatus(l *v1alpha1.ClusterLink, t string) metav1.ConditionStatus {
 	for _, c := range l.Status.Conditions {
 		if c.Type == t {
 			return c.Status

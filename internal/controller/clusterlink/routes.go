@@ -13,7 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/controller/outcome"
 	"bnerd.net/vpn-operator/internal/linkselect"
 	"bnerd.net/vpn-operator/internal/openstack"
@@ -49,7 +49,7 @@ func (r *Reconciler) operatorRouter(ctx context.Context) (*openstack.Router, err
 }
 
 // forwardPair is the one forward route the link's spec and status ask for.
-func forwardPair(link *v1.ClusterLink) (openstack.Route, bool) {
+func forwardPair(link *v1alpha1.ClusterLink) (openstack.Route, bool) {
 	if link.Status.TransitIP == "" || link.Spec.ServiceClusterCIDR == "" {
 		return openstack.Route{}, false
 	}
@@ -63,7 +63,7 @@ func forwardPair(link *v1.ClusterLink) (openstack.Route, bool) {
 // let its address go, Neutron may hand it to a gateway's port, whose own route goes
 // via that address to a destination no link ever names (the service-CIDR pool, which a
 // serviceClusterCIDR may not overlap).
-func ownedForward(link *v1.ClusterLink) []openstack.Route {
+func ownedForward(link *v1alpha1.ClusterLink) []openstack.Route {
 	seen := map[openstack.Route]bool{}
 	var out []openstack.Route
 	for _, x := range link.Status.ForwardRoutes {
@@ -79,13 +79,13 @@ func ownedForward(link *v1.ClusterLink) []openstack.Route {
 	return out
 }
 
-func recordOf(rs []openstack.Route) []v1.Route {
+func recordOf(rs []openstack.Route) []v1alpha1.Route {
 	if len(rs) == 0 {
 		return nil
 	}
-	out := make([]v1.Route, 0, len(rs))
+	out := make([]v1alpha1.Route, 0, len(rs))
 	for _, x := range rs {
-		out = append(out, v1.Route{Destination: x.Destination, NextHop: x.NextHop})
+		out = append(out, v1alpha1.Route{Destination: x.Destination, NextHop: x.NextHop})
 	}
 	return out
 }
@@ -129,7 +129,7 @@ func (r *Reconciler) removeForwardRoutes(ctx context.Context, lc *linkCtx) error
 func (r *Reconciler) ensureForwardRoute(ctx context.Context, lc *linkCtx) (bool, error) {
 	link := lc.link
 	fail := func(err error) (bool, error) {
-		lc.set.False(v1.ConditionRouteInstalled, v1.ReasonEnsureRouteFailed, lc.opPrefix()+outcome.Describe(err))
+		lc.set.False(v1alpha1.ConditionRouteInstalled, v1alpha1.ReasonEnsureRouteFailed, lc.opPrefix()+outcome.Describe(err))
 		return false, err
 	}
 	rt, err := r.operatorRouter(ctx)
@@ -165,7 +165,7 @@ func (r *Reconciler) ensureForwardRoute(ctx context.Context, lc *linkCtx) (bool,
 		}
 		lc.eventf(corev1.EventTypeNormal, "RouteInstalled", "added %s to router %s", describeRoutes([]openstack.Route{want}), rt.Name)
 	}
-	lc.set.True(v1.ConditionRouteInstalled, v1.ReasonRouteInstalled,
+	lc.set.True(v1alpha1.ConditionRouteInstalled, v1alpha1.ReasonRouteInstalled,
 		fmt.Sprintf("%s via %s on router %s", want.Destination, want.NextHop, rt.Name))
 	return true, nil
 }
@@ -183,7 +183,7 @@ func GatewayRef(kind, namespace, name string) string { return kind + "/" + names
 
 // reverseTarget is what a gateway contributes to reverse routing, or ok=false when it
 // contributes nothing (no reverse exposures, not yet allocated, or being deleted).
-func reverseTarget(spec *v1.GatewaySpec, st *v1.GatewayStatus, deleting bool) (openstack.Route, bool) {
+func reverseTarget(spec *v1alpha1.GatewaySpec, st *v1alpha1.GatewayStatus, deleting bool) (openstack.Route, bool) {
 	if deleting || len(spec.ReverseExposures) == 0 {
 		return openstack.Route{}, false
 	}
@@ -211,7 +211,7 @@ func reverseTarget(spec *v1.GatewaySpec, st *v1.GatewayStatus, deleting bool) (o
 // of the whole estate's ports): an Aggregate link only counts the gateways it serves,
 // and its one route's destination and next hop come from the operator's configuration,
 // never from a gateway's status.
-func (r *Reconciler) desiredReverse(ctx context.Context, link *v1.ClusterLink, verify bool) (out []v1.ReverseRoute, unverified []string, err error) {
+func (r *Reconciler) desiredReverse(ctx context.Context, link *v1alpha1.ClusterLink, verify bool) (out []v1alpha1.ReverseRoute, unverified []string, err error) {
 	var nsList corev1.NamespaceList
 	if err := r.d.Client.List(ctx, &nsList); err != nil {
 		return nil, nil, err
@@ -224,7 +224,7 @@ func (r *Reconciler) desiredReverse(ctx context.Context, link *v1.ClusterLink, v
 	// Every link reads every gateway on every reconcile: the cache's own objects are
 	// read, not copied (nothing here writes to them). With a thousand gateways the
 	// copies were most of the operator's CPU and garbage.
-	consider := func(kind string, obj client.Object, spec *v1.GatewaySpec, st *v1.GatewayStatus) error {
+	consider := func(kind string, obj client.Object, spec *v1alpha1.GatewaySpec, st *v1alpha1.GatewayStatus) error {
 		rt, ok := reverseTarget(spec, st, !obj.GetDeletionTimestamp().IsZero())
 		if !ok {
 			return nil
@@ -233,11 +233,11 @@ func (r *Reconciler) desiredReverse(ctx context.Context, link *v1.ClusterLink, v
 		if err != nil || !serves {
 			return err
 		}
-		out = append(out, v1.ReverseRoute{ServiceCIDR: rt.Destination, NextHop: rt.NextHop, GatewayRef: GatewayRef(kind, obj.GetNamespace(), obj.GetName())})
+		out = append(out, v1alpha1.ReverseRoute{ServiceCIDR: rt.Destination, NextHop: rt.NextHop, GatewayRef: GatewayRef(kind, obj.GetNamespace(), obj.GetName())})
 		uids = append(uids, obj.GetUID())
 		return nil
 	}
-	gws, err := v1.ListGateways(ctx, r.d.Client, client.UnsafeDisableDeepCopy)
+	gws, err := v1alpha1.ListGateways(ctx, r.d.Client, client.UnsafeDisableDeepCopy)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -282,7 +282,7 @@ func (r *Reconciler) gatewayPorts(ctx context.Context) (map[types.UID][]gatewayP
 	out := map[types.UID][]gatewayPort{}
 	for _, p := range ports {
 		o, ok := openstack.OwnerFromTags(p.Tags)
-		if !ok || !v1.IsGatewayKind(o.Kind) {
+		if !ok || !v1alpha1.IsGatewayKind(o.Kind) {
 			continue
 		}
 		gp := gatewayPort{serviceCIDR: openstack.ServiceCIDRTag(p.Tags)}
@@ -296,7 +296,7 @@ func (r *Reconciler) gatewayPorts(ctx context.Context) (map[types.UID][]gatewayP
 
 // unverifiedReverse says why a gateway's reverse route is not one the operator made
 // ("" when it is).
-func (r *Reconciler) unverifiedReverse(d v1.ReverseRoute, ports []gatewayPort) string {
+func (r *Reconciler) unverifiedReverse(d v1alpha1.ReverseRoute, ports []gatewayPort) string {
 	if pool := r.d.Config.ServiceCIDRPool; pool.IsValid() {
 		p, err := netip.ParsePrefix(d.ServiceCIDR)
 		if err != nil || p.Bits() != 24 || !pool.Contains(p.Addr()) {
@@ -317,23 +317,23 @@ func (r *Reconciler) unverifiedReverse(d v1.ReverseRoute, ports []gatewayPort) s
 	return fmt.Sprintf("status names %s via %s, which the gateway's tagged port does not record", d.ServiceCIDR, d.NextHop)
 }
 
-func routeOf(x v1.ReverseRoute) openstack.Route {
+func routeOf(x v1alpha1.ReverseRoute) openstack.Route {
 	return openstack.Route{Destination: x.ServiceCIDR, NextHop: x.NextHop}
 }
 
 // reverseMode is the reverse-route mode link runs in: a cross-tenant link always routes
 // per gateway (one route to the whole pool would lead a customer's router to every
 // gateway of the estate); a same-tenant one follows its spec, else the operator's default.
-func (r *Reconciler) reverseMode(link *v1.ClusterLink) string {
+func (r *Reconciler) reverseMode(link *v1alpha1.ClusterLink) string {
 	switch {
 	case link.Spec.CredentialsSecretRef != nil:
-		return v1.ReverseRoutePerGateway
+		return v1alpha1.ReverseRoutePerGateway
 	case link.Spec.ReverseRouteMode != "":
 		return link.Spec.ReverseRouteMode
 	case r.d.Config.ClusterLinkReverseRouteMode != "":
 		return r.d.Config.ClusterLinkReverseRouteMode
 	}
-	return v1.ReverseRoutePerGateway
+	return v1alpha1.ReverseRoutePerGateway
 }
 
 // operatorRouterTransitIP is the gateway cluster's router's address on the transit
@@ -382,15 +382,15 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 	mode := r.reverseMode(link)
 	link.Status.ReverseRouteMode = mode
 	if !lc.attached {
-		lc.set.False(v1.ConditionReverseRoutesInstalled, v1.ReasonEnsureReverseRoutesFailed, "the leg is not attached, so the service cluster's router cannot reach any gateway port")
+		lc.set.False(v1alpha1.ConditionReverseRoutesInstalled, v1alpha1.ReasonEnsureReverseRoutesFailed, "the leg is not attached, so the service cluster's router cannot reach any gateway port")
 		return false, nil
 	}
-	desired, unverified, err := r.desiredReverse(ctx, link, mode != v1.ReverseRouteAggregate)
+	desired, unverified, err := r.desiredReverse(ctx, link, mode != v1alpha1.ReverseRouteAggregate)
 	for _, u := range unverified {
-		lc.eventf(corev1.EventTypeWarning, v1.ReasonStatusForged, "not routing gateway %s", u)
+		lc.eventf(corev1.EventTypeWarning, v1alpha1.ReasonStatusForged, "not routing gateway %s", u)
 	}
 	if err != nil {
-		lc.set.False(v1.ConditionReverseRoutesInstalled, v1.ReasonEnsureReverseRoutesFailed, "listing gateways: "+outcome.Describe(err))
+		lc.set.False(v1alpha1.ConditionReverseRoutesInstalled, v1alpha1.ReasonEnsureReverseRoutesFailed, "listing gateways: "+outcome.Describe(err))
 		return false, err
 	}
 	// A next hop off the transit subnet cannot be routed from the leg; say so rather
@@ -406,17 +406,17 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 	}
 	desired = usable
 	served := len(desired)
-	if mode == v1.ReverseRouteAggregate && served > 0 {
+	if mode == v1alpha1.ReverseRouteAggregate && served > 0 {
 		pool := r.d.Config.ServiceCIDRPool
 		nh, err := r.operatorRouterTransitIP(ctx, tn)
 		if err == nil && !pool.IsValid() {
 			err = fmt.Errorf("no service-CIDR pool is configured (IPSEC_SERVICE_CIDR_POOL)")
 		}
 		if err != nil {
-			lc.set.False(v1.ConditionReverseRoutesInstalled, v1.ReasonEnsureReverseRoutesFailed, "reverseRouteMode Aggregate: "+outcome.Describe(err))
+			lc.set.False(v1alpha1.ConditionReverseRoutesInstalled, v1alpha1.ReasonEnsureReverseRoutesFailed, "reverseRouteMode Aggregate: "+outcome.Describe(err))
 			return false, err
 		}
-		desired = []v1.ReverseRoute{{ServiceCIDR: pool.Masked().String(), NextHop: nh, GatewayRef: v1.AggregateGatewayRef}}
+		desired = []v1alpha1.ReverseRoute{{ServiceCIDR: pool.Masked().String(), NextHop: nh, GatewayRef: v1alpha1.AggregateGatewayRef}}
 	}
 
 	add, remove, want := reverseDiff(lc.router.Routes, desired, link.Status.ReverseRoutes)
@@ -433,18 +433,18 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 		if lc.cross {
 			hint = "raise the cloud's max_routes, or serve fewer gateways with this link (a cross-tenant link routes each gateway it serves)"
 		}
-		lc.set.False(v1.ConditionReverseRoutesInstalled, v1.ReasonRouteLimitExceeded, fmt.Sprintf(
+		lc.set.False(v1alpha1.ConditionReverseRoutesInstalled, v1alpha1.ReasonRouteLimitExceeded, fmt.Sprintf(
 			"%srouter %s cannot take %d more route(s) beside its %d: %s; nothing of the batch was added; %s",
 			lc.legPrefix(), lc.router.Name, len(add), len(lc.router.Routes), outcome.Describe(failure), hint))
 		return false, failure
 	}
 	if failure != nil {
-		lc.set.False(v1.ConditionReverseRoutesInstalled, v1.ReasonEnsureReverseRoutesFailed, lc.legPrefix()+outcome.Describe(failure))
+		lc.set.False(v1alpha1.ConditionReverseRoutesInstalled, v1alpha1.ReasonEnsureReverseRoutesFailed, lc.legPrefix()+outcome.Describe(failure))
 		return false, failure
 	}
 	msg := "no gateway this link serves has reverse exposures"
 	switch n := len(recorded); {
-	case n > 0 && mode == v1.ReverseRouteAggregate:
+	case n > 0 && mode == v1alpha1.ReverseRouteAggregate:
 		msg = fmt.Sprintf("the service-CIDR pool %s via the gateway cluster's router (%s) on router %s reaches the %d gateway(s) with reverse exposures this link serves (reverseRouteMode Aggregate)", recorded[0].ServiceCIDR, recorded[0].NextHop, lc.router.Name, served)
 	case n > 0:
 		msg = fmt.Sprintf("%d reverse route(s) on router %s to the gateways with reverse exposures this link serves", n, lc.router.Name)
@@ -454,15 +454,15 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 		msg += "; skipped (port not on the transit subnet): " + strings.Join(skipped, ", ")
 	}
 	if len(unverified) > 0 {
-		msg += "; not routed (status differs from the operator's record of the gateway's port, " + v1.ReasonStatusForged + "): " + strings.Join(unverified, "; ")
+		msg += "; not routed (status differs from the operator's record of the gateway's port, " + v1alpha1.ReasonStatusForged + "): " + strings.Join(unverified, "; ")
 	}
-	lc.set.True(v1.ConditionReverseRoutesInstalled, v1.ReasonReverseRoutesInstalled, msg)
+	lc.set.True(v1alpha1.ConditionReverseRoutesInstalled, v1alpha1.ReasonReverseRoutesInstalled, msg)
 	return true, nil
 }
 
 // reverseDiff is what the router lacks of desired (add), and what of the routes the
 // link owns (status.reverseRoutes) is on the router but no longer desired (remove).
-func reverseDiff(onRouter []openstack.Route, desired, owned []v1.ReverseRoute) (add, remove []openstack.Route, want map[openstack.Route]bool) {
+func reverseDiff(onRouter []openstack.Route, desired, owned []v1alpha1.ReverseRoute) (add, remove []openstack.Route, want map[openstack.Route]bool) {
 	have := map[openstack.Route]bool{}
 	for _, x := range onRouter {
 		have[x] = true
@@ -500,7 +500,7 @@ type reverseWrite struct {
 // writeReverse adds, then removes, on the service cluster's router, with at most one
 // atomic call each (a third, the add again, when the router was full beside stale
 // routes). lc.router follows every successful write.
-func (r *Reconciler) writeReverse(ctx context.Context, lc *linkCtx, desired []v1.ReverseRoute, add, remove []openstack.Route) (res reverseWrite) {
+func (r *Reconciler) writeReverse(ctx context.Context, lc *linkCtx, desired []v1alpha1.ReverseRoute, add, remove []openstack.Route) (res reverseWrite) {
 	net := lc.leg.Networking
 	removed := false
 	removeStale := func() error {
@@ -553,7 +553,7 @@ func (r *Reconciler) writeReverse(ctx context.Context, lc *linkCtx, desired []v1
 
 // recordedReverse is status.reverseRoutes after the writes: every desired route on the
 // router, and every formerly owned one still there (so deletion finds it).
-func recordedReverse(onRouter []openstack.Route, desired, owned []v1.ReverseRoute, want map[openstack.Route]bool, add []openstack.Route, addUnanswered bool) []v1.ReverseRoute {
+func recordedReverse(onRouter []openstack.Route, desired, owned []v1alpha1.ReverseRoute, want map[openstack.Route]bool, add []openstack.Route, addUnanswered bool) []v1alpha1.ReverseRoute {
 	now := map[openstack.Route]bool{}
 	for _, x := range onRouter {
 		now[x] = true
@@ -566,7 +566,7 @@ func recordedReverse(onRouter []openstack.Route, desired, owned []v1.ReverseRout
 			now[x] = true
 		}
 	}
-	var recorded []v1.ReverseRoute
+	var recorded []v1alpha1.ReverseRoute
 	for _, d := range desired {
 		if now[routeOf(d)] {
 			recorded = append(recorded, d)
@@ -587,9 +587,9 @@ func routesExhausted(err error) bool {
 
 // recordReverse adds the desired entries for routes (not yet on the router) to
 // status.reverseRoutes and writes the status.
-func (r *Reconciler) recordReverse(ctx context.Context, lc *linkCtx, desired []v1.ReverseRoute, routes []openstack.Route) error {
+func (r *Reconciler) recordReverse(ctx context.Context, lc *linkCtx, desired []v1alpha1.ReverseRoute, routes []openstack.Route) error {
 	st := &lc.link.Status
-	have := map[v1.ReverseRoute]bool{}
+	have := map[v1alpha1.ReverseRoute]bool{}
 	for _, x := range st.ReverseRoutes {
 		have[x] = true
 	}
@@ -612,7 +612,7 @@ func (r *Reconciler) recordReverse(ctx context.Context, lc *linkCtx, desired []v
 }
 
 // removeReverseRoutes removes the routes status.reverseRoutes records, if present.
-func removeReverseRoutes(ctx context.Context, net openstack.Networking, rt *openstack.Router, owned []v1.ReverseRoute) error {
+func removeReverseRoutes(ctx context.Context, net openstack.Networking, rt *openstack.Router, owned []v1alpha1.ReverseRoute) error {
 	have := map[openstack.Route]bool{}
 	for _, x := range rt.Routes {
 		have[x] = true
@@ -634,7 +634,7 @@ func removeReverseRoutes(ctx context.Context, net openstack.Networking, rt *open
 // linkRequests maps any event onto every ClusterLink: a ClusterLink has no reference to
 // the gateways that need its reverse routes, so a change to one fans out to all.
 func (r *Reconciler) linkRequests(ctx context.Context, _ client.Object) []ctrl.Request {
-	var list v1.ClusterLinkList
+	var list v1alpha1.ClusterLinkList
 	if err := r.d.Client.List(ctx, &list); err != nil {
 		return nil
 	}

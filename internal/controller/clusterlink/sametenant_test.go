@@ -9,7 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
@@ -26,12 +26,12 @@ func TestSameTenantLinksFromDot3(t *testing.T) {
 	if l.Status.TransitIP != "10.254.0.3" {
 		t.Fatalf("transit IP %s, want 10.254.0.3 (.1 router leg and .2 DHCP skipped)", l.Status.TransitIP)
 	}
-	expectCond(t, l, v1.ConditionValidated, metav1.ConditionTrue, v1.ReasonValid, "")
-	expectCond(t, l, v1.ConditionTransitIPAllocated, metav1.ConditionTrue, v1.ReasonTransitIPAllocated, "transit IP 10.254.0.3")
-	expectCond(t, l, v1.ConditionLegAttached, metav1.ConditionTrue, v1.ReasonAttached, "leg port "+l.Status.LegPortID)
-	expectCond(t, l, v1.ConditionRouteInstalled, metav1.ConditionTrue, v1.ReasonRouteInstalled, svcCIDR+" via 10.254.0.3")
-	expectCond(t, l, v1.ConditionReady, metav1.ConditionTrue, v1.ReasonReconciled, "")
-	for _, c := range []string{v1.ConditionTenantIsolationAttested, v1.ConditionCredentialsResolved, v1.ConditionTransitNetworkShared} {
+	expectCond(t, l, v1alpha1.ConditionValidated, metav1.ConditionTrue, v1alpha1.ReasonValid, "")
+	expectCond(t, l, v1alpha1.ConditionTransitIPAllocated, metav1.ConditionTrue, v1alpha1.ReasonTransitIPAllocated, "transit IP 10.254.0.3")
+	expectCond(t, l, v1alpha1.ConditionLegAttached, metav1.ConditionTrue, v1alpha1.ReasonAttached, "leg port "+l.Status.LegPortID)
+	expectCond(t, l, v1alpha1.ConditionRouteInstalled, metav1.ConditionTrue, v1alpha1.ReasonRouteInstalled, svcCIDR+" via 10.254.0.3")
+	expectCond(t, l, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReconciled, "")
+	for _, c := range []string{v1alpha1.ConditionTenantIsolationAttested, v1alpha1.ConditionCredentialsResolved, v1alpha1.ConditionTransitNetworkShared} {
 		expectNoCond(t, l, c)
 	}
 	svc := h.router("shoot--services--svc01")
@@ -93,7 +93,7 @@ func TestSameTenantSkipsOccupiedAndClaimed(t *testing.T) {
 	// A link pinned to .4 that cannot progress (its router does not exist) still
 	// claims .4 through its spec.
 	h.newLink("claimer", "no-such-router", "10.252.0.0/16", pin("10.254.0.4"))
-	h.untilCond("claimer", v1.ConditionLegAttached, v1.ReasonRouterResolveFailed)
+	h.untilCond("claimer", v1alpha1.ConditionLegAttached, v1alpha1.ReasonRouterResolveFailed)
 	h.newLink("skipper", "shoot--services--svc01", svcCIDR)
 	l := h.untilReady("skipper")
 	if l.Status.TransitIP != "10.254.0.5" {
@@ -117,8 +117,8 @@ func TestSameTenantPinClaimedByAnotherLink(t *testing.T) {
 	h.newLink("first", "shoot--services--svc01", svcCIDR, pin("10.254.0.7"))
 	h.untilReady("first")
 	h.newLink("second", "shoot--services--svc02", "10.252.0.0/16", pin("10.254.0.7"))
-	l := h.untilCond("second", v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocationFailed)
-	expectCond(t, l, v1.ConditionTransitIPAllocated, metav1.ConditionFalse, v1.ReasonTransitIPAllocationFailed, "spec.transitIP 10.254.0.7 is already claimed by ClusterLink first")
+	l := h.untilCond("second", v1alpha1.ConditionTransitIPAllocated, v1alpha1.ReasonTransitIPAllocationFailed)
+	expectCond(t, l, v1alpha1.ConditionTransitIPAllocated, metav1.ConditionFalse, v1alpha1.ReasonTransitIPAllocationFailed, "spec.transitIP 10.254.0.7 is already claimed by ClusterLink first")
 	if l.Status.TransitIP != "" || len(h.linkPorts(l)) != 0 || len(h.portsAt("10.254.0.7")) != 1 {
 		t.Fatalf("second link took something: status %q, own ports %d", l.Status.TransitIP, len(h.linkPorts(l)))
 	}
@@ -132,8 +132,8 @@ func TestSameTenantPinHeldByForeignPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.newLink("blocked", "shoot--services--svc01", svcCIDR, pin("10.254.0.8"))
-	l := h.untilCond("blocked", v1.ConditionTransitIPAllocated, v1.ReasonTransitIPAllocationFailed)
-	expectCond(t, l, v1.ConditionTransitIPAllocated, metav1.ConditionFalse, v1.ReasonTransitIPAllocationFailed, "spec.transitIP 10.254.0.8 is held by port "+foreign.ID)
+	l := h.untilCond("blocked", v1alpha1.ConditionTransitIPAllocated, v1alpha1.ReasonTransitIPAllocationFailed)
+	expectCond(t, l, v1alpha1.ConditionTransitIPAllocated, metav1.ConditionFalse, v1alpha1.ReasonTransitIPAllocationFailed, "spec.transitIP 10.254.0.8 is held by port "+foreign.ID)
 	if len(h.linkPorts(l)) != 0 || hasRoute(h.opRouter(), svcCIDR, "10.254.0.8") {
 		t.Fatal("a blocked link created a port or a route")
 	}
@@ -144,11 +144,11 @@ func TestSameTenantTransitIPPersistedBeforeUse(t *testing.T) {
 	h := newHarness(t)
 	h.sim.Inject(openstacksim.Fault{Method: "POST", PathPattern: "/network/v2.0/ports", Status: 500})
 	h.newLink("persist", "shoot--services--svc01", svcCIDR)
-	l := h.untilCond("persist", v1.ConditionLegAttached, v1.ReasonEnsureLegPortFailed)
+	l := h.untilCond("persist", v1alpha1.ConditionLegAttached, v1alpha1.ReasonEnsureLegPortFailed)
 	if l.Status.TransitIP != "10.254.0.3" || len(h.portsAt("10.254.0.3")) != 0 {
 		t.Fatalf("status.transitIP %q with %d ports at .3; want the allocation recorded and no port", l.Status.TransitIP, len(h.portsAt("10.254.0.3")))
 	}
-	expectCond(t, l, v1.ConditionLegAttached, metav1.ConditionFalse, v1.ReasonEnsureLegPortFailed, "creating the leg port: ")
+	expectCond(t, l, v1alpha1.ConditionLegAttached, metav1.ConditionFalse, v1alpha1.ReasonEnsureLegPortFailed, "creating the leg port: ")
 	h.sim.ClearFaults()
 	l = h.untilReady("persist")
 	if l.Status.TransitIP != "10.254.0.3" {
@@ -271,9 +271,9 @@ func TestSameTenantRouterByID(t *testing.T) {
 func TestSameTenantRouterResolveFailed(t *testing.T) {
 	h := newHarness(t)
 	h.newLink("no-router", "shoot--services--nope", svcCIDR)
-	l := h.untilCond("no-router", v1.ConditionLegAttached, v1.ReasonRouterResolveFailed)
-	expectCond(t, l, v1.ConditionLegAttached, metav1.ConditionFalse, v1.ReasonRouterResolveFailed, `resolving router "shoot--services--nope": `)
-	expectCond(t, l, v1.ConditionReady, metav1.ConditionFalse, v1.ReasonRouterResolveFailed, "LegAttached: ")
+	l := h.untilCond("no-router", v1alpha1.ConditionLegAttached, v1alpha1.ReasonRouterResolveFailed)
+	expectCond(t, l, v1alpha1.ConditionLegAttached, metav1.ConditionFalse, v1alpha1.ReasonRouterResolveFailed, `resolving router "shoot--services--nope": `)
+	expectCond(t, l, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonRouterResolveFailed, "LegAttached: ")
 	if len(h.linkPorts(l)) != 0 || len(h.opRouter().Routes) != 0 {
 		t.Fatal("an unresolvable router still got a port or route")
 	}
@@ -328,9 +328,9 @@ func TestSameTenantCIDRChangeMovesRoute(t *testing.T) {
 	h := newHarness(t)
 	h.newLink("move", "shoot--services--svc01", svcCIDR)
 	h.untilReady("move")
-	h.update("move", func(l *v1.ClusterLink) { l.Spec.ServiceClusterCIDR = "10.240.0.0/16" })
-	h.until("move", "route moved", func(l *v1.ClusterLink) bool {
-		return strings.HasPrefix(metaMsg(l, v1.ConditionRouteInstalled), "10.240.0.0/16")
+	h.update("move", func(l *v1alpha1.ClusterLink) { l.Spec.ServiceClusterCIDR = "10.240.0.0/16" })
+	h.until("move", "route moved", func(l *v1alpha1.ClusterLink) bool {
+		return strings.HasPrefix(metaMsg(l, v1alpha1.ConditionRouteInstalled), "10.240.0.0/16")
 	})
 	rt := h.opRouter()
 	if hasRoute(rt, svcCIDR, "10.254.0.3") || !hasRoute(rt, "10.240.0.0/16", "10.254.0.3") {
@@ -343,9 +343,9 @@ func TestInvalidSpec(t *testing.T) {
 	h := newHarness(t)
 	h.sim.ResetCounters()
 	h.newLink("invalid", "shoot--services--svc01", svcCIDR, pin("10.254.0.1"))
-	l := h.untilCond("invalid", v1.ConditionValidated, v1.ReasonInvalidSpec)
-	expectCond(t, l, v1.ConditionValidated, metav1.ConditionFalse, v1.ReasonInvalidSpec, "spec.transitIP: Invalid value")
-	expectCond(t, l, v1.ConditionReady, metav1.ConditionFalse, v1.ReasonInvalidSpec, "Validated: ")
+	l := h.untilCond("invalid", v1alpha1.ConditionValidated, v1alpha1.ReasonInvalidSpec)
+	expectCond(t, l, v1alpha1.ConditionValidated, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec, "spec.transitIP: Invalid value")
+	expectCond(t, l, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec, "Validated: ")
 	if n := h.sim.Counters().Total(); n != 0 {
 		t.Fatalf("an invalid link made %d OpenStack calls", n)
 	}
@@ -395,7 +395,7 @@ func TestSameTenantDeletionReverseOrder(t *testing.T) {
 	}
 }
 
-func metaMsg(l *v1.ClusterLink, t string) string {
+func metaMsg(l *v1alpha1.ClusterLink, t string) string {
 	for _, c := range l.Status.Conditions {
 		if c.Type == t {
 			return c.Message

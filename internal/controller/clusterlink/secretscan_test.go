@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 )
 
 // A few credential scenarios (accepted, privileged, refused, deleted with its Secret
@@ -20,17 +20,17 @@ func TestNoSecretInLogsOrEvents(t *testing.T) {
 	h.untilReady("scan-ok")
 	h.secret("scan-priv", "diehl-admin", nil)
 	h.newLink("scan-priv", "shoot--diehl--diehl02", "10.235.0.0/16", crossTenant(projDiehl))
-	h.untilCond("scan-priv", v1.ConditionCredentialsResolved, v1.ReasonCredentialsPrivileged)
+	h.untilCond("scan-priv", v1alpha1.ConditionCredentialsResolved, v1alpha1.ReasonCredentialsPrivileged)
 	h.secret("scan-bad", "diehl", map[string]string{"OS_APPLICATION_CREDENTIAL_SECRET": "ZZSECRET-scan-wrong-0b3"})
 	secretValues = append(secretValues, "ZZSECRET-scan-wrong-0b3")
 	h.newLink("scan-bad", "shoot--diehl--diehl02", "10.237.0.0/16", crossTenant(projDiehl))
-	h.untilCond("scan-bad", v1.ConditionCredentialsResolved, v1.ReasonAuthFailed)
+	h.untilCond("scan-bad", v1alpha1.ConditionCredentialsResolved, v1alpha1.ReasonAuthFailed)
 	if err := env.Client.Delete(h.ctx, h.secret("scan-ok", "diehl", nil)); err != nil {
 		t.Fatal(err)
 	}
 	h.delete("scan-ok")
-	h.untilCond("scan-ok", v1.ConditionCredentialsResolved, v1.ReasonCredentialsUnavailable)
-	h.update("scan-ok", func(l *v1.ClusterLink) { l.Annotations[v1.AnnotationAbandonCustomerResources] = "true" })
+	h.untilCond("scan-ok", v1alpha1.ConditionCredentialsResolved, v1alpha1.ReasonCredentialsUnavailable)
+	h.update("scan-ok", func(l *v1alpha1.ClusterLink) { l.Annotations[v1alpha1.AnnotationAbandonCustomerResources] = "true" })
 	h.until("scan-ok", "gone", nil)
 
 	var statuses []string

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
@@ -51,8 +51,8 @@ func TestReverseRoutesFollowTheSelector(t *testing.T) {
 	ipsecGateway(t, "sel-other", "gw-c", true, "100.64.13.0/24", "10.254.0.113")
 	h.secret("sel-b", "diehl", nil)
 
-	h.newLink("sel-a", "shoot--services--svc01", svcCIDR, func(l *v1.ClusterLink) {
-		l.Spec.GatewaySelector = &v1.GatewaySelector{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "acme"}}}
+	h.newLink("sel-a", "shoot--services--svc01", svcCIDR, func(l *v1alpha1.ClusterLink) {
+		l.Spec.GatewaySelector = &v1alpha1.GatewaySelector{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "acme"}}}
 	})
 	h.newLink("sel-b", diehlRouter, diehlCIDR, crossTenant(projDiehl))
 	a := h.untilReady("sel-a")
@@ -68,25 +68,25 @@ func TestReverseRoutesFollowTheSelector(t *testing.T) {
 		len(b.Status.ReverseRoutes) != 1 || b.Status.ReverseRoutes[0].GatewayRef != "IPsecGateway/sel-diehl/gw-b" {
 		t.Fatalf("status: A %v, B %v", a.Status.ReverseRoutes, b.Status.ReverseRoutes)
 	}
-	expectCond(t, b, v1.ConditionReverseRoutesInstalled, metav1.ConditionTrue, v1.ReasonReverseRoutesInstalled,
+	expectCond(t, b, v1alpha1.ConditionReverseRoutesInstalled, metav1.ConditionTrue, v1alpha1.ReasonReverseRoutesInstalled,
 		"1 reverse route(s) on router "+diehlRouter+" to the gateways with reverse exposures this link serves (it serves the gateways in namespaces labelled ipsec.bnerd.net/customer-project="+projDiehl+")")
 
 	// Widen A to the customer's namespace as well: one atomic add, nothing removed.
 	mark := time.Now()
-	h.update("sel-a", func(l *v1.ClusterLink) {
+	h.update("sel-a", func(l *v1alpha1.ClusterLink) {
 		l.Spec.GatewaySelector.NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 			{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: []string{"sel-acme", "sel-diehl"}}}}
 	})
-	h.until("sel-a", "two reverse routes", func(l *v1.ClusterLink) bool { return len(l.Status.ReverseRoutes) == 2 })
+	h.until("sel-a", "two reverse routes", func(l *v1alpha1.ClusterLink) bool { return len(l.Status.ReverseRoutes) == 2 })
 	if adds, removes := h.routerWrites(svc.ID, mark); adds != 1 || removes != 0 {
 		t.Fatalf("widening the selector: %d adds and %d removes on the router, want 1 and 0", adds, removes)
 	}
 	// Move A to the customer's namespace only: at most one add and one remove.
 	mark = time.Now()
-	h.update("sel-a", func(l *v1.ClusterLink) {
-		l.Spec.GatewaySelector.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{v1.LabelCustomerProject: projDiehl}}
+	h.update("sel-a", func(l *v1alpha1.ClusterLink) {
+		l.Spec.GatewaySelector.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.LabelCustomerProject: projDiehl}}
 	})
-	h.until("sel-a", "gateway B only", func(l *v1.ClusterLink) bool {
+	h.until("sel-a", "gateway B only", func(l *v1alpha1.ClusterLink) bool {
 		return len(l.Status.ReverseRoutes) == 1 && l.Status.ReverseRoutes[0].GatewayRef == "IPsecGateway/sel-diehl/gw-b"
 	})
 	svc = h.router("shoot--services--svc01")
@@ -121,14 +121,14 @@ func TestForwardRoutesRemovedAsRecordedPairs(t *testing.T) {
 	h.newLink("fwd", "shoot--services--svc01", svcCIDR)
 	l := h.untilReady("fwd")
 	x := l.Status.TransitIP
-	if fmt.Sprint(l.Status.ForwardRoutes) != fmt.Sprint([]v1.Route{{Destination: svcCIDR, NextHop: x}}) {
+	if fmt.Sprint(l.Status.ForwardRoutes) != fmt.Sprint([]v1alpha1.Route{{Destination: svcCIDR, NextHop: x}}) {
 		t.Fatalf("status.forwardRoutes %v", l.Status.ForwardRoutes)
 	}
 	opID := h.opRouter().ID
 
 	// The CIDR moves: the recorded pair goes, the new one is recorded and added.
-	h.update("fwd", func(l *v1.ClusterLink) { l.Spec.ServiceClusterCIDR = "10.249.0.0/16" })
-	l = h.until("fwd", "the moved route", func(l *v1.ClusterLink) bool {
+	h.update("fwd", func(l *v1alpha1.ClusterLink) { l.Spec.ServiceClusterCIDR = "10.249.0.0/16" })
+	l = h.until("fwd", "the moved route", func(l *v1alpha1.ClusterLink) bool {
 		return len(l.Status.ForwardRoutes) == 1 && l.Status.ForwardRoutes[0].Destination == "10.249.0.0/16"
 	})
 	if op := h.opRouter(); hasRoute(op, svcCIDR, x) || !hasRoute(op, "10.249.0.0/16", x) {
@@ -170,8 +170,8 @@ func TestServiceClusterCIDROverlaps(t *testing.T) {
 		{"on-transit", "10.254.0.0/16", "overlaps the transit subnet 10.254.0.0/24"},
 	} {
 		h.newLink(c.name, "shoot--services--svc02", c.cidr)
-		l := h.untilCond(c.name, v1.ConditionValidated, v1.ReasonServiceClusterCIDROverlap)
-		expectCond(t, l, v1.ConditionValidated, metav1.ConditionFalse, v1.ReasonServiceClusterCIDROverlap, "serviceClusterCIDR "+c.cidr+" "+c.msg)
+		l := h.untilCond(c.name, v1alpha1.ConditionValidated, v1alpha1.ReasonServiceClusterCIDROverlap)
+		expectCond(t, l, v1alpha1.ConditionValidated, metav1.ConditionFalse, v1alpha1.ReasonServiceClusterCIDROverlap, "serviceClusterCIDR "+c.cidr+" "+c.msg)
 		if l.Status.TransitIP != "" || len(h.linkPorts(l)) != 0 {
 			t.Fatalf("%s: a refused link built something", c.name)
 		}
@@ -181,13 +181,13 @@ func TestServiceClusterCIDROverlaps(t *testing.T) {
 	h.newLink("older", "shoot--services--svc01", "10.251.0.0/16")
 	h.untilReady("older")
 	h.newLink("younger", "shoot--services--svc02", "10.251.128.0/17")
-	l := h.untilCond("younger", v1.ConditionValidated, v1.ReasonServiceClusterCIDROverlap)
-	expectCond(t, l, v1.ConditionValidated, metav1.ConditionFalse, v1.ReasonServiceClusterCIDROverlap,
+	l := h.untilCond("younger", v1alpha1.ConditionValidated, v1alpha1.ReasonServiceClusterCIDROverlap)
+	expectCond(t, l, v1alpha1.ConditionValidated, metav1.ConditionFalse, v1alpha1.ReasonServiceClusterCIDROverlap,
 		"serviceClusterCIDR 10.251.128.0/17 overlaps 10.251.0.0/16 of ClusterLink older, which is older and keeps it")
 	if hasRoute(h.opRouter(), "10.251.128.0/17", "10.254.0.4") || len(h.linkPorts(l)) != 0 {
 		t.Fatal("the younger link built something")
 	}
-	if o := h.get("older"); condStatus(o, v1.ConditionReady) != metav1.ConditionTrue {
+	if o := h.get("older"); condStatus(o, v1alpha1.ConditionReady) != metav1.ConditionTrue {
 		t.Fatal("the older link lost its readiness")
 	}
 	h.delete("older")
@@ -201,25 +201,25 @@ func TestServiceClusterCIDROverlaps(t *testing.T) {
 func TestServiceClusterCIDROverlapsARoutedSubnet(t *testing.T) {
 	h := newHarness(t)
 	gw := ipsecGateway(t, "routed-overlap", "gw-r", false, gwCIDR(31), gwIP(31))
-	gw.Spec.Tunnels[0].Mode = v1.TunnelModeRouted
+	gw.Spec.Tunnels[0].Mode = v1alpha1.TunnelModeRouted
 	gw.Spec.Tunnels[0].Peer.Subnets = []string{"10.252.8.0/24"}
 	if err := env.Client.Update(context.Background(), gw); err != nil {
 		t.Fatal(err)
 	}
-	gw.Status.Conditions = []metav1.Condition{{Type: v1.ConditionRoutingReady, Status: metav1.ConditionTrue, Reason: v1.ReasonRoutingReady,
+	gw.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionRoutingReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonRoutingReady,
 		ObservedGeneration: gw.Generation, LastTransitionTime: metav1.Now(), Message: "routed"}}
 	if err := env.Client.Status().Update(context.Background(), gw); err != nil {
 		t.Fatal(err)
 	}
 	h.newLink("over-routed", "shoot--services--svc02", "10.252.0.0/16")
-	l := h.untilCond("over-routed", v1.ConditionValidated, v1.ReasonServiceClusterCIDROverlap)
-	expectCond(t, l, v1.ConditionValidated, metav1.ConditionFalse, v1.ReasonServiceClusterCIDROverlap,
+	l := h.untilCond("over-routed", v1alpha1.ConditionValidated, v1alpha1.ReasonServiceClusterCIDROverlap)
+	expectCond(t, l, v1alpha1.ConditionValidated, metav1.ConditionFalse, v1alpha1.ReasonServiceClusterCIDROverlap,
 		"serviceClusterCIDR 10.252.0.0/16 overlaps 10.252.8.0/24, a routed-mode subnet of IPsecGateway routed-overlap/gw-r, which was there first and keeps it")
 	if l.Status.TransitIP != "" || len(h.linkPorts(l)) != 0 {
 		t.Fatal("a refused link built something")
 	}
 	deleteIPsecGateway(t, "routed-overlap", "gw-r")
-	h.update("over-routed", func(l *v1.ClusterLink) {
+	h.update("over-routed", func(l *v1alpha1.ClusterLink) {
 		if l.Annotations == nil {
 			l.Annotations = map[string]string{}
 		}
@@ -235,8 +235,8 @@ func TestCrossTenantUnknownRolesRefused(t *testing.T) {
 	h := newHarness(t)
 	h.secret("custom", "diehl-custom", nil)
 	h.newLink("custom", diehlRouter, diehlCIDR, crossTenant(projDiehl))
-	l := h.untilCond("custom", v1.ConditionCredentialsResolved, v1.ReasonCredentialsPrivileged)
-	expectCond(t, l, v1.ConditionCredentialsResolved, metav1.ConditionFalse, v1.ReasonCredentialsPrivileged,
+	l := h.untilCond("custom", v1alpha1.ConditionCredentialsResolved, v1alpha1.ReasonCredentialsPrivileged)
+	expectCond(t, l, v1alpha1.ConditionCredentialsResolved, metav1.ConditionFalse, v1alpha1.ReasonCredentialsPrivileged,
 		secretPrefix("custom")+"the credential's token carries the role(s) network_operator, which the operator does not know to be harmless")
 	if len(h.sharesFor(projDiehl)) != 0 || len(h.linkPorts(l)) != 0 {
 		t.Fatal("a refused credential changed OpenStack")
@@ -300,8 +300,8 @@ func TestCredentialSecretUpdateRetriesAtOnce(t *testing.T) {
 	h.newLink("retry", diehlRouter, diehlCIDR, crossTenant(projDiehl))
 	waitFor(t, "the privileged credential refused", func() (bool, string) {
 		l := h.get("retry")
-		c := condOf(l, v1.ConditionCredentialsResolved)
-		return c == v1.ReasonCredentialsPrivileged, dumpConds(l)
+		c := condOf(l, v1alpha1.ConditionCredentialsResolved)
+		return c == v1alpha1.ReasonCredentialsPrivileged, dumpConds(l)
 	})
 	if got := r.secrets.Followed(); fmt.Sprint(got) != fmt.Sprint([]types.NamespacedName{{Namespace: credNS, Name: "clusterlink-retry"}}) {
 		t.Fatalf("the operator follows %v, want exactly the link's own Secret", got)
@@ -309,7 +309,7 @@ func TestCredentialSecretUpdateRetriesAtOnce(t *testing.T) {
 	h.secret("retry", "diehl", nil)
 	waitFor(t, "the updated Secret picked up", func() (bool, string) {
 		l := h.get("retry")
-		return condStatus(l, v1.ConditionReady) == metav1.ConditionTrue, dumpConds(l)
+		return condStatus(l, v1alpha1.ConditionReady) == metav1.ConditionTrue, dumpConds(l)
 	})
 	h.delete("retry")
 	waitFor(t, "retry gone", func() (bool, string) { return h.gone("retry"), "still there" })
@@ -318,7 +318,7 @@ func TestCredentialSecretUpdateRetriesAtOnce(t *testing.T) {
 	}
 }
 
-func condOf(l *v1.ClusterLink, t string) string {
+func condOf(l *v1alpha1.ClusterLink, t string) string {
 	for _, c := range l.Status.Conditions {
 		if c.Type == t {
 			return c.Reason
@@ -356,7 +356,7 @@ func TestCrossTenantCredentialsRoleMissing(t *testing.T) {
 			h.newLink(name, diehlRouter, diehlCIDR, crossTenant(projDiehl))
 			res, _ := h.reconcile(name)
 			l := h.get(name)
-			cond := expectCond(t, l, v1.ConditionCredentialsResolved, metav1.ConditionFalse, v1.ReasonCredentialsRoleMissing,
+			cond := expectCond(t, l, v1alpha1.ConditionCredentialsResolved, metav1.ConditionFalse, v1alpha1.ReasonCredentialsRoleMissing,
 				secretPrefix(name)+"the credential lacks the "+c.role+" role")
 			if !strings.Contains(cond.Message, "member and reader") {
 				t.Errorf("the message does not say which roles to grant: %s", cond.Message)

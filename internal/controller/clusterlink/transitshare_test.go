@@ -6,7 +6,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 )
 
 // A transit network shared with every project (its shared flag, or an RBAC policy with
@@ -34,19 +34,19 @@ func TestTransitNetworkSharedWithAllProjects(t *testing.T) {
 			t.Fatalf("%s: a refusal waits for the resync: %v %v", n, res, err)
 		}
 	}
-	for n, cond := range map[string]string{"before": v1.ConditionTransitIPAllocated, "during": v1.ConditionTransitIPAllocated, "cross": v1.ConditionTransitNetworkShared} {
-		l := h.untilCond(n, cond, v1.ReasonTransitNetworkSharedWithAllProjects)
+	for n, cond := range map[string]string{"before": v1alpha1.ConditionTransitIPAllocated, "during": v1alpha1.ConditionTransitIPAllocated, "cross": v1alpha1.ConditionTransitNetworkShared} {
+		l := h.untilCond(n, cond, v1alpha1.ReasonTransitNetworkSharedWithAllProjects)
 		prefix := ""
 		if n == "cross" {
 			prefix = "operator credential: "
 		}
-		c := expectCond(t, l, cond, metav1.ConditionFalse, v1.ReasonTransitNetworkSharedWithAllProjects,
+		c := expectCond(t, l, cond, metav1.ConditionFalse, v1alpha1.ReasonTransitNetworkSharedWithAllProjects,
 			prefix+"the transit network is shared with every project of the cloud: network "+net+" has shared=True (remove it: openstack network set --no-share "+net+")")
 		if !strings.Contains(c.Message, "builds and changes nothing") {
 			t.Errorf("%s: the message must say what the operator does: %s", n, c.Message)
 		}
-		expectCond(t, l, v1.ConditionReady, metav1.ConditionFalse, v1.ReasonTransitNetworkSharedWithAllProjects, cond+": ")
-		if len(h.rec.find(n, v1.ReasonTransitNetworkSharedWithAllProjects)) == 0 {
+		expectCond(t, l, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonTransitNetworkSharedWithAllProjects, cond+": ")
+		if len(h.rec.find(n, v1alpha1.ReasonTransitNetworkSharedWithAllProjects)) == 0 {
 			t.Errorf("%s: no Warning Event for the refusal", n)
 		}
 	}
@@ -70,7 +70,7 @@ func TestTransitNetworkSharedWithAllProjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.reconcile("during")
-	expectCond(t, h.get("during"), v1.ConditionTransitIPAllocated, metav1.ConditionFalse, v1.ReasonTransitNetworkSharedWithAllProjects,
+	expectCond(t, h.get("during"), v1alpha1.ConditionTransitIPAllocated, metav1.ConditionFalse, v1alpha1.ReasonTransitNetworkSharedWithAllProjects,
 		"the transit network is shared with every project of the cloud: RBAC policy "+pol.ID+" shares network "+net+" with every project, target * (remove it: openstack network rbac delete "+pol.ID+")")
 
 	// Deleting a link still unwinds it: that only takes reach away.

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 )
 
 // FanOutDelay is how long a gateway change waits before it reaches the ClusterLinks:
@@ -57,7 +57,7 @@ func reverseKey(obj client.Object) string {
 }
 
 func reverseKeyOf(obj client.Object, deleting bool) string {
-	g, ok := obj.(v1.Gateway)
+	g, ok := obj.(v1alpha1.Gateway)
 	if !ok {
 		return ""
 	}
@@ -101,7 +101,7 @@ func linkChanged() builder.ForOption {
 			return o.GetGeneration() != n.GetGeneration() ||
 				!maps.Equal(o.GetAnnotations(), n.GetAnnotations()) ||
 				o.GetDeletionTimestamp().IsZero() != n.GetDeletionTimestamp().IsZero() ||
-				controllerutil.ContainsFinalizer(o, v1.FinalizerClusterLink) && !controllerutil.ContainsFinalizer(n, v1.FinalizerClusterLink)
+				controllerutil.ContainsFinalizer(o, v1alpha1.FinalizerClusterLink) && !controllerutil.ContainsFinalizer(n, v1alpha1.FinalizerClusterLink)
 		},
 	})
 }

@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/conditions"
 	"bnerd.net/vpn-operator/internal/tenancy"
 )
@@ -47,11 +47,11 @@ const maxListed = 10
 
 // Reconcile computes one policy's status from the cache.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	var pol v1.VPNTenantPolicy
+	var pol v1alpha1.VPNTenantPolicy
 	if err := r.Client.Get(ctx, req.NamespacedName, &pol); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	var policies v1.VPNTenantPolicyList
+	var policies v1alpha1.VPNTenantPolicyList
 	if err := r.Client.List(ctx, &policies); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -81,7 +81,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	sort.Strings(st.Namespaces)
 	st.NamespaceCount = int32(len(st.Namespaces))
 
-	gws, err := v1.ListGateways(ctx, r.Client)
+	gws, err := v1alpha1.ListGateways(ctx, r.Client)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -92,37 +92,37 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	exclusive := len(overlaps) == 0
 	if errs := pol.Spec.Validate(); len(errs) > 0 {
-		set.False(v1.ConditionValidated, v1.ReasonInvalidSpec, errs.ToAggregate().Error())
+		set.False(v1alpha1.ConditionValidated, v1alpha1.ReasonInvalidSpec, errs.ToAggregate().Error())
 	} else {
-		set.True(v1.ConditionValidated, v1.ReasonValid, "the spec passed validation")
+		set.True(v1alpha1.ConditionValidated, v1alpha1.ReasonValid, "the spec passed validation")
 	}
 	if exclusive {
-		set.True(v1.ConditionExclusive, v1.ReasonNoOverlap, fmt.Sprintf("no other VPNTenantPolicy selects the %d namespace(s) this one selects", len(st.Namespaces)))
+		set.True(v1alpha1.ConditionExclusive, v1alpha1.ReasonNoOverlap, fmt.Sprintf("no other VPNTenantPolicy selects the %d namespace(s) this one selects", len(st.Namespaces)))
 	} else {
 		var parts []string
 		for _, ns := range sortedKeys(overlaps) {
 			parts = append(parts, fmt.Sprintf("%s (also %s)", ns, strings.Join(overlaps[ns], ", ")))
 		}
-		set.False(v1.ConditionExclusive, v1.ReasonPolicyOverlap, "namespaces selected by another VPNTenantPolicy too, whose gateways are refused (TenantPolicyConflict) until the selectors are disjoint: "+listed(parts))
+		set.False(v1alpha1.ConditionExclusive, v1alpha1.ReasonPolicyOverlap, "namespaces selected by another VPNTenantPolicy too, whose gateways are refused (TenantPolicyConflict) until the selectors are disjoint: "+listed(parts))
 	}
 	if len(refused) == 0 {
-		set.True(v1.ConditionWithinLimits, v1.ReasonWithinLimits, tenancy.Summary(total, limits))
+		set.True(v1alpha1.ConditionWithinLimits, v1alpha1.ReasonWithinLimits, tenancy.Summary(total, limits))
 	} else {
 		var parts []string
 		for _, x := range refused {
 			parts = append(parts, fmt.Sprintf("%s (%s)", x.Ref, strings.Join(x.Passes, ", ")))
 		}
-		set.False(v1.ConditionWithinLimits, v1.ReasonLimitExceeded, fmt.Sprintf("%d gateway(s) refused, they would pass the limits: %s; admitted: %s", len(refused), listed(parts), tenancy.Summary(total, limits)))
+		set.False(v1alpha1.ConditionWithinLimits, v1alpha1.ReasonLimitExceeded, fmt.Sprintf("%d gateway(s) refused, they would pass the limits: %s; admitted: %s", len(refused), listed(parts), tenancy.Summary(total, limits)))
 	}
 	switch {
-	case meta.IsStatusConditionFalse(st.Conditions, v1.ConditionValidated):
-		set.False(v1.ConditionReady, v1.ReasonInvalidSpec, "the spec is invalid")
+	case meta.IsStatusConditionFalse(st.Conditions, v1alpha1.ConditionValidated):
+		set.False(v1alpha1.ConditionReady, v1alpha1.ReasonInvalidSpec, "the spec is invalid")
 	case !exclusive:
-		set.False(v1.ConditionReady, v1.ReasonPolicyOverlap, "another VPNTenantPolicy selects some of the same namespaces")
+		set.False(v1alpha1.ConditionReady, v1alpha1.ReasonPolicyOverlap, "another VPNTenantPolicy selects some of the same namespaces")
 	case len(refused) > 0:
-		set.False(v1.ConditionReady, v1.ReasonLimitExceeded, fmt.Sprintf("%d gateway(s) refused by the limits", len(refused)))
+		set.False(v1alpha1.ConditionReady, v1alpha1.ReasonLimitExceeded, fmt.Sprintf("%d gateway(s) refused by the limits", len(refused)))
 	default:
-		set.True(v1.ConditionReady, v1.ReasonReconciled, fmt.Sprintf("applied to %d namespace(s)", len(st.Namespaces)))
+		set.True(v1alpha1.ConditionReady, v1alpha1.ReasonReconciled, fmt.Sprintf("applied to %d namespace(s)", len(st.Namespaces)))
 	}
 	if equality.Semantic.DeepEqual(st, pol.Status) {
 		return ctrl.Result{}, nil
@@ -163,18 +163,18 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	all := handler.EnqueueRequestsFromMapFunc(r.mapAll)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("vpntenantpolicy").
-		For(&v1.VPNTenantPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&v1.VPNTenantPolicy{}, all, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		For(&v1alpha1.VPNTenantPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1alpha1.VPNTenantPolicy{}, all, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Namespace{}, all, builder.WithPredicates(nsLabelsChanged)).
-		Watches(&v1.IPsecGateway{}, all, builder.WithPredicates(usageChanged)).
-		Watches(&v1.VPNGateway{}, all, builder.WithPredicates(usageChanged)).
+		Watches(&v1alpha1.IPsecGateway{}, all, builder.WithPredicates(usageChanged)).
+		Watches(&v1alpha1.VPNGateway{}, all, builder.WithPredicates(usageChanged)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1, SkipNameValidation: r.skipNameValidation()}).
 		Complete(r)
 }
 
 // mapAll enqueues every policy: there are few, and any of them may count the object.
 func (r *Reconciler) mapAll(ctx context.Context, _ client.Object) []reconcile.Request {
-	var list v1.VPNTenantPolicyList
+	var list v1alpha1.VPNTenantPolicyList
 	if err := r.Client.List(ctx, &list); err != nil {
 		r.Log.Error(err, "listing VPNTenantPolicies")
 		return nil
@@ -206,11 +206,11 @@ var usageChanged = predicate.Funcs{
 }
 
 func validated(o client.Object) string {
-	g, ok := o.(v1.Gateway)
+	g, ok := o.(v1alpha1.Gateway)
 	if !ok {
 		return ""
 	}
-	if c := meta.FindStatusCondition(g.GetGatewayStatus().Conditions, v1.ConditionValidated); c != nil {
+	if c := meta.FindStatusCondition(g.GetGatewayStatus().Conditions, v1alpha1.ConditionValidated); c != nil {
 		return fmt.Sprintf("%s/%s/%d", c.Status, c.Reason, c.ObservedGeneration)
 	}
 	return ""

@@ -16,7 +16,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
@@ -44,14 +44,14 @@ func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	}
 }
 
-func gateway(ns, name string, tunnels int) *v1.IPsecGateway {
-	g := &v1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+func gateway(ns, name string, tunnels int) *v1alpha1.IPsecGateway {
+	g := &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 	for i := range tunnels {
-		g.Spec.Tunnels = append(g.Spec.Tunnels, v1.Tunnel{Name: fmt.Sprintf("t%d", i),
-			Peer:         v1.Peer{Address: fmt.Sprintf("198.51.100.%d", 10+i), Subnets: []string{fmt.Sprintf("192.168.%d.0/24", i)}},
-			PreSharedKey: v1.SecretKeyRef{Name: "psk"}})
+		g.Spec.Tunnels = append(g.Spec.Tunnels, v1alpha1.Tunnel{Name: fmt.Sprintf("t%d", i),
+			Peer:         v1alpha1.Peer{Address: fmt.Sprintf("198.51.100.%d", 10+i), Subnets: []string{fmt.Sprintf("192.168.%d.0/24", i)}},
+			PreSharedKey: v1alpha1.SecretKeyRef{Name: "psk"}})
 	}
-	g.Spec.Exposures = []v1.Exposure{{Name: "portal", Target: v1.Target{Address: "10.250.0.20", Ports: []v1.PortSpec{{Port: 443}}}}}
+	g.Spec.Exposures = []v1alpha1.Exposure{{Name: "portal", Target: v1alpha1.Target{Address: "10.250.0.20", Ports: []v1alpha1.PortSpec{{Port: 443}}}}}
 	return g
 }
 
@@ -65,7 +65,7 @@ func TestPolicyStatus(t *testing.T) {
 	suffix := fmt.Sprint(time.Now().UnixNano() % 100000)
 	a1, a2, b := "tp-a1-"+suffix, "tp-a2-"+suffix, "tp-b-"+suffix
 	for ns, tenant := range map[string]string{a1: "acme-" + suffix, a2: "acme-" + suffix, b: "other-" + suffix} {
-		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{v1.LabelTenant: tenant}}}); err != nil {
+		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{v1alpha1.LabelTenant: tenant}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -81,9 +81,9 @@ func TestPolicyStatus(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	one := int32(1)
-	pol := &v1.VPNTenantPolicy{ObjectMeta: metav1.ObjectMeta{Name: "acme-" + suffix}, Spec: v1.VPNTenantPolicySpec{
-		NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{v1.LabelTenant: "acme-" + suffix}},
-		Limits:            v1.TenantLimits{Gateways: &one},
+	pol := &v1alpha1.VPNTenantPolicy{ObjectMeta: metav1.ObjectMeta{Name: "acme-" + suffix}, Spec: v1alpha1.VPNTenantPolicySpec{
+		NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.LabelTenant: "acme-" + suffix}},
+		Limits:            v1alpha1.TenantLimits{Gateways: &one},
 	}}
 	if err := env.Client.Create(ctx, pol); err != nil {
 		t.Fatal(err)
@@ -100,14 +100,14 @@ func TestPolicyStatus(t *testing.T) {
 	if err := env.Client.Create(ctx, gateway(b, "g3", 3)); err != nil {
 		t.Fatal(err)
 	}
-	get := func(name string) *v1.VPNTenantPolicy {
-		var p v1.VPNTenantPolicy
+	get := func(name string) *v1alpha1.VPNTenantPolicy {
+		var p v1alpha1.VPNTenantPolicy
 		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, &p); err != nil {
 			t.Fatal(err)
 		}
 		return &p
 	}
-	cond := func(p *v1.VPNTenantPolicy, typ string) string {
+	cond := func(p *v1alpha1.VPNTenantPolicy, typ string) string {
 		c := meta.FindStatusCondition(p.Status.Conditions, typ)
 		if c == nil {
 			return typ + "=<none>"
@@ -118,21 +118,21 @@ func TestPolicyStatus(t *testing.T) {
 		p := get(pol.Name)
 		ok := strings.Join(p.Status.Namespaces, ",") == a1+","+a2 && p.Status.NamespaceCount == 2 &&
 			p.Status.Usage.Gateways == 1 && p.Status.Usage.Tunnels == 2 && p.Status.Usage.Exposures == 1 && p.Status.RefusedGateways == 1 &&
-			strings.Contains(cond(p, v1.ConditionWithinLimits), "False/LimitExceeded") &&
-			strings.Contains(cond(p, v1.ConditionWithinLimits), "IPsecGateway "+a2+"/g2 (gateways (2 of 1))") &&
-			strings.Contains(cond(p, v1.ConditionReady), "False/LimitExceeded")
-		return ok, fmt.Sprintf("%+v %s %s", p.Status, cond(p, v1.ConditionWithinLimits), cond(p, v1.ConditionReady))
+			strings.Contains(cond(p, v1alpha1.ConditionWithinLimits), "False/LimitExceeded") &&
+			strings.Contains(cond(p, v1alpha1.ConditionWithinLimits), "IPsecGateway "+a2+"/g2 (gateways (2 of 1))") &&
+			strings.Contains(cond(p, v1alpha1.ConditionReady), "False/LimitExceeded")
+		return ok, fmt.Sprintf("%+v %s %s", p.Status, cond(p, v1alpha1.ConditionWithinLimits), cond(p, v1alpha1.ConditionReady))
 	})
 
 	// Another policy selects a2 too: both say so.
-	other := &v1.VPNTenantPolicy{ObjectMeta: metav1.ObjectMeta{Name: "overlap-" + suffix}, Spec: v1.VPNTenantPolicySpec{
+	other := &v1alpha1.VPNTenantPolicy{ObjectMeta: metav1.ObjectMeta{Name: "overlap-" + suffix}, Spec: v1alpha1.VPNTenantPolicySpec{
 		NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: a2}}}}
 	if err := env.Client.Create(ctx, other); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the overlap on both policies", func() (bool, string) {
 		p, o := get(pol.Name), get(other.Name)
-		cp, co := cond(p, v1.ConditionExclusive), cond(o, v1.ConditionExclusive)
+		cp, co := cond(p, v1alpha1.ConditionExclusive), cond(o, v1alpha1.ConditionExclusive)
 		return strings.Contains(cp, "False/PolicyOverlap") && strings.Contains(cp, a2+" (also "+other.Name+")") &&
 			strings.Contains(co, "False/PolicyOverlap") && strings.Contains(co, a2+" (also "+pol.Name+")"), cp + " | " + co
 	})
@@ -145,13 +145,13 @@ func TestPolicyStatus(t *testing.T) {
 		if err := env.Client.Get(ctx, client.ObjectKey{Name: a2}, &ns); err != nil {
 			return false, err.Error()
 		}
-		ns.Labels[v1.LabelTenant] = "other-" + suffix
+		ns.Labels[v1alpha1.LabelTenant] = "other-" + suffix
 		err := env.Client.Update(ctx, &ns)
 		return err == nil, fmt.Sprint(err)
 	})
 	eventually(t, "a2 no longer counted", func() (bool, string) {
 		p := get(pol.Name)
-		return p.Status.NamespaceCount == 1 && p.Status.RefusedGateways == 0 && strings.Contains(cond(p, v1.ConditionReady), "True") &&
-			strings.Contains(cond(p, v1.ConditionExclusive), "True/NoOverlap"), fmt.Sprintf("%+v", p.Status)
+		return p.Status.NamespaceCount == 1 && p.Status.RefusedGateways == 0 && strings.Contains(cond(p, v1alpha1.ConditionReady), "True") &&
+			strings.Contains(cond(p, v1alpha1.ConditionExclusive), "True/NoOverlap"), fmt.Sprintf("%+v", p.Status)
 	})
 }

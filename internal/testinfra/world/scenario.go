@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/render"
 	"bnerd.net/vpn-operator/internal/testinfra/fabric"
@@ -32,11 +32,11 @@ const TenantNamespace = "tenant-a"
 // policy of examples/vpntenantpolicy.yaml and the pre-shared key Secret the example
 // gateway references (hq-psk, key psk).
 func (w *World) PrepareTenant(ctx context.Context, psk string) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: TenantNamespace, Labels: map[string]string{v1.LabelTenant: "acme"}}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: TenantNamespace, Labels: map[string]string{v1alpha1.LabelTenant: "acme"}}}
 	if err := w.Kube.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	if err := w.Apply(ctx, "examples/vpntenantpolicy.yaml", &v1.VPNTenantPolicy{}, ""); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := w.Apply(ctx, "examples/vpntenantpolicy.yaml", &v1alpha1.VPNTenantPolicy{}, ""); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hq-psk", Namespace: TenantNamespace}, StringData: map[string]string{"psk": psk}}
@@ -470,14 +470,14 @@ func (w *World) CloudReader(ctx context.Context) (*fabric.Reader, error) {
 var GatewayKey = client.ObjectKey{Namespace: TenantNamespace, Name: "acme"}
 
 // Gateway reads the example gateway.
-func (w *World) Gateway(ctx context.Context) (*v1.IPsecGateway, error) {
-	gw := &v1.IPsecGateway{}
+func (w *World) Gateway(ctx context.Context) (*v1alpha1.IPsecGateway, error) {
+	gw := &v1alpha1.IPsecGateway{}
 	return gw, w.Kube.Get(ctx, GatewayKey, gw)
 }
 
 // VIPOf is the virtual IP allocated to the exposure or reverse exposure called name in a
 // gateway's status ("" when there is none).
-func VIPOf(list []v1.AllocatedAddress, name string) string {
+func VIPOf(list []v1alpha1.AllocatedAddress, name string) string {
 	for _, a := range list {
 		if a.Name == name {
 			return a.VirtualIP

@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/testinfra/world"
 )
 
@@ -49,7 +49,7 @@ func (e *env) switchReverseMode(mode string, want int) (ok, failed int64) {
 	e.t.Helper()
 	stop := e.traffic()
 	time.Sleep(time.Second) // traffic before the switch
-	var l v1.ClusterLink
+	var l v1alpha1.ClusterLink
 	for range 10 {
 		if err := e.w.Kube.Get(e.ctx, client.ObjectKey{Name: exampleLink}, &l); err != nil {
 			e.t.Fatal(err)
@@ -65,7 +65,7 @@ func (e *env) switchReverseMode(mode string, want int) (ok, failed int64) {
 			return false
 		}
 		return l.Status.ReverseRouteMode == mode && len(l.Status.ReverseRoutes) == want &&
-			meta.IsStatusConditionTrue(l.Status.Conditions, v1.ConditionReady)
+			meta.IsStatusConditionTrue(l.Status.Conditions, v1alpha1.ConditionReady)
 	})
 	e.figure("reverseRouteMode "+mode+" applied -> link Ready", time.Since(start))
 	time.Sleep(2 * time.Second) // traffic after the switch
@@ -82,15 +82,15 @@ func (e *env) switchReverseMode(mode string, want int) (ok, failed int64) {
 func (e *env) aggregateLink(t *testing.T) {
 	e.t = t
 	gw := e.gateway()
-	ok, failed := e.switchReverseMode(v1.ReverseRouteAggregate, 1)
+	ok, failed := e.switchReverseMode(v1alpha1.ReverseRouteAggregate, 1)
 	t.Logf("FIGURE switch to Aggregate under traffic: %d requests answered, %d failed", ok, failed)
 	got := e.svcRouterReverse()
-	var l v1.ClusterLink
+	var l v1alpha1.ClusterLink
 	if err := e.w.Kube.Get(e.ctx, client.ObjectKey{Name: exampleLink}, &l); err != nil {
 		t.Fatal(err)
 	}
 	want := fmt.Sprintf("[100.64.0.0/16 via %s]", l.Status.ReverseRoutes[0].NextHop)
-	if fmt.Sprint(got) != want || l.Status.ReverseRoutes[0].GatewayRef != v1.AggregateGatewayRef {
+	if fmt.Sprint(got) != want || l.Status.ReverseRoutes[0].GatewayRef != v1alpha1.AggregateGatewayRef {
 		t.Fatalf("service router's routes into the pool %v, status %v; want %s", got, l.Status.ReverseRoutes, want)
 	}
 	if strings.Contains(fmt.Sprint(got), gw.Status.ServiceCIDR) {
@@ -109,7 +109,7 @@ func (e *env) aggregateLink(t *testing.T) {
 func (e *env) perGatewayLink(t *testing.T) {
 	e.t = t
 	gw := e.gateway()
-	ok, failed := e.switchReverseMode(v1.ReverseRoutePerGateway, 1)
+	ok, failed := e.switchReverseMode(v1alpha1.ReverseRoutePerGateway, 1)
 	t.Logf("FIGURE switch back to PerGateway under traffic: %d requests answered, %d failed", ok, failed)
 	got := e.svcRouterReverse()
 	if want := fmt.Sprintf("[%s via %s]", gw.Status.ServiceCIDR, gw.Status.PortFixedIP); fmt.Sprint(got) != want {

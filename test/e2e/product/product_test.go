@@ -39,7 +39,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/agent/nat"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
@@ -81,7 +81,7 @@ func (e *env) waitFor(what string, limit time.Duration, cond func() bool) time.D
 	return time.Since(t0)
 }
 
-func (e *env) gateway() *v1.IPsecGateway {
+func (e *env) gateway() *v1alpha1.IPsecGateway {
 	e.t.Helper()
 	gw, err := e.w.Gateway(e.ctx)
 	if err != nil {
@@ -168,12 +168,12 @@ func TestProduct(t *testing.T) {
 func (e *env) applyGateway(t *testing.T) {
 	e.t = t
 	start := time.Now()
-	if err := e.w.Apply(e.ctx, "examples/ipsecgateway.yaml", &v1.IPsecGateway{}, world.TenantNamespace); err != nil {
+	if err := e.w.Apply(e.ctx, "examples/ipsecgateway.yaml", &v1alpha1.IPsecGateway{}, world.TenantNamespace); err != nil {
 		t.Fatal(err)
 	}
 	// The client's IT configures its side from what the platform hands over: the floating
 	// IP and the service CIDR, once allocated.
-	var gw *v1.IPsecGateway
+	var gw *v1alpha1.IPsecGateway
 	e.waitFor("floating IP and service CIDR allocated", 2*time.Minute, func() bool {
 		gw = e.gateway()
 		return gw.Status.FloatingIP != "" && gw.Status.ServiceCIDR != ""
@@ -217,7 +217,7 @@ func (e *env) applyGateway(t *testing.T) {
 func (e *env) applyLink(t *testing.T) {
 	e.t = t
 	start := time.Now()
-	link := &v1.ClusterLink{}
+	link := &v1alpha1.ClusterLink{}
 	if err := e.w.Apply(e.ctx, "examples/clusterlink.yaml", link, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -322,12 +322,12 @@ func (e *env) exposureAddedLive(t *testing.T) {
 		}
 		defer srv.Close()
 		name := fmt.Sprintf("wiki-%d", i)
-		var gw *v1.IPsecGateway
+		var gw *v1alpha1.IPsecGateway
 		var start time.Time
 		for range 10 {
 			gw = e.gateway()
-			gw.Spec.Exposures = append(gw.Spec.Exposures, v1.Exposure{Name: name, Target: v1.Target{
-				Address: world.ServiceHostAddress, Ports: []v1.PortSpec{{Port: int32(port), Protocol: v1.ProtocolTCP}}}})
+			gw.Spec.Exposures = append(gw.Spec.Exposures, v1alpha1.Exposure{Name: name, Target: v1alpha1.Target{
+				Address: world.ServiceHostAddress, Ports: []v1alpha1.PortSpec{{Port: int32(port), Protocol: v1alpha1.ProtocolTCP}}}})
 			start = time.Now()
 			if err = e.w.Kube.Update(e.ctx, gw); err == nil {
 				break
@@ -1256,9 +1256,9 @@ func (e *env) otherNode(name string) string {
 func (e *env) deleted(t *testing.T) {
 	e.t = t
 	start := time.Now()
-	for _, obj := range []client.Object{&v1.ClusterLink{}, &v1.IPsecGateway{}} {
+	for _, obj := range []client.Object{&v1alpha1.ClusterLink{}, &v1alpha1.IPsecGateway{}} {
 		key := client.ObjectKey{Name: "svc01-link"}
-		if _, ok := obj.(*v1.IPsecGateway); ok {
+		if _, ok := obj.(*v1alpha1.IPsecGateway); ok {
 			key = world.GatewayKey
 		}
 		if err := e.w.Kube.Get(e.ctx, key, obj); err != nil {

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/agent/nat"
 	"bnerd.net/vpn-operator/internal/render"
 	"bnerd.net/vpn-operator/internal/testinfra/world"
@@ -71,37 +71,37 @@ func (e *env) routedGateway(t *testing.T) {
 	e.t = t
 	e.secret(world.TenantNamespace, "plant-psk", e.psk+"-plant")
 	e.secret(world.TenantNamespace, "office-psk", e.psk+"-office")
-	if err := e.w.Apply(e.ctx, "examples/ipsecgateway-routed.yaml", &v1.IPsecGateway{}, world.TenantNamespace); err != nil {
+	if err := e.w.Apply(e.ctx, "examples/ipsecgateway-routed.yaml", &v1alpha1.IPsecGateway{}, world.TenantNamespace); err != nil {
 		t.Fatal(err)
 	}
 	e.waitFor("the routed gateway routes 10.40.0.0/16", 3*time.Minute, func() bool {
-		var gw v1.IPsecGateway
+		var gw v1alpha1.IPsecGateway
 		if err := e.w.Kube.Get(e.ctx, client.ObjectKey{Namespace: world.TenantNamespace, Name: "routed-gw"}, &gw); err != nil {
 			return false
 		}
-		c := condition(gw.Status.Conditions, v1.ConditionRoutingReady)
+		c := condition(gw.Status.Conditions, v1alpha1.ConditionRoutingReady)
 		return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == gw.Generation && strings.Contains(c.Message, "10.40.0.0/16")
 	})
 }
 
 func (e *env) intruderGateway(t *testing.T) {
 	e.t = t
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: intruderNS, Labels: map[string]string{v1.LabelTenant: intruderPolicy}}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: intruderNS, Labels: map[string]string{v1alpha1.LabelTenant: intruderPolicy}}}
 	if err := e.w.Kube.Create(e.ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	pol := &v1.VPNTenantPolicy{ObjectMeta: metav1.ObjectMeta{Name: intruderPolicy}, Spec: v1.VPNTenantPolicySpec{
-		NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{v1.LabelTenant: intruderPolicy}},
+	pol := &v1alpha1.VPNTenantPolicy{ObjectMeta: metav1.ObjectMeta{Name: intruderPolicy}, Spec: v1alpha1.VPNTenantPolicySpec{
+		NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.LabelTenant: intruderPolicy}},
 		ExposureTargets:   []string{world.ServiceHostAddress + "/32"},
 	}}
 	if err := e.w.Kube.Create(e.ctx, pol); err != nil {
 		t.Fatal(err)
 	}
 	e.secret(intruderNS, "psk", e.psk+"-intruder")
-	gw := &v1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: intruderNS, Name: intruderGW}, Spec: v1.GatewaySpec{
-		Tunnels: []v1.Tunnel{{Name: "hq", Peer: v1.Peer{Address: "198.51.100.99", Subnets: []string{"192.168.99.0/24"}},
-			PreSharedKey: v1.SecretKeyRef{Name: "psk"}}},
-		Exposures: []v1.Exposure{{Name: "portal", Target: v1.Target{Address: world.ServiceHostAddress, Ports: []v1.PortSpec{{Port: 443}}}}},
+	gw := &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: intruderNS, Name: intruderGW}, Spec: v1alpha1.GatewaySpec{
+		Tunnels: []v1alpha1.Tunnel{{Name: "hq", Peer: v1alpha1.Peer{Address: "198.51.100.99", Subnets: []string{"192.168.99.0/24"}},
+			PreSharedKey: v1alpha1.SecretKeyRef{Name: "psk"}}},
+		Exposures: []v1alpha1.Exposure{{Name: "portal", Target: v1alpha1.Target{Address: world.ServiceHostAddress, Ports: []v1alpha1.PortSpec{{Port: 443}}}}},
 	}}
 	if err := e.w.Kube.Create(e.ctx, gw); err != nil {
 		t.Fatal(err)
@@ -122,9 +122,9 @@ func containerRunning(p *corev1.Pod, name string) bool {
 	return false
 }
 
-func (e *env) intruder() (*v1.IPsecGateway, *corev1.Pod) {
+func (e *env) intruder() (*v1alpha1.IPsecGateway, *corev1.Pod) {
 	e.t.Helper()
-	var gw v1.IPsecGateway
+	var gw v1alpha1.IPsecGateway
 	if err := e.w.Kube.Get(e.ctx, client.ObjectKey{Namespace: intruderNS, Name: intruderGW}, &gw); err != nil {
 		e.t.Fatal(err)
 	}
@@ -208,15 +208,15 @@ func (e *env) noCrossTenantReverse(t *testing.T) {
 func (e *env) noExposureIntoRoutedClient(t *testing.T) {
 	e.t = t
 	gw, _ := e.intruder()
-	gw.Spec.Exposures = append(gw.Spec.Exposures, v1.Exposure{Name: "plant", Target: v1.Target{Address: "10.40.0.5", Ports: []v1.PortSpec{{Port: 443}}}})
+	gw.Spec.Exposures = append(gw.Spec.Exposures, v1alpha1.Exposure{Name: "plant", Target: v1alpha1.Target{Address: "10.40.0.5", Ports: []v1alpha1.PortSpec{{Port: 443}}}})
 	if err := e.w.Kube.Update(e.ctx, gw); err != nil {
 		t.Fatal(err)
 	}
 	var msg string
 	e.waitFor("A's exposure into B's routed network refused", 2*time.Minute, func() bool {
 		g, _ := e.intruder()
-		c := condition(g.Status.Conditions, v1.ConditionValidated)
-		if c != nil && c.ObservedGeneration == g.Generation && c.Status == metav1.ConditionFalse && c.Reason == v1.ReasonExposureTargetNotAllowed {
+		c := condition(g.Status.Conditions, v1alpha1.ConditionValidated)
+		if c != nil && c.ObservedGeneration == g.Generation && c.Status == metav1.ConditionFalse && c.Reason == v1alpha1.ReasonExposureTargetNotAllowed {
 			msg = c.Message
 			return true
 		}

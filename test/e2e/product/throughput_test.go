@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/testinfra/world"
 	"bnerd.net/vpn-operator/test/e2e/netns"
 )
@@ -60,9 +60,9 @@ func BenchmarkNodeWorldThroughput(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { _ = iperf.Process.Kill(); _ = iperf.Wait() }()
-	exposure := v1.Exposure{Name: "iperf", Target: v1.Target{Address: world.DirectoryAddress, Ports: []v1.PortSpec{{Port: throughputPort}}}}
+	exposure := v1alpha1.Exposure{Name: "iperf", Target: v1alpha1.Target{Address: world.DirectoryAddress, Ports: []v1alpha1.PortSpec{{Port: throughputPort}}}}
 
-	ipsec := &v1.IPsecGateway{}
+	ipsec := &v1alpha1.IPsecGateway{}
 	if err := w.Load("examples/ipsecgateway.yaml", ipsec, world.TenantNamespace); err != nil {
 		b.Fatal(err)
 	}
@@ -70,13 +70,13 @@ func BenchmarkNodeWorldThroughput(b *testing.B) {
 	if err := w.Kube.Create(ctx, ipsec); err != nil {
 		b.Fatal(err)
 	}
-	wg := &v1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: wgGateway.Namespace, Name: wgGateway.Name}, Spec: v1.VPNGatewaySpec{
-		Protocol: v1.VPNProtocolWireGuard,
-		WireGuard: &v1.WireGuardSpec{Peers: []v1.WireGuardPeer{{
+	wg := &v1alpha1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: wgGateway.Namespace, Name: wgGateway.Name}, Spec: v1alpha1.VPNGatewaySpec{
+		Protocol: v1alpha1.VPNProtocolWireGuard,
+		WireGuard: &v1alpha1.WireGuardSpec{Peers: []v1alpha1.WireGuardPeer{{
 			Name: "hq", PublicKey: wgSite.Key.PublicKey().String(), AllowedIPs: []string{world.WGSiteLAN},
-			Endpoint: &v1.WireGuardEndpoint{Address: world.WGSiteWANAddress, Port: world.WGSiteListenPort},
+			Endpoint: &v1alpha1.WireGuardEndpoint{Address: world.WGSiteWANAddress, Port: world.WGSiteListenPort},
 		}}},
-		GatewaySpec: v1.GatewaySpec{Exposures: []v1.Exposure{exposure}},
+		GatewaySpec: v1alpha1.GatewaySpec{Exposures: []v1alpha1.Exposure{exposure}},
 	}}
 	if err := w.Kube.Create(ctx, wg); err != nil {
 		b.Fatal(err)

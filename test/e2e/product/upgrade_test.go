@@ -22,7 +22,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
 	"bnerd.net/vpn-operator/internal/render"
 	"bnerd.net/vpn-operator/internal/rollout"
@@ -66,17 +66,17 @@ func TestChartUpgradeFromThePreviousRelease(t *testing.T) {
 	names := make([]string, upgradeGateways)
 	for i := range names {
 		names[i] = fmt.Sprintf("up%d", i)
-		gw := &v1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: world.TenantNamespace, Name: names[i]}, Spec: v1.GatewaySpec{
-			Tunnels: []v1.Tunnel{{Name: "hq", Peer: v1.Peer{Address: world.SiteWANAddress, Subnets: []string{world.SiteLAN}},
-				PreSharedKey: v1.SecretKeyRef{Name: "hq-psk"}}},
-			Exposures: []v1.Exposure{{Name: "directory", Target: v1.Target{Address: world.DirectoryAddress, Ports: []v1.PortSpec{{Port: 636}}}}},
+		gw := &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: world.TenantNamespace, Name: names[i]}, Spec: v1alpha1.GatewaySpec{
+			Tunnels: []v1alpha1.Tunnel{{Name: "hq", Peer: v1alpha1.Peer{Address: world.SiteWANAddress, Subnets: []string{world.SiteLAN}},
+				PreSharedKey: v1alpha1.SecretKeyRef{Name: "hq-psk"}}},
+			Exposures: []v1alpha1.Exposure{{Name: "directory", Target: v1alpha1.Target{Address: world.DirectoryAddress, Ports: []v1alpha1.PortSpec{{Port: 636}}}}},
 		}}
 		if err := w.Kube.Create(ctx, gw); err != nil {
 			t.Fatal(err)
 		}
 	}
-	get := func(name string) *v1.IPsecGateway {
-		var gw v1.IPsecGateway
+	get := func(name string) *v1alpha1.IPsecGateway {
+		var gw v1alpha1.IPsecGateway
 		if err := w.Kube.Get(ctx, client.ObjectKey{Namespace: world.TenantNamespace, Name: name}, &gw); err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +84,7 @@ func TestChartUpgradeFromThePreviousRelease(t *testing.T) {
 	}
 	var peers []world.SitePeer
 	for _, n := range names {
-		var gw *v1.IPsecGateway
+		var gw *v1alpha1.IPsecGateway
 		e.waitFor(n+": floating IP and service CIDR allocated", 3*time.Minute, func() bool {
 			gw = get(n)
 			return gw.Status.FloatingIP != "" && gw.Status.ServiceCIDR != ""
@@ -125,7 +125,7 @@ func TestChartUpgradeFromThePreviousRelease(t *testing.T) {
 	e.waitFor("every gateway's pod on the new images, up to date, tunnel up and answering", 10*time.Minute, func() bool {
 		for _, n := range names {
 			gw := get(n)
-			c := meta.FindStatusCondition(gw.Status.Conditions, v1.ConditionPodUpToDate)
+			c := meta.FindStatusCondition(gw.Status.Conditions, v1alpha1.ConditionPodUpToDate)
 			if c == nil || c.Status != metav1.ConditionTrue || gw.Status.TunnelsReady != "1/1" {
 				return false
 			}
@@ -158,7 +158,7 @@ func TestChartUpgradeFromThePreviousRelease(t *testing.T) {
 				t.Errorf("%s: an update under the new CRDs was refused: %v", n, err)
 			}
 			gw := get(n)
-			if c := meta.FindStatusCondition(gw.Status.Conditions, v1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
+			if c := meta.FindStatusCondition(gw.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
 				t.Errorf("%s: Ready %v after the upgrade", n, c)
 			}
 		}

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	v1 "bnerd.net/vpn-operator/api/v1alpha1"
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/render"
 	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 	"bnerd.net/vpn-operator/internal/testinfra/world"
@@ -57,8 +57,8 @@ func TestWireGuardOnTheNodeWorld(t *testing.T) {
 	if err := w.PrepareTenant(ctx, "unused-by-wireguard"); err != nil {
 		t.Fatal(err)
 	}
-	get := func() *v1.VPNGateway {
-		var gw v1.VPNGateway
+	get := func() *v1alpha1.VPNGateway {
+		var gw v1alpha1.VPNGateway
 		if err := w.Kube.Get(ctx, wgGateway, &gw); err != nil {
 			t.Fatal(err)
 		}
@@ -72,22 +72,22 @@ func TestWireGuardOnTheNodeWorld(t *testing.T) {
 	applied := t.Run("applied WireGuard gateway: the client's wg-quick from peer-config reaches the exposure, the service cluster the reverse exposure", func(t *testing.T) {
 		e.t = t
 		start := time.Now()
-		gw := &v1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: wgGateway.Namespace, Name: wgGateway.Name}, Spec: v1.VPNGatewaySpec{
-			Protocol: v1.VPNProtocolWireGuard,
-			WireGuard: &v1.WireGuardSpec{Peers: []v1.WireGuardPeer{{
+		gw := &v1alpha1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: wgGateway.Namespace, Name: wgGateway.Name}, Spec: v1alpha1.VPNGatewaySpec{
+			Protocol: v1alpha1.VPNProtocolWireGuard,
+			WireGuard: &v1alpha1.WireGuardSpec{Peers: []v1alpha1.WireGuardPeer{{
 				Name: "hq", PublicKey: site.Key.PublicKey().String(), AllowedIPs: []string{world.WGSiteLAN},
-				Endpoint: &v1.WireGuardEndpoint{Address: world.WGSiteWANAddress, Port: world.WGSiteListenPort},
+				Endpoint: &v1alpha1.WireGuardEndpoint{Address: world.WGSiteWANAddress, Port: world.WGSiteListenPort},
 			}}},
-			GatewaySpec: v1.GatewaySpec{
-				Exposures: []v1.Exposure{{Name: "directory", Target: v1.Target{Address: world.DirectoryAddress, Ports: []v1.PortSpec{{Port: 636}}}}},
-				ReverseExposures: []v1.ReverseExposure{{Name: "wiki", Tunnel: "hq",
-					Target: v1.Target{Address: world.WGSiteHostAddress, Ports: []v1.PortSpec{{Port: 8443}}}}},
+			GatewaySpec: v1alpha1.GatewaySpec{
+				Exposures: []v1alpha1.Exposure{{Name: "directory", Target: v1alpha1.Target{Address: world.DirectoryAddress, Ports: []v1alpha1.PortSpec{{Port: 636}}}}},
+				ReverseExposures: []v1alpha1.ReverseExposure{{Name: "wiki", Tunnel: "hq",
+					Target: v1alpha1.Target{Address: world.WGSiteHostAddress, Ports: []v1alpha1.PortSpec{{Port: 8443}}}}},
 			},
 		}}
 		if err := w.Kube.Create(ctx, gw); err != nil {
 			t.Fatal(err)
 		}
-		if err := w.Apply(ctx, "examples/clusterlink.yaml", &v1.ClusterLink{}, ""); err != nil {
+		if err := w.Apply(ctx, "examples/clusterlink.yaml", &v1alpha1.ClusterLink{}, ""); err != nil {
 			t.Fatal(err)
 		}
 		e.waitFor("floating IP, service CIDR and the gateway's public key", 3*time.Minute, func() bool {
@@ -159,7 +159,7 @@ func TestWireGuardOnTheNodeWorld(t *testing.T) {
 			t.Fatal(err)
 		}
 		fip := get().Status.FloatingIP
-		port := v1.DefaultWireGuardListenPort
+		port := v1alpha1.DefaultWireGuardListenPort
 		// Datagrams to the listen port from a new source port of the peer's endpoint
 		// address (not its WireGuard port, so not the tunnel's own flow and its
 		// connection state) and from the upstream network, an address no peer has; the
@@ -338,7 +338,7 @@ func TestWireGuardOnTheNodeWorld(t *testing.T) {
 		e.startOrdersOf(t, orderedGateway{
 			name:       wgGateway.Name,
 			containers: []string{render.ContainerInitNAT, render.ContainerWireGuard, render.ContainerStatus},
-			wire:       fmt.Sprintf("udp port %d", v1.DefaultWireGuardListenPort),
+			wire:       fmt.Sprintf("udp port %d", v1alpha1.DefaultWireGuardListenPort),
 			working: func() bool {
 				return get().Status.TunnelsReady == "1/1" && e.answers(world.WGSiteHostNamespace, directory(), world.DirectoryBody)
 			},
@@ -436,7 +436,7 @@ func TestWireGuardOnTheNodeWorld(t *testing.T) {
 			if gw.Annotations == nil {
 				gw.Annotations = map[string]string{}
 			}
-			gw.Annotations[v1.AnnotationRotateWireGuardKey] = "node-world"
+			gw.Annotations[v1alpha1.AnnotationRotateWireGuardKey] = "node-world"
 			return w.Kube.Update(ctx, gw)
 		})
 		if err != nil {
@@ -487,8 +487,8 @@ func TestWireGuardOnTheNodeWorld(t *testing.T) {
 		e.figure("wireguard rotation: client switched (wg-quick down/up) -> exposure answering", time.Since(switched))
 		e.waitFor("the previous key retired once the peer completed a handshake with the new one", 2*time.Minute, func() bool {
 			gw := get()
-			c := meta.FindStatusCondition(gw.Status.Conditions, v1.ConditionWireGuardKeyReady)
-			return gw.Status.WireGuard.PreviousPublicKey == "" && c != nil && c.Reason == v1.ReasonKeyReady
+			c := meta.FindStatusCondition(gw.Status.Conditions, v1alpha1.ConditionWireGuardKeyReady)
+			return gw.Status.WireGuard.PreviousPublicKey == "" && c != nil && c.Reason == v1alpha1.ReasonKeyReady
 		})
 		pod, err := w.GatewayPod(ctx, wgGateway.Namespace, wgGateway.Name)
 		if err != nil || pod == nil {
@@ -498,7 +498,7 @@ func TestWireGuardOnTheNodeWorld(t *testing.T) {
 		// The kubelet takes the previous key's file away and the wireguard container the
 		// old key's device with it.
 		oldDevice := "wg0"
-		if old.ListenPort != v1.WireGuardKeyPort(get().Spec.WireGuard, 0) {
+		if old.ListenPort != v1alpha1.WireGuardKeyPort(get().Spec.WireGuard, 0) {
 			oldDevice = "wg1"
 		}
 		e.waitFor("the retired key's device gone from the pod", 5*time.Minute, func() bool {
@@ -513,7 +513,7 @@ func TestWireGuardOnTheNodeWorld(t *testing.T) {
 
 	t.Run("WireGuard gateway and link deleted: nothing is left", func(t *testing.T) {
 		e.t = t
-		for _, obj := range []client.Object{get(), &v1.ClusterLink{ObjectMeta: metav1.ObjectMeta{Name: "svc01-link"}}} {
+		for _, obj := range []client.Object{get(), &v1alpha1.ClusterLink{ObjectMeta: metav1.ObjectMeta{Name: "svc01-link"}}} {
 			if err := w.Kube.Delete(ctx, obj); err != nil {
 				t.Fatal(err)
 			}
