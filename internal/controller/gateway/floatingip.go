@@ -130,7 +130,10 @@ func (r *Reconciler) ensureFloatingIP(ctx context.Context, g *gateway) (bool, er
 			}
 		}
 	}
-	// Recorded before associating, so a crash in between adopts rather than allocates.
+	// Noted in status for the later phases; the status write comes at the end of the
+	// reconcile (FloatingIPReady is not a recorded phase). What keeps a crash before that
+	// write from allocating a second address is the tag: an allocated address is created
+	// with the owner's tags and found by them, a pinned one carries the owner's pin tag.
 	g.status.FloatingIP = fip.FloatingIPAddress
 	g.status.FloatingIPID = fip.ID
 	if fip.PortID != g.port.ID {

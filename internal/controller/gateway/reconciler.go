@@ -173,17 +173,17 @@ func (k kindReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if k.r.Begin != nil {
 		k.r.Begin(k.kind, req.NamespacedName)
 	}
-	res, err := k.r.Result(ctx, k.kind, req)
+	res, err := k.r.result(ctx, k.kind, req)
 	if k.r.Observe != nil {
 		k.r.Observe(k.kind, req.NamespacedName, err)
 	}
 	return res, err
 }
 
-// Result reconciles one gateway and turns the outcome into controller-runtime's answer
+// result reconciles one gateway and turns the outcome into controller-runtime's answer
 // (see outcome.Backoff.Result): refusals wait for a change or the resync, waits on Nova
 // poll, transient failures back off.
-func (r *Reconciler) Result(ctx context.Context, kind string, req reconcile.Request) (ctrl.Result, error) {
+func (r *Reconciler) result(ctx context.Context, kind string, req reconcile.Request) (ctrl.Result, error) {
 	err := r.reconcile(ctx, kind, req.NamespacedName)
 	if outcome.IsTerminal(err) {
 		// Recorded in the condition (and an Event when it changed); one log line per
@@ -193,7 +193,9 @@ func (r *Reconciler) Result(ctx context.Context, kind string, req reconcile.Requ
 	return r.backoff[kind].Result(req, err, r.Config.ResyncInterval)
 }
 
-// outcome of a phase: done means carry on with the next phase.
+// phase is one step of the reconcile, in the order of phases(): run sets the phase's
+// condition (cond) and returns done=true to carry on with the next phase, done=false to
+// stop here (waiting for something, the condition says what), or an error.
 type phase struct {
 	cond string
 	run  func(ctx context.Context, g *gateway) (done bool, err error)
