@@ -86,7 +86,7 @@ func TestDesiredIngressRules(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			wantRules(t, DesiredIngressRules(&c.spec, internal, reverse), c.want...)
+			wantRules(t, desiredIngressRules(&c.spec, internal, reverse), c.want...)
 		})
 	}
 }

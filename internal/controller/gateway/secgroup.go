@@ -30,7 +30,7 @@ func (k ruleKey) String() string {
 	return fmt.Sprintf("%s/%d from %s", proto, k.Min, k.Remote)
 }
 
-// DesiredIngressRules is the gateway security group's ingress: IKE (UDP 500) and NAT-T
+// desiredIngressRules is the gateway security group's ingress: IKE (UDP 500) and NAT-T
 // (UDP 4500) from each tunnel's peer only, never from anywhere and never bare ESP (NAT-T
 // is mandatory behind the floating IP); each reverse exposure's ports from each of the
 // reverse sources (every protocol when the reverse exposure lists no ports): the
@@ -40,7 +40,7 @@ func (k ruleKey) String() string {
 // addresses through the port; a ClusterLink routes only the gateway's service CIDR).
 // The internal sources never include the gateway network (internalSources): no other
 // gateway's port is admitted.
-func DesiredIngressRules(spec *v1alpha1.GatewaySpec, internal, reverse []netip.Prefix) []ruleKey {
+func desiredIngressRules(spec *v1alpha1.GatewaySpec, internal, reverse []netip.Prefix) []ruleKey {
 	set := map[ruleKey]bool{}
 	if len(routedSubnets(spec)) > 0 {
 		for _, cidr := range internal {
@@ -142,7 +142,7 @@ func (r *Reconciler) ensureSecurityGroup(ctx context.Context, g *gateway) (bool,
 	g.status.SecurityGroupID = sg.ID
 
 	reverse := r.reverseSources(g)
-	want, openToAll := DesiredIngressRules(g.spec, r.internalSources(g), reverse), ""
+	want, openToAll := desiredIngressRules(g.spec, r.internalSources(g), reverse), ""
 	if g.wg != nil {
 		want, openToAll = wireGuardIngressRules(g.spec, g.wg, servedPorts(g), reverse)
 	}

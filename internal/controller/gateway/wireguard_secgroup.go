@@ -51,7 +51,7 @@ func wireGuardIngressRules(spec *v1alpha1.GatewaySpec, wg *v1alpha1.WireGuardSpe
 		note = fmt.Sprintf("WARNING: UDP %s %s open to every source address because peer(s) %s have no fixed endpoint; give each peer spec.wireguard.peers[].endpoint to admit only those addresses",
 			strings.Join(ports, " and "), verb, strings.Join(roaming, ", "))
 	}
-	for _, k := range DesiredIngressRules(&v1alpha1.GatewaySpec{ReverseExposures: spec.ReverseExposures}, nil, reverse) {
+	for _, k := range desiredIngressRules(&v1alpha1.GatewaySpec{ReverseExposures: spec.ReverseExposures}, nil, reverse) {
 		set[k] = true
 	}
 	return sortedRules(set), note
