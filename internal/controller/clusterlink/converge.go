@@ -55,7 +55,7 @@ func (r *Reconciler) converge(ctx context.Context, lc *linkCtx) error {
 	before := slices.Clone(lc.link.Status.Conditions)
 	defer transitionEvents(lc, before)
 	if !lc.cross {
-		lc.leg, lc.projectID = r.d.Operator, r.d.OperatorProjectID
+		lc.legClients, lc.projectID = r.Operator, r.OperatorProjectID
 	}
 	var runErr error
 	for _, p := range r.phases() {
@@ -107,11 +107,11 @@ func (r *Reconciler) cidrOverlap(ctx context.Context, link *v1alpha1.ClusterLink
 	if !ok {
 		return "", nil
 	}
-	if pool := r.d.Config.ServiceCIDRPool; pool.IsValid() && pool.Overlaps(cidr) {
+	if pool := r.Config.ServiceCIDRPool; pool.IsValid() && pool.Overlaps(cidr) {
 		return fmt.Sprintf("serviceClusterCIDR %s overlaps the service-CIDR pool %s, where the gateways' virtual IPs live; route the service cluster's own network", cidr, pool), nil
 	}
 	var list v1alpha1.ClusterLinkList
-	if err := r.d.Client.List(ctx, &list); err != nil {
+	if err := r.Client.List(ctx, &list); err != nil {
 		return "", err
 	}
 	for i := range list.Items {
@@ -153,7 +153,7 @@ func (r *Reconciler) routedOverlap(ctx context.Context, link *v1alpha1.ClusterLi
 	}
 	// The cache's own objects are read, not copied (nothing here writes to them): the
 	// copies of a thousand gateways per link reconcile were a fifth of the operator's CPU.
-	gws, err := v1alpha1.ListGateways(ctx, r.d.Client, client.UnsafeDisableDeepCopy)
+	gws, err := v1alpha1.ListGateways(ctx, r.Client, client.UnsafeDisableDeepCopy)
 	if err != nil {
 		return "", err
 	}
@@ -206,7 +206,7 @@ func (r *Reconciler) ensureCredentials(ctx context.Context, lc *linkCtx) (bool, 
 	lc.set.True(v1alpha1.ConditionCredentialsResolved, v1alpha1.ReasonResolved,
 		fmt.Sprintf("secret %s authenticates into project %s with a member-scoped application credential", lc.secret, cr.project))
 	link.Status.CustomerProjectID = cr.project
-	lc.leg, lc.projectID = cr.clients, cr.project
+	lc.legClients, lc.projectID = cr.clients, cr.project
 	return true, nil
 }
 
@@ -255,7 +255,7 @@ func (r *Reconciler) ensureTransitNotSharedWithAll(ctx context.Context, lc *link
 	if lc.cross {
 		cond, failReason = v1alpha1.ConditionTransitNetworkShared, v1alpha1.ReasonEnsureNetworkSharedFailed
 	}
-	share, err := openstack.ReadNetworkShare(ctx, r.d.Operator.Networking, lc.tn.network.ID)
+	share, err := openstack.ReadNetworkShare(ctx, r.Operator.Networking, lc.tn.network.ID)
 	if err != nil {
 		lc.set.False(cond, failReason, lc.opPrefix()+"reading how the transit network is shared: "+outcome.Describe(err))
 		return false, err
@@ -272,7 +272,7 @@ func (r *Reconciler) ensureTransitNotSharedWithAll(ctx context.Context, lc *link
 // ensureRouter resolves spec.serviceClusterRouter on every reconcile, with the leg's
 // credential; on a cross-tenant link before anything is shared.
 func (r *Reconciler) ensureRouter(ctx context.Context, lc *linkCtx) (bool, error) {
-	rt, err := lc.leg.Networking.ResolveRouter(ctx, lc.link.Spec.ServiceClusterRouter)
+	rt, err := lc.legClients.Networking.ResolveRouter(ctx, lc.link.Spec.ServiceClusterRouter)
 	if err != nil {
 		lc.set.False(v1alpha1.ConditionLegAttached, v1alpha1.ReasonRouterResolveFailed,
 			fmt.Sprintf("%sresolving router %q: %s", lc.legPrefix(), lc.link.Spec.ServiceClusterRouter, outcome.Describe(err)))

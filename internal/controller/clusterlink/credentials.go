@@ -71,16 +71,16 @@ func (r *Reconciler) customerCredential(ctx context.Context, lc *linkCtx) credRe
 	fixed := func(reason, format string, args ...any) credResult {
 		return credResult{reason: reason, message: name + ": " + fmt.Sprintf(format, args...), requeue: CredentialRequeue}
 	}
-	if ref.Namespace != r.d.Config.ClusterLinkCredentialsNamespace {
+	if ref.Namespace != r.Config.ClusterLinkCredentialsNamespace {
 		return fixed(v1alpha1.ReasonSecretNamespaceNotAllowed,
 			"namespace %q is not the operator's credentials namespace %q; customer credentials are read only from there",
-			ref.Namespace, r.d.Config.ClusterLinkCredentialsNamespace)
+			ref.Namespace, r.Config.ClusterLinkCredentialsNamespace)
 	}
 	if want := SecretNamePrefix + link.Name; ref.Name != want {
 		return fixed(v1alpha1.ReasonSecretNameNotAllowed,
 			"a ClusterLink may only use the Secret written for it, %s/%s; the Secret was not read", ref.Namespace, want)
 	}
-	if link.Spec.CustomerProjectID != "" && link.Spec.CustomerProjectID == r.d.OperatorProjectID {
+	if link.Spec.CustomerProjectID != "" && link.Spec.CustomerProjectID == r.OperatorProjectID {
 		return fixed(v1alpha1.ReasonCredentialsAreOperatorProject,
 			"spec.customerProjectID %s is the operator's own project; a cross-tenant link must name the customer's project", link.Spec.CustomerProjectID)
 	}
@@ -107,7 +107,7 @@ func (r *Reconciler) customerCredential(ctx context.Context, lc *linkCtx) credRe
 	}
 	r.mu.Unlock()
 	if refused {
-		return credResult{reason: ref0.reason, message: ref0.message, requeue: r.d.Config.ResyncInterval}
+		return credResult{reason: ref0.reason, message: ref0.message, requeue: r.Config.ResyncInterval}
 	}
 
 	get := func(k string) string { return strings.TrimSpace(string(secret.Data[k])) }
@@ -122,19 +122,19 @@ func (r *Reconciler) customerCredential(ctx context.Context, lc *linkCtx) credRe
 	}
 	// Values of the Secret are compared, never quoted: the point of the check is that
 	// an attacker-chosen endpoint is never contacted, and naming it helps no one.
-	if v := get(openstack.EnvAuthURL); v != "" && strings.TrimRight(v, "/") != strings.TrimRight(r.d.AuthURL, "/") {
-		return fixed(v1alpha1.ReasonCredentialsInvalid, "%s is not the operator's own Keystone endpoint %s", openstack.EnvAuthURL, r.d.AuthURL)
+	if v := get(openstack.EnvAuthURL); v != "" && strings.TrimRight(v, "/") != strings.TrimRight(r.AuthURL, "/") {
+		return fixed(v1alpha1.ReasonCredentialsInvalid, "%s is not the operator's own Keystone endpoint %s", openstack.EnvAuthURL, r.AuthURL)
 	}
-	if v := get(openstack.EnvRegionName); v != "" && v != r.d.Region {
-		return fixed(v1alpha1.ReasonCredentialsInvalid, "%s is not the operator's own region %q", openstack.EnvRegionName, r.d.Region)
+	if v := get(openstack.EnvRegionName); v != "" && v != r.Region {
+		return fixed(v1alpha1.ReasonCredentialsInvalid, "%s is not the operator's own region %q", openstack.EnvRegionName, r.Region)
 	}
 	// Endpoint, region and endpoint type are the operator's, whatever the Secret says:
 	// an OS_INTERFACE in it (internal, admin) is ignored, so a customer cannot steer the
 	// operator to endpoints of the catalog it does not use itself.
 	cred := openstack.Credential{
-		AuthURL:             r.d.AuthURL,
-		Region:              r.d.Region,
-		Interface:           r.d.Interface,
+		AuthURL:             r.AuthURL,
+		Region:              r.Region,
+		Interface:           r.Interface,
 		AppCredentialID:     get(openstack.EnvAppCredentialID),
 		AppCredentialSecret: get(openstack.EnvAppCredentialSecret),
 	}
@@ -162,7 +162,7 @@ func (r *Reconciler) customerCredential(ctx context.Context, lc *linkCtx) credRe
 		r.refusals[link.UID] = refusal{version: version, reason: reason, message: msg}
 		delete(r.verified, link.UID)
 		r.mu.Unlock()
-		return credResult{reason: reason, message: msg, requeue: r.d.Config.ResyncInterval}
+		return credResult{reason: reason, message: msg, requeue: r.Config.ResyncInterval}
 	}
 	// Roles are fixed when an application credential is created, so they are checked
 	// once per Secret version, not on every token renewal.
@@ -182,7 +182,7 @@ func (r *Reconciler) customerCredential(ctx context.Context, lc *linkCtx) credRe
 				name, strings.Join(unknown, ", ")))
 		}
 	}
-	if info.ProjectID == r.d.OperatorProjectID {
+	if info.ProjectID == r.OperatorProjectID {
 		r.cache.Forget(string(link.UID))
 		return fixed(v1alpha1.ReasonCredentialsAreOperatorProject, "authenticates into the operator's own project %s; a cross-tenant link needs the customer's credential", info.ProjectID)
 	}
@@ -231,7 +231,7 @@ func privileged(roles []string) []string {
 // unknownRoles returns the roles on neither list (SafeRoles and the operator's own
 // additions), in any case.
 func (r *Reconciler) unknownRoles(roles []string) []string {
-	safe := append(slices.Clone(SafeRoles), r.d.Config.ClusterLinkSafeRoles...)
+	safe := append(slices.Clone(SafeRoles), r.Config.ClusterLinkSafeRoles...)
 	var out []string
 	for _, role := range roles {
 		if !slices.ContainsFunc(safe, func(s string) bool { return strings.EqualFold(s, role) }) {

@@ -32,7 +32,7 @@ func (r *Reconciler) finalize(ctx context.Context, lc *linkCtx) error {
 	if done {
 		r.emit(lc)
 		controllerutil.RemoveFinalizer(link, v1alpha1.FinalizerClusterLink)
-		if uerr := r.d.Client.Update(ctx, link); uerr != nil {
+		if uerr := r.Client.Update(ctx, link); uerr != nil {
 			return client.IgnoreNotFound(uerr)
 		}
 		r.forgetLink(link.UID)
@@ -61,7 +61,7 @@ const wakeBuffer = 256
 // or for its pinned transit IP, and would otherwise wait for the resync.
 func (r *Reconciler) wakeWaiting(ctx context.Context, gone types.UID) {
 	var list v1alpha1.ClusterLinkList
-	if err := r.d.Client.List(ctx, &list); err != nil {
+	if err := r.Client.List(ctx, &list); err != nil {
 		log.FromContext(ctx).Info("listing ClusterLinks to wake after a deletion failed", "error", err.Error())
 		return
 	}
@@ -133,9 +133,9 @@ func (r *Reconciler) unwind(ctx context.Context, lc *linkCtx) (bool, error) {
 			}
 			return false, outcome.Wait(requeue, "the customer credential is unavailable")
 		}
-		lc.leg, lc.projectID = cr.clients, cr.project
+		lc.legClients, lc.projectID = cr.clients, cr.project
 	} else {
-		lc.leg, lc.projectID = r.d.Operator, r.d.OperatorProjectID
+		lc.legClients, lc.projectID = r.Operator, r.OperatorProjectID
 	}
 
 	// 2. Reverse routes, the attachment, the port: on the credential of the leg's project.
@@ -159,7 +159,7 @@ func (r *Reconciler) heldRetry(err error) error {
 func (r *Reconciler) unwindLeg(ctx context.Context, lc *linkCtx) error {
 	link := lc.link
 	st := &link.Status
-	net := lc.leg.Networking
+	net := lc.legClients.Networking
 
 	var rt *openstack.Router
 	var err error

@@ -41,11 +41,11 @@ func (r *Reconciler) transitNetwork(ctx context.Context) (*transitNet, error) {
 	if r.transit != nil {
 		return r.transit, nil
 	}
-	n, err := r.d.Operator.Networking.ResolveNetwork(ctx, r.d.Config.GatewayNetwork)
+	n, err := r.Operator.Networking.ResolveNetwork(ctx, r.Config.GatewayNetwork)
 	if err != nil {
-		return nil, fmt.Errorf("resolving the transit network %q: %w", r.d.Config.GatewayNetwork, err)
+		return nil, fmt.Errorf("resolving the transit network %q: %w", r.Config.GatewayNetwork, err)
 	}
-	subs, err := r.d.Operator.Networking.ListSubnets(ctx, n.ID)
+	subs, err := r.Operator.Networking.ListSubnets(ctx, n.ID)
 	if err != nil {
 		return nil, fmt.Errorf("listing the subnets of the transit network %s: %w", n.ID, err)
 	}
@@ -69,7 +69,7 @@ func (r *Reconciler) transitNetwork(ctx context.Context) (*transitNet, error) {
 // someone else owns is fine as long as the customer can already see the network.
 func (r *Reconciler) ensureShared(ctx context.Context, lc *linkCtx) (bool, error) {
 	tn := lc.tn
-	op := r.d.Operator.Networking
+	op := r.Operator.Networking
 	netID, project := tn.network.ID, lc.projectID
 	pols, err := op.ListRBACPolicies(ctx, openstack.ListRBACPoliciesOpts{
 		ObjectID: netID, ObjectType: openstack.RBACObjectNetwork, TargetProject: project, Action: openstack.RBACActionAccessAsShared,
@@ -98,7 +98,7 @@ func (r *Reconciler) ensureShared(ctx context.Context, lc *linkCtx) (bool, error
 	}
 	// Refused, or a rule owned by someone else exists (409 DuplicateRbacPolicy): what
 	// counts is whether the customer can see the network.
-	if _, verr := lc.leg.Networking.GetNetwork(ctx, netID); verr != nil {
+	if _, verr := lc.legClients.Networking.GetNetwork(ctx, netID); verr != nil {
 		if !openstack.IsNotFound(verr) {
 			lc.set.False(v1alpha1.ConditionTransitNetworkShared, v1alpha1.ReasonNetworkVisibilityCheckFailed,
 				fmt.Sprintf("%schecking whether project %s can see transit network %s after the share was refused (%s): %s",
@@ -124,7 +124,7 @@ func (r *Reconciler) ensureShared(ctx context.Context, lc *linkCtx) (bool, error
 // the cache may not show yet are in the in-memory claims the allocation also checks.
 func (r *Reconciler) listedClaims(ctx context.Context) (map[string][]netip.Addr, map[string]string, error) {
 	var list v1alpha1.ClusterLinkList
-	if err := r.d.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, nil, err
 	}
 	claims := map[string][]netip.Addr{}
@@ -182,7 +182,7 @@ func (r *Reconciler) ensureTransitIP(ctx context.Context, lc *linkCtx) (bool, er
 	}
 	// A port tagged for this link exists when a previous reconcile created it and
 	// crashed before recording it: adopt its address.
-	own, err := lc.leg.Networking.ListPorts(ctx, openstack.ListPortsOpts{Tags: owner(link).Selector(), NetworkID: tn.network.ID})
+	own, err := lc.legClients.Networking.ListPorts(ctx, openstack.ListPortsOpts{Tags: owner(link).Selector(), NetworkID: tn.network.ID})
 	if err != nil {
 		return fail(err)
 	}
@@ -199,7 +199,7 @@ func (r *Reconciler) ensureTransitIP(ctx context.Context, lc *linkCtx) (bool, er
 		}
 	}
 
-	ports, err := r.d.Operator.Networking.ListPorts(ctx, openstack.ListPortsOpts{NetworkID: tn.network.ID})
+	ports, err := r.Operator.Networking.ListPorts(ctx, openstack.ListPortsOpts{NetworkID: tn.network.ID})
 	if err != nil {
 		return fail(err)
 	}
@@ -275,7 +275,7 @@ func conditionMissing(lc *linkCtx, t string) bool {
 func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx) (bool, error) {
 	tn := lc.tn
 	link := lc.link
-	net := lc.leg.Networking
+	net := lc.legClients.Networking
 	own := owner(link)
 	fail := func(reason string, err error, format string, args ...any) (bool, error) {
 		msg := fmt.Sprintf(format, args...)
@@ -436,7 +436,7 @@ func (r *Reconciler) transitIPMismatch(ctx context.Context, lc *linkCtx, port *o
 	if err := r.removeForwardRoutes(ctx, lc); err != nil {
 		problems = append(problems, "also failed to remove the gateway route via "+old+": operator credential: "+err.Error())
 	}
-	if err := lc.leg.Networking.DeletePort(ctx, port.ID); err != nil && !openstack.IsNotFound(err) {
+	if err := lc.legClients.Networking.DeletePort(ctx, port.ID); err != nil && !openstack.IsNotFound(err) {
 		problems = append(problems, "also failed to delete the recreated port "+port.ID+": "+lc.legPrefix()+err.Error())
 	}
 	lc.link.Status.LegPortID = ""

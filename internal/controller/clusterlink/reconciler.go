@@ -80,7 +80,7 @@ type Deps struct {
 
 // Reconciler reconciles ClusterLinks.
 type Reconciler struct {
-	d      Deps
+	Deps
 	reader client.Reader
 	claims *ipam.TransitClaims
 	cache  *openstack.ClientCache
@@ -115,7 +115,7 @@ type Reconciler struct {
 // New builds a Reconciler.
 func New(deps Deps) *Reconciler {
 	r := &Reconciler{
-		d:        deps,
+		Deps:     deps,
 		reader:   deps.APIReader,
 		claims:   ipam.NewTransitClaims(),
 		refusals: map[types.UID]refusal{},
@@ -138,11 +138,11 @@ func New(deps Deps) *Reconciler {
 		}
 	}
 	r.cache = openstack.NewClientCache(build)
-	if r.d.Config.ResyncInterval <= 0 {
-		r.d.Config.ResyncInterval = operatorconfig.DefaultResyncInterval
+	if r.Config.ResyncInterval <= 0 {
+		r.Config.ResyncInterval = operatorconfig.DefaultResyncInterval
 	}
-	if r.d.Config.ClusterLinkCredentialsNamespace == "" {
-		r.d.Config.ClusterLinkCredentialsNamespace = operatorconfig.DefaultClusterLinkCredentialsNamespace
+	if r.Config.ClusterLinkCredentialsNamespace == "" {
+		r.Config.ClusterLinkCredentialsNamespace = operatorconfig.DefaultClusterLinkCredentialsNamespace
 	}
 	return r
 }
@@ -153,13 +153,13 @@ func (r *Reconciler) Claims() *ipam.TransitClaims { return r.claims }
 // SetupWithManager registers the controller: ClusterLinks themselves, and both gateway
 // kinds mapped onto every ClusterLink when their reverse-route inputs change.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.d.Client == nil {
-		r.d.Client = mgr.GetClient()
+	if r.Client == nil {
+		r.Client = mgr.GetClient()
 	}
-	if r.d.APIReader == nil {
+	if r.APIReader == nil {
 		r.reader = mgr.GetAPIReader()
 	}
-	workers := r.d.Config.MaxConcurrentReconciles
+	workers := r.Config.MaxConcurrentReconciles
 	if workers < 1 {
 		workers = 1
 	}
@@ -172,9 +172,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	opts := controller.Options{MaxConcurrentReconciles: workers, RateLimiter: r.backoff}
-	if r.d.SkipNameValidation {
+	if r.SkipNameValidation {
 		// Set only when asked: a non-nil value would override the manager's own setting.
-		opts.SkipNameValidation = &r.d.SkipNameValidation
+		opts.SkipNameValidation = &r.SkipNameValidation
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("clusterlink").
@@ -203,13 +203,13 @@ type linkCtx struct {
 	cross  bool
 	secret string // "<ns>/<name>" of a cross-tenant link's Secret, for messages
 
-	leg       *openstack.Clients // customer client on a cross-tenant link, else operator
-	projectID string             // the project the leg lives in
-	tn        *transitNet
-	router    *openstack.Router // the service cluster's router
-	port      *openstack.Port   // the leg port
-	attached  bool
-	events    []linkEvent
+	legClients *openstack.Clients // the leg's clients: the customer's on a cross-tenant link, else the operator's
+	projectID  string             // the project the leg lives in
+	tn         *transitNet
+	router     *openstack.Router // the service cluster's router
+	port       *openstack.Port   // the leg port
+	attached   bool
+	events     []linkEvent
 }
 
 type linkEvent struct {
@@ -250,12 +250,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if outcome.IsTerminal(err) {
 		log.FromContext(ctx).Info("OpenStack refused a request; waiting for a change", "clusterlink", req.Name, "error", err.Error())
 	}
-	return r.backoff.Result(req, err, r.d.Config.ResyncInterval)
+	return r.backoff.Result(req, err, r.Config.ResyncInterval)
 }
 
 func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) error {
 	link := &v1alpha1.ClusterLink{}
-	if err := r.d.Client.Get(ctx, req.NamespacedName, link); err != nil {
+	if err := r.Client.Get(ctx, req.NamespacedName, link); err != nil {
 		return client.IgnoreNotFound(err)
 	}
 	if r.statusWriter().Behind(link) {
@@ -268,7 +268,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) error {
 		link:  link,
 		orig:  link.Status.DeepCopy(),
 		base:  link.DeepCopy(),
-		set:   conditions.Setter{Conditions: &link.Status.Conditions, Generation: link.Generation, Now: r.d.Clock},
+		set:   conditions.Setter{Conditions: &link.Status.Conditions, Generation: link.Generation, Now: r.Clock},
 		log:   log.FromContext(ctx).WithValues("clusterlink", link.Name),
 		cross: link.Spec.CredentialsSecretRef != nil,
 	}
@@ -281,7 +281,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) error {
 	}
 	if !controllerutil.ContainsFinalizer(link, v1alpha1.FinalizerClusterLink) {
 		controllerutil.AddFinalizer(link, v1alpha1.FinalizerClusterLink)
-		if err := r.d.Client.Update(ctx, link); err != nil {
+		if err := r.Client.Update(ctx, link); err != nil {
 			return err
 		}
 		lc.base = link.DeepCopy()
@@ -342,7 +342,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, lc *linkCtx) error {
 const cacheCatchUp = 50 * time.Millisecond
 
 func (r *Reconciler) statusWriter() statuswrite.Writer {
-	return statuswrite.Writer{Client: r.d.Client, Reader: r.reader, Manager: statuswrite.ManagerOperator, Fresh: r.fresh}
+	return statuswrite.Writer{Client: r.Client, Reader: r.reader, Manager: statuswrite.ManagerOperator, Fresh: r.fresh}
 }
 
 // persist writes the status now: an allocation must be on record before anything
@@ -354,12 +354,12 @@ func (r *Reconciler) persist(ctx context.Context, lc *linkCtx) error {
 // emit turns condition transitions, and the explicit events gathered on the way, into
 // Kubernetes Events. Messages are built from names and IDs only, never Secret data.
 func (r *Reconciler) emit(lc *linkCtx) {
-	if r.d.Recorder == nil {
+	if r.Recorder == nil {
 		lc.events = nil
 		return
 	}
 	for _, e := range lc.events {
-		r.d.Recorder.Eventf(lc.link, nil, e.typ, e.reason, "Reconcile", "%s", e.note)
+		r.Recorder.Eventf(lc.link, nil, e.typ, e.reason, "Reconcile", "%s", e.note)
 	}
 	lc.events = nil
 }

@@ -21,7 +21,7 @@ import (
 
 // operatorRouter resolves the gateway cluster's own router.
 func (r *Reconciler) operatorRouter(ctx context.Context) (*openstack.Router, error) {
-	if r.d.Config.Router == "" {
+	if r.Config.Router == "" {
 		return nil, fmt.Errorf("no gateway cluster router is configured (IPSEC_ROUTER_ID)")
 	}
 	// The configured name is resolved once per process, then the router is read by ID
@@ -30,7 +30,7 @@ func (r *Reconciler) operatorRouter(ctx context.Context) (*openstack.Router, err
 	id := r.opRouterID
 	r.netMu.Unlock()
 	if id != "" {
-		rt, err := r.d.Operator.Networking.GetRouter(ctx, id)
+		rt, err := r.Operator.Networking.GetRouter(ctx, id)
 		if err == nil || !openstack.IsNotFound(err) {
 			if err != nil {
 				return nil, fmt.Errorf("reading the gateway cluster's router %s: %w", id, err)
@@ -38,9 +38,9 @@ func (r *Reconciler) operatorRouter(ctx context.Context) (*openstack.Router, err
 			return rt, nil
 		}
 	}
-	rt, err := r.d.Operator.Networking.ResolveRouter(ctx, r.d.Config.Router)
+	rt, err := r.Operator.Networking.ResolveRouter(ctx, r.Config.Router)
 	if err != nil {
-		return nil, fmt.Errorf("resolving the gateway cluster's router %q: %w", r.d.Config.Router, err)
+		return nil, fmt.Errorf("resolving the gateway cluster's router %q: %w", r.Config.Router, err)
 	}
 	r.netMu.Lock()
 	r.opRouterID = rt.ID
@@ -113,7 +113,7 @@ func (r *Reconciler) removeForwardRoutes(ctx context.Context, lc *linkCtx) error
 		}
 	}
 	if len(drop) > 0 {
-		if _, err := r.d.Operator.Networking.RemoveRouterRoutes(ctx, rt.ID, drop); err != nil && !openstack.IsNotFound(err) {
+		if _, err := r.Operator.Networking.RemoveRouterRoutes(ctx, rt.ID, drop); err != nil && !openstack.IsNotFound(err) {
 			return err
 		}
 		lc.eventf(corev1.EventTypeNormal, "RouteRemoved", "removed %s from router %s", describeRoutes(drop), rt.Name)
@@ -147,7 +147,7 @@ func (r *Reconciler) ensureForwardRoute(ctx context.Context, lc *linkCtx) (bool,
 		}
 	}
 	if len(stale) > 0 {
-		if _, err := r.d.Operator.Networking.RemoveRouterRoutes(ctx, rt.ID, stale); err != nil {
+		if _, err := r.Operator.Networking.RemoveRouterRoutes(ctx, rt.ID, stale); err != nil {
 			link.Status.ForwardRoutes = recordOf(append(stale, want))
 			return fail(err)
 		}
@@ -160,7 +160,7 @@ func (r *Reconciler) ensureForwardRoute(ctx context.Context, lc *linkCtx) (bool,
 		if err := r.persist(ctx, lc); err != nil {
 			return false, err
 		}
-		if _, err := r.d.Operator.Networking.AddRouterRoutes(ctx, rt.ID, []openstack.Route{want}); err != nil {
+		if _, err := r.Operator.Networking.AddRouterRoutes(ctx, rt.ID, []openstack.Route{want}); err != nil {
 			return fail(err)
 		}
 		lc.eventf(corev1.EventTypeNormal, "RouteInstalled", "added %s to router %s", describeRoutes([]openstack.Route{want}), rt.Name)
@@ -213,7 +213,7 @@ func reverseTarget(spec *v1alpha1.GatewaySpec, st *v1alpha1.GatewayStatus, delet
 // never from a gateway's status.
 func (r *Reconciler) desiredReverse(ctx context.Context, link *v1alpha1.ClusterLink, verify bool) (out []v1alpha1.ReverseRoute, unverified []string, err error) {
 	var nsList corev1.NamespaceList
-	if err := r.d.Client.List(ctx, &nsList); err != nil {
+	if err := r.Client.List(ctx, &nsList); err != nil {
 		return nil, nil, err
 	}
 	nsLabels := make(map[string]map[string]string, len(nsList.Items))
@@ -237,7 +237,7 @@ func (r *Reconciler) desiredReverse(ctx context.Context, link *v1alpha1.ClusterL
 		uids = append(uids, obj.GetUID())
 		return nil
 	}
-	gws, err := v1alpha1.ListGateways(ctx, r.d.Client, client.UnsafeDisableDeepCopy)
+	gws, err := v1alpha1.ListGateways(ctx, r.Client, client.UnsafeDisableDeepCopy)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -275,7 +275,7 @@ type gatewayPort struct {
 // gatewayPorts reads the dedicated ports of every gateway (in the operator's project,
 // tagged with the gateway's UID by the gateway reconciler), by gateway UID.
 func (r *Reconciler) gatewayPorts(ctx context.Context) (map[types.UID][]gatewayPort, error) {
-	ports, err := r.d.Operator.Networking.ListPorts(ctx, openstack.ListPortsOpts{Tags: []string{openstack.TagManaged}})
+	ports, err := r.Operator.Networking.ListPorts(ctx, openstack.ListPortsOpts{Tags: []string{openstack.TagManaged}})
 	if err != nil {
 		return nil, err
 	}
@@ -297,7 +297,7 @@ func (r *Reconciler) gatewayPorts(ctx context.Context) (map[types.UID][]gatewayP
 // unverifiedReverse says why a gateway's reverse route is not one the operator made
 // ("" when it is).
 func (r *Reconciler) unverifiedReverse(d v1alpha1.ReverseRoute, ports []gatewayPort) string {
-	if pool := r.d.Config.ServiceCIDRPool; pool.IsValid() {
+	if pool := r.Config.ServiceCIDRPool; pool.IsValid() {
 		p, err := netip.ParsePrefix(d.ServiceCIDR)
 		if err != nil || p.Bits() != 24 || !pool.Contains(p.Addr()) {
 			return fmt.Sprintf("status.serviceCIDR %s is not a /24 of the service CIDR pool %s", d.ServiceCIDR, pool)
@@ -330,8 +330,8 @@ func (r *Reconciler) reverseMode(link *v1alpha1.ClusterLink) string {
 		return v1alpha1.ReverseRoutePerGateway
 	case link.Spec.ReverseRouteMode != "":
 		return link.Spec.ReverseRouteMode
-	case r.d.Config.ClusterLinkReverseRouteMode != "":
-		return r.d.Config.ClusterLinkReverseRouteMode
+	case r.Config.ClusterLinkReverseRouteMode != "":
+		return r.Config.ClusterLinkReverseRouteMode
 	}
 	return v1alpha1.ReverseRoutePerGateway
 }
@@ -353,7 +353,7 @@ func (r *Reconciler) operatorRouterTransitIP(ctx context.Context, tn *transitNet
 	if err != nil {
 		return "", err
 	}
-	ports, err := r.d.Operator.Networking.ListPorts(ctx, openstack.ListPortsOpts{DeviceID: rt.ID, NetworkID: tn.network.ID})
+	ports, err := r.Operator.Networking.ListPorts(ctx, openstack.ListPortsOpts{DeviceID: rt.ID, NetworkID: tn.network.ID})
 	if err != nil {
 		return "", fmt.Errorf("listing the gateway cluster's router's ports on the transit network: %w", err)
 	}
@@ -407,7 +407,7 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 	desired = usable
 	served := len(desired)
 	if mode == v1alpha1.ReverseRouteAggregate && served > 0 {
-		pool := r.d.Config.ServiceCIDRPool
+		pool := r.Config.ServiceCIDRPool
 		nh, err := r.operatorRouterTransitIP(ctx, tn)
 		if err == nil && !pool.IsValid() {
 			err = fmt.Errorf("no service-CIDR pool is configured (IPSEC_SERVICE_CIDR_POOL)")
@@ -501,7 +501,7 @@ type reverseWrite struct {
 // atomic call each (a third, the add again, when the router was full beside stale
 // routes). lc.router follows every successful write.
 func (r *Reconciler) writeReverse(ctx context.Context, lc *linkCtx, desired []v1alpha1.ReverseRoute, add, remove []openstack.Route) (res reverseWrite) {
-	net := lc.leg.Networking
+	net := lc.legClients.Networking
 	removed := false
 	removeStale := func() error {
 		upd, err := net.RemoveRouterRoutes(ctx, lc.router.ID, remove)
@@ -635,7 +635,7 @@ func removeReverseRoutes(ctx context.Context, net openstack.Networking, rt *open
 // the gateways that need its reverse routes, so a change to one fans out to all.
 func (r *Reconciler) linkRequests(ctx context.Context, _ client.Object) []ctrl.Request {
 	var list v1alpha1.ClusterLinkList
-	if err := r.d.Client.List(ctx, &list); err != nil {
+	if err := r.Client.List(ctx, &list); err != nil {
 		return nil
 	}
 	out := make([]ctrl.Request, 0, len(list.Items))
