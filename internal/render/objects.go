@@ -256,13 +256,6 @@ func Deployment(w Workload) (*appsv1.Deployment, error) {
 	default:
 		return nil, fmt.Errorf("deployment: dataplane %q is neither %s nor %s", dataplane, gatewayconfig.DataplaneKernel, gatewayconfig.DataplaneLibipsec)
 	}
-	networks, err := json.Marshal([]map[string]string{{"name": NADName(g.Name), "interface": NIC2Interface}})
-	if err != nil {
-		return nil, err
-	}
-	one := int32(1)
-	f := false
-	grace := int64(30)
 	caps := dropAllBut
 	unprivileged := unprivilegedContext
 	// Review findings L1/L2: charon's directory (its configuration and VICI socket)
@@ -290,7 +283,52 @@ func Deployment(w Workload) (*appsv1.Deployment, error) {
 			VolumeMounts:    mounts,
 		}
 	}
-	labels := Labels(g)
+	containers := []corev1.Container{
+		agent(ContainerInitNAT, append(append(append([]string{"init-nat"}, guard...), "--state-file="+NATStateFile), fromFile...),
+			caps("NET_ADMIN"), state),
+		{
+			Name:  ContainerStrongswan,
+			Image: w.GatewayImage,
+			Args: []string{"charon", "--vici-socket=" + sock, "--conf=" + RunMountPath + "/strongswan.conf", "--dataplane=" + string(dataplane),
+				"--private-dir"},
+			SecurityContext: caps(charonCaps...),
+			VolumeMounts:    []corev1.VolumeMount{run},
+		},
+		// The status agent also loads the connections over VICI, rendered
+		// from gateway.json, with each tunnel's key read from the tenant's
+		// Secret through the API (the Role names exactly those Secrets), and
+		// publishes the configuration and its listing of the tunnels.
+		withLiveness(agent(ContainerStatus, append([]string{"status-agent", "--vici-socket=" + sock, "--load",
+			"--publish-config=" + ConfigFile, "--ipsec-state-file=" + IPsecStateFile}, source...),
+			unprivileged(), run, state, apiAccessMount), w),
+		// The pod's own address only: not the port's address on NIC2 or the
+		// service CIDR's, so nothing reaches it through a tunnel.
+		exporterOnPodIP(agent(ContainerExporter, append([]string{"ipsec-exporter", fmt.Sprintf("--listen=$(POD_IP):%d", MetricsPort),
+			"--ipsec-state-file=" + IPsecStateFile, "--nat-state-file=" + NATStateFile}, fromFile...), exporterContext(), stateRO)),
+	}
+	volumes := []corev1.Volume{
+		{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: "state", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		apiAccessVolume(),
+	}
+	return gatewayDeployment(w, containers, volumes)
+}
+
+// gatewayDeployment is what both gateway pods (IPsec and WireGuard) share around their
+// containers and volumes: one replica, replaced and never surged (two pods cannot share
+// the port), the port's NIC through Multus with its MAC, the gateway's own
+// ServiceAccount with no automounted token, no service links, the RuntimeDefault
+// seccomp filter, the platform's pod shape (w.Pod) and the hard pin to the node that
+// holds the port.
+func gatewayDeployment(w Workload, containers []corev1.Container, volumes []corev1.Volume) (*appsv1.Deployment, error) {
+	g := w.Gateway
+	networks, err := json.Marshal([]map[string]string{{"name": NADName(g.Name), "interface": NIC2Interface}})
+	if err != nil {
+		return nil, err
+	}
+	one := int32(1)
+	f := false
+	grace := int64(30)
 	d := &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: objectMeta(g, DeploymentName(g.Name)),
@@ -300,7 +338,7 @@ func Deployment(w Workload) (*appsv1.Deployment, error) {
 			Selector: &metav1.LabelSelector{MatchLabels: SelectorLabels(g)},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{
-					Labels: labels,
+					Labels: Labels(g),
 					Annotations: map[string]string{
 						AnnotationNetworks: string(networks),
 						AnnotationPortMAC:  w.PortMAC,
@@ -312,34 +350,8 @@ func Deployment(w Workload) (*appsv1.Deployment, error) {
 					EnableServiceLinks:            &f,
 					TerminationGracePeriodSeconds: &grace,
 					SecurityContext:               podSecurityContext(),
-					Containers: []corev1.Container{
-						agent(ContainerInitNAT, append(append(append([]string{"init-nat"}, guard...), "--state-file="+NATStateFile), fromFile...),
-							caps("NET_ADMIN"), state),
-						{
-							Name:  ContainerStrongswan,
-							Image: w.GatewayImage,
-							Args: []string{"charon", "--vici-socket=" + sock, "--conf=" + RunMountPath + "/strongswan.conf", "--dataplane=" + string(dataplane),
-								"--private-dir"},
-							SecurityContext: caps(charonCaps...),
-							VolumeMounts:    []corev1.VolumeMount{run},
-						},
-						// The status agent also loads the connections over VICI, rendered
-						// from gateway.json, with each tunnel's key read from the tenant's
-						// Secret through the API (the Role names exactly those Secrets), and
-						// publishes the configuration and its listing of the tunnels.
-						withLiveness(agent(ContainerStatus, append([]string{"status-agent", "--vici-socket=" + sock, "--load",
-							"--publish-config=" + ConfigFile, "--ipsec-state-file=" + IPsecStateFile}, source...),
-							unprivileged(), run, state, apiAccessMount), w),
-						// The pod's own address only: not the port's address on NIC2 or the
-						// service CIDR's, so nothing reaches it through a tunnel.
-						exporterOnPodIP(agent(ContainerExporter, append([]string{"ipsec-exporter", fmt.Sprintf("--listen=$(POD_IP):%d", MetricsPort),
-							"--ipsec-state-file=" + IPsecStateFile, "--nat-state-file=" + NATStateFile}, fromFile...), exporterContext(), stateRO)),
-					},
-					Volumes: []corev1.Volume{
-						{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-						{Name: "state", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-						apiAccessVolume(),
-					},
+					Containers:                    containers,
+					Volumes:                       volumes,
 				},
 			},
 		},

@@ -99,6 +99,13 @@ func TestGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden(t, "deployment", d)
+	wg := workload()
+	wg.WireGuardImage = "example.org/wireguard:1"
+	d, err = WireGuardDeployment(wg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "deployment-wireguard", d)
 	golden(t, "networkpolicy", NetworkPolicy(gw, "bnerd-vpn-system"))
 	golden(t, "networkpolicy-no-operator-namespace", NetworkPolicy(gw, ""))
 }

@@ -1,7 +1,6 @@
 package render
 
 import (
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -112,14 +111,7 @@ func WireGuardDeployment(w Workload) (*appsv1.Deployment, error) {
 	if w.NodeName == "" {
 		return nil, fmt.Errorf("deployment: no node selected")
 	}
-	networks, err := json.Marshal([]map[string]string{{"name": NADName(g.Name), "interface": NIC2Interface}})
-	if err != nil {
-		return nil, err
-	}
-	one := int32(1)
-	f := false
 	optional := true
-	grace := int64(30)
 	readOnly := int32(0o440)
 	run := corev1.VolumeMount{Name: "run", MountPath: WireGuardRunPath}
 	runRO := corev1.VolumeMount{Name: "run", MountPath: WireGuardRunPath, ReadOnly: true}
@@ -138,64 +130,35 @@ func WireGuardDeployment(w Workload) (*appsv1.Deployment, error) {
 	// in the IPsec pod; on the pod's own address, so nothing reaches it through a tunnel.
 	exporter := exporterOnPodIP(agent(ContainerExporter, w.AgentImage, append([]string{"ipsec-exporter", fmt.Sprintf("--listen=$(POD_IP):%d", MetricsPort),
 		"--wireguard-state-file=" + wgState, "--nat-state-file=" + natState}, fromFile...), exporterContext(), runRO))
-	d := &appsv1.Deployment{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
-		ObjectMeta: objectMeta(g, DeploymentName(g.Name)),
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &one,
-			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
-			Selector: &metav1.LabelSelector{MatchLabels: SelectorLabels(g)},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{
-					Labels: Labels(g),
-					Annotations: map[string]string{
-						AnnotationNetworks: string(networks),
-						AnnotationPortMAC:  w.PortMAC,
-					},
-				},
-				Spec: corev1.PodSpec{
-					ServiceAccountName:            ServiceAccountName(g.Name),
-					AutomountServiceAccountToken:  &f,
-					EnableServiceLinks:            &f,
-					TerminationGracePeriodSeconds: &grace,
-					SecurityContext:               podSecurityContext(),
-					Containers: []corev1.Container{
-						agent(ContainerInitNAT, w.AgentImage, append([]string{"init-nat", "--guard=interface", "--tunnel-interface=" + WireGuardInterfaces,
-							"--state-file=" + natState}, fromFile...), dropAllBut("NET_ADMIN"), run),
-						// MKNOD: the userspace fallback creates /dev/net/tun where the
-						// runtime provides none.
-						agent(ContainerWireGuard, w.WireGuardImage, append([]string{"wireguard", "--interface=" + WireGuardInterfaces,
-							"--private-key-file=" + WireGuardKeyMountPath + "/" + WireGuardKeyFile,
-							"--previous-private-key-file=" + WireGuardPreviousKeyMountPath + "/" + WireGuardKeyFile, "--state-file=" + wgState}, fromFile...),
-							dropAllBut("NET_ADMIN", "MKNOD"), run,
-							corev1.VolumeMount{Name: "wireguard-key", MountPath: WireGuardKeyMountPath, ReadOnly: true},
-							corev1.VolumeMount{Name: "wireguard-previous-key", MountPath: WireGuardPreviousKeyMountPath, ReadOnly: true}),
-						withLiveness(agent(ContainerStatus, w.AgentImage, append([]string{"status-agent", "--wireguard-state-file=" + wgState,
-							"--publish-config=" + WireGuardRunPath + "/" + gatewayconfig.ConfigMapKeyConfig}, source...), unprivilegedContext(), run, apiAccessMount), w),
-						exporter,
-					},
-					Volumes: []corev1.Volume{
-						// The current private key, and during a rotation's overlap the previous
-						// one: optional, so the volume is empty outside an overlap, and the
-						// kubelet adds and removes the file as the operator writes the Secret.
-						{Name: "wireguard-key", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-							SecretName: WireGuardKeySecretName(g.Name), DefaultMode: &readOnly,
-							Items: []corev1.KeyToPath{{Key: WireGuardPrivateKeyKey, Path: WireGuardKeyFile}},
-						}}},
-						{Name: "wireguard-previous-key", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-							SecretName: WireGuardKeySecretName(g.Name), DefaultMode: &readOnly, Optional: &optional,
-							Items: []corev1.KeyToPath{{Key: WireGuardPreviousKeyKey, Path: WireGuardKeyFile}},
-						}}},
-						{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-						apiAccessVolume(),
-					},
-				},
-			},
-		},
+	containers := []corev1.Container{
+		agent(ContainerInitNAT, w.AgentImage, append([]string{"init-nat", "--guard=interface", "--tunnel-interface=" + WireGuardInterfaces,
+			"--state-file=" + natState}, fromFile...), dropAllBut("NET_ADMIN"), run),
+		// MKNOD: the userspace fallback creates /dev/net/tun where the
+		// runtime provides none.
+		agent(ContainerWireGuard, w.WireGuardImage, append([]string{"wireguard", "--interface=" + WireGuardInterfaces,
+			"--private-key-file=" + WireGuardKeyMountPath + "/" + WireGuardKeyFile,
+			"--previous-private-key-file=" + WireGuardPreviousKeyMountPath + "/" + WireGuardKeyFile, "--state-file=" + wgState}, fromFile...),
+			dropAllBut("NET_ADMIN", "MKNOD"), run,
+			corev1.VolumeMount{Name: "wireguard-key", MountPath: WireGuardKeyMountPath, ReadOnly: true},
+			corev1.VolumeMount{Name: "wireguard-previous-key", MountPath: WireGuardPreviousKeyMountPath, ReadOnly: true}),
+		withLiveness(agent(ContainerStatus, w.AgentImage, append([]string{"status-agent", "--wireguard-state-file=" + wgState,
+			"--publish-config=" + WireGuardRunPath + "/" + gatewayconfig.ConfigMapKeyConfig}, source...), unprivilegedContext(), run, apiAccessMount), w),
+		exporter,
 	}
-	w.Pod.Apply(&d.Spec.Template)
-	// A hard pin, not a scheduling hint: the port is attached to exactly this node's
-	// server, and the operator binds the pod there once the port is free (pinTo).
-	pinTo(&d.Spec.Template.Spec, w.NodeName)
-	return d, nil
+	volumes := []corev1.Volume{
+		// The current private key, and during a rotation's overlap the previous
+		// one: optional, so the volume is empty outside an overlap, and the
+		// kubelet adds and removes the file as the operator writes the Secret.
+		{Name: "wireguard-key", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: WireGuardKeySecretName(g.Name), DefaultMode: &readOnly,
+			Items: []corev1.KeyToPath{{Key: WireGuardPrivateKeyKey, Path: WireGuardKeyFile}},
+		}}},
+		{Name: "wireguard-previous-key", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: WireGuardKeySecretName(g.Name), DefaultMode: &readOnly, Optional: &optional,
+			Items: []corev1.KeyToPath{{Key: WireGuardPreviousKeyKey, Path: WireGuardKeyFile}},
+		}}},
+		{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		apiAccessVolume(),
+	}
+	return gatewayDeployment(w, containers, volumes)
 }
