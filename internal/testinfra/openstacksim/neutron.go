@@ -176,21 +176,15 @@ func (s *Server) createNetwork(w http.ResponseWriter, r *http.Request, c *caller
 		s.neutronFail(w, errf(403, "PolicyNotAuthorized", "rule:create_network:shared is disallowed by policy"))
 		return
 	}
-	project := firstNonEmpty(in.ProjectID, in.TenantID, c.projectID)
-	if project != c.projectID && !c.admin {
-		s.neutronFail(w, errf(403, "PolicyNotAuthorized", "rule:create_network:project_id is disallowed by policy"))
+	project, e := createProject(c, "create_network", in.ProjectID, in.TenantID)
+	if e != nil {
+		s.neutronFail(w, e)
 		return
 	}
 	st := s.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	tags, e := st.tagsAtCreate(false, derefSlice(in.Tags))
-	if e == nil {
-		e = validTags(tags)
-	}
-	if e == nil {
-		e = st.checkQuota(project, "network")
-	}
+	tags, e := st.createTags(derefSlice(in.Tags), project, "network")
 	if e != nil {
 		s.neutronFail(w, e)
 		return
@@ -363,13 +357,7 @@ func (s *Server) createSubnet(w http.ResponseWriter, r *http.Request, c *caller)
 		s.neutronFail(w, errf(403, "PolicyNotAuthorized", "rule:create_subnet is disallowed by policy"))
 		return
 	}
-	tags, e := st.tagsAtCreate(false, in.Tags)
-	if e == nil {
-		e = validTags(tags)
-	}
-	if e == nil {
-		e = st.checkQuota(n.ProjectID, "subnet")
-	}
+	tags, e := st.createTags(in.Tags, n.ProjectID, "subnet")
 	if e != nil {
 		s.neutronFail(w, e)
 		return

@@ -133,21 +133,15 @@ func (s *Server) createRouter(w http.ResponseWriter, r *http.Request, c *caller)
 		s.neutronFail(w, e)
 		return
 	}
-	project := firstNonEmpty(in.ProjectID, in.TenantID, c.projectID)
-	if project != c.projectID && !c.admin {
-		s.neutronFail(w, errf(403, "PolicyNotAuthorized", "rule:create_router:project_id is disallowed by policy"))
+	project, e := createProject(c, "create_router", in.ProjectID, in.TenantID)
+	if e != nil {
+		s.neutronFail(w, e)
 		return
 	}
 	st := s.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	tags, e := st.tagsAtCreate(false, derefSlice(in.Tags))
-	if e == nil {
-		e = validTags(tags)
-	}
-	if e == nil {
-		e = st.checkQuota(project, "router")
-	}
+	tags, e := st.createTags(derefSlice(in.Tags), project, "router")
 	if e != nil {
 		s.neutronFail(w, e)
 		return
@@ -469,19 +463,16 @@ func (s *Server) createFIP(w http.ResponseWriter, r *http.Request, c *caller) {
 	st := s.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	project := firstNonEmpty(in.ProjectID, in.TenantID, c.projectID)
-	if project != c.projectID && !c.admin {
-		s.neutronFail(w, errf(403, "PolicyNotAuthorized", "rule:create_floatingip:project_id is disallowed by policy"))
+	project, e := createProject(c, "create_floatingip", in.ProjectID, in.TenantID)
+	if e != nil {
+		s.neutronFail(w, e)
 		return
 	}
 	if in.FloatingIPAddress != "" && st.adminOnlyFIPAddr && !c.admin {
 		s.neutronFail(w, errf(403, "PolicyNotAuthorized", "rule:create_floatingip:floating_ip_address is disallowed by policy"))
 		return
 	}
-	tags, e := st.tagsAtCreate(false, in.Tags)
-	if e == nil {
-		e = validTags(tags)
-	}
+	tags, e := st.createTags(in.Tags, "", "")
 	if e != nil {
 		s.neutronFail(w, e)
 		return

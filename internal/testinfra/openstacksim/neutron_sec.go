@@ -91,9 +91,9 @@ func (s *Server) createSG(w http.ResponseWriter, r *http.Request, c *caller) {
 		return
 	}
 	in := b.SG
-	project := firstNonEmpty(in.ProjectID, in.TenantID, c.projectID)
-	if project != c.projectID && !c.admin {
-		s.neutronFail(w, errf(403, "PolicyNotAuthorized", "rule:create_security_group:project_id is disallowed by policy"))
+	project, e := createProject(c, "create_security_group", in.ProjectID, in.TenantID)
+	if e != nil {
+		s.neutronFail(w, e)
 		return
 	}
 	if deref(in.Name) == "default" {
@@ -103,13 +103,7 @@ func (s *Server) createSG(w http.ResponseWriter, r *http.Request, c *caller) {
 	st := s.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	tags, e := st.tagsAtCreate(false, derefSlice(in.Tags))
-	if e == nil {
-		e = validTags(tags)
-	}
-	if e == nil {
-		e = st.checkQuota(project, "security_group")
-	}
+	tags, e := st.createTags(derefSlice(in.Tags), project, "security_group")
 	if e != nil {
 		s.neutronFail(w, e)
 		return

@@ -796,3 +796,30 @@ func (st *state) detachInterface(r *Router, p *Port) *apiError {
 	st.touchRouter(r)
 	return nil
 }
+
+// --- the prologue every Neutron create shares ---
+
+// createProject is the project a create request makes its object in: the one it names
+// (project_id, or the older tenant_id), else the caller's own; naming another project
+// takes admin, as Neutron's rule:<action>:project_id says.
+func createProject(c *caller, action, projectID, tenantID string) (string, *apiError) {
+	project := firstNonEmpty(projectID, tenantID, c.projectID)
+	if project != c.projectID && !c.admin {
+		return "", errf(403, "PolicyNotAuthorized", "rule:%s:project_id is disallowed by policy", action)
+	}
+	return project, nil
+}
+
+// createTags is what a create does with the tags it was sent: kept or dropped as the
+// release's extensions decide (tagsAtCreate), then validated, then the project's quota
+// for the kind checked (quotaKind "" checks none). The caller holds st.mu.
+func (st *state) createTags(raw []string, project, quotaKind string) ([]string, *apiError) {
+	tags, e := st.tagsAtCreate(false, raw)
+	if e == nil {
+		e = validTags(tags)
+	}
+	if e == nil && quotaKind != "" {
+		e = st.checkQuota(project, quotaKind)
+	}
+	return tags, e
+}
