@@ -659,7 +659,7 @@ seeded() {
 	local n f
 	for n in $SERVICES; do alive "$n" || return 1; done
 	[ -f "$STATE/estate.json" ] || return 1
-	for f in "$REPO/examples/sim-estate.yaml" "$REPO/internal/openstack/testdata/conformance-estate.yaml" "$REPO/hack/openstackseed/main.go"; do
+	for f in "$REPO/examples/sim-estate.yaml" "$REPO/internal/openstack/testdata/conformance-estate.yaml" "$REPO"/hack/openstackseed/*.go; do
 		[ "$STATE/estate.json" -nt "$f" ] || return 1
 	done
 }
