@@ -36,10 +36,7 @@ func (r *Reconciler) cidrPool(ctx context.Context) (*ipam.ServiceCIDRPool, error
 	if err != nil {
 		return nil, err
 	}
-	reader := r.APIReader
-	if reader == nil {
-		reader = r.Client
-	}
+	reader := r.apiReader()
 	type claim struct {
 		uid, cidr, who string
 		created        int64

@@ -236,10 +236,7 @@ var sandboxIDs = regexp.MustCompile(`\b[0-9a-f]{32,64}\b`)
 // stays Pending/ContainerCreating. The read goes around the cache (Events are not
 // cached) and happens only for a scheduled Pending pod.
 func (r *Reconciler) sandboxFailure(ctx context.Context, pod *corev1.Pod) (string, bool) {
-	reader := r.APIReader
-	if reader == nil {
-		reader = r.Client
-	}
+	reader := r.apiReader()
 	var events corev1.EventList
 	if err := reader.List(ctx, &events, client.InNamespace(pod.Namespace), client.MatchingFields{"involvedObject.uid": string(pod.UID)}); err != nil {
 		if !apierrors.IsForbidden(err) {

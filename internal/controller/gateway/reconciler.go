@@ -373,14 +373,20 @@ func (r *Reconciler) statusWriter() statuswrite.Writer {
 	return statuswrite.Writer{Client: r.Client, Reader: r.APIReader, Manager: statuswrite.ManagerOperator, Exclude: v1alpha1.GatewayAgentStatusFields, Fresh: r.fresh}
 }
 
+// apiReader reads past the cache, from the API server, when the reconciler has a reader
+// for that (Deps.APIReader), else through the client.
+func (r *Reconciler) apiReader() client.Reader {
+	if r.APIReader == nil {
+		return r.Client
+	}
+	return r.APIReader
+}
+
 // rebase makes the fresh object the base of g's status write when the only change since
 // g's read is of the observations: g keeps what its phases decided, and reads the pod
 // and the report again onto it. false: something else changed, start over.
 func (r *Reconciler) rebase(ctx context.Context, g *gateway) (bool, error) {
-	reader := r.APIReader
-	if reader == nil {
-		reader = r.Client
-	}
+	reader := r.apiReader()
 	fresh := v1alpha1.NewGateway(g.kind)
 	if err := reader.Get(ctx, client.ObjectKeyFromObject(g.obj), fresh); err != nil {
 		return false, err

@@ -37,7 +37,6 @@ import (
 // gateway's own subnets and what kind of thing they overlap; the ranges other tenants
 // use go to the operator's log only.
 func (r *Reconciler) routedRefusal(ctx context.Context, g *gateway, routed []string, rt *openstack.Router) (reason, msg string, err error) {
-	log := logr.FromContextOrDiscard(ctx)
 	var mine []netip.Prefix
 	for _, s := range routed {
 		p, err := netip.ParsePrefix(s)
@@ -54,59 +53,97 @@ func (r *Reconciler) routedRefusal(ctx context.Context, g *gateway, routed []str
 			return v1alpha1.ReasonRoutedModeNotAllowed, fmt.Sprintf("routed subnet %s lies outside the routed-subnet ranges %s allows (%s)", m, g.policy.Describe(), prefixList(g.policy.RoutedSubnets)), nil
 		}
 	}
-	overlap := func(p netip.Prefix) (netip.Prefix, bool) {
-		for _, m := range mine {
-			if m.Overlaps(p) {
-				return m, true
-			}
+	set := routedSet{mine: mine, log: logr.FromContextOrDiscard(ctx)}
+	// In this order: the first conflict found is the one the condition names.
+	checks := []func() (string, error){
+		func() (string, error) { return r.routedVsOperatorRanges(g, set), nil },
+		func() (string, error) { return r.routedVsRouter(ctx, g, rt, set) },
+		func() (string, error) { return r.routedVsClusterLinks(ctx, set) },
+		func() (string, error) { return r.routedVsExposureTargets(ctx, set) },
+		func() (string, error) { return r.routedVsGateways(ctx, g, set) },
+	}
+	for _, check := range checks {
+		msg, err := check()
+		if err != nil {
+			return "", "", err
 		}
-		return netip.Prefix{}, false
+		if msg != "" {
+			return v1alpha1.ReasonRoutedSubnetConflict, msg, nil
+		}
 	}
-	conflict := func(format string, args ...any) (string, string, error) {
-		return v1alpha1.ReasonRoutedSubnetConflict, fmt.Sprintf(format, args...), nil
+	return "", "", nil
+}
+
+// routedSet is a gateway's routed subnets under check, with the log for what a
+// tenant-facing message leaves out.
+type routedSet struct {
+	mine []netip.Prefix
+	log  logr.Logger
+}
+
+// overlap names the routed subnet that overlaps p, if one does.
+func (s routedSet) overlap(p netip.Prefix) (netip.Prefix, bool) {
+	for _, m := range s.mine {
+		if m.Overlaps(p) {
+			return m, true
+		}
 	}
-	// detail logs what a tenant-facing message leaves out.
-	detail := func(m netip.Prefix, what string, other any) {
-		log.Info("routed subnet refused", "subnet", m.String(), "overlaps", what, "with", fmt.Sprint(other))
-	}
-	if m, ok := overlap(r.Config.ServiceCIDRPool); ok && r.Config.ServiceCIDRPool.IsValid() {
-		return conflict("routed subnet %s overlaps the service CIDR pool %s, where every gateway's virtual IPs live", m, r.Config.ServiceCIDRPool)
+	return netip.Prefix{}, false
+}
+
+// detail logs what a tenant-facing message leaves out.
+func (s routedSet) detail(m netip.Prefix, what string, other any) {
+	s.log.Info("routed subnet refused", "subnet", m.String(), "overlaps", what, "with", fmt.Sprint(other))
+}
+
+// routedVsOperatorRanges: the service CIDR pool and the internal source CIDRs.
+func (r *Reconciler) routedVsOperatorRanges(g *gateway, set routedSet) string {
+	if m, ok := set.overlap(r.Config.ServiceCIDRPool); ok && r.Config.ServiceCIDRPool.IsValid() {
+		return fmt.Sprintf("routed subnet %s overlaps the service CIDR pool %s, where every gateway's virtual IPs live", m, r.Config.ServiceCIDRPool)
 	}
 	for _, in := range r.internalSources(g) {
-		if m, ok := overlap(in); ok {
-			return conflict("routed subnet %s overlaps the internal source CIDR %s: the fabric's own network would be routed into the tunnel", m, in)
+		if m, ok := set.overlap(in); ok {
+			return fmt.Sprintf("routed subnet %s overlaps the internal source CIDR %s: the fabric's own network would be routed into the tunnel", m, in)
 		}
 	}
+	return ""
+}
+
+// routedVsRouter: the router's own networks (the external network, its attached
+// subnets) and every route on it this gateway did not install.
+func (r *Reconciler) routedVsRouter(ctx context.Context, g *gateway, rt *openstack.Router, set routedSet) (string, error) {
 	nets, err := r.routerNetworks(ctx, rt)
 	if err != nil {
-		return "", "", err
+		return "", err
 	}
 	for _, n := range nets {
-		if m, ok := overlap(n); ok {
-			detail(m, "a network of the router", n)
-			return conflict("routed subnet %s overlaps a network attached to the gateway cluster's router or the external network: routing it to a tunnel would take the router's own traffic", m)
+		if m, ok := set.overlap(n); ok {
+			set.detail(m, "a network of the router", n)
+			return fmt.Sprintf("routed subnet %s overlaps a network attached to the gateway cluster's router or the external network: routing it to a tunnel would take the router's own traffic", m), nil
 		}
 	}
-	if rt != nil {
-		for _, x := range rt.Routes {
-			if x.NextHop == g.status.PortFixedIP {
-				continue
-			}
-			if p, err := netip.ParsePrefix(x.Destination); err == nil {
-				if m, ok := overlap(p); ok {
-					detail(m, "a route the gateway did not install", x)
-					return conflict("routed subnet %s overlaps a route on the gateway cluster's router that this gateway did not install; the operator never replaces a route it did not make (a route left by this gateway's former port must be removed by hand)", m)
-				}
+	if rt == nil {
+		return "", nil
+	}
+	for _, x := range rt.Routes {
+		if x.NextHop == g.status.PortFixedIP {
+			continue
+		}
+		if p, err := netip.ParsePrefix(x.Destination); err == nil {
+			if m, ok := set.overlap(p); ok {
+				set.detail(m, "a route the gateway did not install", x)
+				return fmt.Sprintf("routed subnet %s overlaps a route on the gateway cluster's router that this gateway did not install; the operator never replaces a route it did not make (a route left by this gateway's former port must be removed by hand)", m), nil
 			}
 		}
 	}
-	reader := r.APIReader
-	if reader == nil {
-		reader = r.Client
-	}
+	return "", nil
+}
+
+// routedVsClusterLinks: the service cluster of every active ClusterLink.
+func (r *Reconciler) routedVsClusterLinks(ctx context.Context, set routedSet) (string, error) {
 	var links v1alpha1.ClusterLinkList
-	if err := reader.List(ctx, &links); err != nil {
-		return "", "", fmt.Errorf("listing ClusterLinks to check routed subnets: %w", err)
+	if err := r.apiReader().List(ctx, &links); err != nil {
+		return "", fmt.Errorf("listing ClusterLinks to check routed subnets: %w", err)
 	}
 	for i := range links.Items {
 		l := &links.Items[i]
@@ -114,58 +151,87 @@ func (r *Reconciler) routedRefusal(ctx context.Context, g *gateway, routed []str
 			continue // a refused or deleting link routes nothing
 		}
 		if p, ok := linkselect.CIDR(l); ok {
-			if m, ok := overlap(p); ok {
+			if m, ok := set.overlap(p); ok {
 				// The link may serve another tenant: its name and range go to the log.
-				detail(m, "a ClusterLink's service cluster", l.Name+" "+p.String())
-				return conflict("routed subnet %s overlaps the service cluster of a ClusterLink: the router routes that network to the service cluster already", m)
+				set.detail(m, "a ClusterLink's service cluster", l.Name+" "+p.String())
+				return fmt.Sprintf("routed subnet %s overlaps the service cluster of a ClusterLink: the router routes that network to the service cluster already", m), nil
 			}
 		}
 	}
+	return "", nil
+}
+
+// routedVsExposureTargets: the operator-wide exposure-target allow-list and every
+// tenant policy's.
+func (r *Reconciler) routedVsExposureTargets(ctx context.Context, set routedSet) (string, error) {
 	targets := append([]netip.Prefix(nil), r.Config.ExposureTargetCIDRs...)
 	var policies v1alpha1.VPNTenantPolicyList
 	if err := r.Client.List(ctx, &policies); err != nil {
-		return "", "", fmt.Errorf("listing VPNTenantPolicies to check routed subnets: %w", err)
+		return "", fmt.Errorf("listing VPNTenantPolicies to check routed subnets: %w", err)
 	}
 	for i := range policies.Items {
 		targets = append(targets, tenancy.FromSpec(policies.Items[i].Name, "", &policies.Items[i].Spec).ExposureTargets...)
 	}
 	for _, t := range targets {
-		if m, ok := overlap(t); ok {
-			detail(m, "an exposure-target range", t)
-			return conflict("routed subnet %s overlaps a range the platform allows as exposure targets: routing it to a tunnel would take the traffic of exposures", m)
+		if m, ok := set.overlap(t); ok {
+			set.detail(m, "an exposure-target range", t)
+			return fmt.Sprintf("routed subnet %s overlaps a range the platform allows as exposure targets: routing it to a tunnel would take the traffic of exposures", m), nil
 		}
 	}
-	type claim struct {
-		who     string
-		ns      string
-		created int64
-		uid     string
-		subnets []string
-		peers   []string
-		routed  bool
-	}
-	var claims []claim
-	gws, err := v1alpha1.ListGateways(ctx, reader)
+	return "", nil
+}
+
+// routedClaim is one gateway's part in the routed-subnet check.
+type routedClaim struct {
+	who     string
+	ns      string
+	created int64
+	uid     string
+	subnets []string
+	peers   []string
+	routed  bool
+}
+
+// routedVsGateways: every gateway's peer addresses and WireGuard endpoints, this one's
+// too, then the routed subnets of the gateways that keep theirs before this one.
+func (r *Reconciler) routedVsGateways(ctx context.Context, g *gateway, set routedSet) (string, error) {
+	gws, err := v1alpha1.ListGateways(ctx, r.apiReader())
 	if err != nil {
-		return "", "", fmt.Errorf("checking routed subnets: %w", err)
+		return "", fmt.Errorf("checking routed subnets: %w", err)
 	}
+	var claims []routedClaim
 	for _, o := range gws {
 		spec, st := o.GetGatewaySpec(), o.GetGatewayStatus()
-		claims = append(claims, claim{v1alpha1.DescribeGateway(o), o.GetNamespace(), o.GetCreationTimestamp().UnixNano(), string(o.GetUID()),
+		claims = append(claims, routedClaim{v1alpha1.DescribeGateway(o), o.GetNamespace(), o.GetCreationTimestamp().UnixNano(), string(o.GetUID()),
 			routedSubnets(spec), peerAddresses(spec, o.GetWireGuard()), routesNow(st, o.GetGeneration())})
 	}
-	// Every gateway's peers, this one's too: a peer's IKE (or WireGuard) traffic to the
-	// gateway's floating IP crosses the router, and must not be routed into a tunnel.
+	if msg := routedVsPeers(claims, set); msg != "" {
+		return msg, nil
+	}
+	return routedVsClaims(g, claims, set), nil
+}
+
+// routedVsPeers: a peer's IKE (or WireGuard) traffic to its gateway's floating IP
+// crosses the router, and must not be routed into a tunnel.
+func routedVsPeers(claims []routedClaim, set routedSet) string {
 	for _, c := range claims {
 		for _, a := range c.peers {
 			if ip, err := netip.ParseAddr(a); err == nil {
-				if m, ok := overlap(netip.PrefixFrom(ip, 32)); ok {
-					detail(m, "a gateway's peer address or WireGuard endpoint", c.who+" "+a)
-					return conflict("routed subnet %s holds the peer address or WireGuard endpoint of a gateway: its IKE or WireGuard traffic would be routed into this tunnel", m)
+				if m, ok := set.overlap(netip.PrefixFrom(ip, 32)); ok {
+					set.detail(m, "a gateway's peer address or WireGuard endpoint", c.who+" "+a)
+					return fmt.Sprintf("routed subnet %s holds the peer address or WireGuard endpoint of a gateway: its IKE or WireGuard traffic would be routed into this tunnel", m)
 				}
 			}
 		}
 	}
+	return ""
+}
+
+// routedVsClaims: the routed subnets of the other gateways that keep theirs before
+// this one. The gateway that routes the subnet now keeps it; between two that do not
+// (or, after a race, both do), the older (creation time, then UID: creation times have
+// whole seconds).
+func routedVsClaims(g *gateway, claims []routedClaim, set routedSet) string {
 	sort.Slice(claims, func(i, j int) bool {
 		if claims[i].created != claims[j].created {
 			return claims[i].created < claims[j].created
@@ -179,9 +245,6 @@ func (r *Reconciler) routedRefusal(ctx context.Context, g *gateway, routed []str
 		if c.uid == self {
 			continue
 		}
-		// The gateway that routes the subnet now keeps it; between two that do not (or,
-		// after a race, both do), the older (creation time, then UID: creation times
-		// have whole seconds).
 		older := c.created < created || (c.created == created && c.uid < self)
 		if c.routed != mineRouted {
 			older = c.routed
@@ -190,20 +253,24 @@ func (r *Reconciler) routedRefusal(ctx context.Context, g *gateway, routed []str
 			continue
 		}
 		for _, s := range c.subnets {
-			if p, err := netip.ParsePrefix(s); err == nil {
-				if m, ok := overlap(p); ok {
-					detail(m, "another gateway's routed subnet", c.who+" "+p.String())
-					// A gateway of this namespace is the tenant's own and may be named;
-					// another namespace's is another tenant's.
-					if c.ns == g.obj.GetNamespace() {
-						return conflict("routed subnet %s overlaps %s, routed to %s (the gateway that routes it first keeps it)", m, p, c.who)
-					}
-					return conflict("routed subnet %s overlaps a subnet routed to a gateway in another namespace (the gateway that routes it first keeps it)", m)
-				}
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				continue
 			}
+			m, ok := set.overlap(p)
+			if !ok {
+				continue
+			}
+			set.detail(m, "another gateway's routed subnet", c.who+" "+p.String())
+			// A gateway of this namespace is the tenant's own and may be named; another
+			// namespace's is another tenant's.
+			if c.ns == g.obj.GetNamespace() {
+				return fmt.Sprintf("routed subnet %s overlaps %s, routed to %s (the gateway that routes it first keeps it)", m, p, c.who)
+			}
+			return fmt.Sprintf("routed subnet %s overlaps a subnet routed to a gateway in another namespace (the gateway that routes it first keeps it)", m)
 		}
 	}
-	return "", "", nil
+	return ""
 }
 
 // peerAddresses lists a gateway's tunnels' peer addresses, or (wg set) its WireGuard
