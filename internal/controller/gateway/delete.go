@@ -51,18 +51,30 @@ func (r *Reconciler) finalize(ctx context.Context, g *gateway) error {
 	return nil
 }
 
+// cleanupOpenStack undoes what the gateway made in OpenStack, each step safe to repeat
+// after a crash: the routes via its port, the port's attachment, the floating IPs, the
+// port, the security group.
 func (r *Reconciler) cleanupOpenStack(ctx context.Context, g *gateway) error {
-	log := logr.FromContextOrDiscard(ctx)
-	owner := g.owner()
 	ports, err := r.findOwnedPorts(ctx, g)
 	if err != nil {
 		return err
 	}
+	for _, step := range []func(context.Context, *gateway, []openstack.Port) error{
+		r.removeRoutesVia, r.detachPorts, r.releaseOwnedFloatingIPs, r.deletePorts,
+	} {
+		if err := step(ctx, g, ports); err != nil {
+			return err
+		}
+	}
+	return r.deleteSecurityGroups(ctx, g)
+}
 
-	// 1. Routes via the port, on every router of the project. A route to this gateway's
-	// service CIDR or routed subnets via a recorded address goes even when the port is
-	// already gone; a route to anything else only while the port still holds that
-	// address (once freed, the address may be another gateway's).
+// removeRoutesVia removes the routes via the gateway's port, on every router of the
+// project. A route to this gateway's service CIDR or routed subnets via a recorded
+// address goes even when the port is already gone; a route to anything else only while
+// the port still holds that address (once freed, the address may be another gateway's).
+func (r *Reconciler) removeRoutesVia(ctx context.Context, g *gateway, ports []openstack.Port) error {
+	log := logr.FromContextOrDiscard(ctx)
 	type nexthop struct {
 		ip       string
 		anyRoute bool
@@ -111,9 +123,13 @@ func (r *Reconciler) cleanupOpenStack(ctx context.Context, g *gateway) error {
 			}
 		}
 	}
+	return nil
+}
 
-	// 2. Detach the port from whichever server holds it. Nova detaches on its own
-	// time: ask once, then poll (the deletion waits, no worker does).
+// detachPorts detaches the port from whichever server holds it. Nova detaches in its
+// own time: ask once, then poll (the deletion waits, no worker does).
+func (r *Reconciler) detachPorts(ctx context.Context, g *gateway, ports []openstack.Port) error {
+	log := logr.FromContextOrDiscard(ctx)
 	for i, p := range ports {
 		if p.DeviceID == "" {
 			continue
@@ -139,9 +155,13 @@ func (r *Reconciler) cleanupOpenStack(ctx context.Context, g *gateway) error {
 		}
 		return outcome.Wait(r.PortWait.Interval, "%s", op.waiting())
 	}
+	return nil
+}
 
-	// 3. Floating IPs: a pinned one is only disassociated and untagged (it is the
-	// user's); allocated ones are released.
+// releaseOwnedFloatingIPs: a pinned floating IP is only disassociated and untagged (it
+// is the user's); allocated ones are released.
+func (r *Reconciler) releaseOwnedFloatingIPs(ctx context.Context, g *gateway, ports []openstack.Port) error {
+	owner := g.owner()
 	portIDs := map[string]bool{}
 	for _, p := range ports {
 		portIDs[p.ID] = true
@@ -172,8 +192,13 @@ func (r *Reconciler) cleanupOpenStack(ctx context.Context, g *gateway) error {
 			return err
 		}
 	}
+	return nil
+}
 
-	// 4. The port itself.
+// deletePorts deletes the gateway's ports, then any a lost create response left behind
+// (found by its tags).
+func (r *Reconciler) deletePorts(ctx context.Context, g *gateway, ports []openstack.Port) error {
+	owner := g.owner()
 	for _, p := range ports {
 		if err := r.net().DeletePort(ctx, p.ID); err != nil && !openstack.IsNotFound(err) {
 			return err
@@ -194,8 +219,12 @@ func (r *Reconciler) cleanupOpenStack(ctx context.Context, g *gateway) error {
 			}
 		}
 	}
+	return nil
+}
 
-	// 5. The security group, once no port uses it.
+// deleteSecurityGroups deletes the gateway's security group, last: once no port uses it.
+func (r *Reconciler) deleteSecurityGroups(ctx context.Context, g *gateway) error {
+	owner := g.owner()
 	sgs, err := r.net().ListSecurityGroups(ctx, owner.Selector())
 	if err != nil {
 		return err
