@@ -271,130 +271,170 @@ func conditionMissing(lc *linkCtx, t string) bool {
 
 // ensureLeg finds the leg port (by status ID, then by tag, then an adoptable hand-made
 // port at the transit IP), creates it as a last resort, records it, and attaches it to
-// the service cluster's router.
+// the service cluster's router. Each step either hands on the port or stops the phase
+// (its condition already says why).
 func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx) (bool, error) {
-	tn := lc.tn
-	link := lc.link
-	net := lc.legClients.Networking
-	own := owner(link)
-	fail := func(reason string, err error, format string, args ...any) (bool, error) {
-		msg := fmt.Sprintf(format, args...)
-		if err != nil {
-			msg = strings.TrimSuffix(msg, err.Error()) + outcome.Describe(err)
-		}
-		lc.set.False(v1alpha1.ConditionLegAttached, reason, lc.legPrefix()+msg)
-		r.waiting(lc, v1alpha1.ConditionLegAttached, v1alpha1.ConditionRouteInstalled, v1alpha1.ConditionReverseRoutesInstalled)
-		if conditionMissing(lc, v1alpha1.ConditionReverseRoutesInstalled) || lc.link.Status.ReverseRoutes == nil {
-			lc.set.False(v1alpha1.ConditionReverseRoutesInstalled, v1alpha1.ReasonEnsureReverseRoutesFailed, "the leg is not attached, so the service cluster's router cannot reach any gateway port")
-		}
+	port, stop, err := r.findLeg(ctx, lc)
+	if port == nil && !stop {
+		port, stop, err = r.adoptLeg(ctx, lc)
+	}
+	if port == nil && !stop {
+		port, stop, err = r.createLeg(ctx, lc)
+	}
+	if stop {
 		return false, err
 	}
+	if stop, err := r.recordLeg(ctx, lc, port); stop {
+		return false, err
+	}
+	return r.attachLeg(ctx, lc, port)
+}
 
-	var port *openstack.Port
+// legFailed sets LegAttached false with the reason, marks the phases after it waiting,
+// and says the reverse routes cannot be reached without a leg; it returns err.
+func (r *Reconciler) legFailed(lc *linkCtx, reason string, err error, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	if err != nil {
+		msg = strings.TrimSuffix(msg, err.Error()) + outcome.Describe(err)
+	}
+	lc.set.False(v1alpha1.ConditionLegAttached, reason, lc.legPrefix()+msg)
+	r.waiting(lc, v1alpha1.ConditionLegAttached, v1alpha1.ConditionRouteInstalled, v1alpha1.ConditionReverseRoutesInstalled)
+	if conditionMissing(lc, v1alpha1.ConditionReverseRoutesInstalled) || lc.link.Status.ReverseRoutes == nil {
+		lc.set.False(v1alpha1.ConditionReverseRoutesInstalled, v1alpha1.ReasonEnsureReverseRoutesFailed, "the leg is not attached, so the service cluster's router cannot reach any gateway port")
+	}
+	return err
+}
+
+// findLeg finds the link's own leg port: the one status names, if it still carries the
+// link's tags, else one with the tags (the one at the recorded transit IP first).
+func (r *Reconciler) findLeg(ctx context.Context, lc *linkCtx) (port *openstack.Port, stop bool, err error) {
+	link, net, own := lc.link, lc.legClients.Networking, owner(lc.link)
 	if id := link.Status.LegPortID; id != "" {
 		p, err := net.GetPort(ctx, id)
 		switch {
 		case err == nil && own.OwnedBy(p.Tags):
-			port = p
+			return p, false, nil
 		case err == nil, openstack.IsNotFound(err):
 		default:
-			return fail(v1alpha1.ReasonEnsureLegPortFailed, err, "reading leg port %s: %s", id, err.Error())
+			return nil, true, r.legFailed(lc, v1alpha1.ReasonEnsureLegPortFailed, err, "reading leg port %s: %s", id, err.Error())
 		}
 	}
-	if port == nil {
-		ps, err := net.ListPorts(ctx, openstack.ListPortsOpts{Tags: own.Selector(), NetworkID: tn.network.ID})
-		if err != nil {
-			return fail(v1alpha1.ReasonEnsureLegPortFailed, err, "looking up the leg port by tag: %s", err.Error())
-		}
-		for i := range ps {
-			if port == nil || ps[i].FixedIPOn(tn.subnet.ID) == link.Status.TransitIP {
-				port = &ps[i]
-			}
+	ps, err := net.ListPorts(ctx, openstack.ListPortsOpts{Tags: own.Selector(), NetworkID: lc.tn.network.ID})
+	if err != nil {
+		return nil, true, r.legFailed(lc, v1alpha1.ReasonEnsureLegPortFailed, err, "looking up the leg port by tag: %s", err.Error())
+	}
+	for i := range ps {
+		if port == nil || ps[i].FixedIPOn(lc.tn.subnet.ID) == link.Status.TransitIP {
+			port = &ps[i]
 		}
 	}
+	return port, false, nil
+}
+
+// adoptLeg adopts a hand-made leg at the link's transit IP (the recorded one, or a
+// cross-tenant link's pin): an untagged port attached to the service cluster's router
+// gets the link's tags. A port there that is not adoptable stops the phase (or, for a
+// link whose address the operator chose, sends it to another address).
+func (r *Reconciler) adoptLeg(ctx context.Context, lc *linkCtx) (port *openstack.Port, stop bool, err error) {
+	link, net, own := lc.link, lc.legClients.Networking, owner(lc.link)
 	adoptIP := link.Status.TransitIP
 	if lc.cross {
 		adoptIP = link.Spec.TransitIP
 	}
-	if port == nil && adoptIP != "" {
-		ps, err := net.ListPorts(ctx, openstack.ListPortsOpts{NetworkID: tn.network.ID, IPAddress: adoptIP})
-		if err != nil {
-			return fail(v1alpha1.ReasonEnsureLegPortFailed, err, "looking up ports at %s: %s", adoptIP, err.Error())
+	if adoptIP == "" {
+		return nil, false, nil
+	}
+	ps, err := net.ListPorts(ctx, openstack.ListPortsOpts{NetworkID: lc.tn.network.ID, IPAddress: adoptIP})
+	if err != nil {
+		return nil, true, r.legFailed(lc, v1alpha1.ReasonEnsureLegPortFailed, err, "looking up ports at %s: %s", adoptIP, err.Error())
+	}
+	if len(ps) == 0 {
+		return nil, false, nil
+	}
+	p := &ps[0]
+	if !adoptable(p, lc.router.ID) {
+		if r.mayReallocate(lc) {
+			_, err := r.reallocate(ctx, lc, fmt.Sprintf("transit IP %s was taken by port %s (device %q) before this link's leg was created", adoptIP, p.ID, p.DeviceID))
+			return nil, true, err
 		}
-		for i := range ps {
-			p := &ps[i]
-			if !adoptable(p, lc.router.ID) {
-				if r.mayReallocate(lc) {
-					return r.reallocate(ctx, lc, fmt.Sprintf("transit IP %s was taken by port %s (device %q) before this link's leg was created", adoptIP, p.ID, p.DeviceID))
-				}
-				also := ""
-				if !lc.cross {
-					// Our leg is gone and someone else holds its address: our route via
-					// it would deliver this link's traffic to them. Theirs stays.
-					if err := r.removeForwardRoutes(ctx, lc); err != nil {
-						also = "; also failed to remove this link's gateway route via " + adoptIP + ": " + outcome.Describe(err)
-					}
-				}
-				return fail(v1alpha1.ReasonEnsureLegPortFailed, nil,
-					"transit IP %s is held by port %s (device %q), which is not an untagged leg attached to router %s; free the address or recreate the link%s",
-					adoptIP, p.ID, p.DeviceID, lc.router.Name, also)
+		also := ""
+		if !lc.cross {
+			// Our leg is gone and someone else holds its address: our route via it
+			// would deliver this link's traffic to them. Theirs stays.
+			if err := r.removeForwardRoutes(ctx, lc); err != nil {
+				also = "; also failed to remove this link's gateway route via " + adoptIP + ": " + outcome.Describe(err)
 			}
-			tags := slices.Clone(p.Tags)
-			for _, t := range own.Tags() {
-				if !slices.Contains(tags, t) {
-					tags = append(tags, t)
-				}
-			}
-			if _, err := net.ReplacePortTags(ctx, p.ID, tags); err != nil {
-				return fail(v1alpha1.ReasonEnsureLegPortFailed, err, "tagging hand-made leg port %s for adoption: %s", p.ID, err.Error())
-			}
-			p.Tags = tags
-			port = p
-			lc.eventf(corev1.EventTypeNormal, "LegPortAdopted", "adopted hand-made leg port %s at %s on router %s", p.ID, adoptIP, lc.router.Name)
-			break
+		}
+		return nil, true, r.legFailed(lc, v1alpha1.ReasonEnsureLegPortFailed, nil,
+			"transit IP %s is held by port %s (device %q), which is not an untagged leg attached to router %s; free the address or recreate the link%s",
+			adoptIP, p.ID, p.DeviceID, lc.router.Name, also)
+	}
+	tags := slices.Clone(p.Tags)
+	for _, t := range own.Tags() {
+		if !slices.Contains(tags, t) {
+			tags = append(tags, t)
 		}
 	}
-	if port == nil {
-		if lc.cross && link.Status.TransitIP == "" {
-			// A cross-tenant leg without a pin takes Neutron's address, so nothing of it
-			// is on record before it exists. The customer project goes on record
-			// first: a deletion that finds it looks for a leg by tag even if the
-			// create's answer (or the status write after it) was lost.
-			if err := r.persist(ctx, lc); err != nil {
-				return false, err
-			}
-		}
-		opts := openstack.CreatePortOpts{
-			NetworkID:   tn.network.ID,
-			SubnetID:    tn.subnet.ID,
-			Name:        openstack.ResourceName(OwnerKind, "", link.Name),
-			Description: "ClusterLink " + link.Name + ": leg of router " + lc.router.Name + " on the transit network",
-			Tags:        own.Tags(),
-		}
-		if lc.cross {
-			opts.IPAddress = link.Spec.TransitIP
-		} else {
-			opts.IPAddress = link.Status.TransitIP
-		}
-		p, err := net.CreatePort(ctx, opts)
-		if err != nil && openstack.NeutronErrorType(err) == "IpAddressAlreadyAllocated" && r.mayReallocate(lc) {
-			return r.reallocate(ctx, lc, fmt.Sprintf("transit IP %s was taken by another port before this link's leg was created", opts.IPAddress))
-		}
-		if err != nil {
-			return fail(v1alpha1.ReasonEnsureLegPortFailed, err, "creating the leg port: %s", err.Error())
-		}
-		port = p
-		lc.eventf(corev1.EventTypeNormal, "LegPortCreated", "created leg port %s at %s", p.ID, p.FixedIPOn(tn.subnet.ID))
+	if _, err := net.ReplacePortTags(ctx, p.ID, tags); err != nil {
+		return nil, true, r.legFailed(lc, v1alpha1.ReasonEnsureLegPortFailed, err, "tagging hand-made leg port %s for adoption: %s", p.ID, err.Error())
 	}
-	ip := port.FixedIPOn(tn.subnet.ID)
+	p.Tags = tags
+	lc.eventf(corev1.EventTypeNormal, "LegPortAdopted", "adopted hand-made leg port %s at %s on router %s", p.ID, adoptIP, lc.router.Name)
+	return p, false, nil
+}
+
+// createLeg creates the leg port at the link's transit IP (a cross-tenant link's pin,
+// else the allocated one), or at Neutron's choice for a cross-tenant link without a
+// pin.
+func (r *Reconciler) createLeg(ctx context.Context, lc *linkCtx) (port *openstack.Port, stop bool, err error) {
+	link, tn := lc.link, lc.tn
+	if lc.cross && link.Status.TransitIP == "" {
+		// A cross-tenant leg without a pin takes Neutron's address, so nothing of it is
+		// on record before it exists. The customer project goes on record first: a
+		// deletion that finds it looks for a leg by tag even if the create's answer (or
+		// the status write after it) was lost.
+		if err := r.persist(ctx, lc); err != nil {
+			return nil, true, err
+		}
+	}
+	opts := openstack.CreatePortOpts{
+		NetworkID:   tn.network.ID,
+		SubnetID:    tn.subnet.ID,
+		Name:        openstack.ResourceName(OwnerKind, "", link.Name),
+		Description: "ClusterLink " + link.Name + ": leg of router " + lc.router.Name + " on the transit network",
+		Tags:        owner(link).Tags(),
+	}
+	if lc.cross {
+		opts.IPAddress = link.Spec.TransitIP
+	} else {
+		opts.IPAddress = link.Status.TransitIP
+	}
+	p, err := lc.legClients.Networking.CreatePort(ctx, opts)
+	if err != nil && openstack.NeutronErrorType(err) == "IpAddressAlreadyAllocated" && r.mayReallocate(lc) {
+		_, err := r.reallocate(ctx, lc, fmt.Sprintf("transit IP %s was taken by another port before this link's leg was created", opts.IPAddress))
+		return nil, true, err
+	}
+	if err != nil {
+		return nil, true, r.legFailed(lc, v1alpha1.ReasonEnsureLegPortFailed, err, "creating the leg port: %s", err.Error())
+	}
+	lc.eventf(corev1.EventTypeNormal, "LegPortCreated", "created leg port %s at %s", p.ID, p.FixedIPOn(tn.subnet.ID))
+	return p, false, nil
+}
+
+// recordLeg checks the port's transit address against status and records the port
+// (and a Neutron-chosen address) before anything routes via it.
+func (r *Reconciler) recordLeg(ctx context.Context, lc *linkCtx, port *openstack.Port) (stop bool, err error) {
+	link := lc.link
+	ip := port.FixedIPOn(lc.tn.subnet.ID)
 	if ip == "" {
-		return fail(v1alpha1.ReasonEnsureLegPortFailed, nil, "leg port %s has no address on the transit subnet %s", port.ID, tn.subnet.ID)
+		return true, r.legFailed(lc, v1alpha1.ReasonEnsureLegPortFailed, nil, "leg port %s has no address on the transit subnet %s", port.ID, lc.tn.subnet.ID)
 	}
 	if cur := link.Status.TransitIP; cur != "" && ip != cur {
 		if lc.cross {
-			return r.transitIPMismatch(ctx, lc, port, cur, ip)
+			_, err := r.transitIPMismatch(ctx, lc, port, cur, ip)
+			return true, err
 		}
-		return fail(v1alpha1.ReasonEnsureLegPortFailed, nil, "leg port %s sits at %s, but status.transitIP is %s", port.ID, ip, cur)
+		return true, r.legFailed(lc, v1alpha1.ReasonEnsureLegPortFailed, nil, "leg port %s sits at %s, but status.transitIP is %s", port.ID, ip, cur)
 	}
 	record := link.Status.LegPortID != port.ID
 	if link.Status.TransitIP == "" {
@@ -407,18 +447,24 @@ func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx) (bool, error) {
 	if record {
 		link.Status.LegPortID = port.ID
 		if err := r.persist(ctx, lc); err != nil {
-			return false, err
+			return true, err
 		}
 	}
 	lc.port = port
+	return false, nil
+}
 
+// attachLeg attaches the leg port to the service cluster's router, unless it is there
+// already; a port on another device is not taken from it.
+func (r *Reconciler) attachLeg(ctx context.Context, lc *linkCtx, port *openstack.Port) (bool, error) {
+	ip := port.FixedIPOn(lc.tn.subnet.ID)
 	switch {
 	case port.DeviceID == lc.router.ID:
 	case port.DeviceID != "":
-		return fail(v1alpha1.ReasonEnsureRouterHasPortFailed, nil, "leg port %s is attached to device %s, not router %s", port.ID, port.DeviceID, lc.router.ID)
+		return false, r.legFailed(lc, v1alpha1.ReasonEnsureRouterHasPortFailed, nil, "leg port %s is attached to device %s, not router %s", port.ID, port.DeviceID, lc.router.ID)
 	default:
-		if err := net.AddRouterInterface(ctx, lc.router.ID, port.ID); err != nil {
-			return fail(v1alpha1.ReasonEnsureRouterHasPortFailed, err, "attaching leg port %s to router %s: %s", port.ID, lc.router.Name, err.Error())
+		if err := lc.legClients.Networking.AddRouterInterface(ctx, lc.router.ID, port.ID); err != nil {
+			return false, r.legFailed(lc, v1alpha1.ReasonEnsureRouterHasPortFailed, err, "attaching leg port %s to router %s: %s", port.ID, lc.router.Name, err.Error())
 		}
 		lc.eventf(corev1.EventTypeNormal, "LegAttached", "attached leg port %s (%s) to router %s", port.ID, ip, lc.router.Name)
 	}
