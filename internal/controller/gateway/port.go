@@ -87,51 +87,13 @@ func (r *Reconciler) findOwnedPorts(ctx context.Context, g *gateway) ([]openstac
 // the gateway's tags only, and it is created with its tags in the create request, so a
 // crash anywhere leaves at most one port to adopt.
 func (r *Reconciler) ensurePort(ctx context.Context, g *gateway) (bool, error) {
-	log := logr.FromContextOrDiscard(ctx)
 	fail := func(err error) (bool, error) {
 		r.condFailed(g, v1alpha1.ConditionPortReady, v1alpha1.ReasonPortFailed, err)
 		return false, err
 	}
-	ports, err := r.findOwnedPorts(ctx, g)
+	port, err := r.ownedOrNewPort(ctx, g)
 	if err != nil {
 		return fail(err)
-	}
-	var port *openstack.Port
-	if len(ports) > 0 {
-		// Only a lost create response can make two: keep the one in use (or the first
-		// created) and remove the others.
-		sort.SliceStable(ports, func(i, j int) bool {
-			return ports[i].ID == g.status.PortID || (ports[i].DeviceID != "" && ports[j].DeviceID == "")
-		})
-		port = &ports[0]
-		for _, extra := range ports[1:] {
-			if extra.DeviceID != "" {
-				continue
-			}
-			log.Info("deleting a duplicate gateway port", "port", extra.ID)
-			if err := r.net().DeletePort(ctx, extra.ID); err != nil && !openstack.IsNotFound(err) {
-				return fail(err)
-			}
-		}
-	} else {
-		netID, err := r.gatewayNetworkID(ctx)
-		if err != nil {
-			return fail(err)
-		}
-		owner := g.owner()
-		port, err = r.net().CreatePort(ctx, openstack.CreatePortOpts{
-			NetworkID:   netID,
-			Name:        openstack.ResourceName(g.kind, owner.Namespace, owner.Name),
-			Description: "bnerd-vpn-operator: dedicated port of " + g.String(),
-			// The allocation's record (Allocated ran before): see cidrPool.
-			Tags: openstack.WithServiceCIDR(owner.Tags(), g.status.ServiceCIDR),
-			// No group until the gateway's own is ready: nothing is admitted before.
-			SecurityGroups: []string{},
-		})
-		if err != nil {
-			return fail(err)
-		}
-		log.Info("created gateway port", "port", port.ID)
 	}
 	if cidr := g.status.ServiceCIDR; cidr != "" && openstack.ServiceCIDRTag(port.Tags) != cidr {
 		// A port made by an earlier release, or before the allocation: record it now.
@@ -142,18 +104,77 @@ func (r *Reconciler) ensurePort(ctx context.Context, g *gateway) (bool, error) {
 		port.Tags = tags
 	}
 	g.port = port
+	if err := r.recordPort(ctx, g, port); err != nil {
+		return fail(err)
+	}
+	if reason, msg := r.gatewayNetworkRefusal(g); reason != "" {
+		r.condFalse(g, v1alpha1.ConditionPortReady, reason, msg)
+		return false, nil
+	}
+	r.condTrue(g, v1alpha1.ConditionPortReady, v1alpha1.ReasonPortReady,
+		fmt.Sprintf("port %s holds %s on %s", port.ID, g.status.PortFixedIP, g.status.SubnetCIDR))
+	return true, nil
+}
+
+// ownedOrNewPort is the gateway's port: found by ID or tags, else created with the tags.
+func (r *Reconciler) ownedOrNewPort(ctx context.Context, g *gateway) (*openstack.Port, error) {
+	log := logr.FromContextOrDiscard(ctx)
+	ports, err := r.findOwnedPorts(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	if len(ports) > 0 {
+		// Only a lost create response can make two: keep the one in use (or the first
+		// created) and remove the others.
+		sort.SliceStable(ports, func(i, j int) bool {
+			return ports[i].ID == g.status.PortID || (ports[i].DeviceID != "" && ports[j].DeviceID == "")
+		})
+		for _, extra := range ports[1:] {
+			if extra.DeviceID != "" {
+				continue
+			}
+			log.Info("deleting a duplicate gateway port", "port", extra.ID)
+			if err := r.net().DeletePort(ctx, extra.ID); err != nil && !openstack.IsNotFound(err) {
+				return nil, err
+			}
+		}
+		return &ports[0], nil
+	}
+	netID, err := r.gatewayNetworkID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	owner := g.owner()
+	port, err := r.net().CreatePort(ctx, openstack.CreatePortOpts{
+		NetworkID:   netID,
+		Name:        openstack.ResourceName(g.kind, owner.Namespace, owner.Name),
+		Description: "bnerd-vpn-operator: dedicated port of " + g.String(),
+		// The allocation's record (Allocated ran before): see cidrPool.
+		Tags: openstack.WithServiceCIDR(owner.Tags(), g.status.ServiceCIDR),
+		// No group until the gateway's own is ready: nothing is admitted before.
+		SecurityGroups: []string{},
+	})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("created gateway port", "port", port.ID)
+	return port, nil
+}
+
+// recordPort notes the port, its address and its subnet in status. The port's address
+// is the port's, whatever status says.
+func (r *Reconciler) recordPort(ctx context.Context, g *gateway, port *openstack.Port) error {
 	if len(port.FixedIPs) == 0 {
-		return fail(fmt.Errorf("port %s has no fixed IP", port.ID))
+		return fmt.Errorf("port %s has no fixed IP", port.ID)
 	}
 	fixed := port.FixedIPs[0]
-	// The port's address is the port's, whatever status says.
 	if g.status.PortID == port.ID && g.status.PortFixedIP != "" && g.status.PortFixedIP != fixed.IPAddress {
 		r.statusForged(ctx, g, "portFixedIP", g.status.PortFixedIP, fixed.IPAddress, "the address of port "+port.ID+" tagged for this gateway")
 	}
 	if g.status.PortID != port.ID || g.status.PortFixedIP != fixed.IPAddress || g.status.SubnetCIDR == "" || g.status.SubnetGatewayIP == "" {
 		sn, err := r.net().GetSubnet(ctx, fixed.SubnetID)
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		g.status.SubnetCIDR = sn.CIDR
 		g.status.SubnetGatewayIP = sn.GatewayIP
@@ -161,33 +182,33 @@ func (r *Reconciler) ensurePort(ctx context.Context, g *gateway) (bool, error) {
 	g.status.PortID = port.ID
 	g.status.PortFixedIP = fixed.IPAddress
 	g.status.PortMACAddress = port.MACAddress
-	// The client's networks must not overlap the gateway network: the pod routes the
-	// gateway network out of NIC2, so traffic for such a client address would bypass the
-	// tunnel (and the guard would drop it). Only known once the port's subnet is.
+	return nil
+}
+
+// gatewayNetworkRefusal judges what could only be judged once the gateway network's
+// subnet is known: the client's networks, the peers and the targets must lie outside
+// it. It returns PortReady's reason and message, or "" when nothing is refused.
+func (r *Reconciler) gatewayNetworkRefusal(g *gateway) (reason, msg string) {
+	// The pod routes the gateway network out of NIC2, so traffic for a client address
+	// inside it would bypass the tunnel (and the guard would drop it).
 	if sub, err := netip.ParsePrefix(g.status.SubnetCIDR); err == nil {
 		for _, t := range g.remotes() {
 			for _, s := range t.subnets {
 				if p, err := netip.ParsePrefix(s); err == nil && p.Overlaps(sub) {
-					r.condFalse(g, v1alpha1.ConditionPortReady, v1alpha1.ReasonPeerSubnetOverlap,
-						fmt.Sprintf("tunnel %s: the client's subnet %s overlaps the gateway network's subnet %s; the client's networks must lie outside it", t.name, p, sub))
-					return false, nil
+					return v1alpha1.ReasonPeerSubnetOverlap,
+						fmt.Sprintf("tunnel %s: the client's subnet %s overlaps the gateway network's subnet %s; the client's networks must lie outside it", t.name, p, sub)
 				}
 			}
 		}
 	}
-	// Nor may a peer: the gateway network is only known now (ensureValidated judged
-	// the rest of the operator's ranges).
+	// Nor may a peer (ensureValidated judged the rest of the operator's ranges).
 	if errs := g.validatePeerAddresses(r.addressPolicy(g)); len(errs) > 0 {
-		r.condFalse(g, v1alpha1.ConditionPortReady, v1alpha1.ReasonPeerAddressNotAllowed, errs.ToAggregate().Error())
-		return false, nil
+		return v1alpha1.ReasonPeerAddressNotAllowed, errs.ToAggregate().Error()
 	}
 	// Nor may a target: the gateway network holds other gateways' ports, the ClusterLink
-	// legs and the routers' interfaces. Also only known once the port's subnet is.
+	// legs and the routers' interfaces.
 	if errs := g.validateAddresses(r.addressPolicy(g)); len(errs) > 0 {
-		r.condFalse(g, v1alpha1.ConditionPortReady, v1alpha1.ReasonTargetOnGatewayNetwork, errs.ToAggregate().Error())
-		return false, nil
+		return v1alpha1.ReasonTargetOnGatewayNetwork, errs.ToAggregate().Error()
 	}
-	r.condTrue(g, v1alpha1.ConditionPortReady, v1alpha1.ReasonPortReady,
-		fmt.Sprintf("port %s holds %s on %s", port.ID, fixed.IPAddress, g.status.SubnetCIDR))
-	return true, nil
+	return "", ""
 }
