@@ -130,6 +130,27 @@ func (r *Reconciler) ensureAllocated(ctx context.Context, g *gateway) (bool, err
 		r.condFailed(g, v1alpha1.ConditionAllocated, v1alpha1.ReasonAllocationFailed, err)
 		return false, err
 	}
+	cidr, refusal := r.allocateServiceCIDR(ctx, g, pool)
+	if refusal == "" {
+		// Recorded before the virtual IPs: the /24 is claimed, so it must survive a
+		// restart even if the exposures cannot be given addresses yet.
+		g.status.ServiceCIDR = cidr.String()
+		g.status.ServiceCIDRGatewayAddress = ipam.GatewayAddress(cidr).String()
+		refusal = assignVirtualIPs(g, cidr)
+	}
+	if refusal != "" {
+		r.condFalse(g, v1alpha1.ConditionAllocated, v1alpha1.ReasonAllocationFailed, refusal)
+		return false, nil
+	}
+	r.condTrue(g, v1alpha1.ConditionAllocated, v1alpha1.ReasonAllocated,
+		fmt.Sprintf("service CIDR %s; %d exposure and %d reverse exposure virtual IPs", cidr, len(g.status.Exposures), len(g.status.ReverseExposures)))
+	return true, nil
+}
+
+// allocateServiceCIDR claims the gateway's /24 in the pool: the one it holds, else the
+// one its pinned virtual IPs lie in, else a free one outside the client's networks. A
+// refusal says why none can be had.
+func (r *Reconciler) allocateServiceCIDR(ctx context.Context, g *gateway, pool *ipam.ServiceCIDRPool) (netip.Prefix, string) {
 	uid := string(g.obj.GetUID())
 	var pins []string
 	for _, e := range g.spec.Exposures {
@@ -139,11 +160,6 @@ func (r *Reconciler) ensureAllocated(ctx context.Context, g *gateway) (bool, err
 		pins = append(pins, e.VirtualIP)
 	}
 	pinned, hasPins := ipam.PinnedCIDR(pins...)
-	fail := func(msg string) (bool, error) {
-		r.condFalse(g, v1alpha1.ConditionAllocated, v1alpha1.ReasonAllocationFailed, msg)
-		return false, nil
-	}
-
 	// The client's networks: the gateway's /24 must not overlap them, or a virtual IP
 	// could not be told apart from a client address (and the guard would drop it).
 	var peerNets []netip.Prefix
@@ -154,57 +170,51 @@ func (r *Reconciler) ensureAllocated(ctx context.Context, g *gateway) (bool, err
 			}
 		}
 	}
-	overlap := func(c netip.Prefix) (bool, error) {
+	overlap := func(c netip.Prefix) string {
 		if o, bad := ipam.OverlapsAny(c, peerNets); bad {
-			return fail(fmt.Sprintf("the service CIDR %s overlaps the client's subnet %s; the client's networks must lie outside the gateway's virtual IPs", c, o))
+			return fmt.Sprintf("the service CIDR %s overlaps the client's subnet %s; the client's networks must lie outside the gateway's virtual IPs", c, o)
 		}
-		return true, nil
+		return ""
 	}
-
 	// The allocator's record is the truth, not the status: the gateway pod may write
 	// status. A differing status is put back, never claimed.
 	if held, ok := pool.Lookup(uid); ok && g.status.ServiceCIDR != held.String() {
 		r.statusForged(ctx, g, "serviceCIDR", g.status.ServiceCIDR, held.String(), "the /24 the allocator holds for this gateway")
 		g.status.ServiceCIDR = held.String()
 	}
-
-	var cidr netip.Prefix
 	switch {
 	case g.status.ServiceCIDR != "":
 		cur, err := netip.ParsePrefix(g.status.ServiceCIDR)
 		if err != nil {
-			return fail(fmt.Sprintf("status.serviceCIDR %q is not a CIDR", g.status.ServiceCIDR))
+			return netip.Prefix{}, fmt.Sprintf("status.serviceCIDR %q is not a CIDR", g.status.ServiceCIDR)
 		}
 		if hasPins && pinned != cur {
-			return fail(fmt.Sprintf("pinned virtual IPs lie in %s, but the gateway's service CIDR is %s; a gateway's service CIDR never moves (pin addresses inside %s, or recreate the gateway)", pinned, cur, cur))
+			return netip.Prefix{}, fmt.Sprintf("pinned virtual IPs lie in %s, but the gateway's service CIDR is %s; a gateway's service CIDR never moves (pin addresses inside %s, or recreate the gateway)", pinned, cur, cur)
 		}
 		if err := pool.Claim(uid, cur); err != nil {
-			return fail(fmt.Sprintf("status.serviceCIDR %s: %v", cur, err))
+			return netip.Prefix{}, fmt.Sprintf("status.serviceCIDR %s: %v", cur, err)
 		}
-		if ok, err := overlap(cur); !ok {
-			return ok, err
-		}
-		cidr = cur
+		return cur, overlap(cur)
 	case hasPins:
-		if ok, err := overlap(pinned); !ok {
-			return ok, err
+		if msg := overlap(pinned); msg != "" {
+			return netip.Prefix{}, msg
 		}
 		if err := pool.Claim(uid, pinned); err != nil {
-			return fail(fmt.Sprintf("pinned virtual IPs need the service CIDR %s: %v", pinned, err))
+			return netip.Prefix{}, fmt.Sprintf("pinned virtual IPs need the service CIDR %s: %v", pinned, err)
 		}
-		cidr = pinned
+		return pinned, ""
 	default:
 		c, err := pool.Allocate(uid, peerNets...)
 		if err != nil {
-			return fail(err.Error())
+			return netip.Prefix{}, err.Error()
 		}
-		cidr = c
+		return c, ""
 	}
-	// Recorded before the virtual IPs: the /24 is claimed, so it must survive a restart
-	// even if the exposures cannot be given addresses yet.
-	g.status.ServiceCIDR = cidr.String()
-	g.status.ServiceCIDRGatewayAddress = ipam.GatewayAddress(cidr).String()
+}
 
+// assignVirtualIPs gives every exposure and reverse exposure its virtual IP in cidr,
+// keeping the ones status records; a refusal says why one cannot be had.
+func assignVirtualIPs(g *gateway, cidr netip.Prefix) string {
 	fwdReq := make([]ipam.VIPRequest, 0, len(g.spec.Exposures))
 	for _, e := range g.spec.Exposures {
 		fwdReq = append(fwdReq, ipam.VIPRequest{Name: e.Name, Pinned: e.VirtualIP})
@@ -215,17 +225,15 @@ func (r *Reconciler) ensureAllocated(ctx context.Context, g *gateway) (bool, err
 	}
 	fwd, err := ipam.AssignVIPs(cidr, ipam.ForwardRange, fwdReq, toAssignments(g.status.Exposures))
 	if err != nil {
-		return fail(allocMessage(err))
+		return allocMessage(err)
 	}
 	rev, err := ipam.AssignVIPs(cidr, ipam.ReverseRange, revReq, toAssignments(g.status.ReverseExposures))
 	if err != nil {
-		return fail(allocMessage(err))
+		return allocMessage(err)
 	}
 	g.status.Exposures = fromAssignments(fwd)
 	g.status.ReverseExposures = fromAssignments(rev)
-	r.condTrue(g, v1alpha1.ConditionAllocated, v1alpha1.ReasonAllocated,
-		fmt.Sprintf("service CIDR %s; %d exposure and %d reverse exposure virtual IPs", cidr, len(fwd), len(rev)))
-	return true, nil
+	return ""
 }
 
 func allocMessage(err error) string {
