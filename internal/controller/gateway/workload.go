@@ -41,21 +41,16 @@ func (r *Reconciler) ensureWorkload(ctx context.Context, g *gateway) (bool, erro
 		r.condFalse(g, v1alpha1.ConditionWorkloadReady, reason, msg)
 		return false, nil
 	}
-	ref := g.ref()
-	cfg, err := gatewayconfig.Build(gatewayconfig.Input{Kind: g.kind, Namespace: ref.Namespace, Name: ref.Name, Spec: g.spec, Status: g.status,
-		WireGuard: g.wg, InternalSources: r.internalSources(g), UntrustedSources: r.untrustedSources(g),
-		ServiceCIDRPool: r.Config.ServiceCIDRPool, ExposureTargetCIDRs: r.Config.ExposureTargetCIDRs})
-	switch {
-	case errors.Is(err, gatewayconfig.ErrIncomplete):
-		return terminal(v1alpha1.ReasonWorkloadPending, err.Error())
-	case err != nil:
-		return terminal(v1alpha1.ReasonWorkloadFailed, err.Error())
+	objs, reason, msg := r.renderWorkload(g)
+	if reason != "" {
+		return terminal(reason, msg)
 	}
 	// The pod reads the keys itself; follow the Secrets it names (metadata only, one
 	// watch per Secret) so a fixed or rotated key re-checks the condition at once. The
 	// watches are named after checkPSKs read the Secrets, with the versions it read, so
 	// a watch's first listing of a version already checked wakes no one; a reconcile
 	// that stops before that names them without versions.
+	ref := g.ref()
 	secrets := pskSecretNames(g.spec)
 	follow := func(seen map[types.NamespacedName]string) {
 		if r.secrets == nil {
@@ -67,63 +62,12 @@ func (r *Reconciler) ensureWorkload(ctx context.Context, g *gateway) (bool, erro
 		}
 		r.secrets.Set(g.String(), refs, seen)
 	}
-
-	cm, err := render.ConfigMap(ref, cfg)
-	if err != nil {
-		return terminal(v1alpha1.ReasonWorkloadFailed, err.Error())
-	}
-	nad, err := render.NAD(ref, r.Config.NADTemplate, render.NADInput{
-		MACAddress: g.status.PortMACAddress, FixedIP: g.status.PortFixedIP,
-		SubnetCIDR: g.status.SubnetCIDR, SubnetGatewayIP: g.status.SubnetGatewayIP,
-	})
-	if err != nil {
-		return terminal(v1alpha1.ReasonWorkloadFailed, err.Error())
-	}
-	wl := render.Workload{
-		Gateway: ref, NodeName: g.status.NodeName, PortMAC: g.status.PortMACAddress,
-		GatewayImage: r.Config.GatewayImage, AgentImage: r.Config.AgentImage, WireGuardImage: r.Config.WireGuardImage,
-		Dataplane: gatewayconfig.DataplaneMode(r.Config.GatewayDataplane),
-		Pod:       r.Config.GatewayPod,
-		// The pod renews its liveness Lease every third of the timeout.
-		LivenessInterval: r.Config.GatewayLivenessTimeout / 3,
-	}
-	deployment := render.Deployment
-	if g.wg != nil {
-		deployment = render.WireGuardDeployment
-	}
-	dep, err := deployment(wl)
-	if err != nil {
-		return terminal(v1alpha1.ReasonWorkloadFailed, err.Error())
-	}
-
-	// The pod's RBAC goes first: a tunnel added to a running gateway names its Secret in
-	// the Role before the ConfigMap names the tunnel, so the agent can read the key the
-	// moment it learns of the tunnel.
-	steps := []func() error{
-		func() error { return r.applyServiceAccount(ctx, render.ServiceAccount(ref)) },
-		func() error { return r.applyRole(ctx, render.Role(ref, v1alpha1.GroupVersion.Group, secrets...)) },
-		func() error { return r.applyRoleBinding(ctx, render.RoleBinding(ref)) },
-		func() error { return r.applyConfigMap(ctx, cm) },
-		func() error { return r.applyLivenessLease(ctx, ref) },
-		func() error { return r.deleteLegacySecret(ctx, ref) },
-		func() error { return r.applyNAD(ctx, nad) },
-		func() error { return r.applyDeployment(ctx, g, dep) },
-		func() error { return r.releaseStrandedPods(ctx, g) },
-		func() error {
-			if r.Config.GatewayNetworkPolicy {
-				return r.applyNetworkPolicy(ctx, render.NetworkPolicy(ref, r.Config.Namespace))
-			}
-			return r.deleteNetworkPolicy(ctx, ref)
-		},
-	}
-	for _, step := range steps {
-		if err := step(); err != nil {
-			follow(nil)
-			if errors.Is(err, errNotOurs) {
-				return terminal(v1alpha1.ReasonWorkloadFailed, err.Error())
-			}
-			return fail(err)
+	if err := r.applyWorkload(ctx, g, objs, secrets); err != nil {
+		follow(nil)
+		if errors.Is(err, errNotOurs) {
+			return terminal(v1alpha1.ReasonWorkloadFailed, err.Error())
 		}
+		return fail(err)
 	}
 	// Every object is in place (a tunnel with a good key keeps working whatever another
 	// tunnel's key does); now the keys themselves.
@@ -137,8 +81,88 @@ func (r *Reconciler) ensureWorkload(ctx context.Context, g *gateway) (bool, erro
 		return terminal(reason, msg)
 	}
 	r.condTrue(g, v1alpha1.ConditionWorkloadReady, v1alpha1.ReasonWorkloadReady,
-		fmt.Sprintf("configuration, NIC2 attachment, RBAC and Deployment %s (pinned to node %s) are converged; the pod reads the keys of %d tunnel(s) itself", dep.Name, g.status.NodeName, len(g.spec.Tunnels)))
+		fmt.Sprintf("configuration, NIC2 attachment, RBAC and Deployment %s (pinned to node %s) are converged; the pod reads the keys of %d tunnel(s) itself", objs.deployment.Name, g.status.NodeName, len(g.spec.Tunnels)))
 	return true, nil
+}
+
+// workloadObjects are the rendered objects of a gateway that depend on its spec and
+// status (the RBAC and the NetworkPolicy are rendered from its name alone).
+type workloadObjects struct {
+	configMap  *corev1.ConfigMap
+	nad        *unstructured.Unstructured
+	deployment *appsv1.Deployment
+}
+
+// renderWorkload renders the gateway's configuration, NIC2 attachment and Deployment;
+// a reason says why they cannot be (WorkloadPending while the phases before have not
+// given the configuration all it needs).
+func (r *Reconciler) renderWorkload(g *gateway) (objs workloadObjects, reason, msg string) {
+	ref := g.ref()
+	cfg, err := gatewayconfig.Build(gatewayconfig.Input{Kind: g.kind, Namespace: ref.Namespace, Name: ref.Name, Spec: g.spec, Status: g.status,
+		WireGuard: g.wg, InternalSources: r.internalSources(g), UntrustedSources: r.untrustedSources(g),
+		ServiceCIDRPool: r.Config.ServiceCIDRPool, ExposureTargetCIDRs: r.Config.ExposureTargetCIDRs})
+	switch {
+	case errors.Is(err, gatewayconfig.ErrIncomplete):
+		return objs, v1alpha1.ReasonWorkloadPending, err.Error()
+	case err != nil:
+		return objs, v1alpha1.ReasonWorkloadFailed, err.Error()
+	}
+	if objs.configMap, err = render.ConfigMap(ref, cfg); err != nil {
+		return objs, v1alpha1.ReasonWorkloadFailed, err.Error()
+	}
+	objs.nad, err = render.NAD(ref, r.Config.NADTemplate, render.NADInput{
+		MACAddress: g.status.PortMACAddress, FixedIP: g.status.PortFixedIP,
+		SubnetCIDR: g.status.SubnetCIDR, SubnetGatewayIP: g.status.SubnetGatewayIP,
+	})
+	if err != nil {
+		return objs, v1alpha1.ReasonWorkloadFailed, err.Error()
+	}
+	wl := render.Workload{
+		Gateway: ref, NodeName: g.status.NodeName, PortMAC: g.status.PortMACAddress,
+		GatewayImage: r.Config.GatewayImage, AgentImage: r.Config.AgentImage, WireGuardImage: r.Config.WireGuardImage,
+		Dataplane: gatewayconfig.DataplaneMode(r.Config.GatewayDataplane),
+		Pod:       r.Config.GatewayPod,
+		// The pod renews its liveness Lease every third of the timeout.
+		LivenessInterval: r.Config.GatewayLivenessTimeout / 3,
+	}
+	deployment := render.Deployment
+	if g.wg != nil {
+		deployment = render.WireGuardDeployment
+	}
+	if objs.deployment, err = deployment(wl); err != nil {
+		return objs, v1alpha1.ReasonWorkloadFailed, err.Error()
+	}
+	return objs, "", ""
+}
+
+// applyWorkload writes the gateway's objects in order. The pod's RBAC goes first: a
+// tunnel added to a running gateway names its Secret in the Role before the ConfigMap
+// names the tunnel, so the agent can read the key the moment it learns of the tunnel.
+func (r *Reconciler) applyWorkload(ctx context.Context, g *gateway, objs workloadObjects, secrets []string) error {
+	ref := g.ref()
+	steps := []func() error{
+		func() error { return r.applyServiceAccount(ctx, render.ServiceAccount(ref)) },
+		func() error { return r.applyRole(ctx, render.Role(ref, v1alpha1.GroupVersion.Group, secrets...)) },
+		func() error { return r.applyRoleBinding(ctx, render.RoleBinding(ref)) },
+		func() error { return r.applyConfigMap(ctx, objs.configMap) },
+		func() error { return r.applyLivenessLease(ctx, ref) },
+		func() error { return r.deleteLegacySecret(ctx, ref) },
+		func() error { return r.applyNAD(ctx, objs.nad) },
+		func() error { return r.applyDeployment(ctx, g, objs.deployment) },
+		func() error { return r.releaseStrandedPods(ctx, g) },
+		func() error {
+			if r.Config.GatewayNetworkPolicy {
+				return r.applyNetworkPolicy(ctx, render.NetworkPolicy(ref, r.Config.Namespace))
+			}
+			return r.deleteNetworkPolicy(ctx, ref)
+		},
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkPSKs reads each tunnel's Secret around the cache (the operator caches no
