@@ -48,59 +48,92 @@ func (r *Reconciler) ensureWireGuardKey(ctx context.Context, g *gateway) (bool, 
 	}
 	st := g.status.WireGuard
 
-	var sec corev1.Secret
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: name}, &sec)
-	switch {
-	case apierrors.IsNotFound(err):
-		key, err := wgtypes.GeneratePrivateKey()
-		if err != nil {
-			return fail(err)
-		}
-		desired := render.WireGuardKeySecret(ref, render.WireGuardKeys{PrivateKey: key.String(), Token: token})
-		if err := r.Client.Create(ctx, desired); err != nil {
-			// AlreadyExists: a create raced this one; the next attempt reads it.
-			return fail(err)
-		}
-		sec = *desired
-		st.RetiredPublicKey, st.KeyRotatedAt = "", nil
-	case err != nil:
+	sec, refusal, err := r.wireGuardKeySecret(ctx, g, name, token)
+	if err != nil {
 		return fail(err)
-	default:
-		if !metav1.IsControlledBy(&sec, &metav1.ObjectMeta{UID: ref.UID}) {
-			return refuse(fmt.Sprintf("Secret %s/%s %s", ref.Namespace, name, errNotOurs))
-		}
 	}
-	keys := render.WireGuardKeysOf(&sec)
+	if refusal != "" {
+		return refuse(refusal)
+	}
+	keys := render.WireGuardKeysOf(sec)
 	key, err := wgtypes.ParseKey(keys.PrivateKey)
 	if err != nil {
 		// Never quote the value: it is meant to be a private key.
 		return refuse(fmt.Sprintf("Secret %s/%s holds no valid WireGuard private key under %q; delete the Secret and a new key is generated", ref.Namespace, name, render.WireGuardPrivateKeyKey))
 	}
-
 	if token != "" && token != keys.Token {
-		next, err := wgtypes.GeneratePrivateKey()
-		if err != nil {
+		if keys, key, err = r.rotateWireGuardKey(ctx, g, sec, keys, key, token); err != nil {
 			return fail(err)
 		}
-		if old, err := wgtypes.ParseKey(keys.PreviousKey); err == nil {
-			// A rotation during an overlap: the key before the previous one was on the
-			// slot the new key takes, so it stops being served now.
-			st.RetiredPublicKey = old.PublicKey().String()
-		}
-		rotated := render.WireGuardKeys{PrivateKey: next.String(), PreviousKey: key.String(), Slot: 1 - keys.Slot,
-			RotatedAt: r.now().Truncate(time.Second), Token: token}
-		if err := r.writeKeys(ctx, &sec, ref, rotated); err != nil {
-			return fail(err)
-		}
-		keys, key = rotated, next
 	}
 	st.PublicKey, st.ListenPort = key.PublicKey().String(), v1alpha1.WireGuardKeyPort(g.wg, keys.Slot)
+	return r.ensureKeyOverlap(ctx, g, sec, keys)
+}
 
+// wireGuardKeySecret is the gateway's key Secret: read, or created with a new key when
+// there is none. A Secret of that name the gateway does not control is refused, never
+// taken over.
+func (r *Reconciler) wireGuardKeySecret(ctx context.Context, g *gateway, name, token string) (sec *corev1.Secret, refusal string, err error) {
+	ref := g.ref()
+	sec = &corev1.Secret{}
+	err = r.Client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: name}, sec)
+	switch {
+	case apierrors.IsNotFound(err):
+		key, err := wgtypes.GeneratePrivateKey()
+		if err != nil {
+			return nil, "", err
+		}
+		desired := render.WireGuardKeySecret(ref, render.WireGuardKeys{PrivateKey: key.String(), Token: token})
+		if err := r.Client.Create(ctx, desired); err != nil {
+			// AlreadyExists: a create raced this one; the next attempt reads it.
+			return nil, "", err
+		}
+		st := g.status.WireGuard
+		st.RetiredPublicKey, st.KeyRotatedAt = "", nil
+		return desired, "", nil
+	case err != nil:
+		return nil, "", err
+	}
+	if !metav1.IsControlledBy(sec, &metav1.ObjectMeta{UID: ref.UID}) {
+		return nil, fmt.Sprintf("Secret %s/%s %s", ref.Namespace, name, errNotOurs), nil
+	}
+	return sec, "", nil
+}
+
+// rotateWireGuardKey puts a new key on the free slot; the current one becomes the
+// previous key, served on its own slot through the overlap.
+func (r *Reconciler) rotateWireGuardKey(ctx context.Context, g *gateway, sec *corev1.Secret, keys render.WireGuardKeys, key wgtypes.Key, token string) (render.WireGuardKeys, wgtypes.Key, error) {
+	next, err := wgtypes.GeneratePrivateKey()
+	if err != nil {
+		return keys, key, err
+	}
+	if old, err := wgtypes.ParseKey(keys.PreviousKey); err == nil {
+		// A rotation during an overlap: the key before the previous one was on the slot
+		// the new key takes, so it stops being served now.
+		g.status.WireGuard.RetiredPublicKey = old.PublicKey().String()
+	}
+	rotated := render.WireGuardKeys{PrivateKey: next.String(), PreviousKey: key.String(), Slot: 1 - keys.Slot,
+		RotatedAt: r.now().Truncate(time.Second), Token: token}
+	if err := r.writeKeys(ctx, sec, g.ref(), rotated); err != nil {
+		return keys, key, err
+	}
+	return rotated, next, nil
+}
+
+// ensureKeyOverlap serves the previous key, if any, until every peer has completed a
+// handshake with the current one or the overlap ends, then retires it.
+func (r *Reconciler) ensureKeyOverlap(ctx context.Context, g *gateway, sec *corev1.Secret, keys render.WireGuardKeys) (bool, error) {
+	fail := func(err error) (bool, error) {
+		r.condFailed(g, v1alpha1.ConditionWireGuardKeyReady, v1alpha1.ReasonKeyFailed, err)
+		return false, err
+	}
+	ref, st := g.ref(), g.status.WireGuard
+	name := render.WireGuardKeySecretName(ref.Name)
 	prev, err := wgtypes.ParseKey(keys.PreviousKey)
 	if keys.PreviousKey != "" && err != nil {
 		// Not a key: nothing can serve it, and the pod must not be handed it.
 		keys.PreviousKey = ""
-		if err := r.writeKeys(ctx, &sec, ref, keys); err != nil {
+		if err := r.writeKeys(ctx, sec, ref, keys); err != nil {
 			return fail(err)
 		}
 	}
@@ -116,7 +149,7 @@ func (r *Reconciler) ensureWireGuardKey(ctx context.Context, g *gateway) (bool, 
 		// A rotation recorded before the Secret carried its time: its overlap counts
 		// from now.
 		keys.RotatedAt = r.now().Truncate(time.Second)
-		if err := r.writeKeys(ctx, &sec, ref, keys); err != nil {
+		if err := r.writeKeys(ctx, sec, ref, keys); err != nil {
 			return fail(err)
 		}
 	}
@@ -134,7 +167,7 @@ func (r *Reconciler) ensureWireGuardKey(ctx context.Context, g *gateway) (bool, 
 	}
 	retired := keys
 	retired.PreviousKey = ""
-	if err := r.writeKeys(ctx, &sec, ref, retired); err != nil {
+	if err := r.writeKeys(ctx, sec, ref, retired); err != nil {
 		return fail(err)
 	}
 	if len(pending) > 0 {
