@@ -151,23 +151,10 @@ func adoptable(p *openstack.Port, routerID string) bool {
 // the customer's port (a customer may not choose addresses on a network it does not
 // own), so their allocation is recorded in ensureLeg.
 func (r *Reconciler) ensureTransitIP(ctx context.Context, lc *linkCtx) (bool, error) {
-	tn := lc.tn
 	link := lc.link
 	uid := string(link.UID)
 	if cur := link.Status.TransitIP; cur != "" {
-		a, err := netip.ParseAddr(cur)
-		if err != nil {
-			lc.set.False(v1alpha1.ConditionTransitIPAllocated, v1alpha1.ReasonTransitIPAllocationFailed, fmt.Sprintf("status.transitIP %q is not an address", cur))
-			return false, nil
-		}
-		r.claims.Hold(uid, a)
-		if pin := link.Spec.TransitIP; pin != "" && pin != cur {
-			lc.set.False(v1alpha1.ConditionTransitIPAllocated, v1alpha1.ReasonTransitIPAllocationFailed, fmt.Sprintf(
-				"spec.transitIP %s differs from the allocated %s; the leg stays at %s (recreate the ClusterLink to move it)", pin, cur, cur))
-			return true, nil
-		}
-		lc.set.True(v1alpha1.ConditionTransitIPAllocated, v1alpha1.ReasonTransitIPAllocated, "transit IP "+cur)
-		return true, nil
+		return r.keepTransitIP(lc, cur), nil
 	}
 	if lc.cross && link.Spec.TransitIP == "" {
 		if conditionMissing(lc, v1alpha1.ConditionTransitIPAllocated) {
@@ -182,12 +169,12 @@ func (r *Reconciler) ensureTransitIP(ctx context.Context, lc *linkCtx) (bool, er
 	}
 	// A port tagged for this link exists when a previous reconcile created it and
 	// crashed before recording it: adopt its address.
-	own, err := lc.legClients.Networking.ListPorts(ctx, openstack.ListPortsOpts{Tags: owner(link).Selector(), NetworkID: tn.network.ID})
+	own, err := lc.legClients.Networking.ListPorts(ctx, openstack.ListPortsOpts{Tags: owner(link).Selector(), NetworkID: lc.tn.network.ID})
 	if err != nil {
 		return fail(err)
 	}
 	for _, p := range own {
-		if ip := p.FixedIPOn(tn.subnet.ID); ip != "" {
+		if ip := p.FixedIPOn(lc.tn.subnet.ID); ip != "" {
 			a, _ := netip.ParseAddr(ip)
 			r.claims.Hold(uid, a)
 			link.Status.TransitIP, link.Status.LegPortID = ip, p.ID
@@ -199,9 +186,53 @@ func (r *Reconciler) ensureTransitIP(ctx context.Context, lc *linkCtx) (bool, er
 		}
 	}
 
-	ports, err := r.Operator.Networking.ListPorts(ctx, openstack.ListPortsOpts{NetworkID: tn.network.ID})
+	occupied, err := r.occupiedTransitIPs(ctx, lc)
 	if err != nil {
 		return fail(err)
+	}
+	listed, names, err := r.listedClaims(ctx)
+	if err != nil {
+		return false, err
+	}
+	a, err := r.claims.Allocate(uid, listed, chooseTransitIP(lc, occupied, names))
+	if err != nil {
+		lc.set.False(v1alpha1.ConditionTransitIPAllocated, v1alpha1.ReasonTransitIPAllocationFailed, err.Error())
+		return false, nil
+	}
+	link.Status.TransitIP = a.String()
+	if err := r.persist(ctx, lc); err != nil {
+		r.claims.Release(uid)
+		link.Status.TransitIP = ""
+		return false, err
+	}
+	lc.eventf(corev1.EventTypeNormal, "TransitIPAllocated", "allocated transit IP %s", a)
+	lc.set.True(v1alpha1.ConditionTransitIPAllocated, v1alpha1.ReasonTransitIPAllocated, "transit IP "+a.String())
+	return true, nil
+}
+
+// keepTransitIP holds the recorded transit IP (a pin that differs from it does not move
+// the leg); false when the record is not an address.
+func (r *Reconciler) keepTransitIP(lc *linkCtx, cur string) bool {
+	a, err := netip.ParseAddr(cur)
+	if err != nil {
+		lc.set.False(v1alpha1.ConditionTransitIPAllocated, v1alpha1.ReasonTransitIPAllocationFailed, fmt.Sprintf("status.transitIP %q is not an address", cur))
+		return false
+	}
+	r.claims.Hold(string(lc.link.UID), a)
+	if pin := lc.link.Spec.TransitIP; pin != "" && pin != cur {
+		lc.set.False(v1alpha1.ConditionTransitIPAllocated, v1alpha1.ReasonTransitIPAllocationFailed, fmt.Sprintf(
+			"spec.transitIP %s differs from the allocated %s; the leg stays at %s (recreate the ClusterLink to move it)", pin, cur, cur))
+		return true
+	}
+	lc.set.True(v1alpha1.ConditionTransitIPAllocated, v1alpha1.ReasonTransitIPAllocated, "transit IP "+cur)
+	return true
+}
+
+// occupiedTransitIPs maps every address on the transit network to the port holding it.
+func (r *Reconciler) occupiedTransitIPs(ctx context.Context, lc *linkCtx) (map[netip.Addr]*openstack.Port, error) {
+	ports, err := r.Operator.Networking.ListPorts(ctx, openstack.ListPortsOpts{NetworkID: lc.tn.network.ID})
+	if err != nil {
+		return nil, err
 	}
 	occupied := map[netip.Addr]*openstack.Port{}
 	for i := range ports {
@@ -211,13 +242,16 @@ func (r *Reconciler) ensureTransitIP(ctx context.Context, lc *linkCtx) (bool, er
 			}
 		}
 	}
-	listed, names, err := r.listedClaims(ctx)
-	if err != nil {
-		return false, err
-	}
-	routerID := lc.router.ID
-	a, err := r.claims.Allocate(uid, listed, func(claimed func(netip.Addr) (string, bool)) (netip.Addr, error) {
-		if pin := link.Spec.TransitIP; pin != "" {
+	return occupied, nil
+}
+
+// chooseTransitIP picks the link's address under the claims' lock: its pin, if no other
+// link claims it and no port but an adoptable hand-made leg holds it; else the next
+// address that is neither claimed nor held.
+func chooseTransitIP(lc *linkCtx, occupied map[netip.Addr]*openstack.Port, names map[string]string) func(claimed func(netip.Addr) (string, bool)) (netip.Addr, error) {
+	tn, routerID := lc.tn, lc.router.ID
+	return func(claimed func(netip.Addr) (string, bool)) (netip.Addr, error) {
+		if pin := lc.link.Spec.TransitIP; pin != "" {
 			a, err := netip.ParseAddr(pin)
 			if err != nil {
 				return a, err
@@ -244,20 +278,7 @@ func (r *Reconciler) ensureTransitIP(ctx context.Context, lc *linkCtx) (bool, er
 			p := occupied[a]
 			return p == nil || adoptable(p, routerID)
 		})
-	})
-	if err != nil {
-		lc.set.False(v1alpha1.ConditionTransitIPAllocated, v1alpha1.ReasonTransitIPAllocationFailed, err.Error())
-		return false, nil
 	}
-	link.Status.TransitIP = a.String()
-	if err := r.persist(ctx, lc); err != nil {
-		r.claims.Release(uid)
-		link.Status.TransitIP = ""
-		return false, err
-	}
-	lc.eventf(corev1.EventTypeNormal, "TransitIPAllocated", "allocated transit IP %s", a)
-	lc.set.True(v1alpha1.ConditionTransitIPAllocated, v1alpha1.ReasonTransitIPAllocated, "transit IP "+a.String())
-	return true, nil
 }
 
 func conditionMissing(lc *linkCtx, t string) bool {
