@@ -113,30 +113,9 @@ func (r *Reconciler) ensureSecurityGroup(ctx context.Context, g *gateway) (bool,
 		r.condFailed(g, v1alpha1.ConditionSecurityGroupReady, v1alpha1.ReasonSecurityGroupFail, err)
 		return false, err
 	}
-	sg, extras, err := r.findSecurityGroup(ctx, g)
+	sg, err := r.ownedOrNewSecurityGroup(ctx, g)
 	if err != nil {
 		return fail(err)
-	}
-	owner := g.owner()
-	if sg == nil {
-		sg, err = r.net().CreateSecurityGroup(ctx, openstack.CreateSecurityGroupOpts{
-			Name:        openstack.ResourceName(g.kind, owner.Namespace, owner.Name),
-			Description: "bnerd-vpn-operator: ingress of " + g.String(),
-			Tags:        owner.Tags(),
-		})
-		if err != nil {
-			return fail(err)
-		}
-	}
-	// Only a lost create response makes a second group; it was never applied to the port
-	// by this reconciler unless the port says so.
-	for _, x := range extras {
-		if contains(g.port.SecurityGroups, x.ID) {
-			continue
-		}
-		if err := r.net().DeleteSecurityGroup(ctx, x.ID); err != nil && !openstack.IsNotFound(err) {
-			return fail(err)
-		}
 	}
 	// Record the group before touching its rules, so the next reconcile finds it by ID.
 	g.status.SecurityGroupID = sg.ID
@@ -146,31 +125,7 @@ func (r *Reconciler) ensureSecurityGroup(ctx context.Context, g *gateway) (bool,
 	if g.wg != nil {
 		want, openToAll = wireGuardIngressRules(g.spec, g.wg, servedPorts(g), reverse)
 	}
-	wantSet := map[ruleKey]bool{}
-	for _, k := range want {
-		wantSet[k] = true
-	}
-	have := map[ruleKey]bool{}
-	for _, rule := range sg.Rules {
-		if rule.Direction != openstack.DirectionIngress {
-			continue // egress is Neutron's default allow; the gateway pod needs it
-		}
-		k := keyOf(rule)
-		if rule.EtherType != openstack.EtherTypeIPv4 || !wantSet[k] || have[k] {
-			if err := r.net().DeleteSecurityGroupRule(ctx, rule.ID); err != nil && !openstack.IsNotFound(err) {
-				return fail(err)
-			}
-			continue
-		}
-		have[k] = true
-	}
-	var missing []openstack.CreateSecurityGroupRuleOpts
-	for _, k := range want {
-		if !have[k] {
-			missing = append(missing, k.createOpts(sg.ID))
-		}
-	}
-	if err := r.createRules(ctx, missing); err != nil {
+	if err := r.syncIngressRules(ctx, sg, want); err != nil {
 		return fail(err)
 	}
 	if len(g.port.SecurityGroups) != 1 || g.port.SecurityGroups[0] != sg.ID {
@@ -190,6 +145,67 @@ func (r *Reconciler) ensureSecurityGroup(ctx context.Context, g *gateway) (bool,
 	}
 	r.condTrue(g, v1alpha1.ConditionSecurityGroupReady, v1alpha1.ReasonSecurityGroup, msg)
 	return true, nil
+}
+
+// ownedOrNewSecurityGroup is the gateway's own group: found by ID or tags, else created
+// with the tags. Only a lost create response makes a second group; it was never applied
+// to the port by this reconciler unless the port says so, and goes.
+func (r *Reconciler) ownedOrNewSecurityGroup(ctx context.Context, g *gateway) (*openstack.SecurityGroup, error) {
+	sg, extras, err := r.findSecurityGroup(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	if sg == nil {
+		owner := g.owner()
+		sg, err = r.net().CreateSecurityGroup(ctx, openstack.CreateSecurityGroupOpts{
+			Name:        openstack.ResourceName(g.kind, owner.Namespace, owner.Name),
+			Description: "bnerd-vpn-operator: ingress of " + g.String(),
+			Tags:        owner.Tags(),
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	for _, x := range extras {
+		if contains(g.port.SecurityGroups, x.ID) {
+			continue
+		}
+		if err := r.net().DeleteSecurityGroup(ctx, x.ID); err != nil && !openstack.IsNotFound(err) {
+			return nil, err
+		}
+	}
+	return sg, nil
+}
+
+// syncIngressRules makes the group's ingress exactly want: every other ingress rule
+// (and a duplicate, and any IPv6 one) is deleted, the missing ones created. Egress is
+// Neutron's default allow, which the gateway pod needs; it is left alone.
+func (r *Reconciler) syncIngressRules(ctx context.Context, sg *openstack.SecurityGroup, want []ruleKey) error {
+	wantSet := map[ruleKey]bool{}
+	for _, k := range want {
+		wantSet[k] = true
+	}
+	have := map[ruleKey]bool{}
+	for _, rule := range sg.Rules {
+		if rule.Direction != openstack.DirectionIngress {
+			continue
+		}
+		k := keyOf(rule)
+		if rule.EtherType != openstack.EtherTypeIPv4 || !wantSet[k] || have[k] {
+			if err := r.net().DeleteSecurityGroupRule(ctx, rule.ID); err != nil && !openstack.IsNotFound(err) {
+				return err
+			}
+			continue
+		}
+		have[k] = true
+	}
+	var missing []openstack.CreateSecurityGroupRuleOpts
+	for _, k := range want {
+		if !have[k] {
+			missing = append(missing, k.createOpts(sg.ID))
+		}
+	}
+	return r.createRules(ctx, missing)
 }
 
 func (k ruleKey) createOpts(sgID string) openstack.CreateSecurityGroupRuleOpts {
