@@ -50,26 +50,15 @@ func (r *Reconciler) ensureRouting(ctx context.Context, g *gateway) (bool, error
 		r.condFailed(g, v1alpha1.ConditionRoutingReady, v1alpha1.ReasonRoutingFailed, err)
 		return false, err
 	}
-	fixed := g.status.PortFixedIP
 	routed := routedSubnets(g.spec)
 	want := routedDestinations(g)
 	if len(want) == 0 && len(g.port.AllowedAddressPairs) == 0 {
 		r.condTrue(g, v1alpha1.ConditionRoutingReady, v1alpha1.ReasonNotRequired, "no reverse exposures and no routed tunnels: nothing is routed to the gateway")
 		return true, nil
 	}
-	routerID := ""
-	if r.Config.Router != "" || len(want) > 0 {
-		var err error
-		if routerID, err = r.operatorRouterID(ctx); err != nil {
-			return fail(err)
-		}
-	}
-	var rt *openstack.Router
-	if routerID != "" {
-		var err error
-		if rt, err = r.net().GetRouter(ctx, routerID); err != nil {
-			return fail(err)
-		}
+	rt, routerID, err := r.gatewayRouter(ctx, len(want) > 0)
+	if err != nil {
+		return fail(err)
 	}
 	if len(routed) > 0 {
 		reason, why, err := r.routedRefusal(ctx, g, routed, rt)
@@ -98,13 +87,39 @@ func (r *Reconciler) ensureRouting(ctx context.Context, g *gateway) (bool, error
 		return true, nil
 	}
 
-	msg := fmt.Sprintf("%s routed via %s on router %s and allowed on port %s", strings.Join(want, ", "), fixed, routerID, g.port.ID)
+	reason, msg := r.routingReady(ctx, g, want, routerID)
+	r.condTrue(g, v1alpha1.ConditionRoutingReady, reason, msg)
+	return true, nil
+}
+
+// gatewayRouter is the gateway cluster's router, read when one is configured or the
+// gateway has destinations to route ("" and nil otherwise).
+func (r *Reconciler) gatewayRouter(ctx context.Context, routes bool) (*openstack.Router, string, error) {
+	if r.Config.Router == "" && !routes {
+		return nil, "", nil
+	}
+	routerID, err := r.operatorRouterID(ctx)
+	if err != nil || routerID == "" {
+		return nil, routerID, err
+	}
+	rt, err := r.net().GetRouter(ctx, routerID)
+	if err != nil {
+		return nil, routerID, err
+	}
+	return rt, routerID, nil
+}
+
+// routingReady is RoutingReady's reason and message once the routes are in place:
+// RoutingReady, or InternalSourcesMissing when the security-group half is missing
+// (reverse exposures need a reverse source, an internal source CIDR or a ClusterLink
+// serving the gateway; routed tunnels an internal source CIDR).
+func (r *Reconciler) routingReady(ctx context.Context, g *gateway, want []string, routerID string) (reason, msg string) {
+	fixed := g.status.PortFixedIP
+	routed := routedSubnets(g.spec)
+	msg = fmt.Sprintf("%s routed via %s on router %s and allowed on port %s", strings.Join(want, ", "), fixed, routerID, g.port.ID)
 	if len(want) == 1 {
 		msg = fmt.Sprintf("%s is routed via %s on router %s and allowed on port %s", want[0], fixed, routerID, g.port.ID)
 	}
-	// The security-group half: reverse exposures need a reverse source (an internal
-	// source CIDR or a ClusterLink serving the gateway), routed tunnels an internal
-	// source CIDR.
 	internal := r.internalSources(g)
 	var unadmitted []string
 	if len(g.spec.ReverseExposures) > 0 && len(r.reverseSources(g)) == 0 {
@@ -116,15 +131,13 @@ func (r *Reconciler) ensureRouting(ctx context.Context, g *gateway) (bool, error
 	if len(unadmitted) > 0 {
 		what := strings.Join(unadmitted, " and ")
 		logr.FromContextOrDiscard(ctx).Info("WARNING: the gateway has " + what + " but no internal source CIDRs are configured outside the gateway network (IPSEC_INTERNAL_SOURCE_CIDRS) and no ClusterLink serves it: its security group does not admit fabric-side initiators, so they are routed but unreachable")
-		r.condTrue(g, v1alpha1.ConditionRoutingReady, v1alpha1.ReasonInternalSourcesMissing,
-			msg+"; but the security-group half is missing for its "+what+": no internal source CIDRs are configured outside the gateway network (IPSEC_INTERNAL_SOURCE_CIDRS)"+
-				map[bool]string{true: " and no ClusterLink serves this gateway", false: ""}[len(g.spec.ReverseExposures) > 0]+
-				", so the gateway's security group admits no fabric-side initiator"+
-				map[bool]string{true: " and the gateway forwards nothing between the fabric and the routed subnets", false: ""}[len(routed) > 0 && len(internal) == 0])
-		return true, nil
+		return v1alpha1.ReasonInternalSourcesMissing,
+			msg + "; but the security-group half is missing for its " + what + ": no internal source CIDRs are configured outside the gateway network (IPSEC_INTERNAL_SOURCE_CIDRS)" +
+				map[bool]string{true: " and no ClusterLink serves this gateway", false: ""}[len(g.spec.ReverseExposures) > 0] +
+				", so the gateway's security group admits no fabric-side initiator" +
+				map[bool]string{true: " and the gateway forwards nothing between the fabric and the routed subnets", false: ""}[len(routed) > 0 && len(internal) == 0]
 	}
-	r.condTrue(g, v1alpha1.ConditionRoutingReady, v1alpha1.ReasonRoutingReady, msg)
-	return true, nil
+	return v1alpha1.ReasonRoutingReady, msg
 }
 
 // convergeRoutes makes want the destinations routed via the port (and allowed on it):
