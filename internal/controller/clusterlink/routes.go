@@ -393,30 +393,15 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 		lc.set.False(v1alpha1.ConditionReverseRoutesInstalled, v1alpha1.ReasonEnsureReverseRoutesFailed, "listing gateways: "+outcome.Describe(err))
 		return false, err
 	}
-	// A next hop off the transit subnet cannot be routed from the leg; say so rather
-	// than let Neutron refuse the whole batch.
-	var skipped []string
-	usable := desired[:0:0]
-	for _, d := range desired {
-		if a, err := netip.ParseAddr(d.NextHop); err != nil || !tn.prefix.Contains(a) {
-			skipped = append(skipped, d.GatewayRef)
-			continue
-		}
-		usable = append(usable, d)
-	}
-	desired = usable
+	desired, skipped := onTransitSubnet(desired, tn.prefix)
 	served := len(desired)
 	if mode == v1alpha1.ReverseRouteAggregate && served > 0 {
-		pool := r.Config.ServiceCIDRPool
-		nh, err := r.operatorRouterTransitIP(ctx, tn)
-		if err == nil && !pool.IsValid() {
-			err = fmt.Errorf("no service-CIDR pool is configured (IPSEC_SERVICE_CIDR_POOL)")
-		}
+		agg, err := r.aggregateReverse(ctx, tn)
 		if err != nil {
 			lc.set.False(v1alpha1.ConditionReverseRoutesInstalled, v1alpha1.ReasonEnsureReverseRoutesFailed, "reverseRouteMode Aggregate: "+outcome.Describe(err))
 			return false, err
 		}
-		desired = []v1alpha1.ReverseRoute{{ServiceCIDR: pool.Masked().String(), NextHop: nh, GatewayRef: v1alpha1.AggregateGatewayRef}}
+		desired = []v1alpha1.ReverseRoute{agg}
 	}
 
 	add, remove, want := reverseDiff(lc.router.Routes, desired, link.Status.ReverseRoutes)
@@ -442,6 +427,43 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 		lc.set.False(v1alpha1.ConditionReverseRoutesInstalled, v1alpha1.ReasonEnsureReverseRoutesFailed, lc.legPrefix()+outcome.Describe(failure))
 		return false, failure
 	}
+	lc.set.True(v1alpha1.ConditionReverseRoutesInstalled, v1alpha1.ReasonReverseRoutesInstalled,
+		reverseRoutesMessage(lc, mode, recorded, served, skipped, unverified))
+	return true, nil
+}
+
+// onTransitSubnet keeps the reverse routes whose next hop lies on the transit subnet:
+// another cannot be routed from the leg, and is named (skipped) rather than left for
+// Neutron to refuse the whole batch.
+func onTransitSubnet(desired []v1alpha1.ReverseRoute, transit netip.Prefix) (usable []v1alpha1.ReverseRoute, skipped []string) {
+	usable = desired[:0:0]
+	for _, d := range desired {
+		if a, err := netip.ParseAddr(d.NextHop); err != nil || !transit.Contains(a) {
+			skipped = append(skipped, d.GatewayRef)
+			continue
+		}
+		usable = append(usable, d)
+	}
+	return usable, skipped
+}
+
+// aggregateReverse is an Aggregate link's one reverse route: the whole service-CIDR
+// pool via the gateway cluster's router on the transit network.
+func (r *Reconciler) aggregateReverse(ctx context.Context, tn *transitNet) (v1alpha1.ReverseRoute, error) {
+	pool := r.Config.ServiceCIDRPool
+	nh, err := r.operatorRouterTransitIP(ctx, tn)
+	if err == nil && !pool.IsValid() {
+		err = fmt.Errorf("no service-CIDR pool is configured (IPSEC_SERVICE_CIDR_POOL)")
+	}
+	if err != nil {
+		return v1alpha1.ReverseRoute{}, err
+	}
+	return v1alpha1.ReverseRoute{ServiceCIDR: pool.Masked().String(), NextHop: nh, GatewayRef: v1alpha1.AggregateGatewayRef}, nil
+}
+
+// reverseRoutesMessage says what the router carries for the link, whom it serves, and
+// which gateways were left out and why.
+func reverseRoutesMessage(lc *linkCtx, mode string, recorded []v1alpha1.ReverseRoute, served int, skipped, unverified []string) string {
 	msg := "no gateway this link serves has reverse exposures"
 	switch n := len(recorded); {
 	case n > 0 && mode == v1alpha1.ReverseRouteAggregate:
@@ -449,15 +471,14 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 	case n > 0:
 		msg = fmt.Sprintf("%d reverse route(s) on router %s to the gateways with reverse exposures this link serves", n, lc.router.Name)
 	}
-	msg += " (it serves " + linkselect.Describe(link) + ")"
+	msg += " (it serves " + linkselect.Describe(lc.link) + ")"
 	if len(skipped) > 0 {
 		msg += "; skipped (port not on the transit subnet): " + strings.Join(skipped, ", ")
 	}
 	if len(unverified) > 0 {
 		msg += "; not routed (status differs from the operator's record of the gateway's port, " + v1alpha1.ReasonStatusForged + "): " + strings.Join(unverified, "; ")
 	}
-	lc.set.True(v1alpha1.ConditionReverseRoutesInstalled, v1alpha1.ReasonReverseRoutesInstalled, msg)
-	return true, nil
+	return msg
 }
 
 // reverseDiff is what the router lacks of desired (add), and what of the routes the
