@@ -321,18 +321,13 @@ func (r *Reconciler) ensureNodeSelected(ctx context.Context, g *gateway) (bool, 
 // records that it waits (PortAttached Unknown/Detaching or Attaching), and the gateway
 // is polled every PortWait.Interval without holding a worker while Nova works.
 func (r *Reconciler) ensurePortAttached(ctx context.Context, g *gateway) (bool, error) {
-	log := logr.FromContextOrDiscard(ctx)
-	fail := func(err error) (bool, error) {
-		r.condFailed(g, v1alpha1.ConditionPortAttached, v1alpha1.ReasonPortAttachFailed, err)
-		return false, err
-	}
 	var node corev1.Node
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: g.status.NodeName}, &node); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.condFalse(g, v1alpha1.ConditionPortAttached, v1alpha1.ReasonPortAttachFailed, "node "+g.status.NodeName+" is gone")
 			return false, nil
 		}
-		return fail(err)
+		return r.portAttachFailed(g, err)
 	}
 	serverID, err := openstack.ParseProviderID(node.Spec.ProviderID)
 	if err != nil {
@@ -340,64 +335,89 @@ func (r *Reconciler) ensurePortAttached(ctx context.Context, g *gateway) (bool, 
 			fmt.Sprintf("node %s: %v", node.Name, err))
 		return false, nil
 	}
-	uid := g.obj.GetUID()
-	port := g.port
-	if port.DeviceID != "" && port.DeviceID != serverID {
-		op := novaOp{detach: true, port: port.ID, server: port.DeviceID}
-		if !r.novaAsked(g, op, v1alpha1.ReasonDetaching) {
-			log.Info("detaching gateway port from its previous server", "port", port.ID, "server", port.DeviceID)
-			if err := r.OpenStack.Compute.DetachPort(ctx, port.DeviceID, port.ID); err != nil && !openstack.IsNotFound(err) {
-				return fail(err)
-			}
-			r.novaStart(uid, op)
-			// Nova may have been quick: look once before polling.
-			p, err := r.net().GetPort(ctx, port.ID)
-			if err != nil {
-				return fail(err)
-			}
-			port = p
+	if g.port.DeviceID != "" && g.port.DeviceID != serverID {
+		if ok, err := r.detachFromOtherServer(ctx, g, serverID); !ok {
+			return false, err
 		}
-		if port.DeviceID != "" && port.DeviceID != serverID {
-			msg := op.waiting()
-			r.condWaiting(g, v1alpha1.ConditionPortAttached, v1alpha1.ReasonDetaching, msg)
-			return false, outcome.Wait(r.PortWait.Interval, "%s", msg)
-		}
-		g.port = port
 	}
-	if port.DeviceID != serverID {
-		op := novaOp{port: port.ID, server: serverID}
-		if r.novaTimedOut(g, op) {
-			// Nova took the request and never finished it: try another node.
-			return r.attachFailed(g, node.Name, fmt.Errorf("Nova did not attach port %s to server %s within %s", port.ID, serverID, r.PortWait.Timeout))
+	if g.port.DeviceID != serverID {
+		if ok, err := r.attachToServer(ctx, g, node.Name, serverID); !ok {
+			return false, err
 		}
-		if !r.novaAsked(g, op, v1alpha1.ReasonAttaching) {
-			log.Info("attaching gateway port", "port", port.ID, "server", serverID, "node", node.Name)
-			if _, err := r.OpenStack.Compute.AttachPort(ctx, serverID, port.ID); err != nil {
-				if openstack.IsTransient(err) {
-					return fail(err)
-				}
-				// Refused (the server's NIC slots are full, the server is gone or
-				// not ready): the next node takes the gateway.
-				return r.attachFailed(g, node.Name, err)
-			}
-			r.novaStart(uid, op)
-			p, err := r.net().GetPort(ctx, port.ID)
-			if err != nil {
-				return fail(err)
-			}
-			port = p
-		}
-		if port.DeviceID != serverID {
-			msg := op.waiting()
-			r.condWaiting(g, v1alpha1.ConditionPortAttached, v1alpha1.ReasonAttaching, msg)
-			return false, outcome.Wait(r.PortWait.Interval, "%s", msg)
-		}
-		g.port = port
 	}
-	r.novaDone(uid)
+	r.novaDone(g.obj.GetUID())
 	g.status.ServerID = serverID
 	r.condTrue(g, v1alpha1.ConditionPortAttached, v1alpha1.ReasonPortAttached,
-		fmt.Sprintf("port %s is attached to server %s (node %s)", port.ID, serverID, node.Name))
+		fmt.Sprintf("port %s is attached to server %s (node %s)", g.port.ID, serverID, node.Name))
+	return true, nil
+}
+
+// portAttachFailed records a failure of the attach phase.
+func (r *Reconciler) portAttachFailed(g *gateway, err error) (bool, error) {
+	r.condFailed(g, v1alpha1.ConditionPortAttached, v1alpha1.ReasonPortAttachFailed, err)
+	return false, err
+}
+
+// detachFromOtherServer asks Nova once to detach the port from the server that holds
+// it and looks once; false (with the phase's answer) while Nova has not finished.
+func (r *Reconciler) detachFromOtherServer(ctx context.Context, g *gateway, serverID string) (bool, error) {
+	port := g.port
+	op := novaOp{detach: true, port: port.ID, server: port.DeviceID}
+	if !r.novaAsked(g, op, v1alpha1.ReasonDetaching) {
+		logr.FromContextOrDiscard(ctx).Info("detaching gateway port from its previous server", "port", port.ID, "server", port.DeviceID)
+		if err := r.OpenStack.Compute.DetachPort(ctx, port.DeviceID, port.ID); err != nil && !openstack.IsNotFound(err) {
+			return r.portAttachFailed(g, err)
+		}
+		r.novaStart(g.obj.GetUID(), op)
+		// Nova may have been quick: look once before polling.
+		p, err := r.net().GetPort(ctx, port.ID)
+		if err != nil {
+			return r.portAttachFailed(g, err)
+		}
+		port = p
+	}
+	if port.DeviceID != "" && port.DeviceID != serverID {
+		msg := op.waiting()
+		r.condWaiting(g, v1alpha1.ConditionPortAttached, v1alpha1.ReasonDetaching, msg)
+		return false, outcome.Wait(r.PortWait.Interval, "%s", msg)
+	}
+	g.port = port
+	return true, nil
+}
+
+// attachToServer asks Nova once to attach the port to the node's server and looks
+// once; false (with the phase's answer) while Nova has not finished, or when it refused
+// or never finished (the next node takes the gateway).
+func (r *Reconciler) attachToServer(ctx context.Context, g *gateway, nodeName, serverID string) (bool, error) {
+	port := g.port
+	op := novaOp{port: port.ID, server: serverID}
+	if r.novaTimedOut(g, op) {
+		// Nova took the request and never finished it: try another node.
+		return r.attachFailed(g, nodeName, fmt.Errorf("Nova did not attach port %s to server %s within %s", port.ID, serverID, r.PortWait.Timeout))
+	}
+	if !r.novaAsked(g, op, v1alpha1.ReasonAttaching) {
+		logr.FromContextOrDiscard(ctx).Info("attaching gateway port", "port", port.ID, "server", serverID, "node", nodeName)
+		if _, err := r.OpenStack.Compute.AttachPort(ctx, serverID, port.ID); err != nil {
+			if openstack.IsTransient(err) {
+				return r.portAttachFailed(g, err)
+			}
+			// Refused (the server's NIC slots are full, the server is gone or not
+			// ready): the next node takes the gateway.
+			return r.attachFailed(g, nodeName, err)
+		}
+		r.novaStart(g.obj.GetUID(), op)
+		p, err := r.net().GetPort(ctx, port.ID)
+		if err != nil {
+			return r.portAttachFailed(g, err)
+		}
+		port = p
+	}
+	if port.DeviceID != serverID {
+		msg := op.waiting()
+		r.condWaiting(g, v1alpha1.ConditionPortAttached, v1alpha1.ReasonAttaching, msg)
+		return false, outcome.Wait(r.PortWait.Interval, "%s", msg)
+	}
+	g.port = port
 	return true, nil
 }
 
