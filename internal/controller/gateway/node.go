@@ -272,28 +272,11 @@ func (r *Reconciler) ensureNodeSelected(ctx context.Context, g *gateway) (bool, 
 	}
 	r.forgetReadyNodes(nodes.Items)
 	if p.Node == "" {
-		msg := "no Ready, schedulable, non-control-plane node that " + r.Config.GatewayPod.Describe() + "; waiting for one"
-		if p.Full {
-			msg = fmt.Sprintf("every eligible node holds its maximum of %d gateways (IPSEC_NODE_MAX_GATEWAYS) or failed to take this gateway's port; waiting for room", r.Config.NodeMaxGateways)
-		}
-		r.condFalse(g, v1alpha1.ConditionNodeSelected, v1alpha1.ReasonNoEligibleNode, msg)
-		if len(avoid) > 0 {
-			return false, outcome.Wait(avoidFor, "%s", msg)
-		}
-		return false, nil
+		return r.noEligibleNode(g, p.Full, len(avoid) > 0)
 	}
 	name := p.Node
 	if prev := g.status.NodeName; prev != name {
-		logr.FromContextOrDiscard(ctx).Info("gateway node selected", "node", name, "previous", prev)
-		if prev != "" && r.Recorder != nil {
-			if since, ok := r.nodeFailed(prev); ok {
-				r.Recorder.Eventf(g.obj, nil, corev1.EventTypeWarning, "NodeChanged", "Reconcile",
-					"the gateway pods on node %s stopped renewing their liveness leases at %s while the API server still called them ready (the node or its network is gone); moving the gateway to %s",
-					prev, since.UTC().Format(time.RFC3339), name)
-			} else {
-				r.Recorder.Eventf(g.obj, nil, corev1.EventTypeWarning, "NodeChanged", "Reconcile", "node %s is gone or not Ready; moving the gateway to %s", prev, name)
-			}
-		}
+		r.nodeChanged(ctx, g, prev, name)
 	}
 	g.status.NodeName = name
 	r.novaMu.Lock()
@@ -313,6 +296,37 @@ func (r *Reconciler) ensureNodeSelected(ctx context.Context, g *gateway) (bool, 
 	}
 	r.condTrue(g, v1alpha1.ConditionNodeSelected, v1alpha1.ReasonNodeSelected, "gateway is pinned to node "+name)
 	return true, nil
+}
+
+// noEligibleNode says why no node takes the gateway: none fits, or every one that does
+// is full. While some node is avoided (a failed attach, a silent node), look again when
+// the avoidance ends.
+func (r *Reconciler) noEligibleNode(g *gateway, full, avoiding bool) (bool, error) {
+	msg := "no Ready, schedulable, non-control-plane node that " + r.Config.GatewayPod.Describe() + "; waiting for one"
+	if full {
+		msg = fmt.Sprintf("every eligible node holds its maximum of %d gateways (IPSEC_NODE_MAX_GATEWAYS) or failed to take this gateway's port; waiting for room", r.Config.NodeMaxGateways)
+	}
+	r.condFalse(g, v1alpha1.ConditionNodeSelected, v1alpha1.ReasonNoEligibleNode, msg)
+	if avoiding {
+		return false, outcome.Wait(avoidFor, "%s", msg)
+	}
+	return false, nil
+}
+
+// nodeChanged logs a new placement and, when the gateway leaves a node, says why in a
+// Warning event: the node's gateways fell silent (liveness), or it is gone or not Ready.
+func (r *Reconciler) nodeChanged(ctx context.Context, g *gateway, prev, name string) {
+	logr.FromContextOrDiscard(ctx).Info("gateway node selected", "node", name, "previous", prev)
+	if prev == "" || r.Recorder == nil {
+		return
+	}
+	if since, ok := r.nodeFailed(prev); ok {
+		r.Recorder.Eventf(g.obj, nil, corev1.EventTypeWarning, "NodeChanged", "Reconcile",
+			"the gateway pods on node %s stopped renewing their liveness leases at %s while the API server still called them ready (the node or its network is gone); moving the gateway to %s",
+			prev, since.UTC().Format(time.RFC3339), name)
+		return
+	}
+	r.Recorder.Eventf(g.obj, nil, corev1.EventTypeWarning, "NodeChanged", "Reconcile", "node %s is gone or not Ready; moving the gateway to %s", prev, name)
 }
 
 // ensurePortAttached converges the port's Nova attachment to the selected node's
