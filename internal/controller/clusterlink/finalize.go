@@ -101,39 +101,9 @@ func (r *Reconciler) unwind(ctx context.Context, lc *linkCtx) (bool, error) {
 	}
 
 	if lc.cross {
-		cr := r.customerCredential(ctx, lc)
-		reason, msg := cr.reason, cr.message
-		if cr.ok() {
-			if pinned := st.CustomerProjectID; pinned != "" && pinned != cr.project {
-				reason = v1alpha1.ReasonCredentialsProjectMismatch
-				msg = fmt.Sprintf("secret %s: the credential authenticates into project %s, but this link's leg was built in project %s; it is never used to clean up another project",
-					lc.secret, cr.project, pinned)
-			}
+		if ok, done, err := r.unwindCredential(ctx, lc); !ok {
+			return done, err
 		}
-		if reason != "" {
-			if link.Annotations[v1alpha1.AnnotationAbandonCustomerResources] == "true" {
-				r.abandon(lc, reason)
-				return true, nil
-			}
-			held := v1alpha1.ReasonCredentialsUnavailable
-			if reason == v1alpha1.ReasonCredentialsProjectMismatch {
-				held = reason
-			} else {
-				msg = reason + ": " + msg
-			}
-			lc.set.False(v1alpha1.ConditionCredentialsResolved, held, fmt.Sprintf(
-				"the customer side cannot be cleaned up, so the finalizer is held: %s; fix the Secret, or annotate the ClusterLink %s=true to leave the customer-side resources behind",
-				msg, v1alpha1.AnnotationAbandonCustomerResources))
-			requeue := cr.requeue
-			if requeue == 0 {
-				requeue = CredentialRequeue
-			}
-			if cr.err != nil {
-				return false, cr.err // transient: back off
-			}
-			return false, outcome.Wait(requeue, "the customer credential is unavailable")
-		}
-		lc.legClients, lc.projectID = cr.clients, cr.project
 	} else {
 		lc.legClients, lc.projectID = r.Operator, r.OperatorProjectID
 	}
@@ -144,6 +114,48 @@ func (r *Reconciler) unwind(ctx context.Context, lc *linkCtx) (bool, error) {
 		return false, r.heldRetry(err)
 	}
 	return true, nil
+}
+
+// unwindCredential gets a cross-tenant link's customer clients for the cleanup: only a
+// credential into the project the leg was built in. Without one the finalizer is held
+// (ok=false, with the phase's answer), unless the link is annotated to abandon the
+// customer-side resources (done=true).
+func (r *Reconciler) unwindCredential(ctx context.Context, lc *linkCtx) (ok, done bool, err error) {
+	link, st := lc.link, &lc.link.Status
+	cr := r.customerCredential(ctx, lc)
+	reason, msg := cr.reason, cr.message
+	if cr.ok() {
+		if pinned := st.CustomerProjectID; pinned != "" && pinned != cr.project {
+			reason = v1alpha1.ReasonCredentialsProjectMismatch
+			msg = fmt.Sprintf("secret %s: the credential authenticates into project %s, but this link's leg was built in project %s; it is never used to clean up another project",
+				lc.secret, cr.project, pinned)
+		}
+	}
+	if reason == "" {
+		lc.legClients, lc.projectID = cr.clients, cr.project
+		return true, false, nil
+	}
+	if link.Annotations[v1alpha1.AnnotationAbandonCustomerResources] == "true" {
+		r.abandon(lc, reason)
+		return false, true, nil
+	}
+	held := v1alpha1.ReasonCredentialsUnavailable
+	if reason == v1alpha1.ReasonCredentialsProjectMismatch {
+		held = reason
+	} else {
+		msg = reason + ": " + msg
+	}
+	lc.set.False(v1alpha1.ConditionCredentialsResolved, held, fmt.Sprintf(
+		"the customer side cannot be cleaned up, so the finalizer is held: %s; fix the Secret, or annotate the ClusterLink %s=true to leave the customer-side resources behind",
+		msg, v1alpha1.AnnotationAbandonCustomerResources))
+	requeue := cr.requeue
+	if requeue == 0 {
+		requeue = CredentialRequeue
+	}
+	if cr.err != nil {
+		return false, false, cr.err // transient: back off
+	}
+	return false, false, outcome.Wait(requeue, "the customer credential is unavailable")
 }
 
 // heldRetry paces a deletion that OpenStack refused: a held finalizer is looked at
@@ -185,26 +197,9 @@ func (r *Reconciler) unwindLeg(ctx context.Context, lc *linkCtx) error {
 	}
 	st.ReverseRoutes = nil
 
-	own := owner(link)
-	var port *openstack.Port
-	if st.LegPortID != "" {
-		p, err := net.GetPort(ctx, st.LegPortID)
-		switch {
-		case err == nil && own.OwnedBy(p.Tags):
-			port = p
-		case err == nil, openstack.IsNotFound(err):
-		default:
-			return fmt.Errorf("reading leg port %s: %w", st.LegPortID, err)
-		}
-	}
-	if port == nil {
-		ps, err := net.ListPorts(ctx, openstack.ListPortsOpts{Tags: own.Selector()})
-		if err != nil {
-			return fmt.Errorf("looking up the leg port by tag: %w", err)
-		}
-		if len(ps) > 0 {
-			port = &ps[0]
-		}
+	port, err := ownLegPort(ctx, lc)
+	if err != nil {
+		return err
 	}
 	if port != nil {
 		if port.DeviceOwner == OwnerRouterInterface && port.DeviceID != "" {
@@ -254,4 +249,29 @@ func (r *Reconciler) abandon(lc *linkCtx, reason string) {
 	lc.eventf(corev1.EventTypeWarning, "CustomerResourcesAbandoned", "%s", note)
 	lc.log.Info("abandoning customer-side resources", "project", project, "legPortID", st.LegPortID,
 		"transitIP", st.TransitIP, "router", lc.link.Spec.ServiceClusterRouter, "routerID", st.RouterID, "reverseRoutes", routes)
+}
+
+// ownLegPort is the link's leg port for its cleanup: the one status names while it
+// carries the link's tags, else any with them (in any network: a leg is looked for
+// wherever a crash may have left it).
+func ownLegPort(ctx context.Context, lc *linkCtx) (*openstack.Port, error) {
+	st, net, own := &lc.link.Status, lc.legClients.Networking, owner(lc.link)
+	if st.LegPortID != "" {
+		p, err := net.GetPort(ctx, st.LegPortID)
+		switch {
+		case err == nil && own.OwnedBy(p.Tags):
+			return p, nil
+		case err == nil, openstack.IsNotFound(err):
+		default:
+			return nil, fmt.Errorf("reading leg port %s: %w", st.LegPortID, err)
+		}
+	}
+	ps, err := net.ListPorts(ctx, openstack.ListPortsOpts{Tags: own.Selector()})
+	if err != nil {
+		return nil, fmt.Errorf("looking up the leg port by tag: %w", err)
+	}
+	if len(ps) > 0 {
+		return &ps[0], nil
+	}
+	return nil, nil
 }
