@@ -1,0 +1,58 @@
+package testlint
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// MaxPhaseLines bounds a reconcile phase: a phase reads as the list of its steps, each
+// step a function of its own.
+const MaxPhaseLines = 60
+
+// IsPhase tells a reconcile phase by its name: the ensure-functions (one per
+// condition) and the deletion's steps.
+func IsPhase(name string) bool {
+	return strings.HasPrefix(name, "ensure") || name == "cleanupOpenStack" || name == "unwind" || name == "unwindLeg" || name == "finalize"
+}
+
+// LongPhases lists "file:function (N lines)" for every phase function in the non-test
+// files of dirs longer than max lines.
+func LongPhases(dirs []string, max int) ([]string, error) {
+	var out []string
+	fset := token.NewFileSet()
+	for _, dir := range dirs {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			name := e.Name()
+			if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+				continue
+			}
+			path := filepath.Join(dir, name)
+			f, err := parser.ParseFile(fset, path, nil, 0)
+			if err != nil {
+				return nil, err
+			}
+			for _, d := range f.Decls {
+				fd, ok := d.(*ast.FuncDecl)
+				if !ok || fd.Body == nil || !IsPhase(fd.Name.Name) {
+					continue
+				}
+				n := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1
+				if n > max {
+					out = append(out, fmt.Sprintf("%s:%s (%d lines)", filepath.ToSlash(path), fd.Name.Name, n))
+				}
+			}
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
