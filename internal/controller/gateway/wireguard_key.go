@@ -32,10 +32,6 @@ func (r *Reconciler) ensureWireGuardKey(ctx context.Context, g *gateway) (bool, 
 	if g.wg == nil {
 		return true, r.dropWireGuardKey(ctx, g)
 	}
-	fail := func(err error) (bool, error) {
-		r.condFailed(g, v1alpha1.ConditionWireGuardKeyReady, v1alpha1.ReasonKeyFailed, err)
-		return false, err
-	}
 	refuse := func(msg string) (bool, error) {
 		r.condFalse(g, v1alpha1.ConditionWireGuardKeyReady, v1alpha1.ReasonKeyFailed, msg)
 		return false, nil
@@ -50,7 +46,7 @@ func (r *Reconciler) ensureWireGuardKey(ctx context.Context, g *gateway) (bool, 
 
 	sec, refusal, err := r.wireGuardKeySecret(ctx, g, name, token)
 	if err != nil {
-		return fail(err)
+		return r.keyFailed(g, err)
 	}
 	if refusal != "" {
 		return refuse(refusal)
@@ -63,11 +59,17 @@ func (r *Reconciler) ensureWireGuardKey(ctx context.Context, g *gateway) (bool, 
 	}
 	if token != "" && token != keys.Token {
 		if keys, key, err = r.rotateWireGuardKey(ctx, g, sec, keys, key, token); err != nil {
-			return fail(err)
+			return r.keyFailed(g, err)
 		}
 	}
 	st.PublicKey, st.ListenPort = key.PublicKey().String(), v1alpha1.WireGuardKeyPort(g.wg, keys.Slot)
 	return r.ensureKeyOverlap(ctx, g, sec, keys)
+}
+
+// keyFailed records a failure of the key phase.
+func (r *Reconciler) keyFailed(g *gateway, err error) (bool, error) {
+	r.condFailed(g, v1alpha1.ConditionWireGuardKeyReady, v1alpha1.ReasonKeyFailed, err)
+	return false, err
 }
 
 // wireGuardKeySecret is the gateway's key Secret: read, or created with a new key when
@@ -123,10 +125,6 @@ func (r *Reconciler) rotateWireGuardKey(ctx context.Context, g *gateway, sec *co
 // ensureKeyOverlap serves the previous key, if any, until every peer has completed a
 // handshake with the current one or the overlap ends, then retires it.
 func (r *Reconciler) ensureKeyOverlap(ctx context.Context, g *gateway, sec *corev1.Secret, keys render.WireGuardKeys) (bool, error) {
-	fail := func(err error) (bool, error) {
-		r.condFailed(g, v1alpha1.ConditionWireGuardKeyReady, v1alpha1.ReasonKeyFailed, err)
-		return false, err
-	}
 	ref, st := g.ref(), g.status.WireGuard
 	name := render.WireGuardKeySecretName(ref.Name)
 	prev, err := wgtypes.ParseKey(keys.PreviousKey)
@@ -134,7 +132,7 @@ func (r *Reconciler) ensureKeyOverlap(ctx context.Context, g *gateway, sec *core
 		// Not a key: nothing can serve it, and the pod must not be handed it.
 		keys.PreviousKey = ""
 		if err := r.writeKeys(ctx, sec, ref, keys); err != nil {
-			return fail(err)
+			return r.keyFailed(g, err)
 		}
 	}
 	if keys.PreviousKey == "" {
@@ -150,7 +148,7 @@ func (r *Reconciler) ensureKeyOverlap(ctx context.Context, g *gateway, sec *core
 		// from now.
 		keys.RotatedAt = r.now().Truncate(time.Second)
 		if err := r.writeKeys(ctx, sec, ref, keys); err != nil {
-			return fail(err)
+			return r.keyFailed(g, err)
 		}
 	}
 	rotatedAt, retiresAt := metav1.NewTime(keys.RotatedAt), metav1.NewTime(keys.RotatedAt.Add(r.keyOverlap()))
@@ -168,7 +166,7 @@ func (r *Reconciler) ensureKeyOverlap(ctx context.Context, g *gateway, sec *core
 	retired := keys
 	retired.PreviousKey = ""
 	if err := r.writeKeys(ctx, sec, ref, retired); err != nil {
-		return fail(err)
+		return r.keyFailed(g, err)
 	}
 	if len(pending) > 0 {
 		st.RetiredPublicKey = st.PreviousPublicKey
