@@ -1,6 +1,7 @@
 package openstack
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
@@ -215,3 +216,29 @@ func truncateWithHash(s, orig string, max int) string {
 	}
 	return strings.TrimRight(string(runes), "-") + suffix
 }
+
+// Recorded reads the object a status records by id, when it is still o's: nil (and no
+// error) when nothing is recorded, the object is gone, or it no longer carries o's tags.
+// Then the caller looks for o's objects by their tags, since a crash between a create
+// and the status write, or a hand edit, may have left another one; any other error of
+// the read stops the lookup. Every find-by-ID-else-by-tags of the reconcilers starts
+// here, so a recorded ID is never trusted without the tags that make it o's.
+func Recorded[T any](ctx context.Context, o Owner, id string, get func(context.Context, string) (*T, error), tags func(*T) []string) (*T, error) {
+	if id == "" {
+		return nil, nil
+	}
+	obj, err := get(ctx, id)
+	switch {
+	case err == nil && o.OwnedBy(tags(obj)):
+		return obj, nil
+	case err == nil, IsNotFound(err):
+		return nil, nil
+	}
+	return nil, err
+}
+
+// PortTags and SecurityGroupTags are the tags Recorded checks.
+func PortTags(p *Port) []string { return p.Tags }
+
+// SecurityGroupTags: see PortTags.
+func SecurityGroupTags(g *SecurityGroup) []string { return g.Tags }

@@ -71,14 +71,12 @@ func (r *Reconciler) operatorRouterID(ctx context.Context) (string, error) {
 // still tagged for this gateway, else every port carrying the gateway's tags.
 func (r *Reconciler) findOwnedPorts(ctx context.Context, g *gateway) ([]openstack.Port, error) {
 	owner := g.owner()
-	if id := g.status.PortID; id != "" {
-		p, err := r.net().GetPort(ctx, id)
-		switch {
-		case err == nil && owner.OwnedBy(p.Tags):
-			return []openstack.Port{*p}, nil
-		case err != nil && !openstack.IsNotFound(err):
-			return nil, err
-		}
+	p, err := openstack.Recorded(ctx, owner, g.status.PortID, r.net().GetPort, openstack.PortTags)
+	switch {
+	case err != nil:
+		return nil, err
+	case p != nil:
+		return []openstack.Port{*p}, nil
 	}
 	return r.net().ListPorts(ctx, openstack.ListPortsOpts{Tags: owner.Selector()})
 }

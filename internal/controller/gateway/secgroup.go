@@ -90,14 +90,8 @@ func keyOf(r openstack.SecurityGroupRule) ruleKey {
 
 func (r *Reconciler) findSecurityGroup(ctx context.Context, g *gateway) (*openstack.SecurityGroup, []openstack.SecurityGroup, error) {
 	owner := g.owner()
-	if id := g.status.SecurityGroupID; id != "" {
-		sg, err := r.net().GetSecurityGroup(ctx, id)
-		switch {
-		case err == nil && owner.OwnedBy(sg.Tags):
-			return sg, nil, nil
-		case err != nil && !openstack.IsNotFound(err):
-			return nil, nil, err
-		}
+	if sg, err := openstack.Recorded(ctx, owner, g.status.SecurityGroupID, r.net().GetSecurityGroup, openstack.SecurityGroupTags); err != nil || sg != nil {
+		return sg, nil, err
 	}
 	sgs, err := r.net().ListSecurityGroups(ctx, owner.Selector())
 	if err != nil || len(sgs) == 0 {
