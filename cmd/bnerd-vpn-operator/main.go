@@ -291,7 +291,7 @@ func setupControllers(mgr ctrl.Manager, cfg operatorconfig.Config, osClients *op
 	cl := clusterlink.New(clusterlink.Deps{
 		Client:            mgr.GetClient(),
 		APIReader:         mgr.GetAPIReader(),
-		Operator:          osClients,
+		OpenStack:         osClients,
 		OperatorProjectID: projectID,
 		AuthURL:           cred.AuthURL,
 		Region:            cred.Region,
@@ -300,8 +300,7 @@ func setupControllers(mgr ctrl.Manager, cfg operatorconfig.Config, osClients *op
 			// Each customer credential is its own project: its own budget at the cloud.
 			return openstack.NewClients(ctx, c, osOpts)
 		},
-		Config:   cfg,
-		Recorder: mgr.GetEventRecorder("bnerd-vpn-operator"),
+		Config: cfg,
 	})
 	if err := cl.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the ClusterLink controller: %w", err)

@@ -50,10 +50,9 @@ var reviewedClusterRole = []string{
 	// itself writes only the Leases it labelled and owns.
 	`coordination.k8s.io leases create,delete,get,list,update,watch`,
 	`events.k8s.io events create,patch`,
-	// Gateways: the finalizer goes on and off by merge patch, never by update.
-	// ClusterLinks: the finalizer goes on and off by update, never by patch.
-	`ipsec.bnerd.net ipsecgateways,vpngateways get,list,patch,watch`,
-	`ipsec.bnerd.net clusterlinks get,list,update,watch`,
+	// Gateways and ClusterLinks: the finalizer goes on and off by a merge patch guarded
+	// by the resourceVersion, never by update (the object's spec is never sent back).
+	`ipsec.bnerd.net clusterlinks,ipsecgateways,vpngateways get,list,patch,watch`,
 	// update on finalizers: the owner references the operator sets block the owner's
 	// deletion, which the OwnerReferencesPermissionEnforcement admission allows only then.
 	`ipsec.bnerd.net clusterlinks/finalizers,ipsecgateways/finalizers,vpngateways/finalizers update`,

@@ -222,12 +222,12 @@ func TestInstallOnAPIServer(t *testing.T) {
 		{"create", "authentication.k8s.io", "tokenreviews", "", "", true},
 		{"create", "authorization.k8s.io", "subjectaccessreviews", "", "", true},
 		// Narrowed to the verbs the code uses: gateways are patched (finalizer), never
-		// updated; ClusterLinks updated, never patched; status written by apply (patch).
+		// updated, and so are ClusterLinks; status written by apply (patch).
 		{"patch", "ipsec.bnerd.net", "ipsecgateways", "", "tenant-a", true},
 		{"update", "ipsec.bnerd.net", "ipsecgateways", "", "tenant-a", false},
 		{"update", "ipsec.bnerd.net", "vpngateways", "", "tenant-a", false},
-		{"update", "ipsec.bnerd.net", "clusterlinks", "", "", true},
-		{"patch", "ipsec.bnerd.net", "clusterlinks", "", "", false},
+		{"patch", "ipsec.bnerd.net", "clusterlinks", "", "", true},
+		{"update", "ipsec.bnerd.net", "clusterlinks", "", "", false},
 		{"patch", "ipsec.bnerd.net", "ipsecgateways", "status", "tenant-a", true},
 		{"update", "ipsec.bnerd.net", "ipsecgateways", "status", "tenant-a", false},
 		{"patch", "ipsec.bnerd.net", "clusterlinks", "status", "", true},

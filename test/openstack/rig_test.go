@@ -335,7 +335,7 @@ func (r *rig) start() {
 	}
 	opCred, _ := r.cloud.Credential("vpn-operator")
 	cl := clusterlink.New(clusterlink.Deps{
-		Operator: r.os, OperatorProjectID: token.ProjectID, AuthURL: opCred.AuthURL, Region: opCred.Region,
+		OpenStack: r.os, OperatorProjectID: token.ProjectID, AuthURL: opCred.AuthURL, Region: opCred.Region,
 		CustomerClients: func(ctx context.Context, c openstack.Credential) (*openstack.Clients, error) {
 			return openstack.NewClients(ctx, c, r.opts)
 		},

@@ -59,7 +59,7 @@ func TestLinkWritesBounded(t *testing.T) {
 		Observe:  func(string, types.NamespacedName, error) { reconciles.Add(1) }},
 		func(mgr ctrl.Manager) error {
 			// The production fan-out delay (clusterlink.FanOutDelay): the bound below is its.
-			return clusterlink.New(clusterlink.Deps{Operator: clients, OperatorProjectID: op.ID, AuthURL: s.AuthURL(), Region: s.Region(),
+			return clusterlink.New(clusterlink.Deps{OpenStack: clients, OperatorProjectID: op.ID, AuthURL: s.AuthURL(), Region: s.Region(),
 				Config: w.cfg, SkipNameValidation: true}).SetupWithManager(mgr)
 		})
 	defer stop()

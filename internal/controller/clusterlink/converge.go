@@ -12,42 +12,41 @@ import (
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/conditions"
 	"bnerd.net/vpn-operator/internal/controller/outcome"
+	"bnerd.net/vpn-operator/internal/controller/skeleton"
 	"bnerd.net/vpn-operator/internal/linkselect"
 	"bnerd.net/vpn-operator/internal/openstack"
 )
 
-// phase is one ensure-function and the condition it owns. A phase that cannot complete
-// returns done=false (its condition says why) or an error classified by outcome; the
-// phases after it do not run, and those never evaluated before read "waiting for" it.
-type phase struct {
-	cond string
-	// cross: only on cross-tenant links.
-	cross bool
-	// independent: the phases after this one run even when it did not complete (the
-	// forward route and the reverse routes do not depend on each other).
-	independent bool
-	// blocks are marked Unknown/NotReady "waiting for <cond>" when this phase stops and
-	// they were never evaluated, so Ready names the blocking phase.
-	blocks []string
-	run    func(ctx context.Context, lc *linkCtx) (bool, error)
+// phases are the steps of one link's reconcile, in order (see skeleton.Phase); the
+// cross-tenant checks only on a cross-tenant link. A phase that stops marks the
+// conditions it Blocks, never evaluated before, "waiting for" it. Some conditions are
+// checked by several phases; each stands in Ready's summary at the phase completing it.
+// The allocations (the transit IP, the leg port's ID) are persisted inside the phases,
+// between the step that decides them and the one that builds with them.
+func (r *Reconciler) phases(lc *linkCtx) []skeleton.Phase[*linkCtx] {
+	all := []skeleton.Phase[*linkCtx]{
+		{Cond: v1alpha1.ConditionValidated, Run: r.ensureValidated},
+		{Cond: v1alpha1.ConditionTenantIsolationAttested, Blocks: []string{v1alpha1.ConditionCredentialsResolved}, Run: r.ensureAttested},
+		{Cond: v1alpha1.ConditionCredentialsResolved, Blocks: []string{v1alpha1.ConditionTransitNetworkShared}, Run: r.ensureCredentials},
+		{Cond: v1alpha1.ConditionLegAttached, Run: r.ensureNotMismatched},
+		{Cond: v1alpha1.ConditionTransitIPAllocated, Run: r.ensureTransitNetwork},
+		{Cond: v1alpha1.ConditionTransitIPAllocated, Run: r.ensureTransitNotSharedWithAll},
+		{Cond: v1alpha1.ConditionLegAttached, Blocks: []string{v1alpha1.ConditionTransitNetworkShared, v1alpha1.ConditionTransitIPAllocated, v1alpha1.ConditionRouteInstalled, v1alpha1.ConditionReverseRoutesInstalled}, Run: r.ensureRouter},
+		{Cond: v1alpha1.ConditionTransitNetworkShared, Blocks: []string{v1alpha1.ConditionTransitIPAllocated, v1alpha1.ConditionLegAttached}, Run: r.ensureShared},
+		{Cond: v1alpha1.ConditionTransitIPAllocated, Blocks: []string{v1alpha1.ConditionLegAttached, v1alpha1.ConditionRouteInstalled, v1alpha1.ConditionReverseRoutesInstalled}, Run: r.ensureTransitIP},
+		{Cond: v1alpha1.ConditionLegAttached, Run: r.ensureLeg},
+		// The forward route and the reverse routes do not depend on each other.
+		{Cond: v1alpha1.ConditionRouteInstalled, Independent: true, Run: r.ensureForwardRoute},
+		{Cond: v1alpha1.ConditionReverseRoutesInstalled, Run: r.ensureReverseRoutes},
+	}
+	if lc.cross {
+		return all
+	}
+	return slices.DeleteFunc(all, func(p skeleton.Phase[*linkCtx]) bool { return slices.Contains(crossTenantConditions, p.Cond) })
 }
 
-func (r *Reconciler) phases() []phase {
-	return []phase{
-		{cond: v1alpha1.ConditionValidated, run: r.ensureValidated},
-		{cond: v1alpha1.ConditionTenantIsolationAttested, cross: true, blocks: []string{v1alpha1.ConditionCredentialsResolved}, run: r.ensureAttested},
-		{cond: v1alpha1.ConditionCredentialsResolved, cross: true, blocks: []string{v1alpha1.ConditionTransitNetworkShared}, run: r.ensureCredentials},
-		{cond: v1alpha1.ConditionLegAttached, run: r.ensureNotMismatched},
-		{cond: v1alpha1.ConditionTransitIPAllocated, run: r.ensureTransitNetwork},
-		{cond: v1alpha1.ConditionTransitIPAllocated, run: r.ensureTransitNotSharedWithAll},
-		{cond: v1alpha1.ConditionLegAttached, blocks: []string{v1alpha1.ConditionTransitNetworkShared, v1alpha1.ConditionTransitIPAllocated, v1alpha1.ConditionRouteInstalled, v1alpha1.ConditionReverseRoutesInstalled}, run: r.ensureRouter},
-		{cond: v1alpha1.ConditionTransitNetworkShared, cross: true, blocks: []string{v1alpha1.ConditionTransitIPAllocated, v1alpha1.ConditionLegAttached}, run: r.ensureShared},
-		{cond: v1alpha1.ConditionTransitIPAllocated, blocks: []string{v1alpha1.ConditionLegAttached, v1alpha1.ConditionRouteInstalled, v1alpha1.ConditionReverseRoutesInstalled}, run: r.ensureTransitIP},
-		{cond: v1alpha1.ConditionLegAttached, run: r.ensureLeg},
-		{cond: v1alpha1.ConditionRouteInstalled, independent: true, run: r.ensureForwardRoute},
-		{cond: v1alpha1.ConditionReverseRoutesInstalled, run: r.ensureReverseRoutes},
-	}
-}
+// crossTenantConditions are the conditions of the phases only a cross-tenant link runs.
+var crossTenantConditions = []string{v1alpha1.ConditionTenantIsolationAttested, v1alpha1.ConditionCredentialsResolved, v1alpha1.ConditionTransitNetworkShared}
 
 // converge runs the phases in order. The error says how the reconcile ended (nil:
 // converged), for outcome to answer controller-runtime with.
@@ -55,26 +54,11 @@ func (r *Reconciler) converge(ctx context.Context, lc *linkCtx) error {
 	before := slices.Clone(lc.link.Status.Conditions)
 	defer transitionEvents(lc, before)
 	if !lc.cross {
-		lc.legClients, lc.projectID = r.Operator, r.OperatorProjectID
+		lc.legClients, lc.projectID = r.OpenStack, r.OperatorProjectID
 	}
-	var runErr error
-	for _, p := range r.phases() {
-		if p.cross && !lc.cross {
-			continue
-		}
-		done, err := p.run(ctx, lc)
-		if done && err == nil {
-			continue
-		}
-		r.waiting(lc, p.cond, p.blocks...)
-		if err != nil && (runErr == nil || outcome.IsTerminal(runErr) && !outcome.IsTerminal(err)) {
-			// Of two failures, the one worth a retry decides the requeue.
-			runErr = fmt.Errorf("%s: %w", p.cond, err)
-		}
-		if !p.independent {
-			break
-		}
-	}
+	runErr, _ := skeleton.Runner[*linkCtx]{Waiting: func(lc *linkCtx, blocked string, next []string) {
+		r.waiting(lc, blocked, next...)
+	}}.Run(ctx, lc, r.phases(lc))
 	return runErr
 }
 
@@ -255,7 +239,7 @@ func (r *Reconciler) ensureTransitNotSharedWithAll(ctx context.Context, lc *link
 	if lc.cross {
 		cond, failReason = v1alpha1.ConditionTransitNetworkShared, v1alpha1.ReasonEnsureNetworkSharedFailed
 	}
-	share, err := openstack.ReadNetworkShare(ctx, r.Operator.Networking, lc.tn.network.ID)
+	share, err := openstack.ReadNetworkShare(ctx, r.OpenStack.Networking, lc.tn.network.ID)
 	if err != nil {
 		lc.set.False(cond, failReason, lc.opPrefix()+"reading how the transit network is shared: "+outcome.Describe(err))
 		return false, err

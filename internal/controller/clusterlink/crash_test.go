@@ -101,7 +101,7 @@ func (n crashNet) DeleteRBACPolicy(ctx context.Context, id string) error {
 // whose operator and customer credentials both write through cp.
 func (h *harness) crashReconciler(cp *crashPoint) *Reconciler {
 	d := h.deps()
-	d.Operator = &openstack.Clients{Networking: crashNet{h.op.Networking, cp}, Compute: h.op.Compute, Identity: h.op.Identity}
+	d.OpenStack = &openstack.Clients{Networking: crashNet{h.op.Networking, cp}, Compute: h.op.Compute, Identity: h.op.Identity}
 	build := d.CustomerClients
 	d.CustomerClients = func(ctx context.Context, c openstack.Credential) (*openstack.Clients, error) {
 		cl, err := build(ctx, c)

@@ -9,13 +9,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/controller/outcome"
+	"bnerd.net/vpn-operator/internal/controller/skeleton"
 	"bnerd.net/vpn-operator/internal/openstack"
 )
 
@@ -30,10 +30,9 @@ func (r *Reconciler) finalize(ctx context.Context, lc *linkCtx) error {
 	done, err := r.unwind(ctx, lc)
 	transitionEvents(lc, before)
 	if done {
-		r.emit(lc)
-		controllerutil.RemoveFinalizer(link, v1alpha1.FinalizerClusterLink)
-		if uerr := r.Client.Update(ctx, link); uerr != nil {
-			return client.IgnoreNotFound(uerr)
+		lc.events.Emit(r.Recorder, link)
+		if uerr := skeleton.RemoveFinalizer(ctx, r.Client, link, v1alpha1.FinalizerClusterLink); uerr != nil {
+			return uerr
 		}
 		r.forgetLink(link.UID)
 		if r.secrets != nil {
@@ -45,10 +44,13 @@ func (r *Reconciler) finalize(ctx context.Context, lc *linkCtx) error {
 		return nil
 	}
 	lc.set.False(v1alpha1.ConditionReady, v1alpha1.ReasonDeleting, "deletion is waiting: see the other conditions")
-	if werr := r.writeStatus(ctx, lc); werr != nil && err == nil {
-		err = werr
+	if werr := r.writeStatus(ctx, lc); werr != nil { // the actions' Events were sent
+		if err == nil {
+			err = werr
+		}
+		return err
 	}
-	r.emit(lc)
+	lc.events.Emit(r.Recorder, link)
 	return err
 }
 
@@ -105,7 +107,7 @@ func (r *Reconciler) unwind(ctx context.Context, lc *linkCtx) (bool, error) {
 			return done, err
 		}
 	} else {
-		lc.legClients, lc.projectID = r.Operator, r.OperatorProjectID
+		lc.legClients, lc.projectID = r.OpenStack, r.OperatorProjectID
 	}
 
 	// 2. Reverse routes, the attachment, the port: on the credential of the leg's project.
@@ -256,15 +258,10 @@ func (r *Reconciler) abandon(lc *linkCtx, reason string) {
 // wherever a crash may have left it).
 func ownLegPort(ctx context.Context, lc *linkCtx) (*openstack.Port, error) {
 	st, net, own := &lc.link.Status, lc.legClients.Networking, owner(lc.link)
-	if st.LegPortID != "" {
-		p, err := net.GetPort(ctx, st.LegPortID)
-		switch {
-		case err == nil && own.OwnedBy(p.Tags):
-			return p, nil
-		case err == nil, openstack.IsNotFound(err):
-		default:
-			return nil, fmt.Errorf("reading leg port %s: %w", st.LegPortID, err)
-		}
+	if p, err := openstack.Recorded(ctx, own, st.LegPortID, net.GetPort, openstack.PortTags); err != nil {
+		return nil, fmt.Errorf("reading leg port %s: %w", st.LegPortID, err)
+	} else if p != nil {
+		return p, nil
 	}
 	ps, err := net.ListPorts(ctx, openstack.ListPortsOpts{Tags: own.Selector()})
 	if err != nil {

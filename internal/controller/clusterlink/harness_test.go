@@ -231,7 +231,7 @@ func (h *harness) deps() Deps {
 	return Deps{
 		Client:            env.Client,
 		APIReader:         h.reader,
-		Operator:          h.op,
+		OpenStack:         h.op,
 		OperatorProjectID: projOperator,
 		AuthURL:           h.sim.AuthURL(),
 		Region:            h.sim.Region(),

@@ -41,11 +41,11 @@ func (r *Reconciler) transitNetwork(ctx context.Context) (*transitNet, error) {
 	if r.transit != nil {
 		return r.transit, nil
 	}
-	n, err := r.Operator.Networking.ResolveNetwork(ctx, r.Config.GatewayNetwork)
+	n, err := r.OpenStack.Networking.ResolveNetwork(ctx, r.Config.GatewayNetwork)
 	if err != nil {
 		return nil, fmt.Errorf("resolving the transit network %q: %w", r.Config.GatewayNetwork, err)
 	}
-	subs, err := r.Operator.Networking.ListSubnets(ctx, n.ID)
+	subs, err := r.OpenStack.Networking.ListSubnets(ctx, n.ID)
 	if err != nil {
 		return nil, fmt.Errorf("listing the subnets of the transit network %s: %w", n.ID, err)
 	}
@@ -69,7 +69,7 @@ func (r *Reconciler) transitNetwork(ctx context.Context) (*transitNet, error) {
 // someone else owns is fine as long as the customer can already see the network.
 func (r *Reconciler) ensureShared(ctx context.Context, lc *linkCtx) (bool, error) {
 	tn := lc.tn
-	op := r.Operator.Networking
+	op := r.OpenStack.Networking
 	netID, project := tn.network.ID, lc.projectID
 	pols, err := op.ListRBACPolicies(ctx, openstack.ListRBACPoliciesOpts{
 		ObjectID: netID, ObjectType: openstack.RBACObjectNetwork, TargetProject: project, Action: openstack.RBACActionAccessAsShared,
@@ -230,7 +230,7 @@ func (r *Reconciler) keepTransitIP(lc *linkCtx, cur string) bool {
 
 // occupiedTransitIPs maps every address on the transit network to the port holding it.
 func (r *Reconciler) occupiedTransitIPs(ctx context.Context, lc *linkCtx) (map[netip.Addr]*openstack.Port, error) {
-	ports, err := r.Operator.Networking.ListPorts(ctx, openstack.ListPortsOpts{NetworkID: lc.tn.network.ID})
+	ports, err := r.OpenStack.Networking.ListPorts(ctx, openstack.ListPortsOpts{NetworkID: lc.tn.network.ID})
 	if err != nil {
 		return nil, err
 	}
@@ -330,15 +330,10 @@ func (r *Reconciler) legFailed(lc *linkCtx, reason string, err error, format str
 // link's tags, else one with the tags (the one at the recorded transit IP first).
 func (r *Reconciler) findLeg(ctx context.Context, lc *linkCtx) (port *openstack.Port, stop bool, err error) {
 	link, net, own := lc.link, lc.legClients.Networking, owner(lc.link)
-	if id := link.Status.LegPortID; id != "" {
-		p, err := net.GetPort(ctx, id)
-		switch {
-		case err == nil && own.OwnedBy(p.Tags):
-			return p, false, nil
-		case err == nil, openstack.IsNotFound(err):
-		default:
-			return nil, true, r.legFailed(lc, v1alpha1.ReasonEnsureLegPortFailed, err, "reading leg port %s: %s", id, err.Error())
-		}
+	if p, err := openstack.Recorded(ctx, own, link.Status.LegPortID, net.GetPort, openstack.PortTags); err != nil {
+		return nil, true, r.legFailed(lc, v1alpha1.ReasonEnsureLegPortFailed, err, "reading leg port %s: %s", link.Status.LegPortID, err.Error())
+	} else if p != nil {
+		return p, false, nil
 	}
 	ps, err := net.ListPorts(ctx, openstack.ListPortsOpts{Tags: own.Selector(), NetworkID: lc.tn.network.ID})
 	if err != nil {

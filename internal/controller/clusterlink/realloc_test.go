@@ -50,7 +50,7 @@ func TestSameTenantTransitIPTakenBeforeLegIsReallocated(t *testing.T) {
 		h := newHarness(t)
 		race := &racingNet{Networking: h.op.Networking, h: h}
 		d := h.deps()
-		d.Operator = &openstack.Clients{Networking: race, Compute: h.op.Compute, Identity: h.op.Identity}
+		d.OpenStack = &openstack.Clients{Networking: race, Compute: h.op.Compute, Identity: h.op.Identity}
 		h.r = New(d)
 		h.newLink("raced", "shoot--services--svc01", svcCIDR)
 		l := h.untilReady("raced")

@@ -23,7 +23,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -33,6 +32,7 @@ import (
 	"bnerd.net/vpn-operator/internal/conditions"
 	"bnerd.net/vpn-operator/internal/controller/namedwatch"
 	"bnerd.net/vpn-operator/internal/controller/outcome"
+	"bnerd.net/vpn-operator/internal/controller/skeleton"
 	"bnerd.net/vpn-operator/internal/ipam"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
@@ -43,15 +43,30 @@ import (
 // editing the Secret or the link (SecretNotFound, CredentialsInvalid, AuthFailed, ...).
 const CredentialRequeue = 15 * time.Second
 
-// Deps is everything the reconciler needs from the outside world.
+// Deps are the reconciler's collaborators. The first seven mean what they mean in the
+// gateway reconciler's Deps, with the same defaults (filled by SetupWithManager from the
+// manager); the rest are the link's own.
 type Deps struct {
-	// Client reads and writes Kubernetes objects (the manager's cached client).
+	// Client reads (from the cache) and writes the API server. Required.
 	Client client.Client
-	// APIReader reads without the cache: credential Secrets (a rotated one is seen at
-	// once) and objects whose status write lost a race. Nil means Client.
+	// APIReader reads around the cache: credential Secrets (a rotated one is seen at
+	// once) and objects whose status write lost a race. Default: the manager's API
+	// reader (without a manager: Client).
 	APIReader client.Reader
-	// Operator is the operator's own OpenStack client set.
-	Operator *openstack.Clients
+	// OpenStack is the operator's own client set (Networking, Compute, Identity).
+	// Required.
+	OpenStack *openstack.Clients
+	// Config is the operator configuration (transit network, router, credentials
+	// namespace, resync interval).
+	Config operatorconfig.Config
+	// Recorder emits Events (events.k8s.io). Default: the manager's recorder.
+	Recorder events.EventRecorder
+	// Clock stamps conditions; nil is time.Now.
+	Clock conditions.Clock
+	// SkipNameValidation lets several managers in one process (tests) register the
+	// same controller names.
+	SkipNameValidation bool
+
 	// OperatorProjectID is the project the operator's credential is scoped to.
 	OperatorProjectID string
 	// AuthURL and Region are the operator's own Keystone endpoint and region; a
@@ -64,16 +79,6 @@ type Deps struct {
 	// CustomerClients authenticates a customer credential (production:
 	// openstack.NewClients with fixed options; tests point it at the simulator).
 	CustomerClients openstack.Builder
-	// Config is the operator configuration (transit network, router, credentials
-	// namespace, resync interval).
-	Config operatorconfig.Config
-	// Clock stamps conditions; nil means time.Now.
-	Clock conditions.Clock
-	// Recorder emits Kubernetes Events; nil disables them.
-	Recorder events.EventRecorder
-	// SkipNameValidation lets several managers in one process (tests) register the
-	// controller.
-	SkipNameValidation bool
 	// FanOutDelay overrides the default FanOutDelay (tests).
 	FanOutDelay time.Duration
 }
@@ -159,6 +164,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.APIReader == nil {
 		r.reader = mgr.GetAPIReader()
 	}
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorder("bnerd-vpn-operator")
+	}
 	workers := r.Config.MaxConcurrentReconciles
 	if workers < 1 {
 		workers = 1
@@ -209,15 +217,14 @@ type linkCtx struct {
 	router     *openstack.Router // the service cluster's router
 	port       *openstack.Port   // the leg port
 	attached   bool
-	events     []linkEvent
-}
-
-type linkEvent struct {
-	typ, reason, note string
+	// events are the condition transitions and the explicit Events gathered on the way,
+	// sent once the status write that records them succeeded. Messages are built from
+	// names and IDs only, never Secret data.
+	events skeleton.Events
 }
 
 func (lc *linkCtx) eventf(typ, reason, format string, args ...any) {
-	lc.events = append(lc.events, linkEvent{typ, reason, fmt.Sprintf(format, args...)})
+	lc.events.Add(typ, reason, "Reconcile", format, args...)
 }
 
 // legPrefix and opPrefix name the credential that failed a step on a cross-tenant
@@ -236,7 +243,7 @@ func (lc *linkCtx) opPrefix() string {
 	return "operator credential: "
 }
 
-// +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=clusterlinks,verbs=get;list;watch;update
+// +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=clusterlinks,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=clusterlinks/status,verbs=patch
 // +kubebuilder:rbac:groups=ipsec.bnerd.net,resources=ipsecgateways;vpngateways,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
@@ -279,11 +286,9 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) error {
 	if !link.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, lc)
 	}
-	if !controllerutil.ContainsFinalizer(link, v1alpha1.FinalizerClusterLink) {
-		controllerutil.AddFinalizer(link, v1alpha1.FinalizerClusterLink)
-		if err := r.Client.Update(ctx, link); err != nil {
-			return err
-		}
+	if added, err := skeleton.AddFinalizer(ctx, r.Client, link, v1alpha1.FinalizerClusterLink); err != nil {
+		return err
+	} else if added {
 		lc.base = link.DeepCopy()
 	}
 
@@ -293,21 +298,19 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) error {
 	if werr := r.writeStatus(ctx, lc); werr != nil {
 		return errors.Join(err, werr)
 	}
-	r.emit(lc)
+	lc.events.Emit(r.Recorder, lc.link)
 	return err
 }
 
-// summarize derives Ready from the phase conditions.
+// summarize derives Ready from the conditions of the link's phases (a same-tenant link
+// has none of the cross-tenant ones).
 func (r *Reconciler) summarize(lc *linkCtx) {
-	types := []string{v1alpha1.ConditionValidated}
-	if lc.cross {
-		types = append(types, v1alpha1.ConditionTenantIsolationAttested, v1alpha1.ConditionCredentialsResolved, v1alpha1.ConditionTransitNetworkShared)
-	} else {
-		for _, t := range []string{v1alpha1.ConditionTenantIsolationAttested, v1alpha1.ConditionCredentialsResolved, v1alpha1.ConditionTransitNetworkShared} {
+	if !lc.cross {
+		for _, t := range crossTenantConditions {
 			lc.set.Remove(t)
 		}
 	}
-	types = append(types, v1alpha1.ConditionTransitIPAllocated, v1alpha1.ConditionLegAttached, v1alpha1.ConditionRouteInstalled, v1alpha1.ConditionReverseRoutesInstalled)
+	types := skeleton.Conditions(r.phases(lc))
 	// A phase that failed names Ready before one that was merely not reached.
 	for _, t := range types {
 		if c := conditions.Get(lc.link.Status.Conditions, t); c != nil && c.Status == metav1.ConditionFalse {
@@ -331,6 +334,9 @@ func (r *Reconciler) writeStatus(ctx context.Context, lc *linkCtx) error {
 		return nil
 	}
 	if err := r.statusWriter().Apply(ctx, lc.link, lc.base); err != nil {
+		// The transitions are not on record: the next reconcile, from a fresh read,
+		// finds them again and tells them then (skeleton.Events).
+		lc.events.WriteFailed(r.Recorder, lc.link)
 		return fmt.Errorf("writing status: %w", err)
 	}
 	lc.orig = lc.link.Status.DeepCopy()
@@ -349,19 +355,6 @@ func (r *Reconciler) statusWriter() statuswrite.Writer {
 // outside the API server depends on it.
 func (r *Reconciler) persist(ctx context.Context, lc *linkCtx) error {
 	return r.writeStatus(ctx, lc)
-}
-
-// emit turns condition transitions, and the explicit events gathered on the way, into
-// Kubernetes Events. Messages are built from names and IDs only, never Secret data.
-func (r *Reconciler) emit(lc *linkCtx) {
-	if r.Recorder == nil {
-		lc.events = nil
-		return
-	}
-	for _, e := range lc.events {
-		r.Recorder.Eventf(lc.link, nil, e.typ, e.reason, "Reconcile", "%s", e.note)
-	}
-	lc.events = nil
 }
 
 // transitionEvents records an Event for every condition whose status or reason moved.
@@ -387,6 +380,6 @@ func transitionEvents(lc *linkCtx, before []metav1.Condition) {
 		if c.Message != "" {
 			note += ": " + c.Message
 		}
-		lc.eventf(typ, c.Reason, "%s", note)
+		lc.events.Transition(typ, c.Reason, "Reconcile", "%s", note)
 	}
 }

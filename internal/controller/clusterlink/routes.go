@@ -30,7 +30,7 @@ func (r *Reconciler) operatorRouter(ctx context.Context) (*openstack.Router, err
 	id := r.opRouterID
 	r.netMu.Unlock()
 	if id != "" {
-		rt, err := r.Operator.Networking.GetRouter(ctx, id)
+		rt, err := r.OpenStack.Networking.GetRouter(ctx, id)
 		if err == nil || !openstack.IsNotFound(err) {
 			if err != nil {
 				return nil, fmt.Errorf("reading the gateway cluster's router %s: %w", id, err)
@@ -38,7 +38,7 @@ func (r *Reconciler) operatorRouter(ctx context.Context) (*openstack.Router, err
 			return rt, nil
 		}
 	}
-	rt, err := r.Operator.Networking.ResolveRouter(ctx, r.Config.Router)
+	rt, err := r.OpenStack.Networking.ResolveRouter(ctx, r.Config.Router)
 	if err != nil {
 		return nil, fmt.Errorf("resolving the gateway cluster's router %q: %w", r.Config.Router, err)
 	}
@@ -113,7 +113,7 @@ func (r *Reconciler) removeForwardRoutes(ctx context.Context, lc *linkCtx) error
 		}
 	}
 	if len(drop) > 0 {
-		if _, err := r.Operator.Networking.RemoveRouterRoutes(ctx, rt.ID, drop); err != nil && !openstack.IsNotFound(err) {
+		if _, err := r.OpenStack.Networking.RemoveRouterRoutes(ctx, rt.ID, drop); err != nil && !openstack.IsNotFound(err) {
 			return err
 		}
 		lc.eventf(corev1.EventTypeNormal, "RouteRemoved", "removed %s from router %s", describeRoutes(drop), rt.Name)
@@ -147,7 +147,7 @@ func (r *Reconciler) ensureForwardRoute(ctx context.Context, lc *linkCtx) (bool,
 		}
 	}
 	if len(stale) > 0 {
-		if _, err := r.Operator.Networking.RemoveRouterRoutes(ctx, rt.ID, stale); err != nil {
+		if _, err := r.OpenStack.Networking.RemoveRouterRoutes(ctx, rt.ID, stale); err != nil {
 			link.Status.ForwardRoutes = recordOf(append(stale, want))
 			return fail(err)
 		}
@@ -160,7 +160,7 @@ func (r *Reconciler) ensureForwardRoute(ctx context.Context, lc *linkCtx) (bool,
 		if err := r.persist(ctx, lc); err != nil {
 			return false, err
 		}
-		if _, err := r.Operator.Networking.AddRouterRoutes(ctx, rt.ID, []openstack.Route{want}); err != nil {
+		if _, err := r.OpenStack.Networking.AddRouterRoutes(ctx, rt.ID, []openstack.Route{want}); err != nil {
 			return fail(err)
 		}
 		lc.eventf(corev1.EventTypeNormal, "RouteInstalled", "added %s to router %s", describeRoutes([]openstack.Route{want}), rt.Name)
@@ -275,7 +275,7 @@ type gatewayPort struct {
 // gatewayPorts reads the dedicated ports of every gateway (in the operator's project,
 // tagged with the gateway's UID by the gateway reconciler), by gateway UID.
 func (r *Reconciler) gatewayPorts(ctx context.Context) (map[types.UID][]gatewayPort, error) {
-	ports, err := r.Operator.Networking.ListPorts(ctx, openstack.ListPortsOpts{Tags: []string{openstack.TagManaged}})
+	ports, err := r.OpenStack.Networking.ListPorts(ctx, openstack.ListPortsOpts{Tags: []string{openstack.TagManaged}})
 	if err != nil {
 		return nil, err
 	}
@@ -353,7 +353,7 @@ func (r *Reconciler) operatorRouterTransitIP(ctx context.Context, tn *transitNet
 	if err != nil {
 		return "", err
 	}
-	ports, err := r.Operator.Networking.ListPorts(ctx, openstack.ListPortsOpts{DeviceID: rt.ID, NetworkID: tn.network.ID})
+	ports, err := r.OpenStack.Networking.ListPorts(ctx, openstack.ListPortsOpts{DeviceID: rt.ID, NetworkID: tn.network.ID})
 	if err != nil {
 		return "", fmt.Errorf("listing the gateway cluster's router's ports on the transit network: %w", err)
 	}

@@ -152,7 +152,9 @@ func TestCreateToReadyAndSteadyState(t *testing.T) {
 		t.Fatalf("tunnelSummary %q", gw.Status.TunnelSummary)
 	}
 
-	// Every phase's transition was announced as an Event.
+	// Every phase's transition was announced as an Event (the last one follows the
+	// status write that made the gateway Ready).
+	h.events.await("Normal " + v1alpha1.ReasonReconciled + " ")
 	h.events.mu.Lock()
 	all := strings.Join(h.events.events, "\n")
 	h.events.mu.Unlock()

@@ -5,11 +5,11 @@ import (
 	"fmt"
 
 	"github.com/go-logr/logr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/controller/outcome"
+	"bnerd.net/vpn-operator/internal/controller/skeleton"
 	"bnerd.net/vpn-operator/internal/openstack"
 )
 
@@ -42,10 +42,9 @@ func (r *Reconciler) finalize(ctx context.Context, g *gateway) error {
 	r.forgetStored(g.obj.GetUID())
 	r.gate.Forget(g.obj.GetUID())
 	r.forgetWaiting(g.obj.GetUID())
-	base := g.obj.DeepCopyObject().(client.Object)
-	controllerutil.RemoveFinalizer(g.obj, v1alpha1.FinalizerGateway)
-	if err := r.Client.Patch(ctx, g.obj, client.MergeFrom(base)); err != nil {
-		return client.IgnoreNotFound(err)
+	g.events.Emit(r.Recorder, g.obj)
+	if err := skeleton.RemoveFinalizer(ctx, r.Client, g.obj, v1alpha1.FinalizerGateway); err != nil {
+		return err
 	}
 	logr.FromContextOrDiscard(ctx).Info("gateway cleaned up")
 	return nil

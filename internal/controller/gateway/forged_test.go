@@ -133,7 +133,7 @@ func TestForgedStatusIsNotActedOn(t *testing.T) {
 	h.forge(pod, "attacker", map[string]string{"serviceCIDR": vic.ServiceCIDR, "portFixedIP": vic.PortFixedIP, "nodeName": "cp-0"})
 	restored("running")
 	for _, f := range []string{"status.serviceCIDR", "status.portFixedIP", "status.nodeName"} {
-		if !h.events.has(v1alpha1.ReasonStatusForged + " " + f) {
+		if !h.events.await(v1alpha1.ReasonStatusForged + " " + f) {
 			t.Errorf("no StatusForged Event for %s; events: %v", f, h.events.events)
 		}
 	}

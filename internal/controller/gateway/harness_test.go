@@ -142,6 +142,28 @@ func (r *countingRecorder) has(s string) bool {
 	return false
 }
 
+// await reports whether an Event's message contains s, waiting for it up to eventWait:
+// an Event is sent after the status write that records it, so a test that saw the
+// status may look a moment before the Event is there.
+func (r *countingRecorder) await(s string) bool {
+	return awaitTrue(func() bool { return r.has(s) })
+}
+
+// eventWait bounds await: far longer than the moment between a status write and its
+// Events, short enough that a missing Event fails soon.
+const eventWait = 10 * time.Second
+
+func awaitTrue(cond func() bool) bool {
+	deadline := time.Now().Add(eventWait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
+
 // harness is one test's world: a simulator, a namespace, nodes and (optionally) a
 // running manager with the reconciler.
 type harness struct {

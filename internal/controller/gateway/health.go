@@ -26,6 +26,7 @@ import (
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/conditions"
+	"bnerd.net/vpn-operator/internal/controller/skeleton"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
 	"bnerd.net/vpn-operator/internal/render"
 )
@@ -381,7 +382,7 @@ func tunnelsFromReport(g *gateway, report []v1alpha1.TunnelState) (int, []string
 // tunnel.
 func (r *Reconciler) summarize(g *gateway) {
 	conds := g.status.Conditions
-	switch blocking, health := conditions.Summary(conds, g.conditionTypes()...), conditions.Summary(conds, HealthConditionTypes...); {
+	switch blocking, health := conditions.Summary(conds, skeleton.Conditions(r.phases(g))...), conditions.Summary(conds, HealthConditionTypes...); {
 	case blocking != nil:
 		r.setCond(g, v1alpha1.ConditionReady, metav1.ConditionFalse, blocking.Reason, blocking.Type+": "+blocking.Message)
 	case health != nil:

@@ -269,7 +269,7 @@ func TestPodReadings(t *testing.T) {
 	for _, want := range []string{"Normal " + v1alpha1.ReasonPodNotFound, "Normal " + v1alpha1.ReasonPodPending,
 		"Warning " + v1alpha1.ReasonPodNetworkFailed, "Warning " + v1alpha1.ReasonPodCrashLooping, "Warning " + v1alpha1.ReasonPodOnWrongNode,
 		"Normal " + v1alpha1.ReasonPodReady} {
-		if !h.hasEvent(want) {
+		if !awaitTrue(func() bool { return h.hasEvent(want) }) {
 			t.Errorf("no %q Event", want)
 		}
 	}

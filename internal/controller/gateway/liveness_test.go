@@ -117,7 +117,7 @@ func TestSilentGatewayPodMovesTheGatewayBeforeNotReady(t *testing.T) {
 		return g.Status.NodeName == "node-a" && port.DeviceID == serverA && apierrors.IsNotFound(err),
 			fmt.Sprintf("node %s, port on %s, old pod: %v", g.Status.NodeName, port.DeviceID, err)
 	})
-	if !h.events.has("stopped renewing their liveness leases") {
+	if !h.events.await("stopped renewing their liveness leases") {
 		t.Errorf("no Event names the liveness leases as the reason for the move")
 	}
 	var node corev1.Node

@@ -317,16 +317,16 @@ func (r *Reconciler) noEligibleNode(g *gateway, full, avoiding bool) (bool, erro
 // Warning event: the node's gateways fell silent (liveness), or it is gone or not Ready.
 func (r *Reconciler) nodeChanged(ctx context.Context, g *gateway, prev, name string) {
 	logr.FromContextOrDiscard(ctx).Info("gateway node selected", "node", name, "previous", prev)
-	if prev == "" || r.Recorder == nil {
+	if prev == "" {
 		return
 	}
 	if since, ok := r.nodeFailed(prev); ok {
-		r.Recorder.Eventf(g.obj, nil, corev1.EventTypeWarning, "NodeChanged", "Reconcile",
+		g.events.Transition(corev1.EventTypeWarning, "NodeChanged", "Reconcile",
 			"the gateway pods on node %s stopped renewing their liveness leases at %s while the API server still called them ready (the node or its network is gone); moving the gateway to %s",
 			prev, since.UTC().Format(time.RFC3339), name)
 		return
 	}
-	r.Recorder.Eventf(g.obj, nil, corev1.EventTypeWarning, "NodeChanged", "Reconcile", "node %s is gone or not Ready; moving the gateway to %s", prev, name)
+	g.events.Transition(corev1.EventTypeWarning, "NodeChanged", "Reconcile", "node %s is gone or not Ready; moving the gateway to %s", prev, name)
 }
 
 // ensurePortAttached converges the port's Nova attachment to the selected node's

@@ -288,7 +288,7 @@ func TestPlacementSpreadsAndFallsBack(t *testing.T) {
 	if gw.Status.NodeName == "node-a" {
 		t.Fatal("the gateway stayed on the node whose attach failed")
 	}
-	if !h.events.has("attaching the port to node node-a failed") {
+	if !h.events.await("attaching the port to node node-a failed") {
 		t.Fatalf("no event says the attach to node-a failed: %v", h.events.events)
 	}
 }

@@ -56,10 +56,8 @@ func (r *Reconciler) releaseStrandedPods(ctx context.Context, g *gateway) error 
 			return fmt.Errorf("releasing pod %s from node %s: %w", p.Name, p.Spec.NodeName, err)
 		}
 		logr.FromContextOrDiscard(ctx).Info("released the gateway's pod from a lost node", "pod", p.Name, "node", p.Spec.NodeName, "reason", why, "pinnedTo", g.status.NodeName)
-		if r.Recorder != nil {
-			r.Recorder.Eventf(g.obj, nil, corev1.EventTypeWarning, "StrandedPodDeleted", "Delete",
-				"pod %s was bound to node %s, which %s; deleted it so the gateway starts on %s, where its port is attached", p.Name, p.Spec.NodeName, why, g.status.NodeName)
-		}
+		g.events.Add(corev1.EventTypeWarning, "StrandedPodDeleted", "Delete",
+			"pod %s was bound to node %s, which %s; deleted it so the gateway starts on %s, where its port is attached", p.Name, p.Spec.NodeName, why, g.status.NodeName)
 	}
 	return nil
 }

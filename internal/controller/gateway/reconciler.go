@@ -22,7 +22,6 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -30,6 +29,7 @@ import (
 	"bnerd.net/vpn-operator/internal/conditions"
 	"bnerd.net/vpn-operator/internal/controller/namedwatch"
 	"bnerd.net/vpn-operator/internal/controller/outcome"
+	"bnerd.net/vpn-operator/internal/controller/skeleton"
 	"bnerd.net/vpn-operator/internal/ipam"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
@@ -38,7 +38,8 @@ import (
 )
 
 // Deps are the reconciler's collaborators. Zero-valued optional fields are filled by
-// SetupWithManager from the manager.
+// SetupWithManager from the manager. The first seven mean what they mean in the
+// ClusterLink reconciler's Deps; the rest are the gateways' own.
 type Deps struct {
 	// Client reads (from the cache) and writes the API server. Required.
 	Client client.Client
@@ -51,18 +52,19 @@ type Deps struct {
 	Config operatorconfig.Config
 	// Recorder emits Events (events.k8s.io). Default: the manager's recorder.
 	Recorder events.EventRecorder
-	// Log is the base logger. Default: the manager's logger.
-	Log logr.Logger
 	// Clock stamps conditions; nil is time.Now.
 	Clock conditions.Clock
+	// SkipNameValidation lets several managers in one process (tests) register the
+	// same controller names.
+	SkipNameValidation bool
+
+	// Log is the base logger. Default: the manager's logger.
+	Log logr.Logger
 	// PortWait paces waiting for Nova to finish attaching or detaching the port: the
 	// gateway is reconciled again every Interval (default 2 s) until the port shows the
 	// result, and the request is sent to Nova again when Timeout (default 2 minutes)
 	// passed without one. No reconcile waits: the worker is free in between.
 	PortWait openstack.WaitOpts
-	// SkipNameValidation lets several managers in one process (tests) register the
-	// same controller names.
-	SkipNameValidation bool
 	// Begin and Observe, when set, are called before and after every reconcile
 	// (benchmarks and tests count reconciles and busy workers with them).
 	Begin   func(kind string, key types.NamespacedName)
@@ -193,32 +195,23 @@ func (r *Reconciler) result(ctx context.Context, kind string, req reconcile.Requ
 	return r.backoff[kind].Result(req, err, r.Config.ResyncInterval)
 }
 
-// phase is one step of the reconcile, in the order of phases(): run sets the phase's
-// condition (cond) and returns done=true to carry on with the next phase, done=false to
-// stop here (waiting for something, the condition says what), or an error.
-type phase struct {
-	cond string
-	run  func(ctx context.Context, g *gateway) (done bool, err error)
-	// record: the phase's result is written to status before the next phase runs,
-	// because the next phases program OpenStack with it (persist before programming).
-	// The other phases' results are written once, at the end of the reconcile: what
-	// they made is found again by its tags after a crash.
-	record bool
-}
-
-func (r *Reconciler) phases() []phase {
-	return []phase{
-		{cond: v1alpha1.ConditionValidated, run: r.ensureValidated},
-		// The key lives in its Secret, found again by name: nothing to record first.
-		{cond: v1alpha1.ConditionWireGuardKeyReady, run: r.ensureWireGuardKey},
-		{cond: v1alpha1.ConditionAllocated, run: r.ensureAllocated, record: true},
-		{cond: v1alpha1.ConditionPortReady, run: r.ensurePort},
-		{cond: v1alpha1.ConditionSecurityGroupReady, run: r.ensureSecurityGroup},
-		{cond: v1alpha1.ConditionFloatingIPReady, run: r.ensureFloatingIP},
-		{cond: v1alpha1.ConditionRoutingReady, run: r.ensureRouting},
-		{cond: v1alpha1.ConditionNodeSelected, run: r.ensureNodeSelected, record: true},
-		{cond: v1alpha1.ConditionPortAttached, run: r.ensurePortAttached},
-		{cond: v1alpha1.ConditionWorkloadReady, run: r.ensureWorkload},
+// phases are the steps of one gateway's reconcile, in order (see skeleton.Phase). A
+// phase that stops leaves the conditions after it as they were: Ready names the first
+// one not True.
+func (r *Reconciler) phases(g *gateway) []skeleton.Phase[*gateway] {
+	return []skeleton.Phase[*gateway]{
+		{Cond: v1alpha1.ConditionValidated, Run: r.ensureValidated},
+		// The key lives in its Secret, found again by name: nothing to record first. An
+		// IPsec gateway runs it too, to remove a key left from its WireGuard past.
+		{Cond: v1alpha1.ConditionWireGuardKeyReady, Run: r.ensureWireGuardKey, Unlisted: g.wg == nil},
+		{Cond: v1alpha1.ConditionAllocated, Run: r.ensureAllocated, Record: true},
+		{Cond: v1alpha1.ConditionPortReady, Run: r.ensurePort},
+		{Cond: v1alpha1.ConditionSecurityGroupReady, Run: r.ensureSecurityGroup},
+		{Cond: v1alpha1.ConditionFloatingIPReady, Run: r.ensureFloatingIP},
+		{Cond: v1alpha1.ConditionRoutingReady, Run: r.ensureRouting},
+		{Cond: v1alpha1.ConditionNodeSelected, Run: r.ensureNodeSelected, Record: true},
+		{Cond: v1alpha1.ConditionPortAttached, Run: r.ensurePortAttached},
+		{Cond: v1alpha1.ConditionWorkloadReady, Run: r.ensureWorkload},
 	}
 }
 
@@ -241,31 +234,15 @@ func (r *Reconciler) reconcile(ctx context.Context, kind string, key types.Names
 	if !obj.GetDeletionTimestamp().IsZero() {
 		return r.finalize(ctx, g)
 	}
-	if !controllerutil.ContainsFinalizer(obj, v1alpha1.FinalizerGateway) {
-		base := obj.DeepCopyObject().(client.Object)
-		controllerutil.AddFinalizer(obj, v1alpha1.FinalizerGateway)
-		if err := r.Client.Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-			return err
-		}
+	if added, err := skeleton.AddFinalizer(ctx, r.Client, obj, v1alpha1.FinalizerGateway); err != nil {
+		return err
+	} else if added {
 		g.base = obj.DeepCopyObject().(client.Object)
 	}
 
-	var runErr error
-	for _, p := range r.phases() {
-		done, err := p.run(ctx, g)
-		if err != nil {
-			runErr = fmt.Errorf("%s: %w", p.cond, err)
-			break
-		}
-		if !done {
-			break
-		}
-		// The next phases act on this one's result: record it first.
-		if p.record {
-			if perr := r.persist(ctx, g); perr != nil {
-				return perr
-			}
-		}
+	runErr, perr := skeleton.Runner[*gateway]{Persist: r.persist}.Run(ctx, g, r.phases(g))
+	if perr != nil {
+		return perr
 	}
 	// The pod and the tunnels are read whatever the phases did: a pod from before may
 	// still run (or not) while a later phase fails.
@@ -282,8 +259,9 @@ func (r *Reconciler) reconcile(ctx context.Context, kind string, key types.Names
 	return runErr
 }
 
-// setCond records a condition and, when it changed, an Event: a state change is news,
-// a repeated one is not (a converged gateway emits nothing).
+// setCond records a condition and, when it changed, an Event (sent once the status write
+// records the change): a state change is news, a repeated one is not (a converged
+// gateway emits nothing).
 func (r *Reconciler) setCond(g *gateway, condType string, status metav1.ConditionStatus, reason, message string) {
 	// A copy: Set updates the condition in place, and a pointer into the slice would
 	// compare the new condition with itself (no Event for any change but the first).
@@ -299,20 +277,21 @@ func (r *Reconciler) setCond(g *gateway, condType string, status metav1.Conditio
 	if prev != nil && prev.Status == status && prev.Reason == reason && prev.Message == message {
 		return // only the observed generation moved
 	}
-	r.event(g, status, reason, "%s=%s: %s", condType, status, message)
+	g.events.Transition(eventType(status, reason), reason, "Reconcile", "%s=%s: %s", condType, status, message)
 }
 
-// event records an Event on the gateway: a Warning when something failed, Normal for
-// progress (True, or Unknown while waiting on OpenStack).
-func (r *Reconciler) event(g *gateway, status metav1.ConditionStatus, reason, format string, args ...any) {
-	if r.Recorder == nil {
-		return
-	}
-	typ := corev1.EventTypeNormal
+// eventType: a Warning when something failed, Normal for progress (True, or Unknown
+// while waiting on OpenStack).
+func eventType(status metav1.ConditionStatus, reason string) string {
 	if status == metav1.ConditionFalse && !startingUp[reason] {
-		typ = corev1.EventTypeWarning
+		return corev1.EventTypeWarning
 	}
-	r.Recorder.Eventf(g.obj, nil, typ, reason, "Reconcile", format, args...)
+	return corev1.EventTypeNormal
+}
+
+// event gathers the Event of something the reconcile did (see skeleton.Events).
+func (r *Reconciler) event(g *gateway, status metav1.ConditionStatus, reason, format string, args ...any) {
+	g.events.Add(eventType(status, reason), reason, "Reconcile", format, args...)
 }
 
 func (r *Reconciler) condTrue(g *gateway, condType, reason, message string) {
@@ -340,8 +319,19 @@ func (r *Reconciler) condFailed(g *gateway, condType, reason string, err error) 
 // (the health controller's PodReady, TunnelsUp and Ready): the write is rebased onto the
 // fresh object with the observations read again. Any other change of the operator's
 // own fields makes the write fail, and the retry starts from a fresh read instead of
-// overwriting (an allocation is never silently lost or doubled).
+// overwriting (an allocation is never silently lost or doubled). The Events gathered so
+// far are sent when the status is on record (see skeleton.Events for a failed write).
 func (r *Reconciler) persist(ctx context.Context, g *gateway) error {
+	err := r.writeStatus(ctx, g)
+	if err != nil {
+		g.events.WriteFailed(r.Recorder, g.obj)
+		return err
+	}
+	g.events.Emit(r.Recorder, g.obj)
+	return nil
+}
+
+func (r *Reconciler) writeStatus(ctx context.Context, g *gateway) error {
 	base := statusOf(g.base).WithoutAgentFields()
 	cur := g.status.WithoutAgentFields()
 	if equality.Semantic.DeepEqual(base, cur) {

@@ -656,6 +656,7 @@ func TestSecurityDriftReverted(t *testing.T) {
 			return len(drift) == 0, fmt.Sprintf("still differs in %v", drift)
 		})
 	}
+	h.events.await("SecurityDriftReverted")
 	h.events.mu.Lock()
 	all := strings.Join(h.events.events, "\n")
 	h.events.mu.Unlock()
@@ -700,6 +701,9 @@ func TestOutOfBandDetachRepairedOnAnnotation(t *testing.T) {
 		return p.DeviceID == serverA && slices.Contains(h.sim.ServerInterfaces(serverA), gw.Status.PortID) &&
 				meta.IsStatusConditionTrue(g.Status.Conditions, v1alpha1.ConditionPortAttached),
 			"port on " + p.DeviceID + "; " + condOf(g.Status.Conditions, v1alpha1.ConditionPortAttached)
+	})
+	awaitTrue(func() bool {
+		return h.eventsWith(v1alpha1.ReasonPortAttached+" "+v1alpha1.ConditionPortAttached+"=True:") >= 2
 	})
 	if n := h.eventsWith(v1alpha1.ReasonAttaching + " " + v1alpha1.ConditionPortAttached + "=Unknown:"); n != attaching+1 {
 		t.Fatalf("%d Attaching Events for the re-attach, want one", n-attaching)
@@ -813,15 +817,23 @@ func TestStrandedPodReleased(t *testing.T) {
 	if err := env.Client.Get(h.ctx, client.ObjectKey{Namespace: h.ns, Name: "on-z"}, &p); err != nil || p.DeletionTimestamp != nil {
 		t.Errorf("a pod on a Ready node was deleted: %v", err)
 	}
-	h.events.mu.Lock()
-	n := 0
-	for _, e := range h.events.events {
-		if strings.Contains(e, "StrandedPodDeleted pod on-b was bound to node node-b, which is not Ready") {
-			n++
+	// The Event follows the status write of the reconcile that deleted the pod.
+	stranded := func() int {
+		h.events.mu.Lock()
+		defer h.events.mu.Unlock()
+		n := 0
+		for _, e := range h.events.events {
+			if strings.Contains(e, "StrandedPodDeleted pod on-b was bound to node node-b, which is not Ready") {
+				n++
+			}
 		}
+		return n
 	}
-	h.events.mu.Unlock()
-	if n != 1 {
+	eventually(t, "the StrandedPodDeleted event for on-b", func() (bool, string) {
+		n := stranded()
+		return n > 0, fmt.Sprintf("%d events", n)
+	})
+	if n := stranded(); n != 1 {
 		t.Errorf("want one StrandedPodDeleted event for on-b, got %d", n)
 	}
 }

@@ -25,13 +25,10 @@ import (
 func (r *Reconciler) statusForged(ctx context.Context, g *gateway, field, got, want, record string) {
 	logr.FromContextOrDiscard(ctx).Info("WARNING: a status field the operator acts on was written by someone else; restoring it",
 		"field", "status."+field, "found", got, "restored", want)
-	if r.Recorder == nil {
-		return
-	}
 	if want == "" {
 		want = "nothing"
 	}
-	r.Recorder.Eventf(g.obj, nil, corev1.EventTypeWarning, v1alpha1.ReasonStatusForged, "Reconcile",
+	g.events.Transition(corev1.EventTypeWarning, v1alpha1.ReasonStatusForged, "Reconcile",
 		"%s", fmt.Sprintf("status.%s said %q, but %s is %s: the operator did not write it and does not act on it; restored", field, got, record, want))
 }
 

@@ -10,6 +10,7 @@ import (
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/addrpolicy"
+	"bnerd.net/vpn-operator/internal/controller/skeleton"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/render"
 	"bnerd.net/vpn-operator/internal/tenancy"
@@ -38,6 +39,10 @@ type gateway struct {
 	// that governs it, as read in this reconcile's validation.
 	nsLabels map[string]string
 	policy   tenancy.Policy
+
+	// events are this reconcile's Events, emitted once the status write that records
+	// them succeeded (persist).
+	events skeleton.Events
 
 	// recheck, when set, brings the gateway back after that long although it
 	// converged (its node's grace period ends then, or a key rotation's overlap).
@@ -140,6 +145,3 @@ func routedSubnets(spec *v1alpha1.GatewaySpec) []string {
 
 // conditionTypes are the phase conditions Ready summarises for this gateway: a WireGuard
 // gateway also has its key phase.
-func (g *gateway) conditionTypes() []string {
-	return v1alpha1.GatewayConditionTypesFor(g.wg != nil)
-}

@@ -1,0 +1,62 @@
+package skeleton
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+)
+
+// Events gathers the Events of one reconcile, in order, and sends them after the status
+// write that records what they tell (Emit). When that write fails (WriteFailed), the
+// transitions are forgotten: the next reconcile starts from a fresh read, finds the same
+// change again and tells it then, so no Event announces a state the API server never
+// stored. The actions are sent all the same: what was done in the world (a pod deleted,
+// a port created) happened whether or not the status says so, and no later reconcile
+// does it again to tell it.
+type Events struct {
+	pending []pendingEvent
+}
+
+type pendingEvent struct {
+	typ, reason, action, note string
+	transition                bool
+}
+
+// Add gathers an action's Event (type Normal or Warning, a reason, the action it is
+// about).
+func (e *Events) Add(typ, reason, action, format string, args ...any) {
+	e.pending = append(e.pending, pendingEvent{typ, reason, action, fmt.Sprintf(format, args...), false})
+}
+
+// Transition gathers the Event of a change of status (a condition that moved, a field
+// restored).
+func (e *Events) Transition(typ, reason, action, format string, args ...any) {
+	e.pending = append(e.pending, pendingEvent{typ, reason, action, fmt.Sprintf(format, args...), true})
+}
+
+// Len is how many Events wait.
+func (e *Events) Len() int { return len(e.pending) }
+
+// Emit sends the gathered Events about obj (none when rec is nil) and forgets them.
+func (e *Events) Emit(rec events.EventRecorder, obj runtime.Object) {
+	if rec != nil {
+		for _, p := range e.pending {
+			rec.Eventf(obj, nil, p.typ, p.reason, p.action, "%s", p.note)
+		}
+	}
+	e.pending = nil
+}
+
+// WriteFailed sends the actions' Events and forgets the transitions': the write that
+// would have recorded them failed.
+func (e *Events) WriteFailed(rec events.EventRecorder, obj runtime.Object) {
+	kept := e.pending[:0]
+	for _, p := range e.pending {
+		if !p.transition {
+			kept = append(kept, p)
+		}
+	}
+	e.pending = kept
+	e.Emit(rec, obj)
+}

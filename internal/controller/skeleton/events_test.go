@@ -1,0 +1,94 @@
+package skeleton
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+)
+
+func TestEventsWaitForEmit(t *testing.T) {
+	rec := events.NewFakeRecorder(10)
+	obj := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}
+	var e Events
+	e.Add(corev1.EventTypeWarning, "PortFailed", "Reconcile", "port %s: %s", "p1", "quota")
+	if len(rec.Events) != 0 || e.Len() != 1 {
+		t.Fatalf("an Event left before Emit (%d sent, %d waiting)", len(rec.Events), e.Len())
+	}
+	e.Emit(rec, obj)
+	if got := <-rec.Events; got != "Warning PortFailed port p1: quota" {
+		t.Errorf("event %q", got)
+	}
+	// A failed write: the transition waits for the next reconcile to find it again;
+	// the action happened and is told.
+	e.Transition(corev1.EventTypeWarning, "NodeChanged", "Reconcile", "moved to %s", "n2")
+	e.Add(corev1.EventTypeWarning, "StrandedPodDeleted", "Delete", "deleted pod %s", "p1")
+	e.WriteFailed(rec, obj)
+	if got := <-rec.Events; got != "Warning StrandedPodDeleted deleted pod p1" {
+		t.Errorf("event %q", got)
+	}
+	if len(rec.Events) != 0 || e.Len() != 0 {
+		t.Errorf("after a failed write: %d more sent, %d waiting; want the transition forgotten", len(rec.Events), e.Len())
+	}
+	e.Add(corev1.EventTypeNormal, "Moved", "Reconcile", "no recorder")
+	e.Emit(nil, obj)
+	if e.Len() != 0 {
+		t.Error("Emit without a recorder kept the Events")
+	}
+}
+
+func TestFinalizerWritesAreGuardedByTheResourceVersion(t *testing.T) {
+	ctx := context.Background()
+	obj := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "ns"}}
+	c := fake.NewClientBuilder().WithObjects(obj).Build()
+	read := func() *corev1.ConfigMap {
+		o := &corev1.ConfigMap{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), o); err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	stale := read()
+	fresh := read()
+	if added, err := AddFinalizer(ctx, c, fresh, "a/one"); err != nil || !added {
+		t.Fatalf("AddFinalizer: %v %v", added, err)
+	}
+	if added, err := AddFinalizer(ctx, c, fresh, "a/one"); err != nil || added {
+		t.Errorf("adding it again: %v %v", added, err)
+	}
+	// Another controller's finalizer, written since stale was read: a write from stale
+	// must fail instead of replacing the list.
+	if _, err := AddFinalizer(ctx, c, stale, "b/two"); !apierrors.IsConflict(err) {
+		t.Fatalf("a write from a stale read: %v, want a conflict", err)
+	}
+	cur := read()
+	if _, err := AddFinalizer(ctx, c, cur, "b/two"); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveFinalizer(ctx, c, fresh, "a/one"); !apierrors.IsConflict(err) {
+		t.Errorf("removing from a stale read: %v, want a conflict (b/two would be lost)", err)
+	}
+	cur = read()
+	if err := RemoveFinalizer(ctx, c, cur, "a/one"); err != nil {
+		t.Fatal(err)
+	}
+	if got := read().Finalizers; len(got) != 1 || got[0] != "b/two" {
+		t.Errorf("finalizers %v, want [b/two]", got)
+	}
+	if err := RemoveFinalizer(ctx, c, read(), "b/two"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, read()); err != nil {
+		t.Fatal(err)
+	}
+	gone := cur.DeepCopy()
+	gone.Finalizers = []string{"a/one"}
+	if err := RemoveFinalizer(ctx, c, gone, "a/one"); err != nil {
+		t.Errorf("removing from an object already gone: %v", err)
+	}
+}
