@@ -28,7 +28,10 @@ type Env struct {
 	// Dir holds logs, captures and configs; kept when the test fails.
 	Dir    string
 	Prefix string
-	procs  map[string]*exec.Cmd
+	// Diagnose, when set, adds to the failure of Eventually what says why (the tails
+	// of the logs that matter).
+	Diagnose func() string
+	procs    map[string]*exec.Cmd
 }
 
 // BinDirEnv names a directory of prebuilt binaries (by package base name) that Build
@@ -226,7 +229,19 @@ func (e *Env) Eventually(what string, cond func() bool) {
 			return
 		}
 	}
+	if e.Diagnose != nil {
+		e.T.Fatalf("never happened: %s\n%s", what, e.Diagnose())
+	}
 	e.T.Fatalf("never happened: %s", what)
+}
+
+// Tail is the last n lines of s.
+func Tail(s string, n int) string {
+	l := strings.Split(s, "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
 }
 
 // Curl fetches url from role with a short timeout; "" when it fails.

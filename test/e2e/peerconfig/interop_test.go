@@ -1,11 +1,8 @@
 package peerconfig
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -118,23 +115,8 @@ func withDH(algs string) bool {
 // proposals are all below the crypto floor is refused at the first exchange.
 func TestDefaultProposalsMeetRealClients(t *testing.T) {
 	requirements(t)
-	dir, err := os.MkdirTemp("", "bnerd-interop-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = os.Chmod(dir, 0o755)
-	rnd := make([]byte, 2)
-	_, _ = rand.Read(rnd)
-	e := &env{t: t, dir: dir, prefix: "oio" + hex.EncodeToString(rnd) + "-", procs: map[string]*exec.Cmd{}}
-	t.Cleanup(func() {
-		e.stopAll()
-		if t.Failed() {
-			t.Logf("logs kept in %s", dir)
-			return
-		}
-		_ = os.RemoveAll(dir)
-	})
-	e.agent = buildAgent(t, dir)
+	e := newEnv(t, "oio")
+	e.agent = e.Build("./cmd/vpn-gateway-agent")["./cmd/vpn-gateway-agent"]
 	e.topology()
 	g := gateway() // no proposals in the spec: the API's defaults
 	e.startCharon("p")
@@ -143,7 +125,7 @@ func TestDefaultProposalsMeetRealClients(t *testing.T) {
 
 	load := func(p clientProfile) {
 		t.Helper()
-		f := filepath.Join(dir, p.name+".conf")
+		f := filepath.Join(e.Dir, p.name+".conf")
 		if err := os.WriteFile(f, []byte(p.swanctl()), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -152,7 +134,7 @@ func TestDefaultProposalsMeetRealClients(t *testing.T) {
 		}
 		// Then no SA of the previous profile on either side: whatever comes up next was
 		// negotiated with this profile (the gateway re-initiates by itself).
-		e.eventually(p.name+": no IKE SA of the previous profile", func() bool {
+		e.Eventually(p.name+": no IKE SA of the previous profile", func() bool {
 			_, _ = e.swanctl("p", "--terminate", "--ike", "hq", "--force", "--timeout", "2")
 			_, _ = e.swanctl("g", "--terminate", "--ike", "hq", "--force", "--timeout", "2")
 			sas, _ := e.swanctl("p", "--list-sas")
@@ -162,14 +144,14 @@ func TestDefaultProposalsMeetRealClients(t *testing.T) {
 	up := func(p clientProfile) []child {
 		t.Helper()
 		var sas string
-		e.eventually(p.name+": tunnel up with an installed child SA on the gateway", func() bool {
+		e.Eventually(p.name+": tunnel up with an installed child SA on the gateway", func() bool {
 			// The client initiates as a client would; the gateway initiates on its own too.
 			_, _ = e.swanctl("p", "--initiate", "--child", "hq", "--timeout", "5")
 			sas, _ = e.swanctl("g", "--list-sas", "--ike", "hq")
 			return strings.Contains(sas, "ESTABLISHED") && len(installed(sas)) > 0
 		})
-		e.eventually(p.name+": traffic through the tunnel", func() bool {
-			_, err := e.sh(e.ns("c"), "ping", "-c", "1", "-W", "2", exposureVIP)
+		e.Eventually(p.name+": traffic through the tunnel", func() bool {
+			_, err := e.Sh(e.NS("c"), "ping", "-c", "1", "-W", "2", exposureVIP)
 			return err == nil
 		})
 		return installed(sas)
@@ -185,7 +167,7 @@ func TestDefaultProposalsMeetRealClients(t *testing.T) {
 			t.Fatalf("%s: rekey from %s: %v\n%s", p.name, side, err, out)
 		}
 		var fresh child
-		e.eventually(p.name+": a new child SA after the rekey from "+side, func() bool {
+		e.Eventually(p.name+": a new child SA after the rekey from "+side, func() bool {
 			sas, _ := e.swanctl("g", "--list-sas", "--ike", "hq")
 			for _, c := range installed(sas) {
 				if !old[c.id] {
@@ -195,8 +177,8 @@ func TestDefaultProposalsMeetRealClients(t *testing.T) {
 			}
 			return false
 		})
-		e.eventually(p.name+": traffic after the rekey from "+side, func() bool {
-			_, err := e.sh(e.ns("c"), "ping", "-c", "1", "-W", "2", exposureVIP)
+		e.Eventually(p.name+": traffic after the rekey from "+side, func() bool {
+			_, err := e.Sh(e.NS("c"), "ping", "-c", "1", "-W", "2", exposureVIP)
 			return err == nil
 		})
 		return fresh
@@ -225,26 +207,26 @@ func TestDefaultProposalsMeetRealClients(t *testing.T) {
 	t.Run("pfs-only-gateway-fails-a-client-without-pfs-at-rekey", func(t *testing.T) {
 		pfsOnly := gateway()
 		pfsOnly.Spec.Tunnels[0].ESP.Proposals = []string{"aes256-sha256-modp2048"}
-		loaded := strings.Count(e.logOf("loader"), "loaded connection hq")
+		loaded := strings.Count(e.Log("loader"), "loaded connection hq")
 		e.writeGatewayFiles(pfsOnly)
-		e.eventually("the gateway reloaded the PFS-only proposals", func() bool {
-			return strings.Count(e.logOf("loader"), "loaded connection hq") > loaded
+		e.Eventually("the gateway reloaded the PFS-only proposals", func() bool {
+			return strings.Count(e.Log("loader"), "loaded connection hq") > loaded
 		})
 		p := clientProfile{name: "no-pfs-vs-pfs-only", ike: "aes256-sha256-modp2048", esp: "aes256-sha256"}
 		load(p)
 		up(p)
-		mark := len(e.logOf("charon-g-file"))
+		mark := len(e.Log("charon-g-file"))
 		// The client's view of the child SA can be ahead of the gateway's listing by a
 		// moment: ask until the gateway has one to rekey.
 		var out string
-		e.eventually("the gateway rekeys its child SA", func() bool {
+		e.Eventually("the gateway rekeys its child SA", func() bool {
 			o, err := e.swanctl("g", "--rekey", "--child", "hq")
 			out = o
 			return err == nil
 		})
 		t.Logf("rekey: %s", strings.TrimSpace(out))
-		e.eventually("the rekey refused by the client", func() bool {
-			return strings.Contains(e.logOf("charon-g-file")[mark:], "NO_PROPOSAL_CHOSEN")
+		e.Eventually("the rekey refused by the client", func() bool {
+			return strings.Contains(e.Log("charon-g-file")[mark:], "NO_PROPOSAL_CHOSEN")
 		})
 		e.writeGatewayFiles(gateway())
 	})

@@ -38,14 +38,9 @@ func goldens(t *testing.T, format string) map[string]string {
 // is refused, so the check is not vacuous.
 func TestStrongSwanSyntax(t *testing.T) {
 	requirements(t)
-	dir := t.TempDir()
-	_ = os.Chmod(dir, 0o755)
-	rnd := make([]byte, 2)
-	_, _ = rand.Read(rnd)
-	e := &env{t: t, dir: dir, prefix: "ops" + hex.EncodeToString(rnd) + "-", procs: map[string]*exec.Cmd{}}
-	t.Cleanup(e.stopAll)
-	e.must("", "ip", "netns", "add", e.ns("p"))
-	t.Cleanup(func() { _, _ = e.sh("", "ip", "netns", "del", e.ns("p")) })
+	e := newEnv(t, "ops")
+	dir := e.Dir
+	e.AddNS("p")
 	e.startCharon("p")
 	load := func(name, text string) (string, error) {
 		f := filepath.Join(dir, name)

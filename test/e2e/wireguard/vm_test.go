@@ -80,25 +80,17 @@ func TestWireGuardKernelVM(t *testing.T) {
 	t.Logf("VM: boot, kernel-WireGuard test and shutdown took %.0fs", time.Since(start).Seconds())
 	text := out.String()
 	if runErr != nil {
-		t.Fatalf("the VM run failed (%v); output:\n%s", runErr, tail(text, 150))
+		t.Fatalf("the VM run failed (%v); output:\n%s", runErr, netns.Tail(text, 150))
 	}
 	for _, want := range []string{"--- PASS: TestWireGuardGateway ", "runs kernel WireGuard"} {
 		if !strings.Contains(text, want) {
-			t.Errorf("the VM output lacks %q:\n%s", want, tail(text, 80))
+			t.Errorf("the VM output lacks %q:\n%s", want, netns.Tail(text, 80))
 		}
 	}
 	if strings.Contains(text, "--- SKIP") {
-		t.Errorf("a test skipped inside the VM:\n%s", tail(text, 80))
+		t.Errorf("a test skipped inside the VM:\n%s", netns.Tail(text, 80))
 	}
 	if testing.Verbose() {
-		t.Logf("VM output:\n%s", tail(text, 60))
+		t.Logf("VM output:\n%s", netns.Tail(text, 60))
 	}
-}
-
-func tail(s string, lines int) string {
-	l := strings.Split(s, "\n")
-	if len(l) > lines {
-		l = l[len(l)-lines:]
-	}
-	return strings.Join(l, "\n")
 }
