@@ -413,18 +413,7 @@ func (r *Reconciler) createLeg(ctx context.Context, lc *linkCtx) (port *openstac
 			return nil, true, err
 		}
 	}
-	opts := openstack.CreatePortOpts{
-		NetworkID:   tn.network.ID,
-		SubnetID:    tn.subnet.ID,
-		Name:        openstack.ResourceName(OwnerKind, "", link.Name),
-		Description: "ClusterLink " + link.Name + ": leg of router " + lc.router.Name + " on the transit network",
-		Tags:        owner(link).Tags(),
-	}
-	if lc.cross {
-		opts.IPAddress = link.Spec.TransitIP
-	} else {
-		opts.IPAddress = link.Status.TransitIP
-	}
+	opts := wantedLeg(link, lc.cross, tn, lc.router.Name)
 	p, err := lc.legClients.Networking.CreatePort(ctx, opts)
 	if err != nil && openstack.NeutronErrorType(err) == "IpAddressAlreadyAllocated" && r.mayReallocate(lc) {
 		_, err := r.reallocate(ctx, lc, fmt.Sprintf("transit IP %s was taken by another port before this link's leg was created", opts.IPAddress))
@@ -435,6 +424,25 @@ func (r *Reconciler) createLeg(ctx context.Context, lc *linkCtx) (port *openstac
 	}
 	lc.eventf(corev1.EventTypeNormal, "LegPortCreated", "created leg port %s at %s", p.ID, p.FixedIPOn(tn.subnet.ID))
 	return p, false, nil
+}
+
+// wantedLeg is the link's leg port as it is created on the transit subnet: at a
+// cross-tenant link's pin (none: Neutron's choice, as the customer may not choose
+// addresses on a network it does not own), else at the transit IP the operator
+// allocated and recorded.
+func wantedLeg(link *v1alpha1.ClusterLink, cross bool, tn *transitNet, routerName string) openstack.CreatePortOpts {
+	opts := openstack.CreatePortOpts{
+		NetworkID:   tn.network.ID,
+		SubnetID:    tn.subnet.ID,
+		Name:        openstack.ResourceName(OwnerKind, "", link.Name),
+		Description: "ClusterLink " + link.Name + ": leg of router " + routerName + " on the transit network",
+		Tags:        owner(link).Tags(),
+		IPAddress:   link.Status.TransitIP,
+	}
+	if cross {
+		opts.IPAddress = link.Spec.TransitIP
+	}
+	return opts
 }
 
 // recordLeg checks the port's transit address against status and records the port

@@ -142,21 +142,28 @@ func (r *Reconciler) ownedOrNewPort(ctx context.Context, g *gateway) (*openstack
 	if err != nil {
 		return nil, err
 	}
-	owner := g.owner()
-	port, err := r.net().CreatePort(ctx, openstack.CreatePortOpts{
-		NetworkID:   netID,
-		Name:        openstack.ResourceName(g.kind, owner.Namespace, owner.Name),
-		Description: "bnerd-vpn-operator: dedicated port of " + g.String(),
-		// The allocation's record (Allocated ran before): see cidrPool.
-		Tags: openstack.WithServiceCIDR(owner.Tags(), g.status.ServiceCIDR),
-		// No group until the gateway's own is ready: nothing is admitted before.
-		SecurityGroups: []string{},
-	})
+	port, err := r.net().CreatePort(ctx, wantedPort(g, netID))
 	if err != nil {
 		return nil, err
 	}
 	log.Info("created gateway port", "port", port.ID)
 	return port, nil
+}
+
+// wantedPort is the gateway's dedicated port as it is created on the gateway network.
+func wantedPort(g *gateway, networkID string) openstack.CreatePortOpts {
+	owner := g.owner()
+	return openstack.CreatePortOpts{
+		NetworkID:   networkID,
+		Name:        openstack.ResourceName(g.kind, owner.Namespace, owner.Name),
+		Description: "bnerd-vpn-operator: dedicated port of " + g.String(),
+		// The allocation's record (Allocated ran before): see cidrPool.
+		Tags: openstack.WithServiceCIDR(owner.Tags(), g.status.ServiceCIDR),
+		// No group until the gateway's own is ready: nothing is admitted before. An
+		// empty list, not none: Neutron gives a port created without the field its
+		// project's default group.
+		SecurityGroups: []string{},
+	}
 }
 
 // recordPort notes the port, its address and its subnet in status. The port's address

@@ -9,8 +9,8 @@ import (
 	"bnerd.net/vpn-operator/internal/openstack"
 )
 
-// The routes a link wants and the writes that get the router there, decided without
-// an API server or OpenStack (the unit tier).
+// The leg a link asks Neutron for, the routes it wants and the writes that get the
+// router there, decided without an API server or OpenStack (the unit tier).
 
 func rr(cidr, hop, ref string) v1alpha1.ReverseRoute {
 	return v1alpha1.ReverseRoute{ServiceCIDR: cidr, NextHop: hop, GatewayRef: ref}
@@ -110,5 +110,33 @@ func TestOnlyNextHopsOnTheTransitSubnetAreUsable(t *testing.T) {
 	}
 	if in[1].GatewayRef != "b" {
 		t.Error("onTransitSubnet changed its input")
+	}
+}
+
+func TestWantedLegAtTheAddressTheLinkMayChoose(t *testing.T) {
+	tn := &transitNet{network: &openstack.Network{ID: "transit"}, subnet: openstack.Subnet{ID: "transit-v4"}}
+	link := &v1alpha1.ClusterLink{}
+	link.Name, link.UID = "diehl", "5f0c3e7a-9d2b-4c1e-8a6f-1b2c3d4e5f60"
+	link.Status.TransitIP = "192.0.2.10"
+	got := wantedLeg(link, false, tn, "diehl-router")
+	want := openstack.CreatePortOpts{
+		NetworkID: "transit", SubnetID: "transit-v4",
+		Name:        openstack.ResourceName(OwnerKind, "", "diehl"),
+		Description: "ClusterLink diehl: leg of router diehl-router on the transit network",
+		Tags:        owner(link).Tags(),
+		IPAddress:   "192.0.2.10",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("same-tenant leg =\n%#v\nwant\n%#v", got, want)
+	}
+	// A cross-tenant leg is made at the pin, or where Neutron puts it: never at an
+	// address the operator allocated on the customer's behalf.
+	link.Spec.TransitIP = "192.0.2.77"
+	if got := wantedLeg(link, true, tn, "diehl-router"); got.IPAddress != "192.0.2.77" {
+		t.Errorf("cross-tenant leg with a pin at %q", got.IPAddress)
+	}
+	link.Spec.TransitIP = ""
+	if got := wantedLeg(link, true, tn, "diehl-router"); got.IPAddress != "" {
+		t.Errorf("cross-tenant leg without a pin at %q, want Neutron's choice", got.IPAddress)
 	}
 }
