@@ -77,9 +77,33 @@ const indexPSKSecret = "ipsec.bnerd.net/psk-secret"
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=network-attachment-definitions,verbs=get;list;watch;create;update
 
-// SetupWithManager registers one controller per kind (IPsecGateway and VPNGateway),
-// both backed by this reconciler and its one allocator.
+// SetupWithManager registers, per kind (IPsecGateway and VPNGateway), the phases'
+// controller, the health controller and the pod binding, all backed by this reconciler
+// and its one allocator.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.fillFromManager(mgr)
+	if err := r.addRunnables(mgr); err != nil {
+		return err
+	}
+	_, nadErr := mgr.GetRESTMapper().RESTMapping(render.NADGVK.GroupKind(), render.NADGVK.Version)
+	for _, kind := range v1alpha1.GatewayKinds {
+		for _, setup := range []func(ctrl.Manager, string) error{
+			r.indexFields,
+			func(mgr ctrl.Manager, kind string) error { return r.setupPhases(mgr, kind, nadErr) },
+			r.setupHealth,
+			r.setupBind,
+		} {
+			if err := setup(mgr, kind); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// fillFromManager fills the Deps left zero from the manager, and the configuration's
+// defaults.
+func (r *Reconciler) fillFromManager(mgr ctrl.Manager) {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
 	}
@@ -98,7 +122,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Config.MaxConcurrentReconciles <= 0 {
 		r.Config.MaxConcurrentReconciles = 1
 	}
-	_, nadErr := mgr.GetRESTMapper().RESTMapping(render.NADGVK.GroupKind(), render.NADGVK.Version)
+}
+
+// addRunnables adds the Secret follower and, when liveness detection is on, the
+// liveness monitor.
+func (r *Reconciler) addRunnables(mgr ctrl.Manager) error {
 	meta, err := metadata.NewForConfig(mgr.GetConfig())
 	if err != nil {
 		return err
@@ -112,90 +140,95 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return err
 		}
 	}
-
-	for _, kind := range v1alpha1.GatewayKinds {
-		kind := kind
-		if err := mgr.GetFieldIndexer().IndexField(context.Background(), v1alpha1.NewGateway(kind), indexPSKSecret, func(o client.Object) []string {
-			g, err := viewOf(o)
-			if err != nil {
-				return nil
-			}
-			return pskSecretNames(g.spec)
-		}); err != nil {
-			return err
-		}
-		if err := mgr.GetFieldIndexer().IndexField(context.Background(), v1alpha1.NewGateway(kind), indexRouted, func(o client.Object) []string {
-			g, err := viewOf(o)
-			if err != nil || len(routedSubnets(g.spec)) == 0 {
-				return nil
-			}
-			return []string{"true"}
-		}); err != nil {
-			return err
-		}
-		// No Secret is owned or watched through the cache: the Secrets gateways name are
-		// followed one by one, metadata only (r.secrets).
-		b := ctrl.NewControllerManagedBy(mgr).
-			Named(strings.ToLower(kind)).
-			For(v1alpha1.NewGateway(kind), builder.WithPredicates(predicate.Or(specOrLifecycleChanged, wireGuardKeyEvents, r.actedOnWrittenByOthers()))).
-			Owns(&corev1.ConfigMap{}).
-			Owns(&corev1.ServiceAccount{}).
-			Owns(&rbacv1.Role{}).
-			Owns(&rbacv1.RoleBinding{}).
-			Owns(&appsv1.Deployment{}).
-			Owns(&networkingv1.NetworkPolicy{}).
-			Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.mapNode(kind)), builder.WithPredicates(nodeChanged(r.Config.GatewayPod))).
-			Watches(&v1alpha1.ClusterLink{}, handler.EnqueueRequestsFromMapFunc(r.mapAll(kind)), builder.WithPredicates(linkServingChanged)).
-			Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.mapNamespace(kind)), builder.WithPredicates(labelsChanged)).
-			Watches(&v1alpha1.VPNTenantPolicy{}, handler.EnqueueRequestsFromMapFunc(r.mapAll(kind)), builder.WithPredicates(specOrExistenceChanged)).
-			Watches(&v1alpha1.IPsecGateway{}, handler.EnqueueRequestsFromMapFunc(r.mapLimitWaiters(kind)), builder.WithPredicates(usageMayHaveShrunk)).
-			Watches(&v1alpha1.VPNGateway{}, handler.EnqueueRequestsFromMapFunc(r.mapLimitWaiters(kind)), builder.WithPredicates(usageMayHaveShrunk)).
-			WatchesRawSource(r.secrets.Source(handler.EnqueueRequestsFromMapFunc(r.mapSecret(kind)))).
-			Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.mapStrandedPod(kind)), builder.WithPredicates(podMoved)).
-			WatchesRawSource(source.Channel(r.wake[kind], &handler.EnqueueRequestForObject{})).
-			WithOptions(controller.Options{
-				MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles,
-				SkipNameValidation:      r.skipNameValidation(),
-				RateLimiter:             r.backoff[kind],
-			})
-		if nadErr == nil {
-			nad := &unstructured.Unstructured{}
-			nad.SetGroupVersionKind(render.NADGVK)
-			b = b.Owns(nad)
-		} else {
-			r.Log.Info("WARNING: the NetworkAttachmentDefinition CRD (Multus) is not installed; gateway NADs cannot be created or watched", "error", nadErr.Error())
-		}
-		if err := b.Complete(kindReconciler{r: r, kind: kind}); err != nil {
-			return err
-		}
-		// The observations (PodReady, TunnelsUp) between the phases' reconciles.
-		if err := ctrl.NewControllerManagedBy(mgr).
-			Named(strings.ToLower(kind)+"-health").
-			For(v1alpha1.NewGateway(kind), builder.WithPredicates(healthChanged)).
-			Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(mapPod(kind))).
-			WithOptions(controller.Options{
-				MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles,
-				SkipNameValidation:      r.skipNameValidation(),
-				RateLimiter:             r.healthBackoff[kind],
-			}).
-			Complete(healthReconciler{r: r, kind: kind}); err != nil {
-			return err
-		}
-		// The binding of new gateway pods (bind.go): woken by a new or finished pod and
-		// by a gateway whose node changed.
-		if err := ctrl.NewControllerManagedBy(mgr).
-			Named(strings.ToLower(kind)+"-bind").
-			For(v1alpha1.NewGateway(kind), builder.WithPredicates(pinChanged)).
-			Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(mapPod(kind)), builder.WithPredicates(podPlacementChanged)).
-			WithOptions(controller.Options{
-				MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles,
-				SkipNameValidation:      r.skipNameValidation(),
-			}).
-			Complete(newBindReconciler(r, kind)); err != nil {
-			return err
-		}
-	}
 	return nil
+}
+
+// indexFields indexes kind's gateways by the Secrets they name and by whether they
+// route subnets.
+func (r *Reconciler) indexFields(mgr ctrl.Manager, kind string) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), v1alpha1.NewGateway(kind), indexPSKSecret, func(o client.Object) []string {
+		g, err := viewOf(o)
+		if err != nil {
+			return nil
+		}
+		return pskSecretNames(g.spec)
+	}); err != nil {
+		return err
+	}
+	return mgr.GetFieldIndexer().IndexField(context.Background(), v1alpha1.NewGateway(kind), indexRouted, func(o client.Object) []string {
+		g, err := viewOf(o)
+		if err != nil || len(routedSubnets(g.spec)) == 0 {
+			return nil
+		}
+		return []string{"true"}
+	})
+}
+
+// setupPhases registers the phases' controller of kind. nadErr: the
+// NetworkAttachmentDefinition CRD is not installed (nothing of it owned or watched).
+func (r *Reconciler) setupPhases(mgr ctrl.Manager, kind string, nadErr error) error {
+	// No Secret is owned or watched through the cache: the Secrets gateways name are
+	// followed one by one, metadata only (r.secrets).
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named(strings.ToLower(kind)).
+		For(v1alpha1.NewGateway(kind), builder.WithPredicates(predicate.Or(specOrLifecycleChanged, wireGuardKeyEvents, r.actedOnWrittenByOthers()))).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&rbacv1.Role{}).
+		Owns(&rbacv1.RoleBinding{}).
+		Owns(&appsv1.Deployment{}).
+		Owns(&networkingv1.NetworkPolicy{}).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.mapNode(kind)), builder.WithPredicates(nodeChanged(r.Config.GatewayPod))).
+		Watches(&v1alpha1.ClusterLink{}, handler.EnqueueRequestsFromMapFunc(r.mapAll(kind)), builder.WithPredicates(linkServingChanged)).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.mapNamespace(kind)), builder.WithPredicates(labelsChanged)).
+		Watches(&v1alpha1.VPNTenantPolicy{}, handler.EnqueueRequestsFromMapFunc(r.mapAll(kind)), builder.WithPredicates(specOrExistenceChanged)).
+		Watches(&v1alpha1.IPsecGateway{}, handler.EnqueueRequestsFromMapFunc(r.mapLimitWaiters(kind)), builder.WithPredicates(usageMayHaveShrunk)).
+		Watches(&v1alpha1.VPNGateway{}, handler.EnqueueRequestsFromMapFunc(r.mapLimitWaiters(kind)), builder.WithPredicates(usageMayHaveShrunk)).
+		WatchesRawSource(r.secrets.Source(handler.EnqueueRequestsFromMapFunc(r.mapSecret(kind)))).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.mapStrandedPod(kind)), builder.WithPredicates(podMoved)).
+		WatchesRawSource(source.Channel(r.wake[kind], &handler.EnqueueRequestForObject{})).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles,
+			SkipNameValidation:      r.skipNameValidation(),
+			RateLimiter:             r.backoff[kind],
+		})
+	if nadErr == nil {
+		nad := &unstructured.Unstructured{}
+		nad.SetGroupVersionKind(render.NADGVK)
+		b = b.Owns(nad)
+	} else {
+		r.Log.Info("WARNING: the NetworkAttachmentDefinition CRD (Multus) is not installed; gateway NADs cannot be created or watched", "error", nadErr.Error())
+	}
+	return b.Complete(kindReconciler{r: r, kind: kind})
+}
+
+// setupHealth registers the health controller of kind: the observations (PodReady,
+// TunnelsUp) between the phases' reconciles.
+func (r *Reconciler) setupHealth(mgr ctrl.Manager, kind string) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(strings.ToLower(kind)+"-health").
+		For(v1alpha1.NewGateway(kind), builder.WithPredicates(healthChanged)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(mapPod(kind))).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles,
+			SkipNameValidation:      r.skipNameValidation(),
+			RateLimiter:             r.healthBackoff[kind],
+		}).
+		Complete(healthReconciler{r: r, kind: kind})
+}
+
+// setupBind registers the binding of new gateway pods (bind.go): woken by a new or
+// finished pod and by a gateway whose node changed.
+func (r *Reconciler) setupBind(mgr ctrl.Manager, kind string) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(strings.ToLower(kind)+"-bind").
+		For(v1alpha1.NewGateway(kind), builder.WithPredicates(pinChanged)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(mapPod(kind)), builder.WithPredicates(podPlacementChanged)).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles,
+			SkipNameValidation:      r.skipNameValidation(),
+		}).
+		Complete(newBindReconciler(r, kind))
 }
 
 // listGateways lists one kind's gateways, optionally filtered.
