@@ -25,11 +25,29 @@ func IsPhase(name string) bool {
 // files of dirs longer than max lines.
 func LongPhases(dirs []string, max int) ([]string, error) {
 	var out []string
+	err := eachSourceFile(dirs, func(fset *token.FileSet, path string, f *ast.File) {
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Body == nil || !IsPhase(fd.Name.Name) {
+				continue
+			}
+			n := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1
+			if n > max {
+				out = append(out, fmt.Sprintf("%s:%s (%d lines)", filepath.ToSlash(path), fd.Name.Name, n))
+			}
+		}
+	})
+	sort.Strings(out)
+	return out, err
+}
+
+// eachSourceFile parses every non-test Go file directly in dirs and hands it to f.
+func eachSourceFile(dirs []string, f func(fset *token.FileSet, path string, file *ast.File)) error {
 	fset := token.NewFileSet()
 	for _, dir := range dirs {
 		entries, err := os.ReadDir(dir)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for _, e := range entries {
 			name := e.Name()
@@ -37,22 +55,12 @@ func LongPhases(dirs []string, max int) ([]string, error) {
 				continue
 			}
 			path := filepath.Join(dir, name)
-			f, err := parser.ParseFile(fset, path, nil, 0)
+			file, err := parser.ParseFile(fset, path, nil, 0)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			for _, d := range f.Decls {
-				fd, ok := d.(*ast.FuncDecl)
-				if !ok || fd.Body == nil || !IsPhase(fd.Name.Name) {
-					continue
-				}
-				n := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1
-				if n > max {
-					out = append(out, fmt.Sprintf("%s:%s (%d lines)", filepath.ToSlash(path), fd.Name.Name, n))
-				}
-			}
+			f(fset, path, file)
 		}
 	}
-	sort.Strings(out)
-	return out, nil
+	return nil
 }
