@@ -659,6 +659,17 @@ func routesVia(rt openstacksim.Router, nexthop string) []openstacksim.Route {
 }
 
 // ingressRules lists a security group's ingress rules as "proto/port from cidr".
+// rulesEventually waits until the group's ingress rules satisfy ok. A condition a test
+// waits for can be written before the security-group phase of the same reconcile has
+// changed the rules: the key phase's, with the allocation's record (a Record phase).
+func (h *harness) rulesEventually(t *testing.T, sgID, what string, ok func([]string) bool) {
+	t.Helper()
+	eventually(t, what, func() (bool, string) {
+		rules := h.ingressRules(sgID)
+		return ok(rules), fmt.Sprint(rules)
+	})
+}
+
 func (h *harness) ingressRules(sgID string) []string {
 	h.t.Helper()
 	sg, ok := h.sim.SecurityGroup(sgID)

@@ -272,12 +272,14 @@ func TestWireGuardKeyRotation(t *testing.T) {
 		t.Fatalf("the condition does not say where each key is served: %s", c)
 	}
 	// Both keys' ports admitted from the fixed peer, both from anywhere for the roamer.
-	rules := h.ingressRules(gw.Status.SecurityGroupID)
-	for _, want := range []string{"udp/51820 from 198.51.100.7/32", "udp/51821 from 198.51.100.7/32", "udp/51820 from 0.0.0.0/0", "udp/51821 from 0.0.0.0/0"} {
-		if !slices.Contains(rules, want) {
-			t.Fatalf("during the overlap the security group lacks %s: %v", want, rules)
+	h.rulesEventually(t, gw.Status.SecurityGroupID, "during the overlap the security group admits both keys' ports", func(rules []string) bool {
+		for _, want := range []string{"udp/51820 from 198.51.100.7/32", "udp/51821 from 198.51.100.7/32", "udp/51820 from 0.0.0.0/0", "udp/51821 from 0.0.0.0/0"} {
+			if !slices.Contains(rules, want) {
+				return false
+			}
 		}
-	}
+		return true
+	})
 	cfgOf := func() *gatewayconfig.WireGuard {
 		t.Helper()
 		var cm corev1.ConfigMap
@@ -326,9 +328,9 @@ func TestWireGuardKeyRotation(t *testing.T) {
 	if ws := gw.Status.WireGuard; ws.ListenPort != 51821 || ws.PreviousListenPort != 0 || ws.PreviousKeyRetiresAt != nil || ws.RetiredPublicKey != "" {
 		t.Fatalf("after completion the new key must stay on its port alone: %+v", ws)
 	}
-	if rules := h.ingressRules(gw.Status.SecurityGroupID); slices.Contains(rules, "udp/51820 from 198.51.100.7/32") || !slices.Contains(rules, "udp/51821 from 198.51.100.7/32") {
-		t.Fatalf("after completion the previous key's port is still admitted, or the current one is not: %v", rules)
-	}
+	h.rulesEventually(t, gw.Status.SecurityGroupID, "after completion the current key's port admitted alone", func(rules []string) bool {
+		return !slices.Contains(rules, "udp/51820 from 198.51.100.7/32") && slices.Contains(rules, "udp/51821 from 198.51.100.7/32")
+	})
 	eventually(t, "the config serves the new key alone", func() (bool, string) {
 		c := cfgOf()
 		return c.Previous == nil && c.ListenPort == 51821, fmt.Sprintf("%+v", c)
@@ -391,9 +393,9 @@ func TestWireGuardKeyOverlapDeadline(t *testing.T) {
 	if _, kept := h.wgKeySecret("dl").Data[render.WireGuardPreviousKeyKey]; kept || gw.Status.WireGuard.PreviousPublicKey != "" {
 		t.Fatal("the previous key outlived its deadline")
 	}
-	if rules := h.ingressRules(gw.Status.SecurityGroupID); slices.Contains(rules, "udp/51821 from 198.51.100.7/32") {
-		t.Fatalf("the retired key's port is still admitted: %v", rules)
-	}
+	h.rulesEventually(t, gw.Status.SecurityGroupID, "the retired key's port no longer admitted", func(rules []string) bool {
+		return !slices.Contains(rules, "udp/51821 from 198.51.100.7/32")
+	})
 	if !converged(gw.Status.Conditions, gw.Generation) {
 		t.Fatalf("a retired key must not hold a phase: %s", condOf(gw.Status.Conditions, v1alpha1.ConditionReady))
 	}
