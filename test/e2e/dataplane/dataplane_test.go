@@ -910,7 +910,7 @@ func TestDataplane(t *testing.T) {
 	w := readWire(t, outer())
 	t.Logf("link between the sites, whole run: %d IPv4 packets, %d ESP-in-UDP, %d other, %d with inner addresses", len(w.all), len(w.esp), len(w.other), len(w.inner))
 	if len(w.other) != 0 || len(w.inner) != 0 {
-		t.Errorf("the link between the sites carried non-IKE/ESP or inner-address packets:\n%s\n%s", strings.Join(first(w.other, 10), "\n"), strings.Join(first(w.inner, 10), "\n"))
+		t.Errorf("the link between the sites carried non-IKE/ESP or inner-address packets:\n%s\n%s", strings.Join(netns.First(w.other, 10), "\n"), strings.Join(netns.First(w.inner, 10), "\n"))
 	}
 	if len(w.esp) < 100 {
 		t.Errorf("only %d ESP-in-UDP packets between the sites; traffic did not use the tunnel", len(w.esp))
@@ -920,13 +920,6 @@ func TestDataplane(t *testing.T) {
 	e.run(t, "negative control: without the guard and the tunnel the capture sees plaintext", func(t *testing.T) {
 		e.negativeControl(t)
 	})
-}
-
-func first(s []string, n int) []string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
 }
 
 var reMSS = regexp.MustCompile(`mss (\d+)`)

@@ -30,6 +30,7 @@ import (
 	"bnerd.net/vpn-operator/internal/agent/vici"
 	pc "bnerd.net/vpn-operator/internal/kubectlvpn/peerconfig"
 	"bnerd.net/vpn-operator/internal/testinfra/testenv"
+	"bnerd.net/vpn-operator/test/e2e/netns"
 )
 
 // lswSite is one client site running libreswan: a client host on its network (c<n>) and
@@ -854,7 +855,7 @@ func TestLibreswanClient(t *testing.T) {
 								lines = append(lines, l)
 							}
 						}
-						t.Logf("last status: %+v\ngateway's log for %s:\n%s\npluto:\n%s", st, s.tunnel, strings.Join(first(lines, 80), "\n"), tail(e.logOf(s.proc()), 40))
+						t.Logf("last status: %+v\ngateway's log for %s:\n%s\npluto:\n%s", st, s.tunnel, strings.Join(netns.First(lines, 80), "\n"), netns.Tail(e.logOf(s.proc()), 40))
 					}
 					s.restart(t, nil)
 					eventuallyT(t, "up again once the client is fixed", 3*time.Minute, func() bool {
@@ -901,10 +902,10 @@ func TestLibreswanClient(t *testing.T) {
 	w := readWire(t, outer())
 	// ESP-in-UDP only: the gateway forces encapsulation, and libreswan follows it.
 	if len(w.inner) != 0 {
-		t.Errorf("the internet carried inner addresses:\n%s", strings.Join(first(w.inner, 10), "\n"))
+		t.Errorf("the internet carried inner addresses:\n%s", strings.Join(netns.First(w.inner, 10), "\n"))
 	}
 	if len(w.other) != 0 {
-		t.Errorf("the internet carried packets that are neither IKE nor ESP-in-UDP:\n%s", strings.Join(first(w.other, 10), "\n"))
+		t.Errorf("the internet carried packets that are neither IKE nor ESP-in-UDP:\n%s", strings.Join(netns.First(w.other, 10), "\n"))
 	}
 	if len(w.esp) < 50 {
 		t.Errorf("only %d ESP-in-UDP packets on the internet; traffic did not use the tunnels", len(w.esp))

@@ -29,6 +29,7 @@ import (
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
 	"bnerd.net/vpn-operator/internal/render"
 	"bnerd.net/vpn-operator/internal/testinfra/testenv"
+	"bnerd.net/vpn-operator/test/e2e/netns"
 )
 
 // rekeySoakEnv lengthens the host mode's rekeys under traffic in TestTunnelLifecycle (a
@@ -470,7 +471,7 @@ func TestTunnelLifecycle(t *testing.T) {
 
 	w := readWire(t, outer())
 	if len(w.other) != 0 || len(w.inner) != 0 {
-		t.Errorf("the link between the sites carried non-IKE/ESP or inner-address packets:\n%s\n%s", strings.Join(first(w.other, 10), "\n"), strings.Join(first(w.inner, 10), "\n"))
+		t.Errorf("the link between the sites carried non-IKE/ESP or inner-address packets:\n%s\n%s", strings.Join(netns.First(w.other, 10), "\n"), strings.Join(netns.First(w.inner, 10), "\n"))
 	}
 }
 
@@ -709,7 +710,7 @@ func (e *env) startOrder(t *testing.T, read statusReader) {
 		startInit()
 		e.eventually("up from the port's address once init-nat ran", func() bool { return e.onPort(read) })
 		if !strings.Contains(e.statusAgentLog(), "waiting for the port's policy routing") {
-			t.Errorf("the loader did not wait for the port's routing:\n%s", tail(e.statusAgentLog(), 30))
+			t.Errorf("the loader did not wait for the port's routing:\n%s", netns.Tail(e.statusAgentLog(), 30))
 		}
 	})
 	for _, role := range []string{"init-nat", "charon", "status"} {
@@ -724,7 +725,7 @@ func (e *env) startOrder(t *testing.T, read statusReader) {
 	}
 	pcap := stopCapture()
 	if ike := readPcap(t, pcap, "udp port 500 or udp port 4500"); len(ike) != 0 {
-		t.Errorf("IKE or ESP left by the pod network:\n%s", strings.Join(first(ike, 10), "\n"))
+		t.Errorf("IKE or ESP left by the pod network:\n%s", strings.Join(netns.First(ike, 10), "\n"))
 	}
 
 	e.run(t, "an SA built over the pod network is rebuilt on the port", func(t *testing.T) {
@@ -747,7 +748,7 @@ func (e *env) startOrder(t *testing.T, read statusReader) {
 		startStatus()
 		e.eventually("rebuilt from the port's address", func() bool { return e.onPort(read) })
 		if !strings.Contains(e.statusAgentLog(), "not from the port's address") {
-			t.Errorf("the loader did not end the wrong-path SA:\n%s", tail(e.statusAgentLog(), 30))
+			t.Errorf("the loader did not end the wrong-path SA:\n%s", netns.Tail(e.statusAgentLog(), 30))
 		}
 	})
 	e.configurePeerWith(peerOpts{ike: anyPeer.ike, esp: anyPeer.esp, remoteTS: serviceCIDR, psk: psk})

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"bnerd.net/vpn-operator/internal/testinfra/testenv"
+	"bnerd.net/vpn-operator/test/e2e/netns"
 )
 
 // vmTests are the tests the VM runs: the dataplane suite in kernel mode, the tunnel's
@@ -214,30 +215,22 @@ func TestDataplaneKernelVM(t *testing.T) {
 	t.Logf("VM tier: boot, kernel-mode tests and shutdown took %.0fs", wall.Seconds())
 	text := out.String()
 	if runErr != nil {
-		t.Fatalf("the VM run failed (%v); output:\n%s", runErr, tail(text, 200))
+		t.Fatalf("the VM run failed (%v); output:\n%s", runErr, netns.Tail(text, 200))
 	}
 	for _, name := range vmTests {
 		if want := "--- PASS: " + name + " "; os.Getenv(vmRunEnv) == "" && !strings.Contains(text, want) {
-			t.Errorf("the VM output lacks %q:\n%s", want, tail(text, 100))
+			t.Errorf("the VM output lacks %q:\n%s", want, netns.Tail(text, 100))
 		}
 	}
 	if !strings.Contains(text, "--- PASS: ") || strings.Contains(text, "--- FAIL: ") {
-		t.Errorf("the VM run passed no test or failed one:\n%s", tail(text, 100))
+		t.Errorf("the VM run passed no test or failed one:\n%s", netns.Tail(text, 100))
 	}
 	if strings.Contains(text, "--- SKIP") {
-		t.Errorf("a test skipped inside the VM:\n%s", tail(text, 100))
+		t.Errorf("a test skipped inside the VM:\n%s", netns.Tail(text, 100))
 	}
 	if testing.Verbose() {
 		t.Logf("VM output:\n%s", text)
 	}
-}
-
-func tail(s string, lines int) string {
-	l := strings.Split(s, "\n")
-	if len(l) > lines {
-		l = l[len(l)-lines:]
-	}
-	return strings.Join(l, "\n")
 }
 
 // TestVMRunnerTimeoutLeavesNothing boots the VM with a command that never ends and a

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"bnerd.net/vpn-operator/internal/render"
+	"bnerd.net/vpn-operator/test/e2e/netns"
 )
 
 // window is one event the tunnel has to survive without a plaintext packet between the
@@ -113,7 +114,7 @@ func (e *env) window(t *testing.T, w window) {
 		figure(t.Logf, "%s window %q: %d packets between the sites (%d ESP-in-UDP), %d other, %d with inner addresses; guard dropped %d (exporter %s); traffic again after %.1fs",
 			e.dataplane(), w.name, len(wr.all), len(wr.esp), len(wr.other), len(wr.inner), drops, metric, recovered.Seconds())
 		if len(wr.inner) != 0 || len(wr.other) != 0 {
-			t.Errorf("plaintext between the sites:\n%s\n%s", strings.Join(first(wr.inner, 10), "\n"), strings.Join(first(wr.other, 10), "\n"))
+			t.Errorf("plaintext between the sites:\n%s\n%s", strings.Join(netns.First(wr.inner, 10), "\n"), strings.Join(netns.First(wr.other, 10), "\n"))
 		}
 		if w.guardFires && drops == 0 {
 			t.Errorf("the guard dropped nothing in this window; was traffic flowing?\n%s", e.must(e.ns("g"), "nft", "list", "table", "ip", "bnerd-gw"))
@@ -230,7 +231,7 @@ func (e *env) negativeControl(t *testing.T) {
 	e.sleep(3 * time.Second)
 	wr := readWire(t, stop())
 	figure(t.Logf, "%s negative control (%d guard rules removed, tunnel gone): %d packets with inner addresses between the sites, e.g. %s",
-		e.dataplane(), removed, len(wr.inner), strings.Join(first(wr.inner, 1), ""))
+		e.dataplane(), removed, len(wr.inner), strings.Join(netns.First(wr.inner, 1), ""))
 	if len(wr.inner) == 0 {
 		t.Errorf("no plaintext seen without guard and tunnel: the capture could not have seen a leak, so its zeros prove nothing")
 	}

@@ -21,6 +21,7 @@ import (
 	"bnerd.net/vpn-operator/internal/agent/nat"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
 	"bnerd.net/vpn-operator/internal/testinfra/testenv"
+	"bnerd.net/vpn-operator/test/e2e/netns"
 )
 
 // TestWireGuardKernel runs kernel WireGuard between two namespaces joined by a bridge
@@ -187,7 +188,7 @@ func TestWireGuardKernel(t *testing.T) {
 		w := stop()
 		figure(t.Logf, "wireguard: %d packets on the wire (%d UDP 51820), %d other, %d with inner addresses", len(w.all), len(w.esp), len(w.other), len(w.inner))
 		if len(w.inner) != 0 || len(w.other) != 0 || len(w.esp) < 20 {
-			t.Errorf("wire: %d inner, %d other, %d WireGuard:\n%s", len(w.inner), len(w.other), len(w.esp), strings.Join(first(append(w.inner, w.other...), 10), "\n"))
+			t.Errorf("wire: %d inner, %d other, %d WireGuard:\n%s", len(w.inner), len(w.other), len(w.esp), strings.Join(netns.First(append(w.inner, w.other...), 10), "\n"))
 		}
 		if hs := run(ns("a"), "wg", "show", "wg0", "latest-handshakes"); strings.HasSuffix(strings.TrimSpace(hs), "\t0") {
 			t.Errorf("no handshake: %s", hs)
@@ -203,7 +204,7 @@ func TestWireGuardKernel(t *testing.T) {
 		n := dropped() - before
 		figure(t.Logf, "wireguard: device deleted: %d packets with inner addresses on the wire, guard dropped %d", len(w.inner), n)
 		if len(w.inner) != 0 {
-			t.Errorf("plaintext on the wire with the device gone:\n%s", strings.Join(first(w.inner, 10), "\n"))
+			t.Errorf("plaintext on the wire with the device gone:\n%s", strings.Join(netns.First(w.inner, 10), "\n"))
 		}
 		if n < 10 {
 			t.Errorf("the guard dropped %d of 10 pings", n)
