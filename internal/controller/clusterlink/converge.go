@@ -56,9 +56,10 @@ func (r *Reconciler) converge(ctx context.Context, lc *linkCtx) error {
 	if !lc.cross {
 		lc.legClients, lc.projectID = r.OpenStack, r.OperatorProjectID
 	}
-	runErr, _ := skeleton.Runner[*linkCtx]{Waiting: func(lc *linkCtx, blocked string, next []string) {
-		r.waiting(lc, blocked, next...)
-	}}.Run(ctx, lc, r.phases(lc))
+	runErr, perr := skeleton.Runner[*linkCtx]{Persist: r.persist, Waiting: r.waiting}.Run(ctx, lc, r.phases(lc))
+	if perr != nil {
+		return perr
+	}
 	return runErr
 }
 
@@ -269,7 +270,7 @@ func (r *Reconciler) ensureRouter(ctx context.Context, lc *linkCtx) (bool, error
 
 // waiting marks the phases after a blocked one that have never been evaluated, so
 // Ready names the blocking phase rather than a phase that was not reached.
-func (r *Reconciler) waiting(lc *linkCtx, blocked string, next ...string) {
+func (r *Reconciler) waiting(lc *linkCtx, blocked string, next []string) {
 	for _, t := range next {
 		if t == blocked {
 			continue

@@ -319,7 +319,7 @@ func (r *Reconciler) legFailed(lc *linkCtx, reason string, err error, format str
 		msg = strings.TrimSuffix(msg, err.Error()) + outcome.Describe(err)
 	}
 	lc.set.False(v1alpha1.ConditionLegAttached, reason, lc.legPrefix()+msg)
-	r.waiting(lc, v1alpha1.ConditionLegAttached, v1alpha1.ConditionRouteInstalled, v1alpha1.ConditionReverseRoutesInstalled)
+	r.waiting(lc, v1alpha1.ConditionLegAttached, []string{v1alpha1.ConditionRouteInstalled, v1alpha1.ConditionReverseRoutesInstalled})
 	if conditionMissing(lc, v1alpha1.ConditionReverseRoutesInstalled) || lc.link.Status.ReverseRoutes == nil {
 		lc.set.False(v1alpha1.ConditionReverseRoutesInstalled, v1alpha1.ReasonEnsureReverseRoutesFailed, "the leg is not attached, so the service cluster's router cannot reach any gateway port")
 	}

@@ -35,9 +35,6 @@ func (e *Events) Transition(typ, reason, action, format string, args ...any) {
 	e.pending = append(e.pending, pendingEvent{typ, reason, action, fmt.Sprintf(format, args...), true})
 }
 
-// Len is how many Events wait.
-func (e *Events) Len() int { return len(e.pending) }
-
 // Emit sends the gathered Events about obj (none when rec is nil) and forgets them.
 func (e *Events) Emit(rec events.EventRecorder, obj runtime.Object) {
 	if rec != nil {

@@ -17,8 +17,8 @@ func TestEventsWaitForEmit(t *testing.T) {
 	obj := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}
 	var e Events
 	e.Add(corev1.EventTypeWarning, "PortFailed", "Reconcile", "port %s: %s", "p1", "quota")
-	if len(rec.Events) != 0 || e.Len() != 1 {
-		t.Fatalf("an Event left before Emit (%d sent, %d waiting)", len(rec.Events), e.Len())
+	if len(rec.Events) != 0 || len(e.pending) != 1 {
+		t.Fatalf("an Event left before Emit (%d sent, %d waiting)", len(rec.Events), len(e.pending))
 	}
 	e.Emit(rec, obj)
 	if got := <-rec.Events; got != "Warning PortFailed port p1: quota" {
@@ -32,12 +32,12 @@ func TestEventsWaitForEmit(t *testing.T) {
 	if got := <-rec.Events; got != "Warning StrandedPodDeleted deleted pod p1" {
 		t.Errorf("event %q", got)
 	}
-	if len(rec.Events) != 0 || e.Len() != 0 {
-		t.Errorf("after a failed write: %d more sent, %d waiting; want the transition forgotten", len(rec.Events), e.Len())
+	if len(rec.Events) != 0 || len(e.pending) != 0 {
+		t.Errorf("after a failed write: %d more sent, %d waiting; want the transition forgotten", len(rec.Events), len(e.pending))
 	}
 	e.Add(corev1.EventTypeNormal, "Moved", "Reconcile", "no recorder")
 	e.Emit(nil, obj)
-	if e.Len() != 0 {
+	if len(e.pending) != 0 {
 		t.Error("Emit without a recorder kept the Events")
 	}
 }
