@@ -16,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -389,51 +388,9 @@ func readCRD(t *testing.T, path string) *unstructured.Unstructured {
 
 func waitGone(t *testing.T, name string) {
 	t.Helper()
-	var last string
-	nudges := 0
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		u := &unstructured.Unstructured{}
-		u.SetAPIVersion("apiextensions.k8s.io/v1")
-		u.SetKind("CustomResourceDefinition")
-		err := env.Client.Get(ctx, client.ObjectKey{Name: name}, u)
-		if apierrors.IsNotFound(err) {
-			return true, nil
-		}
-		if err != nil || u.GetDeletionTimestamp() == nil {
-			return false, nil
-		}
-		// The API server's CRD finalizer lists the instances before it lets the CRD go. On
-		// a loaded machine that list can be refused for a moment (the resource's watch cache
-		// still initialising, or behind etcd), and the finalizer then retries with a
-		// doubling back-off that soon exceeds this wait; changes to its Terminating
-		// condition do not wake it, any other change to the CRD does. So a failed cleanup
-		// is nudged with an annotation, at most once a second.
-		reason, message := terminating(u)
-		last = reason + ": " + message
-		if (reason == "InstanceDeletionFailed" || reason == "InstanceDeletionCheck") && nudges < 60 {
-			nudges++
-			patch := fmt.Appendf(nil, `{"metadata":{"annotations":{"test.bnerd.net/nudge":"%d"}}}`, nudges)
-			_ = env.Client.Patch(ctx, u, client.RawPatch(types.MergePatchType, patch))
-			time.Sleep(time.Second)
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("CRD %s not gone (its Terminating condition: %q; nudged %d times)", name, last, nudges)
+	if err := testenv.WaitCRDGone(context.Background(), env.Client, name, time.Minute); err != nil {
+		t.Fatal(err)
 	}
-}
-
-// terminating returns the reason and message of a CRD's Terminating condition.
-func terminating(u *unstructured.Unstructured) (string, string) {
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conds {
-		if m, _ := c.(map[string]any); m["type"] == "Terminating" {
-			r, _ := m["reason"].(string)
-			msg, _ := m["message"].(string)
-			return r, msg
-		}
-	}
-	return "", ""
 }
 
 // restoreCRD creates the CRD again (once a deletion has finished; nothing when it is

@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/kube"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -276,12 +276,8 @@ func TestCRDUpgradeByChart(t *testing.T) {
 	if _, err := action.NewUninstall(ac).Run(releaseName); err != nil {
 		t.Fatal(err)
 	}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		err := c.Get(ctx, client.ObjectKey{Name: vpnGatewaysCRD}, &crd)
-		return apierrors.IsNotFound(err), nil
-	})
-	if err != nil {
-		t.Errorf("with crds.keep=false the uninstall left the CRD")
+	if err := testenv.WaitCRDGone(ctx, c, vpnGatewaysCRD, time.Minute); err != nil {
+		t.Errorf("with crds.keep=false the uninstall left the CRD: %v", err)
 	}
 }
 
