@@ -63,22 +63,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	st.ObservedGeneration = pol.Generation
 	set := conditions.Setter{Conditions: &st.Conditions, Generation: pol.Generation, Now: r.Clock}
 
-	selected := map[string]bool{}
-	st.Namespaces = nil
-	overlaps := map[string][]string{} // namespace -> the other policies selecting it
-	for _, ns := range nss.Items {
-		if !tenancy.Selects(&pol, ns.Labels) {
-			continue
-		}
-		selected[ns.Name] = true
-		st.Namespaces = append(st.Namespaces, ns.Name)
-		for _, other := range tenancy.Selecting(policies.Items, ns.Labels) {
-			if other != pol.Name {
-				overlaps[ns.Name] = append(overlaps[ns.Name], other)
-			}
-		}
-	}
-	sort.Strings(st.Namespaces)
+	selected, overlaps := selection(&pol, policies.Items, nss.Items)
+	st.Namespaces = sortedKeys(selected)
 	st.NamespaceCount = int32(len(st.Namespaces))
 
 	gws, err := v1alpha1.ListGateways(ctx, r.Client)
@@ -90,40 +76,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	st.Usage = total
 	st.RefusedGateways = int32(len(refused))
 
-	exclusive := len(overlaps) == 0
-	if errs := pol.Spec.Validate(); len(errs) > 0 {
-		set.False(v1alpha1.ConditionValidated, v1alpha1.ReasonInvalidSpec, errs.ToAggregate().Error())
-	} else {
-		set.True(v1alpha1.ConditionValidated, v1alpha1.ReasonValid, "the spec passed validation")
-	}
-	if exclusive {
-		set.True(v1alpha1.ConditionExclusive, v1alpha1.ReasonNoOverlap, fmt.Sprintf("no other VPNTenantPolicy selects the %d namespace(s) this one selects", len(st.Namespaces)))
-	} else {
-		var parts []string
-		for _, ns := range sortedKeys(overlaps) {
-			parts = append(parts, fmt.Sprintf("%s (also %s)", ns, strings.Join(overlaps[ns], ", ")))
-		}
-		set.False(v1alpha1.ConditionExclusive, v1alpha1.ReasonPolicyOverlap, "namespaces selected by another VPNTenantPolicy too, whose gateways are refused (TenantPolicyConflict) until the selectors are disjoint: "+listed(parts))
-	}
-	if len(refused) == 0 {
-		set.True(v1alpha1.ConditionWithinLimits, v1alpha1.ReasonWithinLimits, tenancy.Summary(total, limits))
-	} else {
-		var parts []string
-		for _, x := range refused {
-			parts = append(parts, fmt.Sprintf("%s (%s)", x.Ref, strings.Join(x.Passes, ", ")))
-		}
-		set.False(v1alpha1.ConditionWithinLimits, v1alpha1.ReasonLimitExceeded, fmt.Sprintf("%d gateway(s) refused, they would pass the limits: %s; admitted: %s", len(refused), listed(parts), tenancy.Summary(total, limits)))
-	}
-	switch {
-	case meta.IsStatusConditionFalse(st.Conditions, v1alpha1.ConditionValidated):
-		set.False(v1alpha1.ConditionReady, v1alpha1.ReasonInvalidSpec, "the spec is invalid")
-	case !exclusive:
-		set.False(v1alpha1.ConditionReady, v1alpha1.ReasonPolicyOverlap, "another VPNTenantPolicy selects some of the same namespaces")
-	case len(refused) > 0:
-		set.False(v1alpha1.ConditionReady, v1alpha1.ReasonLimitExceeded, fmt.Sprintf("%d gateway(s) refused by the limits", len(refused)))
-	default:
-		set.True(v1alpha1.ConditionReady, v1alpha1.ReasonReconciled, fmt.Sprintf("applied to %d namespace(s)", len(st.Namespaces)))
-	}
+	setConditions(set, &pol, len(st.Namespaces), overlaps, refused, tenancy.Summary(total, limits))
 	if equality.Semantic.DeepEqual(st, pol.Status) {
 		return ctrl.Result{}, nil
 	}
@@ -134,6 +87,64 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{}, nil
 }
 
+// selection is the namespaces pol selects and, for each of them that another policy
+// selects too, those other policies' names.
+func selection(pol *v1alpha1.VPNTenantPolicy, policies []v1alpha1.VPNTenantPolicy, nss []corev1.Namespace) (selected map[string]bool, overlaps map[string][]string) {
+	selected, overlaps = map[string]bool{}, map[string][]string{}
+	for _, ns := range nss {
+		if !tenancy.Selects(pol, ns.Labels) {
+			continue
+		}
+		selected[ns.Name] = true
+		for _, other := range tenancy.Selecting(policies, ns.Labels) {
+			if other != pol.Name {
+				overlaps[ns.Name] = append(overlaps[ns.Name], other)
+			}
+		}
+	}
+	return selected, overlaps
+}
+
+// setConditions sets Validated, Exclusive, WithinLimits and the Ready that sums them up.
+func setConditions(set conditions.Setter, pol *v1alpha1.VPNTenantPolicy, namespaces int, overlaps map[string][]string, refused []tenancy.Refusal, usage string) {
+	valid := true
+	if errs := pol.Spec.Validate(); len(errs) > 0 {
+		valid = false
+		set.False(v1alpha1.ConditionValidated, v1alpha1.ReasonInvalidSpec, errs.ToAggregate().Error())
+	} else {
+		set.True(v1alpha1.ConditionValidated, v1alpha1.ReasonValid, "the spec passed validation")
+	}
+	exclusive := len(overlaps) == 0
+	if exclusive {
+		set.True(v1alpha1.ConditionExclusive, v1alpha1.ReasonNoOverlap, fmt.Sprintf("no other VPNTenantPolicy selects the %d namespace(s) this one selects", namespaces))
+	} else {
+		var parts []string
+		for _, ns := range sortedKeys(overlaps) {
+			parts = append(parts, fmt.Sprintf("%s (also %s)", ns, strings.Join(overlaps[ns], ", ")))
+		}
+		set.False(v1alpha1.ConditionExclusive, v1alpha1.ReasonPolicyOverlap, "namespaces selected by another VPNTenantPolicy too, whose gateways are refused (TenantPolicyConflict) until the selectors are disjoint: "+listed(parts))
+	}
+	if len(refused) == 0 {
+		set.True(v1alpha1.ConditionWithinLimits, v1alpha1.ReasonWithinLimits, usage)
+	} else {
+		var parts []string
+		for _, x := range refused {
+			parts = append(parts, fmt.Sprintf("%s (%s)", x.Ref, strings.Join(x.Passes, ", ")))
+		}
+		set.False(v1alpha1.ConditionWithinLimits, v1alpha1.ReasonLimitExceeded, fmt.Sprintf("%d gateway(s) refused, they would pass the limits: %s; admitted: %s", len(refused), listed(parts), usage))
+	}
+	switch {
+	case !valid:
+		set.False(v1alpha1.ConditionReady, v1alpha1.ReasonInvalidSpec, "the spec is invalid")
+	case !exclusive:
+		set.False(v1alpha1.ConditionReady, v1alpha1.ReasonPolicyOverlap, "another VPNTenantPolicy selects some of the same namespaces")
+	case len(refused) > 0:
+		set.False(v1alpha1.ConditionReady, v1alpha1.ReasonLimitExceeded, fmt.Sprintf("%d gateway(s) refused by the limits", len(refused)))
+	default:
+		set.True(v1alpha1.ConditionReady, v1alpha1.ReasonReconciled, fmt.Sprintf("applied to %d namespace(s)", namespaces))
+	}
+}
+
 func listed(parts []string) string {
 	if len(parts) > maxListed {
 		return strings.Join(parts[:maxListed], "; ") + fmt.Sprintf("; and %d more", len(parts)-maxListed)
@@ -141,8 +152,9 @@ func listed(parts []string) string {
 	return strings.Join(parts, "; ")
 }
 
-func sortedKeys(m map[string][]string) []string {
-	out := make([]string, 0, len(m))
+// sortedKeys is m's keys in order (nil for an empty map, as the status has always said).
+func sortedKeys[V any](m map[string]V) []string {
+	var out []string
 	for k := range m {
 		out = append(out, k)
 	}
