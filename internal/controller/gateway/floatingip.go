@@ -142,46 +142,38 @@ func (r *Reconciler) pinnedFloatingIP(ctx context.Context, g *gateway, pin strin
 // allocatedFloatingIP is the gateway's own address: the recorded one while it carries
 // the gateway's tags, else one found by them (extras a lost create response left are
 // deleted), else a new one. A formerly pinned address is handed back first.
-func (r *Reconciler) allocatedFloatingIP(ctx context.Context, g *gateway, recorded *openstack.FloatingIP) (fip *openstack.FloatingIP, err error) {
+func (r *Reconciler) allocatedFloatingIP(ctx context.Context, g *gateway, recorded *openstack.FloatingIP) (*openstack.FloatingIP, error) {
 	owner := g.owner()
 	if recorded != nil && owner.OwnedBy(recorded.Tags) {
-		fip = recorded
-	} else {
-		if recorded != nil {
-			// A formerly pinned address: hand it back unassociated and untagged.
-			if err := r.releaseFloatingIP(ctx, g, recorded); err != nil {
+		return recorded, nil
+	}
+	if recorded != nil {
+		// A formerly pinned address: hand it back unassociated and untagged.
+		if err := r.releaseFloatingIP(ctx, g, recorded); err != nil {
+			return nil, err
+		}
+	}
+	found, err := openstack.Owned[openstack.FloatingIP]{
+		Owner: owner,
+		List: func(ctx context.Context) ([]openstack.FloatingIP, error) {
+			return r.net().ListFloatingIPs(ctx, openstack.ListFloatingIPsOpts{Tags: owner.Selector()})
+		},
+		ID:     func(f *openstack.FloatingIP) string { return f.ID },
+		Delete: r.net().DeleteFloatingIP,
+		Create: func(ctx context.Context) (*openstack.FloatingIP, error) {
+			ext, err := r.externalNetworkID(ctx)
+			if err != nil {
 				return nil, err
 			}
-		}
-		fips, err := r.net().ListFloatingIPs(ctx, openstack.ListFloatingIPsOpts{Tags: owner.Selector()})
-		if err != nil {
-			return nil, err
-		}
-		if len(fips) > 0 {
-			fip = &fips[0]
-			for _, extra := range fips[1:] {
-				if err := r.net().DeleteFloatingIP(ctx, extra.ID); err != nil && !openstack.IsNotFound(err) {
-					return nil, err
-				}
-			}
-		}
-	}
-	if fip == nil {
-		ext, err := r.externalNetworkID(ctx)
-		if err != nil {
-			return nil, err
-		}
-		fip, err = r.net().CreateFloatingIP(ctx, openstack.CreateFloatingIPOpts{
-			FloatingNetworkID: ext,
-			PortID:            g.port.ID,
-			Description:       "bnerd-vpn-operator: endpoint of " + g.String(),
-			Tags:              owner.Tags(),
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	return fip, nil
+			return r.net().CreateFloatingIP(ctx, openstack.CreateFloatingIPOpts{
+				FloatingNetworkID: ext,
+				PortID:            g.port.ID,
+				Description:       "bnerd-vpn-operator: endpoint of " + g.String(),
+				Tags:              owner.Tags(),
+			})
+		},
+	}.Ensure(ctx)
+	return found.Object, err
 }
 
 // reserved: the floating IP carries another gateway's pinned-by tag, or is another

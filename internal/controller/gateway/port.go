@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"sort"
 
 	"github.com/go-logr/logr"
 
@@ -115,39 +114,40 @@ func (r *Reconciler) ensurePort(ctx context.Context, g *gateway) (bool, error) {
 }
 
 // ownedOrNewPort is the gateway's port: found by ID or tags, else created with the tags.
+// Of two (only a lost create response makes them) the recorded or attached one stays;
+// an unattached duplicate goes.
 func (r *Reconciler) ownedOrNewPort(ctx context.Context, g *gateway) (*openstack.Port, error) {
 	log := logr.FromContextOrDiscard(ctx)
-	ports, err := r.findOwnedPorts(ctx, g)
-	if err != nil {
-		return nil, err
-	}
-	if len(ports) > 0 {
-		// Only a lost create response can make two: keep the one in use (or the first
-		// created) and remove the others.
-		sort.SliceStable(ports, func(i, j int) bool {
-			return ports[i].ID == g.status.PortID || (ports[i].DeviceID != "" && ports[j].DeviceID == "")
-		})
-		for _, extra := range ports[1:] {
-			if extra.DeviceID != "" {
-				continue
-			}
-			log.Info("deleting a duplicate gateway port", "port", extra.ID)
-			if err := r.net().DeletePort(ctx, extra.ID); err != nil && !openstack.IsNotFound(err) {
+	owner := g.owner()
+	found, err := openstack.Owned[openstack.Port]{
+		Owner: owner, RecordedID: g.status.PortID, Get: r.net().GetPort, Tags: openstack.PortTags,
+		List: func(ctx context.Context) ([]openstack.Port, error) {
+			return r.net().ListPorts(ctx, openstack.ListPortsOpts{Tags: owner.Selector()})
+		},
+		Keep: func(a, b *openstack.Port) bool {
+			return a.ID == g.status.PortID || (a.DeviceID != "" && b.DeviceID == "")
+		},
+		InUse:  func(p *openstack.Port) bool { return p.DeviceID != "" },
+		ID:     func(p *openstack.Port) string { return p.ID },
+		Delete: r.net().DeletePort,
+		Create: func(ctx context.Context) (*openstack.Port, error) {
+			netID, err := r.gatewayNetworkID(ctx)
+			if err != nil {
 				return nil, err
 			}
-		}
-		return &ports[0], nil
+			return r.net().CreatePort(ctx, wantedPort(g, netID))
+		},
+	}.Ensure(ctx)
+	for _, id := range found.Deleted {
+		log.Info("deleted a duplicate gateway port", "port", id)
 	}
-	netID, err := r.gatewayNetworkID(ctx)
 	if err != nil {
 		return nil, err
 	}
-	port, err := r.net().CreatePort(ctx, wantedPort(g, netID))
-	if err != nil {
-		return nil, err
+	if found.Created {
+		log.Info("created gateway port", "port", found.Object.ID)
 	}
-	log.Info("created gateway port", "port", port.ID)
-	return port, nil
+	return found.Object, nil
 }
 
 // wantedPort is the gateway's dedicated port as it is created on the gateway network.

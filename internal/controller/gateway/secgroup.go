@@ -88,18 +88,6 @@ func keyOf(r openstack.SecurityGroupRule) ruleKey {
 	return ruleKey{Protocol: r.Protocol, Min: r.PortRangeMin, Max: r.PortRangeMax, Remote: r.RemoteIPPrefix}
 }
 
-func (r *Reconciler) findSecurityGroup(ctx context.Context, g *gateway) (*openstack.SecurityGroup, []openstack.SecurityGroup, error) {
-	owner := g.owner()
-	if sg, err := openstack.Recorded(ctx, owner, g.status.SecurityGroupID, r.net().GetSecurityGroup, openstack.SecurityGroupTags); err != nil || sg != nil {
-		return sg, nil, err
-	}
-	sgs, err := r.net().ListSecurityGroups(ctx, owner.Selector())
-	if err != nil || len(sgs) == 0 {
-		return nil, nil, err
-	}
-	return &sgs[0], sgs[1:], nil
-}
-
 // ensureSecurityGroup converges the gateway's own security group and applies it (and
 // only it) to the port.
 func (r *Reconciler) ensureSecurityGroup(ctx context.Context, g *gateway) (bool, error) {
@@ -145,30 +133,24 @@ func (r *Reconciler) ensureSecurityGroup(ctx context.Context, g *gateway) (bool,
 // with the tags. Only a lost create response makes a second group; it was never applied
 // to the port by this reconciler unless the port says so, and goes.
 func (r *Reconciler) ownedOrNewSecurityGroup(ctx context.Context, g *gateway) (*openstack.SecurityGroup, error) {
-	sg, extras, err := r.findSecurityGroup(ctx, g)
-	if err != nil {
-		return nil, err
-	}
-	if sg == nil {
-		owner := g.owner()
-		sg, err = r.net().CreateSecurityGroup(ctx, openstack.CreateSecurityGroupOpts{
-			Name:        openstack.ResourceName(g.kind, owner.Namespace, owner.Name),
-			Description: "bnerd-vpn-operator: ingress of " + g.String(),
-			Tags:        owner.Tags(),
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	for _, x := range extras {
-		if contains(g.port.SecurityGroups, x.ID) {
-			continue
-		}
-		if err := r.net().DeleteSecurityGroup(ctx, x.ID); err != nil && !openstack.IsNotFound(err) {
-			return nil, err
-		}
-	}
-	return sg, nil
+	owner := g.owner()
+	found, err := openstack.Owned[openstack.SecurityGroup]{
+		Owner: owner, RecordedID: g.status.SecurityGroupID, Get: r.net().GetSecurityGroup, Tags: openstack.SecurityGroupTags,
+		List: func(ctx context.Context) ([]openstack.SecurityGroup, error) {
+			return r.net().ListSecurityGroups(ctx, owner.Selector())
+		},
+		InUse:  func(sg *openstack.SecurityGroup) bool { return contains(g.port.SecurityGroups, sg.ID) },
+		ID:     func(sg *openstack.SecurityGroup) string { return sg.ID },
+		Delete: r.net().DeleteSecurityGroup,
+		Create: func(ctx context.Context) (*openstack.SecurityGroup, error) {
+			return r.net().CreateSecurityGroup(ctx, openstack.CreateSecurityGroupOpts{
+				Name:        openstack.ResourceName(g.kind, owner.Namespace, owner.Name),
+				Description: "bnerd-vpn-operator: ingress of " + g.String(),
+				Tags:        owner.Tags(),
+			})
+		},
+	}.Ensure(ctx)
+	return found.Object, err
 }
 
 // syncIngressRules makes the group's ingress exactly want: every other ingress rule
