@@ -36,24 +36,39 @@ func (r *Reconciler) cidrPool(ctx context.Context) (*ipam.ServiceCIDRPool, error
 	if err != nil {
 		return nil, err
 	}
-	reader := r.apiReader()
-	type claim struct {
-		uid, cidr, who string
-		created        int64
-	}
-	var claims []claim
-	gws, err := v1alpha1.ListGateways(ctx, reader)
+	gws, err := v1alpha1.ListGateways(ctx, r.apiReader())
 	if err != nil {
 		return nil, fmt.Errorf("rebuilding allocations: %w", err)
-	}
-	for _, o := range gws {
-		claims = append(claims, claim{string(o.GetUID()), o.GetGatewayStatus().ServiceCIDR, v1alpha1.DescribeGateway(o), o.GetCreationTimestamp().UnixNano()})
 	}
 	recorded, err := r.recordedServiceCIDRs(ctx)
 	if err != nil {
 		return nil, err
 	}
 	log := logr.FromContextOrDiscard(ctx)
+	restoreAllocations(log, pool, statusClaims(gws), recorded)
+	r.pool = pool
+	log.Info("service CIDR allocations rebuilt from the gateway ports' records and status", "pool", pool.Pool().String(), "allocated", pool.Len(), "recordedOnPorts", len(recorded))
+	return pool, nil
+}
+
+// statusClaim is the service CIDR a gateway's status names.
+type statusClaim struct {
+	uid, cidr, who string
+	created        int64
+}
+
+func statusClaims(gws []v1alpha1.Gateway) []statusClaim {
+	var claims []statusClaim
+	for _, o := range gws {
+		claims = append(claims, statusClaim{string(o.GetUID()), o.GetGatewayStatus().ServiceCIDR, v1alpha1.DescribeGateway(o), o.GetCreationTimestamp().UnixNano()})
+	}
+	return claims
+}
+
+// restoreAllocations fills pool from what the ports record and, for a gateway whose
+// port records nothing, from its status. A record that cannot be restored is logged
+// and skipped: the gateway's next reconcile allocates or is told why not.
+func restoreAllocations(log logr.Logger, pool *ipam.ServiceCIDRPool, claims []statusClaim, recorded []recordedCIDR) {
 	// First what the ports record, for the gateways that exist (a port left by a
 	// deleted gateway holds nothing).
 	byUID := map[string]bool{}
@@ -95,9 +110,6 @@ func (r *Reconciler) cidrPool(ctx context.Context) (*ipam.ServiceCIDRPool, error
 			log.Info("WARNING: a gateway's recorded service CIDR could not be restored", "owner", c.who, "serviceCIDR", c.cidr, "error", err.Error())
 		}
 	}
-	r.pool = pool
-	log.Info("service CIDR allocations rebuilt from the gateway ports' records and status", "pool", pool.Pool().String(), "allocated", pool.Len(), "recordedOnPorts", len(recorded))
-	return pool, nil
 }
 
 type recordedCIDR struct{ uid, cidr, port string }
@@ -152,24 +164,8 @@ func (r *Reconciler) ensureAllocated(ctx context.Context, g *gateway) (bool, err
 // refusal says why none can be had.
 func (r *Reconciler) allocateServiceCIDR(ctx context.Context, g *gateway, pool *ipam.ServiceCIDRPool) (netip.Prefix, string) {
 	uid := string(g.obj.GetUID())
-	var pins []string
-	for _, e := range g.spec.Exposures {
-		pins = append(pins, e.VirtualIP)
-	}
-	for _, e := range g.spec.ReverseExposures {
-		pins = append(pins, e.VirtualIP)
-	}
-	pinned, hasPins := ipam.PinnedCIDR(pins...)
-	// The client's networks: the gateway's /24 must not overlap them, or a virtual IP
-	// could not be told apart from a client address (and the guard would drop it).
-	var peerNets []netip.Prefix
-	for _, t := range g.spec.Tunnels {
-		for _, s := range t.Peer.Subnets {
-			if p, err := netip.ParsePrefix(s); err == nil {
-				peerNets = append(peerNets, p)
-			}
-		}
-	}
+	pinned, hasPins := ipam.PinnedCIDR(pinnedVirtualIPs(g.spec)...)
+	peerNets := peerSubnets(g.spec)
 	overlap := func(c netip.Prefix) string {
 		if o, bad := ipam.OverlapsAny(c, peerNets); bad {
 			return fmt.Sprintf("the service CIDR %s overlaps the client's subnet %s; the client's networks must lie outside the gateway's virtual IPs", c, o)
@@ -210,6 +206,32 @@ func (r *Reconciler) allocateServiceCIDR(ctx context.Context, g *gateway, pool *
 		}
 		return c, ""
 	}
+}
+
+// pinnedVirtualIPs is every virtual IP the spec pins, exposures and reverse exposures.
+func pinnedVirtualIPs(spec *v1alpha1.GatewaySpec) []string {
+	var pins []string
+	for _, e := range spec.Exposures {
+		pins = append(pins, e.VirtualIP)
+	}
+	for _, e := range spec.ReverseExposures {
+		pins = append(pins, e.VirtualIP)
+	}
+	return pins
+}
+
+// peerSubnets is the client's networks: the gateway's /24 must not overlap them, or a
+// virtual IP could not be told apart from a client address (and the guard would drop it).
+func peerSubnets(spec *v1alpha1.GatewaySpec) []netip.Prefix {
+	var peerNets []netip.Prefix
+	for _, t := range spec.Tunnels {
+		for _, s := range t.Peer.Subnets {
+			if p, err := netip.ParsePrefix(s); err == nil {
+				peerNets = append(peerNets, p)
+			}
+		}
+	}
+	return peerNets
 }
 
 // assignVirtualIPs gives every exposure and reverse exposure its virtual IP in cidr,

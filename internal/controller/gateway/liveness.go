@@ -149,9 +149,35 @@ func (m *livenessMonitor) check(ctx context.Context, now time.Time) error {
 	if err := r.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing the nodes: %w", err)
 	}
+	views, lastSeen := m.observe(leases.Items, pods.Items, now)
+	if !m.leading() {
+		return nil // a standby only keeps its observations current
+	}
+	failed, held := FailedNodes(views, workerCount(nodes.Items))
+	if key := fmt.Sprint(held); len(held) > 0 && key != m.heldLogged {
+		r.Log.Info("WARNING: the gateway pods of more than half of the worker nodes stopped renewing their liveness leases at once; moving none (the control plane or the operator's connection is the likelier cause)", "nodes", held)
+	}
+	m.heldLogged = fmt.Sprint(held)
+	alive := map[string]bool{}
+	for _, v := range views {
+		if !v.Silent {
+			alive[v.Node] = true
+		}
+	}
+	back := readyAgain(nodes.Items)
+	for _, n := range r.declareFailed(failed, alive, back, lastSeen, now) {
+		m.wakeGatewaysOn(ctx, n)
+	}
+	return nil
+}
+
+// observe notes when each lease last changed (a lease's renewals are judged by this
+// operator's clock, never the pod's) and returns, per judged pod, its node and whether
+// its lease fell silent, with the last renewal seen per node.
+func (m *livenessMonitor) observe(leases []coordinationv1.Lease, pods []corev1.Pod, now time.Time) ([]LeaseView, map[string]time.Time) {
 	byName := map[types.NamespacedName]*corev1.Pod{}
-	for i := range pods.Items {
-		p := &pods.Items[i]
+	for i := range pods {
+		p := &pods[i]
 		byName[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = p
 	}
 	if m.seen == nil {
@@ -160,8 +186,8 @@ func (m *livenessMonitor) check(ctx context.Context, now time.Time) error {
 	present := map[types.UID]bool{}
 	var views []LeaseView
 	lastSeen := map[string]time.Time{}
-	for i := range leases.Items {
-		l := &leases.Items[i]
+	for i := range leases {
+		l := &leases[i]
 		present[l.UID] = true
 		s, ok := m.seen[l.UID]
 		if !ok || s.version != l.ResourceVersion {
@@ -177,7 +203,7 @@ func (m *livenessMonitor) check(ctx context.Context, now time.Time) error {
 			// already reports it not ready (a live kubelet, a pod problem).
 			continue
 		}
-		silent := now.Sub(s.at) > r.Config.GatewayLivenessTimeout
+		silent := now.Sub(s.at) > m.r.Config.GatewayLivenessTimeout
 		views = append(views, LeaseView{Node: p.Spec.NodeName, Silent: silent})
 		if s.at.After(lastSeen[p.Spec.NodeName]) {
 			lastSeen[p.Spec.NodeName] = s.at
@@ -188,42 +214,34 @@ func (m *livenessMonitor) check(ctx context.Context, now time.Time) error {
 			delete(m.seen, uid)
 		}
 	}
-	if !m.leading() {
-		return nil // a standby only keeps its observations current
-	}
-	workers := 0
-	for i := range nodes.Items {
-		if !controlPlane(&nodes.Items[i]) {
-			workers++
+	return views, lastSeen
+}
+
+// workerCount counts the nodes outside the control plane.
+func workerCount(nodes []corev1.Node) int {
+	n := 0
+	for i := range nodes {
+		if !controlPlane(&nodes[i]) {
+			n++
 		}
 	}
-	failed, held := FailedNodes(views, workers)
-	if key := fmt.Sprint(held); len(held) > 0 && key != m.heldLogged {
-		r.Log.Info("WARNING: the gateway pods of more than half of the worker nodes stopped renewing their liveness leases at once; moving none (the control plane or the operator's connection is the likelier cause)", "nodes", held)
-	}
-	m.heldLogged = fmt.Sprint(held)
-	alive := map[string]bool{}
-	for _, v := range views {
-		if !v.Silent {
-			alive[v.Node] = true
-		}
-	}
-	// A declared node whose kubelet is heard again: its Ready condition turned True after
-	// the declaration (the node controller had given up on it, and the kubelet reported
-	// back, a healed partition).
+	return n
+}
+
+// readyAgain is when each node's Ready condition last turned True: a declared node whose
+// kubelet is heard again after the declaration (the node controller had given up on it,
+// and the kubelet reported back, a healed partition).
+func readyAgain(nodes []corev1.Node) map[string]time.Time {
 	back := map[string]time.Time{}
-	for i := range nodes.Items {
-		n := &nodes.Items[i]
+	for i := range nodes {
+		n := &nodes[i]
 		for _, c := range n.Status.Conditions {
 			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
 				back[n.Name] = c.LastTransitionTime.Time
 			}
 		}
 	}
-	for _, n := range r.declareFailed(failed, alive, back, lastSeen, now) {
-		m.wakeGatewaysOn(ctx, n)
-	}
-	return nil
+	return back
 }
 
 // declareFailed records the nodes just found failed and forgets those whose quarantine

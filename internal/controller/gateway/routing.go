@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/go-logr/logr"
@@ -147,18 +148,11 @@ func (r *Reconciler) routingReady(ctx context.Context, g *gateway, want []string
 // overlap the pool); a route to a routed subnet via another address is never touched
 // (routedRefusal reports it as a conflict).
 func (r *Reconciler) convergeRoutes(ctx context.Context, g *gateway, rt *openstack.Router, want []string) error {
-	log := logr.FromContextOrDiscard(ctx)
-	cidr, fixed := g.status.ServiceCIDR, g.status.PortFixedIP
 	wanted := map[string]bool{}
 	for _, d := range want {
 		wanted[d] = true
 	}
-	var stalePairs []string
-	for _, ap := range g.port.AllowedAddressPairs {
-		if !wanted[ap.IPAddress] {
-			stalePairs = append(stalePairs, ap.IPAddress)
-		}
-	}
+	stalePairs := slices.ContainsFunc(g.port.AllowedAddressPairs, func(ap openstack.AddressPair) bool { return !wanted[ap.IPAddress] })
 	// Pairs first: the port must accept a destination before the router sends it there.
 	var missing []openstack.AddressPair
 	for _, d := range want {
@@ -167,31 +161,16 @@ func (r *Reconciler) convergeRoutes(ctx context.Context, g *gateway, rt *opensta
 		}
 	}
 	if len(missing) > 0 {
-		p, err := r.net().UpdatePortAllowedAddressPairs(ctx, g.port.ID, append(append([]openstack.AddressPair(nil), g.port.AllowedAddressPairs...), missing...))
+		p, err := r.net().UpdatePortAllowedAddressPairs(ctx, g.port.ID, append(slices.Clone(g.port.AllowedAddressPairs), missing...))
 		if err != nil {
 			return err
 		}
 		g.port = p
 	}
 	if rt != nil {
-		var stale, add []openstack.Route
-		for _, x := range rt.Routes {
-			switch {
-			case x.NextHop == fixed && !wanted[x.Destination]:
-				// A tunnel left routed mode, the reverse exposures are gone, or a
-				// refused subnet is withdrawn.
-				stale = append(stale, x)
-			case x.Destination == cidr && wanted[cidr] && x.NextHop != fixed:
-				stale = append(stale, x)
-			}
-		}
-		for _, d := range want {
-			if rx := (openstack.Route{Destination: d, NextHop: fixed}); !rt.HasRoute(rx) {
-				add = append(add, rx)
-			}
-		}
+		stale, add := routeDiff(rt, want, g.status.ServiceCIDR, g.status.PortFixedIP)
 		if len(stale) > 0 {
-			log.Info("removing routes the gateway no longer needs", "router", rt.ID, "routes", fmt.Sprint(stale))
+			logr.FromContextOrDiscard(ctx).Info("removing routes the gateway no longer needs", "router", rt.ID, "routes", fmt.Sprint(stale))
 			if _, err := r.net().RemoveRouterRoutes(ctx, rt.ID, stale); err != nil && !openstack.IsNotFound(err) {
 				return err
 			}
@@ -203,7 +182,7 @@ func (r *Reconciler) convergeRoutes(ctx context.Context, g *gateway, rt *opensta
 		}
 	}
 	// Pairs last off: a route is gone before its pair.
-	if len(stalePairs) > 0 {
+	if stalePairs {
 		keep := []openstack.AddressPair{}
 		for _, ap := range g.port.AllowedAddressPairs {
 			if wanted[ap.IPAddress] {
@@ -217,4 +196,29 @@ func (r *Reconciler) convergeRoutes(ctx context.Context, g *gateway, rt *opensta
 		g.port = p
 	}
 	return nil
+}
+
+// routeDiff is what the router must lose and gain so that exactly want is routed via the
+// gateway's fixed IP: a route via that IP to anything else goes (a tunnel left routed
+// mode, the reverse exposures are gone, or a refused subnet is withdrawn), as does a
+// route to the gateway's service CIDR via any other hop; routes of others stay.
+func routeDiff(rt *openstack.Router, want []string, serviceCIDR, fixedIP string) (stale, add []openstack.Route) {
+	wanted := map[string]bool{}
+	for _, d := range want {
+		wanted[d] = true
+	}
+	for _, x := range rt.Routes {
+		switch {
+		case x.NextHop == fixedIP && !wanted[x.Destination]:
+			stale = append(stale, x)
+		case x.Destination == serviceCIDR && wanted[serviceCIDR] && x.NextHop != fixedIP:
+			stale = append(stale, x)
+		}
+	}
+	for _, d := range want {
+		if rx := (openstack.Route{Destination: d, NextHop: fixedIP}); !rt.HasRoute(rx) {
+			add = append(add, rx)
+		}
+	}
+	return stale, add
 }

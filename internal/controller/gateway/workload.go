@@ -379,18 +379,9 @@ func (r *Reconciler) applyDeployment(ctx context.Context, g *gateway, d *appsv1.
 		return fmt.Errorf("%T %s: %w", d, d.Name, err)
 	}
 	uid := g.obj.GetUID()
-	stored, cached, err := r.storedSpec(ctx, uid, hash, d, live, false)
+	stored, drift, err := r.deploymentDrift(ctx, uid, hash, d, live)
 	if err != nil {
 		return err
-	}
-	drift := render.DeploymentDrift(stored, live.Spec)
-	if len(drift) > 0 && cached {
-		// The API server's defaults may have changed since the dry run (an upgrade): ask
-		// again before taking the difference for drift, or its defaults are fought forever.
-		if stored, _, err = r.storedSpec(ctx, uid, hash, d, live, true); err != nil {
-			return err
-		}
-		drift = render.DeploymentDrift(stored, live.Spec)
 	}
 	ours := live.Annotations[render.AnnotationRendering] == hash
 	if !ours && len(drift) > 0 {
@@ -424,6 +415,25 @@ func (r *Reconciler) applyDeployment(ctx context.Context, g *gateway, d *appsv1.
 		log.Info("applied a new rendering of the gateway Deployment", "deployment", d.Name, "fields", drift)
 	}
 	return nil
+}
+
+// deploymentDrift is the spec the API server stores for the rendering d (its defaults
+// applied) and the fields in which the live Deployment differs from it.
+func (r *Reconciler) deploymentDrift(ctx context.Context, uid types.UID, hash string, d, live *appsv1.Deployment) (appsv1.DeploymentSpec, []string, error) {
+	stored, cached, err := r.storedSpec(ctx, uid, hash, d, live, false)
+	if err != nil {
+		return stored, nil, err
+	}
+	drift := render.DeploymentDrift(stored, live.Spec)
+	if len(drift) > 0 && cached {
+		// The API server's defaults may have changed since the dry run (an upgrade): ask
+		// again before taking the difference for drift, or its defaults are fought forever.
+		if stored, _, err = r.storedSpec(ctx, uid, hash, d, live, true); err != nil {
+			return stored, nil, err
+		}
+		drift = render.DeploymentDrift(stored, live.Spec)
+	}
+	return stored, drift, nil
 }
 
 // storedRendering is a rendered Deployment spec as the API server stores it.
