@@ -11,24 +11,18 @@ import (
 	"strings"
 )
 
-// MaxPhaseLines bounds a reconcile phase: a phase reads as the list of its steps, each
-// step a function of its own.
-const MaxPhaseLines = 60
+// MaxFunctionLines bounds a function of the controllers: a reconcile phase reads as the
+// list of its steps, each step a function of its own, and so does every helper.
+const MaxFunctionLines = 60
 
-// IsPhase tells a reconcile phase by its name: the ensure-functions (one per
-// condition) and the deletion's steps.
-func IsPhase(name string) bool {
-	return strings.HasPrefix(name, "ensure") || name == "cleanupOpenStack" || name == "unwind" || name == "unwindLeg" || name == "finalize"
-}
-
-// LongPhases lists "file:function (N lines)" for every phase function in the non-test
-// files of dirs longer than max lines.
-func LongPhases(dirs []string, max int) ([]string, error) {
+// LongFunctions lists "file:function (N lines)" for every function in the non-test files
+// of dirs longer than max lines.
+func LongFunctions(dirs []string, max int) ([]string, error) {
 	var out []string
 	err := eachSourceFile(dirs, func(fset *token.FileSet, path string, f *ast.File) {
 		for _, d := range f.Decls {
 			fd, ok := d.(*ast.FuncDecl)
-			if !ok || fd.Body == nil || !IsPhase(fd.Name.Name) {
+			if !ok || fd.Body == nil {
 				continue
 			}
 			n := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1

@@ -3,41 +3,44 @@ package testlint
 import (
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
 
-// No reconcile phase of either controller is longer than MaxPhaseLines: a phase reads
-// as its steps.
-func TestNoLongPhases(t *testing.T) {
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	long, err := LongPhases([]string{
-		filepath.Join(root, "internal", "controller", "gateway"),
-		filepath.Join(root, "internal", "controller", "clusterlink"),
-	}, MaxPhaseLines)
+// No function of the controllers (their phases, helpers and the skeleton) is longer than
+// MaxFunctionLines: a phase reads as its steps.
+func TestNoLongControllerFunctions(t *testing.T) {
+	dirs := controllerDirs()
+	root := filepath.Dir(dirs[0])
+	dirs = append(dirs, filepath.Join(root, "tenantpolicy"), filepath.Join(root, "skeleton"))
+	long, err := LongFunctions(dirs, MaxFunctionLines)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range long {
-		t.Errorf("phase over %d lines: %s", MaxPhaseLines, l)
+		t.Errorf("function over %d lines: %s", MaxFunctionLines, l)
 	}
 }
 
-// The check finds a long phase and leaves a long non-phase function alone.
-func TestLongPhasesFindsOffenders(t *testing.T) {
+// The check finds a long function, test files aside.
+func TestLongFunctionsFindsOffenders(t *testing.T) {
 	dir := t.TempDir()
 	body := strings.Repeat("\tx++\n", 70)
-	src := "package p\n\nfunc ensureLong() {\n\tx := 0\n" + body + "\t_ = x\n}\n\nfunc ensureShort() {}\n\nfunc helperLong() {\n\tx := 0\n" + body + "\t_ = x\n}\n"
-	if err := os.WriteFile(filepath.Join(dir, "p.go"), []byte(src), 0o644); err != nil {
-		t.Fatal(err)
+	long := func(name string) string { return "func " + name + "() {\n\tx := 0\n" + body + "\t_ = x\n}\n" }
+	files := map[string]string{
+		"p.go":      "package p\n\n" + long("ensureLong") + "\nfunc ensureShort() {}\n\n" + long("helperLong"),
+		"p_test.go": "package p\n\n" + long("testHelperLong"),
 	}
-	long, err := LongPhases([]string{dir}, MaxPhaseLines)
+	for name, src := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := LongFunctions([]string{dir}, MaxFunctionLines)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(long) != 1 || !strings.Contains(long[0], ":ensureLong (74 lines)") {
-		t.Fatalf("got %q, want ensureLong (74 lines) only", long)
+	if len(got) != 2 || !strings.Contains(got[0], ":ensureLong (74 lines)") || !strings.Contains(got[1], ":helperLong (74 lines)") {
+		t.Fatalf("got %q, want ensureLong and helperLong (74 lines each)", got)
 	}
 }
