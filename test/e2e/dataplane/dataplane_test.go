@@ -583,7 +583,7 @@ func readWire(t testing.TB, file string) wire {
 
 func buildBinaries(t testing.TB, dir string) (string, string) {
 	if kernelMode() {
-		d := os.Getenv(binDirEnv)
+		d := os.Getenv(netns.BinDirEnv)
 		return filepath.Join(d, "vpn-gateway-agent"), filepath.Join(d, "testhelper")
 	}
 	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()

@@ -7,19 +7,16 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"bnerd.net/vpn-operator/test/e2e/netns"
 )
 
 // Environment of the kernel mode, set by TestDataplaneKernelVM for the test binary it
-// runs inside the VM.
+// runs inside the VM. The wait factor and the prebuilt binaries are the shared harness's
+// (netns.WaitScaleEnv, netns.BinDirEnv), as in the other e2e suites.
 const (
 	// modeEnv=kernel selects kernel XFRM, --guard=xfrm and the pod's real containers.
 	modeEnv = "BNERD_DATAPLANE_MODE"
-	// scaleEnv multiplies every wait of the test (software emulation is several times
-	// slower than the host). One factor for all of them.
-	scaleEnv = "BNERD_DATAPLANE_WAIT_SCALE"
-	// binDirEnv holds prebuilt vpn-gateway-agent and testhelper binaries (there is no Go
-	// toolchain in the VM).
-	binDirEnv = "BNERD_DATAPLANE_BIN_DIR"
 	// apiPortEnv is the virtio-serial port the API server is reached through.
 	apiPortEnv = "BNERD_DATAPLANE_API_PORT"
 	// kubeconfigEnv is the admin kubeconfig for the forwarded API server.
@@ -33,15 +30,8 @@ const (
 
 func kernelMode() bool { return os.Getenv(modeEnv) == "kernel" }
 
-func waitScale() float64 {
-	if v, err := strconv.ParseFloat(os.Getenv(scaleEnv), 64); err == nil && v >= 1 {
-		return v
-	}
-	return 1
-}
-
 // scaled returns d times the environment's wait factor.
-func scaled(d time.Duration) time.Duration { return time.Duration(float64(d) * waitScale()) }
+func scaled(d time.Duration) time.Duration { return time.Duration(float64(d) * netns.WaitScale()) }
 
 var figuresMu sync.Mutex
 

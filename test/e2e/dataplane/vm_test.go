@@ -140,13 +140,13 @@ func TestDataplaneKernelVM(t *testing.T) {
 	defer ln.Close()
 	go serveAPIPort(ln, u.Host)
 
-	scale := os.Getenv(scaleEnv)
+	scale := os.Getenv(netns.WaitScaleEnv)
 	if scale == "" {
 		scale = "3" // software emulation: measured passing at 2 on a loaded 2-core machine
 	}
 	args := []string{filepath.Join(root, "hack", "vm", "run.sh"), "--timeout", "2700", "--port", "bnerd.api=" + sock, "--disk", clients}
 	for _, kv := range []string{
-		modeEnv + "=kernel", scaleEnv + "=" + scale, binDirEnv + "=/share", apiPortEnv + "=/dev/virtio-ports/bnerd.api",
+		modeEnv + "=kernel", netns.WaitScaleEnv + "=" + scale, netns.BinDirEnv + "=/share", apiPortEnv + "=/dev/virtio-ports/bnerd.api",
 		kubeconfigEnv + "=/share/kubeconfig", outEnv + "=/share/out", testenv.RequireDataplaneEnv + "=1",
 		libreswanDiskEnv + "=/dev/vdb",
 	} {
