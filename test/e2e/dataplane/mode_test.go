@@ -12,11 +12,10 @@ import (
 )
 
 // Environment of the kernel mode, set by TestDataplaneKernelVM for the test binary it
-// runs inside the VM. The wait factor and the prebuilt binaries are the shared harness's
-// (netns.WaitScaleEnv, netns.BinDirEnv), as in the other e2e suites.
+// runs inside the VM. The kernel mode, the wait factor and the prebuilt binaries are the
+// shared harness's (netns.KernelEnv, netns.WaitScaleEnv, netns.BinDirEnv), as in the other
+// e2e suites.
 const (
-	// modeEnv=kernel selects kernel XFRM, --guard=xfrm and the pod's real containers.
-	modeEnv = "BNERD_DATAPLANE_MODE"
 	// apiPortEnv is the virtio-serial port the API server is reached through.
 	apiPortEnv = "BNERD_DATAPLANE_API_PORT"
 	// kubeconfigEnv is the admin kubeconfig for the forwarded API server.
@@ -28,7 +27,9 @@ const (
 	libreswanDiskEnv = "BNERD_LIBRESWAN_DISK"
 )
 
-func kernelMode() bool { return os.Getenv(modeEnv) == "kernel" }
+// kernelMode (netns.KernelEnv=1) selects kernel XFRM, --guard=xfrm and the pod's real
+// containers.
+func kernelMode() bool { return netns.Kernel() }
 
 // scaled returns d times the environment's wait factor.
 func scaled(d time.Duration) time.Duration { return time.Duration(float64(d) * netns.WaitScale()) }

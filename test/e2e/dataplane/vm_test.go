@@ -146,7 +146,7 @@ func TestDataplaneKernelVM(t *testing.T) {
 	}
 	args := []string{filepath.Join(root, "hack", "vm", "run.sh"), "--timeout", "2700", "--port", "bnerd.api=" + sock, "--disk", clients}
 	for _, kv := range []string{
-		modeEnv + "=kernel", netns.WaitScaleEnv + "=" + scale, netns.BinDirEnv + "=/share", apiPortEnv + "=/dev/virtio-ports/bnerd.api",
+		netns.KernelEnv + "=1", netns.WaitScaleEnv + "=" + scale, netns.BinDirEnv + "=/share", apiPortEnv + "=/dev/virtio-ports/bnerd.api",
 		kubeconfigEnv + "=/share/kubeconfig", outEnv + "=/share/out", testenv.RequireDataplaneEnv + "=1",
 		libreswanDiskEnv + "=/dev/vdb",
 	} {

@@ -311,6 +311,14 @@ func First(s []string, n int) []string {
 	return s
 }
 
+// KernelEnv=1 says the suite runs inside the kernel VM (set by each suite's VM runner for
+// the guest): the kernel's XFRM or WireGuard instead of the userspace ones, and the
+// guards that need the kernel. One knob for every e2e suite.
+const KernelEnv = "BNERD_E2E_KERNEL"
+
+// Kernel reports whether KernelEnv is set.
+func Kernel() bool { return os.Getenv(KernelEnv) == "1" }
+
 // WaitScaleEnv multiplies every wait (software emulation in the VM is several times
 // slower than the host).
 const WaitScaleEnv = "BNERD_E2E_WAIT_SCALE"

@@ -65,9 +65,7 @@ type world struct {
 
 // kernelMode: the test runs in the kernel VM (TestRoutedModeKernelVM): charon's kernel
 // backend (XFRM) everywhere and init-nat's xfrm guard.
-func kernelMode() bool { return os.Getenv(kernelModeEnv) == "1" }
-
-const kernelModeEnv = "BNERD_ROUTED_KERNEL"
+func kernelMode() bool { return netns.Kernel() }
 
 func internalSource() string {
 	if kernelMode() {

@@ -62,7 +62,7 @@ func TestWireGuardKernelVM(t *testing.T) {
 		}
 	}
 	args := []string{filepath.Join(root, "hack", "vm", "run.sh"), "--timeout", "1800"}
-	for _, kv := range []string{kernelModeEnv + "=1", netns.BinDirEnv + "=/share", netns.WaitScaleEnv + "=3", testenv.RequireDataplaneEnv + "=1"} {
+	for _, kv := range []string{netns.KernelEnv + "=1", netns.BinDirEnv + "=/share", netns.WaitScaleEnv + "=3", testenv.RequireDataplaneEnv + "=1"} {
 		args = append(args, "--env", kv)
 	}
 	args = append(args, share, "/share/wireguard.test", "-test.run", "^TestWireGuardGateway$", "-test.v", "-test.count=1", "-test.timeout", "25m")

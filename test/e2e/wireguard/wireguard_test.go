@@ -197,9 +197,7 @@ func (w *world) topology() {
 // kernelMode: the test runs in the kernel VM (TestWireGuardKernelVM): the gateway's agent
 // must use the kernel's WireGuard (--mode kernel), and the client sites use kernel
 // WireGuard links instead of wireguard-go.
-func kernelMode() bool { return os.Getenv(kernelModeEnv) == "1" }
-
-const kernelModeEnv = "BNERD_WG_KERNEL"
+func kernelMode() bool { return netns.Kernel() }
 
 // clientWireGuard brings up a client's WireGuard with Debian's wireguard-go (the kernel's
 // WireGuard in the VM) and a wg(8) configuration file written here, the way the client's
