@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/agent/nat"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
 	"bnerd.net/vpn-operator/internal/render"
 	"bnerd.net/vpn-operator/internal/testinfra/testenv"
@@ -710,7 +711,7 @@ func keepLogs(t testing.TB, dir string) {
 // guardDrops sums the packet counters of the guard's rules in the gateway's table.
 // A rewritten table restarts them from zero.
 func (e *env) guardDrops() uint64 {
-	out, _ := e.sh(e.ns("g"), "nft", "list", "table", "ip", "bnerd-gw")
+	out, _ := e.sh(e.ns("g"), "nft", "list", "table", "ip", nat.DefaultTable)
 	var n uint64
 	for _, m := range reGuardCounter.FindAllStringSubmatch(out, -1) {
 		v, _ := strconv.ParseUint(m[1], 10, 64)
@@ -803,9 +804,9 @@ func TestDataplane(t *testing.T) {
 	})
 
 	e.run(t, "drifted table is repaired", func(t *testing.T) {
-		e.must(e.ns("g"), "nft", "delete", "table", "ip", "bnerd-gw")
+		e.must(e.ns("g"), "nft", "delete", "table", "ip", nat.DefaultTable)
 		e.eventually("table restored", func() bool {
-			out, err := e.sh(e.ns("g"), "nft", "list", "chain", "ip", "bnerd-gw", "guard")
+			out, err := e.sh(e.ns("g"), "nft", "list", "chain", "ip", nat.DefaultTable, "guard")
 			return err == nil && strings.Contains(out, "drop")
 		})
 	})

@@ -25,6 +25,7 @@ import (
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/agent/downcause"
 	"bnerd.net/vpn-operator/internal/agent/exporter"
+	"bnerd.net/vpn-operator/internal/agent/nat"
 	"bnerd.net/vpn-operator/internal/agent/vici"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
 	"bnerd.net/vpn-operator/internal/render"
@@ -626,7 +627,7 @@ func (e *env) roleCtl(role string) (stop, start func()) {
 // nftables table, whose guard would drop IKE leaving by the pod network (a pod whose
 // init-nat has not run yet has neither).
 func (e *env) clearPortRouting() {
-	_, _ = e.sh(e.ns("g"), "nft", "delete", "table", "ip", "bnerd-gw")
+	_, _ = e.sh(e.ns("g"), "nft", "delete", "table", "ip", nat.DefaultTable)
 	for i := 0; i < 10; i++ {
 		if _, err := e.sh(e.ns("g"), "ip", "rule", "del", "table", "100"); err != nil {
 			break

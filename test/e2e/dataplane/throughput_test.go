@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"bnerd.net/vpn-operator/internal/agent/nat"
 	"bnerd.net/vpn-operator/test/e2e/netns"
 )
 
@@ -41,7 +42,7 @@ func BenchmarkTunnelThroughput(b *testing.B) {
 	withRulesDNAT := run("100.64.7.12", "5202")
 	// Without the table: stop init-nat so it cannot repair, then delete the table.
 	e.stop("init-nat", syscall.SIGTERM)
-	e.must(e.ns("g"), "nft", "delete", "table", "ip", "bnerd-gw")
+	e.must(e.ns("g"), "nft", "delete", "table", "ip", nat.DefaultTable)
 	withoutLocal := run("100.64.7.1", "5201")
 	b.StopTimer()
 	b.ReportMetric(withoutLocal, "Mbit/s-bare")

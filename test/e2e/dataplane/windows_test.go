@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"bnerd.net/vpn-operator/internal/agent/nat"
 	"bnerd.net/vpn-operator/internal/render"
 	"bnerd.net/vpn-operator/test/e2e/netns"
 )
@@ -117,7 +118,7 @@ func (e *env) window(t *testing.T, w window) {
 			t.Errorf("plaintext between the sites:\n%s\n%s", strings.Join(netns.First(wr.inner, 10), "\n"), strings.Join(netns.First(wr.other, 10), "\n"))
 		}
 		if w.guardFires && drops == 0 {
-			t.Errorf("the guard dropped nothing in this window; was traffic flowing?\n%s", e.must(e.ns("g"), "nft", "list", "table", "ip", "bnerd-gw"))
+			t.Errorf("the guard dropped nothing in this window; was traffic flowing?\n%s", e.must(e.ns("g"), "nft", "list", "table", "ip", nat.DefaultTable))
 		}
 	})
 }
@@ -192,7 +193,7 @@ var reGuardRule = regexp.MustCompile(`comment "fail-closed guard" # handle (\d+)
 
 // removeGuard deletes the guard's rules (and nothing else) from the gateway's table.
 func (e *env) removeGuard(t *testing.T) int {
-	out := e.must(e.ns("g"), "nft", "-a", "list", "table", "ip", "bnerd-gw")
+	out := e.must(e.ns("g"), "nft", "-a", "list", "table", "ip", nat.DefaultTable)
 	chain, n := "", 0
 	for _, l := range strings.Split(out, "\n") {
 		f := strings.Fields(l)
@@ -200,7 +201,7 @@ func (e *env) removeGuard(t *testing.T) int {
 			chain = f[1]
 		}
 		if m := reGuardRule.FindStringSubmatch(l); m != nil {
-			e.must(e.ns("g"), "nft", "delete", "rule", "ip", "bnerd-gw", chain, "handle", m[1])
+			e.must(e.ns("g"), "nft", "delete", "rule", "ip", nat.DefaultTable, chain, "handle", m[1])
 			n++
 		}
 	}
@@ -240,7 +241,7 @@ func (e *env) negativeControl(t *testing.T) {
 	// charon and the tunnel.
 	e.startAgent(render.ContainerInitNAT)
 	e.eventually("guard rules restored", func() bool {
-		out, _ := e.sh(e.ns("g"), "nft", "list", "table", "ip", "bnerd-gw")
+		out, _ := e.sh(e.ns("g"), "nft", "list", "table", "ip", nat.DefaultTable)
 		return strings.Count(out, `comment "fail-closed guard"`) == removed
 	})
 	e.startCharon("g")

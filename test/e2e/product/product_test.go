@@ -536,7 +536,7 @@ func (e *env) unguard(pod *corev1.Pod, tunnelInterface string) (resume func()) {
 			t.Errorf("resuming init-nat: %v", err)
 		}
 	}
-	rules, err := e.w.InPod(pod, render.ContainerInitNAT, "nft", "-a", "list", "table", "ip", "bnerd-gw")
+	rules, err := e.w.InPod(pod, render.ContainerInitNAT, "nft", "-a", "list", "table", "ip", nat.DefaultTable)
 	if err != nil {
 		resume()
 		t.Fatal(err)
@@ -549,7 +549,7 @@ func (e *env) unguard(pod *corev1.Pod, tunnelInterface string) (resume func()) {
 			chain = strings.Fields(l)[1]
 		}
 		if i := strings.Index(l, "# handle "); i > 0 && strings.Contains(l, "oifname != "+nat.TunnelMatch(tunnelInterface)) {
-			if _, err := e.w.InPod(pod, render.ContainerInitNAT, "nft", "delete", "rule", "ip", "bnerd-gw", chain, "handle", strings.TrimSpace(l[i+len("# handle "):])); err != nil {
+			if _, err := e.w.InPod(pod, render.ContainerInitNAT, "nft", "delete", "rule", "ip", nat.DefaultTable, chain, "handle", strings.TrimSpace(l[i+len("# handle "):])); err != nil {
 				resume()
 				t.Fatal(err)
 			}

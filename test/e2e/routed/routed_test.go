@@ -19,6 +19,7 @@ import (
 	"time"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/agent/nat"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
 	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 	"bnerd.net/vpn-operator/test/e2e/netns"
@@ -384,7 +385,7 @@ func TestRoutedMode(t *testing.T) {
 		time.Sleep(time.Second)
 		w.Stop("ping-a", syscall.SIGINT)
 		w.Stop("ping-b", syscall.SIGINT)
-		guard := w.Must(w.NS("g"), "nft", "list", "chain", "ip", "bnerd-gw", "forward")
+		guard := w.Must(w.NS("g"), "nft", "list", "chain", "ip", nat.DefaultTable, "forward")
 		if !regexp.MustCompile(`oifname != "ipsec0" counter packets [1-9]`).MatchString(guard) {
 			t.Errorf("the guard dropped nothing while charon was dead:\n%s", guard)
 		}
@@ -416,7 +417,7 @@ var reUntranslated = regexp.MustCompile(`ip daddr @peer_subnets ct status (?:& d
 // subnet.
 func untranslatedDrops(t *testing.T, w *world) int {
 	t.Helper()
-	out := w.Must(w.NS("g"), "nft", "list", "chain", "ip", "bnerd-gw", "forward")
+	out := w.Must(w.NS("g"), "nft", "list", "chain", "ip", nat.DefaultTable, "forward")
 	m := reUntranslated.FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("no untranslated-traffic drop rule:\n%s", out)

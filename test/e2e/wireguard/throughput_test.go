@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"bnerd.net/vpn-operator/internal/agent/nat"
 	"bnerd.net/vpn-operator/test/e2e/netns"
 )
 
@@ -44,7 +45,7 @@ func BenchmarkWireGuardThroughput(b *testing.B) {
 	withRulesDNAT := run("100.64.9.12", "5202")
 	// Without the table: stop init-nat so it cannot repair, then delete the table.
 	w.Stop("init-nat", syscall.SIGTERM)
-	w.Must(w.NS("g"), "nft", "delete", "table", "ip", "bnerd-gw")
+	w.Must(w.NS("g"), "nft", "delete", "table", "ip", nat.DefaultTable)
 	withoutLocal := run("100.64.9.1", "5201")
 	b.StopTimer()
 	b.ReportMetric(withoutLocal, "Mbit/s-bare")

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/agent/nat"
 	"bnerd.net/vpn-operator/internal/agent/wgstate"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
 	"bnerd.net/vpn-operator/internal/testinfra/testenv"
@@ -481,7 +482,7 @@ func guardDrops(t *testing.T, w *world) int {
 	t.Helper()
 	total := 0
 	for _, chain := range []string{"forward", "output", "guard"} {
-		out := w.Must(w.NS("g"), "nft", "list", "chain", "ip", "bnerd-gw", chain)
+		out := w.Must(w.NS("g"), "nft", "list", "chain", "ip", nat.DefaultTable, chain)
 		for _, m := range reDrops.FindAllStringSubmatch(out, -1) {
 			n, _ := strconv.Atoi(m[1])
 			total += n
@@ -547,7 +548,7 @@ func negativeControl(t *testing.T, w *world) {
 	w.Stop("wireguard", syscall.SIGTERM)
 	w.Stop("init-nat", syscall.SIGTERM)
 	_, _ = w.Sh(w.NS("g"), "ip", "link", "del", w.gwIface)
-	w.Must(w.NS("g"), "nft", "delete", "table", "ip", "bnerd-gw")
+	w.Must(w.NS("g"), "nft", "delete", "table", "ip", nat.DefaultTable)
 	w.NFT("g", `table ip control {
   chain pre { type nat hook prerouting priority dstnat; policy accept;
     ip daddr 100.64.9.201 dnat to `+clientAddr+`
