@@ -29,7 +29,7 @@ import (
 //
 //	BNERD_SCALE_GATEWAYS=200 go test -count=1 -v -timeout 30m ./test/scale/ -run TestGatewayScale
 func TestGatewayScale(t *testing.T) {
-	n := envInt(t, "BNERD_SCALE_GATEWAYS", 20)
+	n := envInt(t, "BNERD_SCALE_GATEWAYS", 20, 1)
 	w := newWorld(t)
 	env, s, clients := w.env, w.sim, w.clients
 

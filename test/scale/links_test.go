@@ -39,7 +39,7 @@ import (
 //	go test -count=1 -v ./test/scale/ -run TestLinkWritesBounded
 func TestLinkWritesBounded(t *testing.T) {
 	const links = 3
-	n := envInt(t, "BNERD_SCALE_LINK_GATEWAYS", 40)
+	n := envInt(t, "BNERD_SCALE_LINK_GATEWAYS", 40, 1)
 	servers := []string{harness.WorkerServerID(0), harness.WorkerServerID(1), harness.WorkerServerID(2)}
 	w := newWorldOf(t, harness.Estate(harness.EstateOptions{ServiceClusters: links, Workers: len(servers)}), servers)
 	env, s, clients := w.env, w.sim, w.clients

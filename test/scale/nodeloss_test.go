@@ -45,7 +45,7 @@ func TestNodeLossTiming(t *testing.T) {
 	defer func() { _ = env.Stop() }()
 	ctx := context.Background()
 	c := env.Client
-	gateways := knobInt("BNERD_SCALE_NODELOSS_GATEWAYS", 20)
+	gateways := envInt(t, "BNERD_SCALE_NODELOSS_GATEWAYS", 20, 1)
 
 	for _, tc := range []struct {
 		grace          time.Duration

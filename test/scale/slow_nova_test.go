@@ -28,7 +28,7 @@ const routeAttach = "POST /compute/v2.1/servers/{id}/os-interface"
 //
 //	BNERD_SCALE_NOVA_DELAY=30s go test -count=1 -v ./test/scale/ -run TestSlowNovaAttach
 func TestSlowNovaAttach(t *testing.T) {
-	n := envInt(t, "BNERD_SCALE_NOVA_GATEWAYS", 20)
+	n := envInt(t, "BNERD_SCALE_NOVA_GATEWAYS", 20, 1)
 	delay := envDuration(t, "BNERD_SCALE_NOVA_DELAY", 3*time.Second)
 	w := newWorld(t)
 	const ns = "slow-nova"

@@ -53,40 +53,15 @@ type slowCloud struct {
 	restartDuringBurst int
 }
 
-func knobInt(name string, def int) int {
-	if v := os.Getenv(name); v != "" {
-		n, err := strconv.Atoi(v)
-		if err == nil {
-			return n
-		}
-	}
-	return def
-}
-
-func knobFloat(name string, def float64) float64 {
-	if v := os.Getenv(name); v != "" {
-		f, err := strconv.ParseFloat(v, 64)
-		if err == nil {
-			return f
-		}
-	}
-	return def
-}
-
-func loadSlowCloud() slowCloud {
-	c := slowCloud{
-		gateways: knobInt("BNERD_SCALE_GATEWAYS", 1000), links: knobInt("BNERD_SCALE_LINKS", 100),
-		latency: 20 * time.Millisecond, simQPS: knobFloat("BNERD_SCALE_SIM_QPS", 0), simBurst: knobInt("BNERD_SCALE_SIM_BURST", 100),
-		opQPS: knobFloat("BNERD_SCALE_OS_QPS", 0), opBurst: knobInt("BNERD_SCALE_OS_BURST", 0),
-		workers: knobInt("BNERD_SCALE_WORKERS", 16), concurrentCreates: knobInt("BNERD_SCALE_RESTART_CREATES", 200),
+func loadSlowCloud(t *testing.T) slowCloud {
+	return slowCloud{
+		gateways: envInt(t, "BNERD_SCALE_GATEWAYS", 1000, 1), links: envInt(t, "BNERD_SCALE_LINKS", 100, 0),
+		latency: envDuration(t, "BNERD_SCALE_LATENCY", 20*time.Millisecond),
+		simQPS:  envFloat(t, "BNERD_SCALE_SIM_QPS", 0), simBurst: envInt(t, "BNERD_SCALE_SIM_BURST", 100, 1),
+		opQPS: envFloat(t, "BNERD_SCALE_OS_QPS", 0), opBurst: envInt(t, "BNERD_SCALE_OS_BURST", 0, 0),
+		workers: envInt(t, "BNERD_SCALE_WORKERS", 16, 1), concurrentCreates: envInt(t, "BNERD_SCALE_RESTART_CREATES", 200, 0),
 		profile: os.Getenv("BNERD_SCALE_PROFILE"), createClients: 8, restartDuringBurst: 2,
 	}
-	if v := os.Getenv("BNERD_SCALE_LATENCY"); v != "" {
-		if d, err := time.ParseDuration(v); err == nil {
-			c.latency = d
-		}
-	}
-	return c
 }
 
 // TestSlowCloudScale converges many gateways and ClusterLinks with the operator as its own
@@ -99,7 +74,7 @@ func TestSlowCloudScale(t *testing.T) {
 	if os.Getenv("BNERD_SCALE") != "1" {
 		t.Skip("scale harness; run by hand with BNERD_SCALE=1")
 	}
-	cfg := loadSlowCloud()
+	cfg := loadSlowCloud(t)
 	ctrllog.SetLogger(logr.Discard())
 	env, err := testenv.Start()
 	if err != nil {

@@ -119,18 +119,33 @@ func (w *world) startOperator(d gateway.Deps, setup ...func(ctrl.Manager) error)
 	}
 }
 
-// envInt reads a positive integer knob of a harness.
-func envInt(t *testing.T, name string, def int) int {
+// envInt reads an integer knob of a harness, at least min; anything else stops the test
+// (a mistyped knob must not measure the default).
+func envInt(t *testing.T, name string, def, min int) int {
 	t.Helper()
 	v := os.Getenv(name)
 	if v == "" {
 		return def
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		t.Fatalf("%s=%q: want a positive integer", name, v)
+	if err != nil || n < min {
+		t.Fatalf("%s=%q: want an integer of at least %d", name, v, min)
 	}
 	return n
+}
+
+// envFloat reads a non-negative number knob of a harness.
+func envFloat(t *testing.T, name string, def float64) float64 {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f < 0 {
+		t.Fatalf("%s=%q: want a number of at least 0", name, v)
+	}
+	return f
 }
 
 // envDuration reads a duration knob of a harness.
