@@ -725,7 +725,7 @@ var reGuardCounter = regexp.MustCompile(`counter packets (\d+) bytes \d+ drop co
 // metric scrapes the exporter and returns series' value (-1 when absent).
 func (e *env) metric(series string) float64 {
 	out, _ := e.sh(e.ns("g"), "curl", "-s", "--max-time", "5", "http://"+metricsAddr+"/metrics")
-	return metricValue(out, series)
+	return netns.MetricValue(out, series)
 }
 
 const guardMetric = "bnerd_gateway_guard_dropped_packets_total"
@@ -894,12 +894,12 @@ func TestDataplane(t *testing.T) {
 		var m1 string
 		e.eventually("tunnel up in the metrics", func() bool { m1 = scrape(); return strings.Contains(m1, `bnerd_ipsec_tunnel_up{tunnel="t1"} 1`) })
 		in := `bnerd_ipsec_bytes_total{direction="in",tunnel="t1"}`
-		b1 := metricValue(m1, in)
+		b1 := netns.MetricValue(m1, in)
 		var m2 string
 		e.eventually("bytes in grow with traffic through the tunnel", func() bool {
 			e.must(e.ns("c"), "ping", "-n", "-c", "5", "-i", "0.2", "100.64.7.12")
 			m2 = scrape()
-			return metricValue(m2, in) > b1
+			return netns.MetricValue(m2, in) > b1
 		})
 		for _, m := range []string{"bnerd_gateway_nat_apply_duration_seconds", guardMetric} {
 			if !strings.Contains(m2, m) {
@@ -939,14 +939,4 @@ func checkMSS(t *testing.T, lines []string, max int) {
 	if seen == 0 {
 		t.Errorf("no SYN with an MSS option captured:\n%s", strings.Join(lines, "\n"))
 	}
-}
-
-func metricValue(text, series string) float64 {
-	for _, l := range strings.Split(text, "\n") {
-		if strings.HasPrefix(l, series+" ") {
-			v, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(l, series)), 64)
-			return v
-		}
-	}
-	return -1
 }

@@ -233,7 +233,7 @@ func (e *env) scraper() func(series string) float64 {
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
-		return metricValue(string(b), series)
+		return netns.MetricValue(string(b), series)
 	}
 }
 

@@ -331,6 +331,18 @@ func WaitScale() float64 {
 	return 1
 }
 
+// MetricValue is the value of one series (its name and labels exactly as the exporter
+// writes them) in a Prometheus text exposition, -1 when it is not there.
+func MetricValue(text, series string) float64 {
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, series+" ") {
+			v, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(l, series)), 64)
+			return v
+		}
+	}
+	return -1
+}
+
 // IperfMbits is the receiver's throughput in Mbit/s from iperf3's JSON output (-J).
 func IperfMbits(out string) (float64, error) {
 	var r struct {

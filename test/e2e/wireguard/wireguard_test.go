@@ -433,10 +433,10 @@ func TestWireGuardGateway(t *testing.T) {
 		time.Sleep(1500 * time.Millisecond) // the state file is rewritten every second
 		m2 := scrape()
 		series := `bnerd_wireguard_peer_bytes_total{direction="in",tunnel="site"}`
-		if b1, b2 := metricValue(m1, series), metricValue(m2, series); !(b2 > b1 && b1 > 0) {
+		if b1, b2 := netns.MetricValue(m1, series), netns.MetricValue(m2, series); !(b2 > b1 && b1 > 0) {
 			t.Errorf("bytes in did not grow: %v -> %v", b1, b2)
 		}
-		if age := metricValue(m2, `bnerd_wireguard_peer_latest_handshake_age_seconds{tunnel="site"}`); age < 0 || age > 180 {
+		if age := netns.MetricValue(m2, `bnerd_wireguard_peer_latest_handshake_age_seconds{tunnel="site"}`); age < 0 || age > 180 {
 			t.Errorf("handshake age %v", age)
 		}
 		if !strings.Contains(m2, "bnerd_wireguard_up 1") || !strings.Contains(m2, "bnerd_gateway_nat_applies_total") {
@@ -563,16 +563,6 @@ func negativeControl(t *testing.T, w *world) {
 	if leaked := netns.ReadPcap(t, file, "net "+clientNet); len(leaked) == 0 {
 		t.Error("without the guard no plaintext reached the WAN either: the capture cannot tell a leak")
 	}
-}
-
-func metricValue(text, series string) float64 {
-	for _, l := range strings.Split(text, "\n") {
-		if strings.HasPrefix(l, series+" ") {
-			v, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(l, series)), 64)
-			return v
-		}
-	}
-	return -1
 }
 
 // grepLines returns the lines of text that contain substr, joined by "; ".
