@@ -2,113 +2,30 @@ package clusterlink
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"bnerd.net/vpn-operator/internal/openstack"
+	"bnerd.net/vpn-operator/internal/testinfra/crash"
 	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
-// errCrash stands for the operator dying right after an OpenStack write took effect:
-// the write happened, its answer never arrived, nothing after it ran.
-var errCrash = errors.New("simulated crash after a successful write")
-
-// crashPoint counts OpenStack writes (on every credential) and "crashes" after the
-// at-th one succeeded.
-type crashPoint struct {
-	mu    sync.Mutex
-	at, n int
-	ops   []string
-	fired bool
-}
-
-func (c *crashPoint) after(op string, err error) error {
-	if err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.n++
-	c.ops = append(c.ops, op)
-	if c.at > 0 && c.n == c.at {
-		c.fired = true
-		return errCrash
-	}
-	return nil
-}
-
-// crashNet wraps every Networking write a ClusterLink makes.
-type crashNet struct {
-	openstack.Networking
-	c *crashPoint
-}
-
-func (n crashNet) CreatePort(ctx context.Context, o openstack.CreatePortOpts) (*openstack.Port, error) {
-	p, err := n.Networking.CreatePort(ctx, o)
-	if err = n.c.after("CreatePort", err); err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-func (n crashNet) ReplacePortTags(ctx context.Context, id string, tags []string) ([]string, error) {
-	t, err := n.Networking.ReplacePortTags(ctx, id, tags)
-	if err = n.c.after("ReplacePortTags", err); err != nil {
-		return nil, err
-	}
-	return t, nil
-}
-func (n crashNet) DeletePort(ctx context.Context, id string) error {
-	return n.c.after("DeletePort", n.Networking.DeletePort(ctx, id))
-}
-func (n crashNet) AddRouterInterface(ctx context.Context, router, port string) error {
-	return n.c.after("AddRouterInterface", n.Networking.AddRouterInterface(ctx, router, port))
-}
-func (n crashNet) RemoveRouterInterface(ctx context.Context, router, port string) error {
-	return n.c.after("RemoveRouterInterface", n.Networking.RemoveRouterInterface(ctx, router, port))
-}
-func (n crashNet) AddRouterRoutes(ctx context.Context, id string, routes []openstack.Route) (*openstack.Router, error) {
-	r, err := n.Networking.AddRouterRoutes(ctx, id, routes)
-	if err = n.c.after("AddRouterRoutes", err); err != nil {
-		return nil, err
-	}
-	return r, nil
-}
-func (n crashNet) RemoveRouterRoutes(ctx context.Context, id string, routes []openstack.Route) (*openstack.Router, error) {
-	r, err := n.Networking.RemoveRouterRoutes(ctx, id, routes)
-	if err = n.c.after("RemoveRouterRoutes", err); err != nil {
-		return nil, err
-	}
-	return r, nil
-}
-func (n crashNet) ShareNetwork(ctx context.Context, network, project string) (*openstack.RBACPolicy, error) {
-	p, err := n.Networking.ShareNetwork(ctx, network, project)
-	if err = n.c.after("ShareNetwork", err); err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-func (n crashNet) DeleteRBACPolicy(ctx context.Context, id string) error {
-	return n.c.after("DeleteRBACPolicy", n.Networking.DeleteRBACPolicy(ctx, id))
-}
-
 // crashReconciler is a fresh reconciler (a restarted operator: nothing in memory)
 // whose operator and customer credentials both write through cp.
-func (h *harness) crashReconciler(cp *crashPoint) *Reconciler {
+func (h *harness) crashReconciler(cp *crash.Point) *Reconciler {
 	d := h.deps()
-	d.OpenStack = &openstack.Clients{Networking: crashNet{h.op.Networking, cp}, Compute: h.op.Compute, Identity: h.op.Identity}
+	d.OpenStack = crash.Clients(h.op, cp)
 	build := d.CustomerClients
 	d.CustomerClients = func(ctx context.Context, c openstack.Credential) (*openstack.Clients, error) {
 		cl, err := build(ctx, c)
 		if err != nil {
 			return nil, err
 		}
-		return &openstack.Clients{Networking: crashNet{cl.Networking, cp}, Compute: cl.Compute, Identity: cl.Identity}, nil
+		return crash.Clients(cl, cp), nil
 	}
 	return New(d)
 }
@@ -197,20 +114,20 @@ func (h *harness) runCrash(t *testing.T, sc crashScenario, suffix string, create
 	}
 	h.newLink(name, sc.router, sc.cidr, sc.opts...)
 
-	cp := &crashPoint{at: createAt}
+	cp := &crash.Point{At: createAt}
 	if createAt > 0 {
 		r := h.crashReconciler(cp)
-		for i := 0; i < 20 && !cp.fired; i++ {
+		for i := 0; i < 20 && !cp.Fired(); i++ {
 			_, _ = r.Reconcile(h.ctx, requestFor(name))
 		}
-		if !cp.fired {
-			t.Fatalf("create crash point %d never reached (%d writes: %v)", createAt, cp.n, cp.ops)
+		if !cp.Fired() {
+			t.Fatalf("create crash point %d never reached (%d writes: %v)", createAt, len(cp.Writes()), cp.Writes())
 		}
-		cp = &crashPoint{}
+		cp = &crash.Point{}
 	}
 	h.r = h.crashReconciler(cp)
 	l := h.untilReady(name)
-	create = cp.ops
+	create = cp.Writes()
 
 	// Converged: one leg, attached, at the recorded address; one route each way.
 	legs := h.linkPorts(l)
@@ -235,20 +152,20 @@ func (h *harness) runCrash(t *testing.T, sc crashScenario, suffix string, create
 	}
 
 	h.delete(name)
-	cp = &crashPoint{at: deleteAt}
+	cp = &crash.Point{At: deleteAt}
 	if deleteAt > 0 {
 		r := h.crashReconciler(cp)
-		for i := 0; i < 20 && !cp.fired; i++ {
+		for i := 0; i < 20 && !cp.Fired(); i++ {
 			_, _ = r.Reconcile(h.ctx, requestFor(name))
 		}
-		if !cp.fired {
-			t.Fatalf("delete crash point %d never reached (%d writes: %v)", deleteAt, cp.n, cp.ops)
+		if !cp.Fired() {
+			t.Fatalf("delete crash point %d never reached (%d writes: %v)", deleteAt, len(cp.Writes()), cp.Writes())
 		}
-		cp = &crashPoint{}
+		cp = &crash.Point{}
 	}
 	h.r = h.crashReconciler(cp)
 	h.until(name, "gone", nil)
-	del = cp.ops
+	del = cp.Writes()
 	if n := len(h.linkPorts(l)) + len(h.portsAt(l.Status.TransitIP)); n != 0 {
 		t.Fatalf("%d ports left of the link", n)
 	}

@@ -1,13 +1,10 @@
 package gateway
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,172 +12,17 @@ import (
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/openstack"
+	"bnerd.net/vpn-operator/internal/testinfra/crash"
 	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
-// errCrash stands for the operator dying right after an OpenStack write took effect:
-// the write happened, its answer never arrived, nothing after it ran.
-var errCrash = errors.New("simulated crash after a successful write")
-
-// crashPoint counts OpenStack writes and "crashes" after the at-th one succeeded.
-type crashPoint struct {
-	mu    sync.Mutex
-	at, n int
-	ops   []string
-	fired bool
-}
-
-func (c *crashPoint) after(op string, err error) error {
-	if err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.n++
-	c.ops = append(c.ops, op)
-	if c.at > 0 && c.n == c.at {
-		c.fired = true
-		return errCrash
-	}
-	return nil
-}
-
-type crashNet struct {
-	openstack.Networking
-	c *crashPoint
-}
-
-func (n crashNet) CreatePort(ctx context.Context, o openstack.CreatePortOpts) (*openstack.Port, error) {
-	p, err := n.Networking.CreatePort(ctx, o)
-	if err = n.c.after("CreatePort", err); err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-func (n crashNet) UpdatePortAllowedAddressPairs(ctx context.Context, id string, pairs []openstack.AddressPair) (*openstack.Port, error) {
-	p, err := n.Networking.UpdatePortAllowedAddressPairs(ctx, id, pairs)
-	if err = n.c.after("UpdatePortAllowedAddressPairs", err); err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-func (n crashNet) UpdatePortSecurityGroups(ctx context.Context, id string, sgs []string) (*openstack.Port, error) {
-	p, err := n.Networking.UpdatePortSecurityGroups(ctx, id, sgs)
-	if err = n.c.after("UpdatePortSecurityGroups", err); err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-func (n crashNet) DeletePort(ctx context.Context, id string) error {
-	return n.c.after("DeletePort", n.Networking.DeletePort(ctx, id))
-}
-func (n crashNet) CreateSecurityGroup(ctx context.Context, o openstack.CreateSecurityGroupOpts) (*openstack.SecurityGroup, error) {
-	g, err := n.Networking.CreateSecurityGroup(ctx, o)
-	if err = n.c.after("CreateSecurityGroup", err); err != nil {
-		return nil, err
-	}
-	return g, nil
-}
-func (n crashNet) DeleteSecurityGroup(ctx context.Context, id string) error {
-	return n.c.after("DeleteSecurityGroup", n.Networking.DeleteSecurityGroup(ctx, id))
-}
-func (n crashNet) CreateSecurityGroupRule(ctx context.Context, o openstack.CreateSecurityGroupRuleOpts) (*openstack.SecurityGroupRule, error) {
-	r, err := n.Networking.CreateSecurityGroupRule(ctx, o)
-	if err = n.c.after("CreateSecurityGroupRule", err); err != nil {
-		return nil, err
-	}
-	return r, nil
-}
-func (n crashNet) CreateSecurityGroupRules(ctx context.Context, o []openstack.CreateSecurityGroupRuleOpts) ([]openstack.SecurityGroupRule, error) {
-	r, err := n.Networking.CreateSecurityGroupRules(ctx, o)
-	if err = n.c.after("CreateSecurityGroupRules", err); err != nil {
-		return nil, err
-	}
-	return r, nil
-}
-func (n crashNet) DeleteSecurityGroupRule(ctx context.Context, id string) error {
-	return n.c.after("DeleteSecurityGroupRule", n.Networking.DeleteSecurityGroupRule(ctx, id))
-}
-func (n crashNet) CreateFloatingIP(ctx context.Context, o openstack.CreateFloatingIPOpts) (*openstack.FloatingIP, error) {
-	f, err := n.Networking.CreateFloatingIP(ctx, o)
-	if err = n.c.after("CreateFloatingIP", err); err != nil {
-		return nil, err
-	}
-	return f, nil
-}
-func (n crashNet) AssociateFloatingIP(ctx context.Context, id, port string) (*openstack.FloatingIP, error) {
-	f, err := n.Networking.AssociateFloatingIP(ctx, id, port)
-	if err = n.c.after("AssociateFloatingIP", err); err != nil {
-		return nil, err
-	}
-	return f, nil
-}
-func (n crashNet) DisassociateFloatingIP(ctx context.Context, id string) (*openstack.FloatingIP, error) {
-	f, err := n.Networking.DisassociateFloatingIP(ctx, id)
-	if err = n.c.after("DisassociateFloatingIP", err); err != nil {
-		return nil, err
-	}
-	return f, nil
-}
-func (n crashNet) ReplacePortTags(ctx context.Context, id string, tags []string) ([]string, error) {
-	got, err := n.Networking.ReplacePortTags(ctx, id, tags)
-	if err = n.c.after("ReplacePortTags", err); err != nil {
-		return nil, err
-	}
-	return got, nil
-}
-func (n crashNet) ReplaceFloatingIPTags(ctx context.Context, id string, tags []string) ([]string, error) {
-	got, err := n.Networking.ReplaceFloatingIPTags(ctx, id, tags)
-	if err = n.c.after("ReplaceFloatingIPTags", err); err != nil {
-		return nil, err
-	}
-	return got, nil
-}
-func (n crashNet) DeleteFloatingIP(ctx context.Context, id string) error {
-	return n.c.after("DeleteFloatingIP", n.Networking.DeleteFloatingIP(ctx, id))
-}
-func (n crashNet) AddRouterRoutes(ctx context.Context, id string, routes []openstack.Route) (*openstack.Router, error) {
-	r, err := n.Networking.AddRouterRoutes(ctx, id, routes)
-	if err = n.c.after("AddRouterRoutes", err); err != nil {
-		return nil, err
-	}
-	return r, nil
-}
-func (n crashNet) RemoveRouterRoutes(ctx context.Context, id string, routes []openstack.Route) (*openstack.Router, error) {
-	r, err := n.Networking.RemoveRouterRoutes(ctx, id, routes)
-	if err = n.c.after("RemoveRouterRoutes", err); err != nil {
-		return nil, err
-	}
-	return r, nil
-}
-
-type crashCompute struct {
-	openstack.Compute
-	c *crashPoint
-}
-
-func (c crashCompute) AttachPort(ctx context.Context, server, port string) (*openstack.ServerInterface, error) {
-	i, err := c.Compute.AttachPort(ctx, server, port)
-	if err = c.c.after("AttachPort", err); err != nil {
-		return nil, err
-	}
-	return i, nil
-}
-func (c crashCompute) DetachPort(ctx context.Context, server, port string) error {
-	return c.c.after("DetachPort", c.Compute.DetachPort(ctx, server, port))
-}
-
 // directReconciler is a reconciler outside any manager, reading the API server
 // directly: a fresh one is a restarted operator.
-func (h *harness) directReconciler(cp *crashPoint) *Reconciler {
+func (h *harness) directReconciler(cp *crash.Point) *Reconciler {
 	d := h.deps()
 	d.Client = env.Client
 	d.APIReader = env.Client
-	d.OpenStack = &openstack.Clients{
-		Networking: crashNet{Networking: h.os.Networking, c: cp},
-		Compute:    crashCompute{Compute: h.os.Compute, c: cp},
-		Identity:   h.os.Identity,
-	}
+	d.OpenStack = crash.Clients(h.os, cp)
 	return New(d)
 }
 
@@ -344,13 +186,13 @@ func TestCrashConsistency(t *testing.T) {
 // it did, and fails the test if it never does.
 func (h *harness) crashUntilFired(t *testing.T, name, what string, at int) {
 	t.Helper()
-	cp := &crashPoint{at: at}
+	cp := &crash.Point{At: at}
 	key := types.NamespacedName{Namespace: h.ns, Name: name}
-	for i := 0; i < 20 && !cp.fired; i++ {
+	for i := 0; i < 20 && !cp.Fired(); i++ {
 		_ = h.directReconciler(cp).reconcile(h.ctx, v1alpha1.KindIPsecGateway, key)
 	}
-	if !cp.fired {
-		t.Fatalf("%s crash point %d never reached (%d writes: %v)", what, at, cp.n, cp.ops)
+	if !cp.Fired() {
+		t.Fatalf("%s crash point %d never reached (%d writes: %v)", what, at, len(cp.Writes()), cp.Writes())
 	}
 }
 
@@ -387,9 +229,9 @@ func (h *harness) crashRun(t *testing.T, cc crashCase, suffix string, createAt, 
 	if createAt > 0 {
 		h.crashUntilFired(t, name, "create", createAt)
 	}
-	cp := &crashPoint{}
+	cp := &crash.Point{}
 	converge(t, h, h.directReconciler(cp), name, false)
-	create = cp.ops
+	create = cp.Writes()
 	st := verify(false).Status
 
 	if cc.update != nil {
@@ -397,9 +239,9 @@ func (h *harness) crashRun(t *testing.T, cc crashCase, suffix string, createAt, 
 		if updateAt > 0 {
 			h.crashUntilFired(t, name, "update", updateAt)
 		}
-		cp = &crashPoint{}
+		cp = &crash.Point{}
 		converge(t, h, h.directReconciler(cp), name, false)
-		update = cp.ops
+		update = cp.Writes()
 		st = verify(true).Status
 	}
 
@@ -409,9 +251,9 @@ func (h *harness) crashRun(t *testing.T, cc crashCase, suffix string, createAt, 
 	if deleteAt > 0 {
 		h.crashUntilFired(t, name, "delete", deleteAt)
 	}
-	cp = &crashPoint{}
+	cp = &crash.Point{}
 	converge(t, h, h.directReconciler(cp), name, true)
-	del = cp.ops
+	del = cp.Writes()
 	if p, s, f := h.tagged(gw.UID); p+s+f != 0 {
 		t.Fatalf("%d ports, %d groups, %d floating IPs left", p, s, f)
 	}

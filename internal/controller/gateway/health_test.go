@@ -18,6 +18,7 @@ import (
 	"bnerd.net/vpn-operator/internal/agent/status"
 	"bnerd.net/vpn-operator/internal/agent/vici"
 	"bnerd.net/vpn-operator/internal/render"
+	"bnerd.net/vpn-operator/internal/testinfra/crash"
 )
 
 // What a kubelet and a status agent would write, for envtest (which runs neither): a
@@ -437,7 +438,7 @@ func TestObservationWriteInBetween(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
 	h.psk("hq-psk", testPSK)
-	r := h.directReconciler(&crashPoint{})
+	r := h.directReconciler(&crash.Point{})
 	h.r = r
 	h.create("between", spec(false))
 	converge(t, h, r, "between", false)

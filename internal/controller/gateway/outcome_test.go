@@ -21,6 +21,7 @@ import (
 	"bnerd.net/vpn-operator/internal/controller/outcome"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/statuswrite"
+	"bnerd.net/vpn-operator/internal/testinfra/crash"
 	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
 )
 
@@ -286,7 +287,7 @@ func TestStatusWritersNeverCollide(t *testing.T) {
 	h := newHarness(t)
 	h.node("node-a", "openstack:///"+serverA, true, nil)
 	h.psk("hq-psk", testPSK)
-	r := h.directReconciler(&crashPoint{})
+	r := h.directReconciler(&crash.Point{})
 	h.r = r
 	h.create("shared", spec(false))
 	converge(t, h, r, "shared", false)
