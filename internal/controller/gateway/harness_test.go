@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -147,6 +148,13 @@ func (r *countingRecorder) has(s string) bool {
 // status may look a moment before the Event is there.
 func (r *countingRecorder) await(s string) bool {
 	return awaitTrue(func() bool { return r.has(s) })
+}
+
+// awaitOf lists the Events about ns/name once one of them satisfies match, waiting for
+// it up to eventWait as await does (then lists what there is).
+func (r *countingRecorder) awaitOf(ns, name string, match func(string) bool) []string {
+	awaitTrue(func() bool { return slices.ContainsFunc(r.of(ns, name), match) })
+	return r.of(ns, name)
 }
 
 // eventWait bounds await: far longer than the moment between a status write and its

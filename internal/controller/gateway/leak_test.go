@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -129,9 +130,9 @@ func TestRefusalsNameNoOtherTenant(t *testing.T) {
 	} {
 		h.create(tc.name, tc.spec)
 		gw := h.waitCond(tc.name, tc.cond, metav1.ConditionFalse, tc.reason)
-		events := h.events.of(h.ns, tc.name)
-		if len(events) == 0 {
-			t.Errorf("%s: no Event recorded for the refusal", tc.name)
+		events := h.events.awaitOf(h.ns, tc.name, func(e string) bool { return strings.Contains(e, " "+tc.reason+" ") })
+		if !slices.ContainsFunc(events, func(e string) bool { return strings.Contains(e, " "+tc.reason+" ") }) {
+			t.Errorf("%s: no %s Event recorded for the refusal: %v", tc.name, tc.reason, events)
 		}
 		var told []string
 		for _, c := range gw.Status.Conditions {

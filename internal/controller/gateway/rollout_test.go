@@ -214,9 +214,8 @@ func TestRolloutHaltsOnAGatewayNotBack(t *testing.T) {
 			h.waitHealth(n, v1alpha1.ConditionPodUpToDate, v1alpha1.ReasonRolloutHalted, "the rollout is halted")
 		}
 	}
-	if !slices.ContainsFunc(h.events.of(h.ns, canary), func(e string) bool {
-		return strings.HasPrefix(e, "Warning "+v1alpha1.ReasonRolloutNotBack)
-	}) {
+	notBack := func(e string) bool { return strings.HasPrefix(e, "Warning "+v1alpha1.ReasonRolloutNotBack) }
+	if !slices.ContainsFunc(h.events.awaitOf(h.ns, canary, notBack), notBack) {
 		t.Errorf("no Warning %s Event on the canary; its events: %v", v1alpha1.ReasonRolloutNotBack, h.events.of(h.ns, canary))
 	}
 	// The halt names no other gateway to a tenant.
