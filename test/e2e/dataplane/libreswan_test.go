@@ -218,6 +218,39 @@ func (e *env) saSet(tunnel string) saSet {
 // up: an established IKE SA carries an installed child SA.
 func (x saSet) up() bool { return len(x.ikes) > 0 && len(x.children) > 0 }
 
+// settled: the gateway lists exactly one IKE SA of the tunnel, in any state (an
+// initiation of its own still retransmitting is listed as CONNECTING), established and
+// carrying exactly one child SA, installed. A step that compares the SAs before and
+// after an action needs this first: after a client (re)start the gateway may initiate
+// too, and the crossing's second IKE SA, then the loader ending the older one
+// (docs/dataplane.md), would change the SAs under the step without its action.
+func (e *env) settled(tunnel string) bool {
+	sas := e.gatewaySAs(tunnel)
+	return len(sas) == 1 && sas[0].state == "ESTABLISHED" && len(sas[0].children) == 1 && sas[0].children[0].state == "INSTALLED"
+}
+
+// awaitSettled waits until the tunnel has been settled for 5 s in a row (longer than the
+// gateway's IKE_SA_INIT retransmit and the loader's pass that ends a crossing's older IKE
+// SA take to show), and returns what it holds then.
+func (e *env) awaitSettled(t *testing.T, tunnel, why string) (saSet, bool) {
+	t.Helper()
+	var since time.Time
+	ok := eventuallyT(t, "tunnel "+tunnel+" settled (one IKE SA, one child SA, nothing connecting) "+why, 2*time.Minute, func() bool {
+		if !e.settled(tunnel) {
+			since = time.Time{}
+			return false
+		}
+		if since.IsZero() {
+			since = time.Now()
+		}
+		return time.Since(since) >= 5*time.Second
+	})
+	if !ok {
+		t.Logf("the gateway holds %+v", e.gatewaySAs(tunnel))
+	}
+	return e.saSet(tunnel), ok
+}
+
 // replaced: some of before's IDs are gone and new ones took their place.
 func replaced(before, now []string) bool {
 	gone, fresh := false, false
@@ -685,9 +718,8 @@ func TestLibreswanClient(t *testing.T) {
 				{"IKE by the gateway", true, func() (string, error) { return e.swanctl("g", "--rekey", "--ike", s.tunnel) }, "generating"},
 				{"IKE by libreswan", true, func() (string, error) { return s.ipsec("whack", "--name", s.conn(), "--rekey-ike") }, "parsed"},
 			} {
-				before := e.saSet(s.tunnel)
-				if !before.up() {
-					t.Errorf("%s: tunnel not up before the rekey", r.name)
+				before, ok := e.awaitSettled(t, s.tunnel, "before "+r.name)
+				if !ok {
 					return
 				}
 				m := log.mark()
@@ -695,7 +727,7 @@ func TestLibreswanClient(t *testing.T) {
 					t.Errorf("%s: %v\n%s", r.name, err, out)
 					return
 				}
-				ok := eventuallyT(t, r.name+": new SAs replace the old ones, with traffic", time.Minute, func() bool {
+				ok = eventuallyT(t, r.name+": new SAs replace the old ones, with traffic", time.Minute, func() bool {
 					now := e.saSet(s.tunnel)
 					// A child rekey replaces child SAs in the same IKE SAs; an IKE
 					// rekey replaces IKE SAs and moves the child SAs over unchanged.
@@ -730,9 +762,8 @@ func TestLibreswanClient(t *testing.T) {
 
 	e.run(t, "INITIAL_CONTACT after a client restart leaves no stale SA", func(t *testing.T) {
 		forEach(t, sites, func(t *testing.T, s *lswSite) {
-			before := e.saSet(s.tunnel)
-			if !before.up() {
-				t.Errorf("tunnel not up before the restart")
+			before, ok := e.awaitSettled(t, s.tunnel, "before the restart")
+			if !ok {
 				return
 			}
 			m := log.mark()

@@ -24,17 +24,13 @@ import (
 
 // vmTests are the tests the VM runs: the dataplane suite in kernel mode, the tunnel's
 // life cycle where it touches kernel SAs (rekeys, make-before-break changes), what only
-// a stock kernel can show (kernel WireGuard). One boot for all of them; the guest keeps
-// one session on the API server's port for the whole run (sharedGuestAPI).
-//
-// TestLibreswanClient (libreswan as the client: no userspace ESP) is not among them: in
-// a shared boot under load its rekey step fails (docs/interop.md: libreswan 5.2's tunnel
-// was set up anew during a CHILD rekey the gateway started). It runs only when asked:
-// BNERD_DATAPLANE_VM_RUN=TestLibreswanClient.
-var vmTests = []string{"TestDataplane", "TestTunnelLifecycle", "TestWireGuardKernel"}
+// a stock kernel can show (kernel WireGuard), and libreswan as the client (it has no
+// userspace ESP). One boot for all of them; the guest keeps one session on the API
+// server's port for the whole run (sharedGuestAPI).
+var vmTests = []string{"TestDataplane", "TestTunnelLifecycle", "TestWireGuardKernel", "TestLibreswanClient"}
 
 // vmRunEnv narrows the tests the VM runs to a regular expression (a developer's loop,
-// for example BNERD_DATAPLANE_VM_RUN=TestLibreswanClient); unset, all of vmTests run and
+// for example BNERD_DATAPLANE_VM_RUN=TestLibreswanClient, about 6 min); unset, all of vmTests run and
 // each must pass.
 const vmRunEnv = "BNERD_DATAPLANE_VM_RUN"
 
@@ -42,7 +38,7 @@ const vmRunEnv = "BNERD_DATAPLANE_VM_RUN"
 // kernel (hack/vm; software emulation where the machine has no usable KVM) and runs
 // TestDataplane inside it in kernel mode (kernel XFRM, --guard=xfrm, the pod's containers
 // with render.Deployment's arguments reading their config through the API server), plus
-// TestWireGuardKernel. The API server is the project's envtest control plane on this
+// the other vmTests. The API server is the project's envtest control plane on this
 // host, reached from inside the VM over a virtio-serial port (the VM has no NIC).
 func TestDataplaneKernelVM(t *testing.T) {
 	testenv.SkipUnit(t, "boots a VM")
