@@ -7,7 +7,7 @@ set -euo pipefail
 
 pkgs=(strongswan-swanctl strongswan-charon charon-systemd libcharon-extra-plugins
       libstrongswan-extra-plugins libstrongswan-standard-plugins nftables iptables iproute2 tcpdump iperf3 curl openssl
-      iputils-ping wireguard-tools wireguard-go shellcheck)
+      iputils-ping wireguard-tools wireguard-go shellcheck conntrack)
 
 if [[ $(id -u) != 0 ]]; then
   echo "install-deps: not root; the dataplane tests will skip (they need root and: ${pkgs[*]})" >&2

@@ -51,6 +51,10 @@ const (
 	serviceNet = "100.127.5."
 )
 
+// clientAddrs are the client's addresses: clientAddr and three more, as sources of
+// distinct connections.
+var clientAddrs = []string{clientAddr, "10.98.0.3", "10.98.0.4", "10.98.0.5"}
+
 // rig is the three namespaces of one test.
 type rig struct {
 	env                *e2enetns.Env
@@ -65,7 +69,9 @@ func newRig(t *testing.T) *rig {
 	r := &rig{env: env, client: env.NS("c"), gw: env.NS("g"), server: env.NS("s")}
 	env.Link("c", "bnnb-c0", "g", tunIf)
 	env.Link("s", serverIf, "g", "bnnb-g1")
-	env.Addr("c", "bnnb-c0", clientAddr+"/24")
+	for _, a := range clientAddrs {
+		env.Addr("c", "bnnb-c0", a+"/24")
+	}
 	env.Must(r.client, "ip", "route", "add", "default", "via", "10.98.0.1")
 	env.Addr("g", tunIf, "10.98.0.1/24")
 	env.Addr("g", "bnnb-g1", gwSNAT+"/24")
