@@ -2,7 +2,6 @@ package natbench
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"runtime"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
+	"bnerd.net/vpn-operator/internal/testinfra/world"
 	e2enetns "bnerd.net/vpn-operator/test/e2e/netns"
 )
 
@@ -42,21 +42,12 @@ const (
 func TestNATLeadAtTenThousandExposures(t *testing.T) {
 	e2enetns.Require(t, "iptables-restore", "conntrack")
 	r := newRig(t)
-	type variant struct {
-		name  string
-		n     int
-		apply func(*rig, *testing.T, *gatewayconfig.NAT)
-	}
-	variants := []variant{
-		{"nft maps", 10, (*rig).applyNFT}, {"iptables", 10, (*rig).applyIPTables},
-		{"nft maps", 10000, (*rig).applyNFT}, {"iptables", 10000, (*rig).applyIPTables},
-	}
 	rates := map[string][]float64{}
 	rules := map[string]int{}
 	var lead, flat []float64
 	for round := 0; round < leadRounds; round++ {
 		for _, v := range variants {
-			key := fmt.Sprintf("%s/%d", v.name, v.n)
+			key := v.key()
 			m := exposures(v.n)
 			r.clear()
 			v.apply(r, t, m)
@@ -79,7 +70,7 @@ func TestNATLeadAtTenThousandExposures(t *testing.T) {
 	}
 	r.clear()
 	for _, v := range variants {
-		key := fmt.Sprintf("%s/%d", v.name, v.n)
+		key := v.key()
 		t.Logf("%-16s median %9.0f SYNs/s", key, median(rates[key]))
 	}
 	t.Logf("nft maps at 10,000 exposures: %.2f of their rate at 10 and %.1fx the iptables rules' rate at 10,000 (medians of %d rounds' ratios)",
@@ -111,7 +102,7 @@ func (r *rig) synRate(t *testing.T, pm gatewayconfig.PortMapping, d time.Duratio
 	dst := net.ParseIP(pm.VirtualIP).To4()
 	pkts := synPackets(t, dst, uint16(pm.Port))
 	var fd int
-	if err := inNetns(r.client, func() (err error) {
+	if err := world.InNS(r.client, func() (err error) {
 		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
 		return err
 	}); err != nil {

@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"bnerd.net/vpn-operator/internal/gatewayconfig"
 	e2enetns "bnerd.net/vpn-operator/test/e2e/netns"
 )
 
@@ -119,15 +118,6 @@ func TestNATPacketCost(t *testing.T) {
 	t.Cleanup(func() { _ = iperf.Process.Kill(); _ = iperf.Wait() })
 	time.Sleep(500 * time.Millisecond)
 
-	type variant struct {
-		name  string
-		n     int
-		apply func(*rig, *testing.T, *gatewayconfig.NAT)
-	}
-	variants := []variant{
-		{"nft maps", 10, (*rig).applyNFT}, {"iptables", 10, (*rig).applyIPTables},
-		{"nft maps", 10000, (*rig).applyNFT}, {"iptables", 10000, (*rig).applyIPTables},
-	}
 	type figures struct {
 		rates  []float64
 		ratios []float64 // to nft maps/10 of the same round
@@ -138,7 +128,7 @@ func TestNATPacketCost(t *testing.T) {
 	got := map[string]*figures{}
 	for round := 0; round < rounds; round++ {
 		for _, v := range variants {
-			key := fmt.Sprintf("%s/%d", v.name, v.n)
+			key := v.key()
 			f := got[key]
 			if f == nil {
 				f = &figures{}
@@ -171,7 +161,7 @@ func TestNATPacketCost(t *testing.T) {
 		rounds, seconds, parallel, throughputRounds)
 	fmt.Printf("%-16s %8s %14s %20s %12s\n", "ruleset", "rules", "median conn/s", "median ratio in round", "Mbit/s")
 	for _, v := range variants {
-		key := fmt.Sprintf("%s/%d", v.name, v.n)
+		key := v.key()
 		f := got[key]
 		fmt.Printf("%-16s %8d %14.0f %20.2f %12.0f\n", key, f.rules, med(f.rates), med(f.ratios), med(f.tput))
 	}

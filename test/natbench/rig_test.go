@@ -20,15 +20,13 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	"runtime"
 	"sort"
 	"strings"
 	"testing"
 
-	"github.com/vishvananda/netns"
-
 	"bnerd.net/vpn-operator/internal/agent/nat"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
+	"bnerd.net/vpn-operator/internal/testinfra/world"
 	e2enetns "bnerd.net/vpn-operator/test/e2e/netns"
 )
 
@@ -107,6 +105,23 @@ func exposures(n int) *gatewayconfig.NAT {
 	return m
 }
 
+// variant is one ruleset under test: the agent's maps or the original design's rules,
+// with n exposures.
+type variant struct {
+	name  string
+	n     int
+	apply func(*rig, *testing.T, *gatewayconfig.NAT)
+}
+
+func (v variant) key() string { return fmt.Sprintf("%s/%d", v.name, v.n) }
+
+// variants are what both measurements compare, in the order each round measures them:
+// the 10-exposure maps first, the figure the others' ratios are taken to.
+var variants = []variant{
+	{"nft maps", 10, (*rig).applyNFT}, {"iptables", 10, (*rig).applyIPTables},
+	{"nft maps", 10000, (*rig).applyNFT}, {"iptables", 10000, (*rig).applyIPTables},
+}
+
 // worstCase is the exposure matched by the iptables chain's last DNAT rule (before
 // iperf3's): a rule list's worst case, a map's any case.
 func worstCase(m *gatewayconfig.NAT) gatewayconfig.PortMapping {
@@ -135,7 +150,7 @@ func iptablesScript(m *gatewayconfig.NAT) string {
 // package's public API on a thread that lives in that namespace.
 func (r *rig) applyNFT(t *testing.T, m *gatewayconfig.NAT) {
 	t.Helper()
-	err := inNetns(r.gw, func() error {
+	err := world.InNS(r.gw, func() error {
 		p, err := nat.New(nat.Options{TunnelInterface: tunIf})
 		if err != nil {
 			return err
@@ -172,28 +187,6 @@ func (r *rig) clear() {
 func (r *rig) ruleCount(t *testing.T) int {
 	out := r.env.Must(r.gw, "nft", "-a", "list", "ruleset")
 	return strings.Count(out, "# handle") - strings.Count(out, "table ") - strings.Count(out, "chain ")
-}
-
-// inNetns runs f on a locked OS thread inside the named namespace; the thread is
-// discarded afterwards (never unlocked), so no other goroutine runs there. Sockets f
-// opens stay in that namespace wherever they are used from.
-func inNetns(name string, f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		h, err := netns.GetFromName(name)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer h.Close()
-		if err := netns.Set(h); err != nil {
-			errc <- err
-			return
-		}
-		errc <- f()
-	}()
-	return <-errc
 }
 
 // median of x (the upper one of an even count).

@@ -7,35 +7,13 @@ import (
 	"net"
 	"os/exec"
 	"regexp"
-	"runtime"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
-
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
+	"bnerd.net/vpn-operator/internal/testinfra/world"
 )
-
-// inNamed runs f on a thread switched into the named network namespace.
-func inNamed(name string, f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		h, err := netns.GetFromName(name)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer h.Close()
-		if err := netns.Set(h); err != nil {
-			errc <- err
-			return
-		}
-		errc <- f()
-	}()
-	return <-errc
-}
 
 // The gateway network is never a trusted source (docs/security.md, H1 of the security
 // review): another gateway's port (here 10.254.0.9, on the gateway's own network) does
@@ -87,7 +65,7 @@ func TestAnotherGatewaysPortIsNoSource(t *testing.T) {
 	in(gw, "sysctl", "-qw", "net.ipv4.ip_forward=1")
 
 	var ln net.Listener
-	if err := inNamed(client, func() (err error) { ln, err = net.Listen("tcp", "198.51.100.10:8080"); return err }); err != nil {
+	if err := world.InNS(client, func() (err error) { ln, err = net.Listen("tcp", "198.51.100.10:8080"); return err }); err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
@@ -101,7 +79,7 @@ func TestAnotherGatewaysPortIsNoSource(t *testing.T) {
 		}
 	}()
 	dial := func(from string) error {
-		return inNamed(transit, func() error {
+		return world.InNS(transit, func() error {
 			d := net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
 			c, err := d.Dial("tcp", "100.64.7.201:8080")
 			if err == nil {
@@ -120,7 +98,7 @@ func TestAnotherGatewaysPortIsNoSource(t *testing.T) {
 	var p *Programmer
 	sync := func(m *gatewayconfig.NAT) {
 		t.Helper()
-		if err := inNamed(gw, func() error {
+		if err := world.InNS(gw, func() error {
 			var err error
 			if p == nil {
 				if p, err = New(Options{TunnelInterface: "tun0"}); err != nil {

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,9 +18,9 @@ import (
 	"time"
 
 	govici "github.com/strongswan/govici/vici"
-	"github.com/vishvananda/netns"
 
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
+	"bnerd.net/vpn-operator/internal/testinfra/world"
 )
 
 // floodSamplesEnv sets how many IKE SAs each legitimate client establishes in each
@@ -64,27 +63,6 @@ const noFloodLimits = "  block_threshold = 1000000\n  cookie_threshold = 1000000
 // drops datagrams, the clients' among them, and a client retransmits.
 const floodClient = "  retransmit_tries = 5\n"
 
-// inNS runs f on a thread switched into the named network namespace; sockets f opens
-// stay in it.
-func inNS(name string, f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		h, err := netns.GetFromName(name)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer h.Close()
-		if err := netns.Set(h); err != nil {
-			errc <- err
-			return
-		}
-		errc <- f()
-	}()
-	return <-errc
-}
-
 // floodedPair is a gateway with floodPeers tunnels (t1 its client's, the others peers
 // at the flooder's addresses) and a flooder namespace joined to the gateway's by a
 // veth, holding those peer addresses and floodStrangers others.
@@ -125,7 +103,7 @@ func floodedPair(t *testing.T, gatewaySettings string) (*pair, *flooder) {
 	if os.Getenv(floodSamplesEnv) != "" {
 		f.rate = floodRate
 	}
-	err := inNS(fns, func() error {
+	err := world.InNS(fns, func() error {
 		for _, a := range addrs {
 			c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(a)})
 			if err != nil {
@@ -151,7 +129,7 @@ func floodedPair(t *testing.T, gatewaySettings string) (*pair, *flooder) {
 func captureInit(t *testing.T, p *pair) []byte {
 	t.Helper()
 	var l *net.UDPConn
-	if err := inNS(p.pns, func() error {
+	if err := world.InNS(p.pns, func() error {
 		var err error
 		l, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP("127.0.0.1"), Port: 5500})
 		return err
