@@ -15,7 +15,6 @@ import (
 	"github.com/google/gopacket/layers"
 	"golang.org/x/sys/unix"
 
-	"bnerd.net/vpn-operator/internal/gatewayconfig"
 	"bnerd.net/vpn-operator/internal/testinfra/world"
 	e2enetns "bnerd.net/vpn-operator/test/e2e/netns"
 )
@@ -44,6 +43,7 @@ func TestNATLeadAtTenThousandExposures(t *testing.T) {
 	r := newRig(t)
 	rates := map[string][]float64{}
 	rules := map[string]int{}
+	pkts := map[string][][]byte{}
 	var lead, flat []float64
 	for round := 0; round < leadRounds; round++ {
 		for _, v := range variants {
@@ -54,7 +54,11 @@ func TestNATLeadAtTenThousandExposures(t *testing.T) {
 			if round == 0 { // the ruleset is the same in every round
 				rules[key] = r.ruleCount(t)
 			}
-			s := r.synRate(t, worstCase(m), leadDuration)
+			target := worstCase(m)
+			if pkts[key] == nil { // the same packets every round
+				pkts[key] = synPackets(t, net.ParseIP(target.VirtualIP).To4(), uint16(target.Port))
+			}
+			s := r.synRate(t, target.VirtualIP, pkts[key], leadDuration)
 			if s.delivered == 0 {
 				t.Fatalf("%s: none of %d SYNs reached the server (%d send errors)", key, s.sent, s.sendErrors)
 			}
@@ -92,15 +96,14 @@ type synResult struct {
 
 func (s synResult) rate() float64 { return float64(s.delivered) / s.seconds }
 
-// synRate sends bare SYNs from the client namespace to the exposure for d, one sender
-// per CPU, each from its own range of source tuples (a new conntrack entry, so a new NAT
-// lookup, per SYN), and counts what the server's interface received. A veth hands a
+// synRate sends pkts, bare SYNs (synPackets) to the exposure at vip, from the client
+// namespace for d, one sender per CPU, each from its own range of source tuples (a new
+// conntrack entry, so a new NAT lookup, per SYN), and counts what the server's interface received. A veth hands a
 // packet on in the sender's own context, so the senders run at the pace of the whole
 // path: the gateway's work included.
-func (r *rig) synRate(t *testing.T, pm gatewayconfig.PortMapping, d time.Duration) synResult {
+func (r *rig) synRate(t *testing.T, vip string, pkts [][]byte, d time.Duration) synResult {
 	t.Helper()
-	dst := net.ParseIP(pm.VirtualIP).To4()
-	pkts := synPackets(t, dst, uint16(pm.Port))
+	dst := net.ParseIP(vip).To4()
 	var fd int
 	if err := world.InNS(r.client, func() (err error) {
 		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
