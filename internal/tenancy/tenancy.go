@@ -244,6 +244,15 @@ func Admit(limits v1alpha1.TenantUsage, members []Member) (total v1alpha1.Tenant
 		}
 		return 2
 	}
+	// Everything fits (the common case): no one is refused, so the order, which only
+	// decides whom a refusal falls on, need not be established.
+	for _, m := range members {
+		total = Add(total, m.Usage)
+	}
+	if len(Exceeded(total, limits)) == 0 {
+		return total, nil
+	}
+	total = v1alpha1.TenantUsage{}
 	ms := append([]Member(nil), members...)
 	sort.SliceStable(ms, func(i, j int) bool {
 		a, b := ms[i], ms[j]

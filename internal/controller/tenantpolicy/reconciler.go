@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -67,7 +69,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	st.Namespaces = sortedKeys(selected)
 	st.NamespaceCount = int32(len(st.Namespaces))
 
-	gws, err := v1alpha1.ListGateways(ctx, r.Client)
+	// The cache's own objects, not copies: Members only reads them, and with a thousand
+	// gateways arriving this reconcile runs back to back, copying the estate each time.
+	gws, err := v1alpha1.ListGateways(ctx, r.Client, client.UnsafeDisableDeepCopy)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -178,10 +182,37 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1alpha1.VPNTenantPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&v1alpha1.VPNTenantPolicy{}, all, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Namespace{}, all, builder.WithPredicates(nsLabelsChanged)).
-		Watches(&v1alpha1.IPsecGateway{}, all, builder.WithPredicates(usageChanged)).
-		Watches(&v1alpha1.VPNGateway{}, all, builder.WithPredicates(usageChanged)).
+		Watches(&v1alpha1.IPsecGateway{}, r.later(), builder.WithPredicates(usageChanged)).
+		Watches(&v1alpha1.VPNGateway{}, r.later(), builder.WithPredicates(usageChanged)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1, SkipNameValidation: r.skipNameValidation()}).
 		Complete(r)
+}
+
+// UsageDelay is how long a gateway change waits before it reaches the policies: the
+// changes within it are counted by one reconcile and one status write. A policy's status
+// reports usage; admission itself is decided by each gateway's own reconcile, so nothing
+// waits on this. (While a thousand gateways arrived, each policy was recomputed back to
+// back, reading the whole estate each time.)
+const UsageDelay = 2 * time.Second
+
+// later enqueues every policy after UsageDelay; a policy already waiting keeps its turn.
+func (r *Reconciler) later() handler.EventHandler {
+	add := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		for _, req := range r.mapAll(ctx, nil) {
+			q.AddAfter(req, UsageDelay)
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, _ event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, q)
+		},
+		UpdateFunc: func(ctx context.Context, _ event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, q)
+		},
+		DeleteFunc: func(ctx context.Context, _ event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, q)
+		},
+	}
 }
 
 // mapAll enqueues every policy: there are few, and any of them may count the object.
