@@ -2,11 +2,16 @@ package clusterlink
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/api/meta"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 	"bnerd.net/vpn-operator/internal/testinfra/openstacksim"
@@ -50,17 +55,15 @@ func TestReverseRoutesAggregateOneRoute(t *testing.T) {
 		t.Fatalf("status.reverseRoutes %v (mode %q), want %v (Aggregate)", l.Status.ReverseRoutes, l.Status.ReverseRouteMode, want)
 	}
 	expectCond(t, l, v1alpha1.ConditionReverseRoutesInstalled, metav1.ConditionTrue, v1alpha1.ReasonReverseRoutesInstalled,
-		"the service-CIDR pool 100.64.0.0/16 via the gateway cluster's router (10.254.0.1) on router shoot--services--svc01 reaches the 3 gateway(s)")
+		"the service-CIDR pool 100.64.0.0/16 via the gateway cluster's router (10.254.0.1) on router shoot--services--svc01 reaches the gateways with reverse exposures this link serves")
 
-	// More gateways: no router write.
+	// More gateways: a reconcile (the fan-out skips it, see TestFanOutSkipsGainsTheRouteReaches)
+	// writes the router nothing.
 	h.sim.ResetCounters()
 	for i := 4; i <= 8; i++ {
 		ipsecGateway(t, "tenant-agg", fmt.Sprintf("gw%d", i), true, fmt.Sprintf("100.64.%d.0/24", i), fmt.Sprintf("10.254.0.%d", 100+i))
 	}
-	h.until("agg", "8 gateways served", func(l *v1alpha1.ClusterLink) bool {
-		c := meta.FindStatusCondition(l.Status.Conditions, v1alpha1.ConditionReverseRoutesInstalled)
-		return c != nil && strings.Contains(c.Message, "reaches the 8 gateway(s)")
-	})
+	h.until("agg", "reconciled with 8 gateways", func(l *v1alpha1.ClusterLink) bool { return len(l.Status.ReverseRoutes) == 1 })
 	if c := h.sim.Counters(); c.ByRoute[addRoutes]+c.ByRoute[removeRoutes] != 0 {
 		t.Fatalf("five more gateways wrote the router: %v", c.ByRoute)
 	}
@@ -192,5 +195,69 @@ func TestReverseRouteModeDefaultAndCrossTenant(t *testing.T) {
 	}
 	if got := h.r.reverseMode(bad); got != v1alpha1.ReverseRoutePerGateway {
 		t.Fatalf("a cross-tenant link's mode with the operator default Aggregate: %s", got)
+	}
+}
+
+// A gateway gaining its reverse route does not wake an Aggregate link whose pool route is
+// in place (that route reaches it already); it wakes a per-gateway link, and every other
+// change (a loss, a deletion, a namespace) wakes both. Once the Aggregate link's last
+// gateway is gone and its route with it, a gain wakes it again.
+func TestFanOutSkipsGainsTheRouteReaches(t *testing.T) {
+	h := newHarness(t)
+	gw := ipsecGateway(t, "tenant-fo", "gw1", true, "100.64.1.0/24", "10.254.0.101")
+	h.newLink("fo-agg", "shoot--services--svc01", svcCIDR, aggregate)
+	h.newLink("fo-per", "shoot--services--svc02", "10.252.0.0/16")
+	h.untilReady("fo-agg")
+	h.untilReady("fo-per")
+
+	h.r.fanOutDelay = 0 // AddAfter(0) adds at once, so the queue shows what was woken
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	fo := h.r.fanOut()
+	woken := func() string {
+		var out []string
+		for q.Len() > 0 {
+			req, _ := q.Get()
+			q.Done(req)
+			if strings.HasPrefix(req.Name, "fo-") {
+				out = append(out, req.Name)
+			}
+		}
+		sort.Strings(out)
+		return strings.Join(out, ",")
+	}
+	var current v1alpha1.IPsecGateway
+	if err := env.Client.Get(h.ctx, client.ObjectKeyFromObject(gw), &current); err != nil {
+		t.Fatal(err)
+	}
+	before := current.DeepCopy()
+	before.Status.ServiceCIDR, before.Status.PortFixedIP = "", "" // no reverse route yet
+	lost := current.DeepCopy()
+	lost.Spec.ReverseExposures = nil
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant-fo"}}
+
+	for _, c := range []struct {
+		what string
+		fire func()
+		want string
+	}{
+		{"a gateway created with its reverse route", func() { fo.Create(h.ctx, event.CreateEvent{Object: &current}, q) }, "fo-per"},
+		{"a gateway gaining its reverse route", func() { fo.Update(h.ctx, event.UpdateEvent{ObjectOld: before, ObjectNew: &current}, q) }, "fo-per"},
+		{"a gateway losing it", func() { fo.Update(h.ctx, event.UpdateEvent{ObjectOld: &current, ObjectNew: lost}, q) }, "fo-agg,fo-per"},
+		{"a gateway deleted", func() { fo.Delete(h.ctx, event.DeleteEvent{Object: &current}, q) }, "fo-agg,fo-per"},
+		{"a namespace created", func() { fo.Create(h.ctx, event.CreateEvent{Object: ns}, q) }, "fo-agg,fo-per"},
+	} {
+		c.fire()
+		if got := woken(); got != c.want {
+			t.Errorf("%s woke [%s], want [%s]", c.what, got, c.want)
+		}
+	}
+
+	// The last gateway goes: the Aggregate link's route goes, and a gain wakes it again.
+	setReverse(t, "tenant-fo", "gw1", false)
+	h.until("fo-agg", "no reverse routes", func(l *v1alpha1.ClusterLink) bool { return len(l.Status.ReverseRoutes) == 0 })
+	fo.Update(h.ctx, event.UpdateEvent{ObjectOld: before, ObjectNew: &current}, q)
+	if got := woken(); got != "fo-agg,fo-per" {
+		t.Errorf("a gain with the Aggregate link's route gone woke [%s], want [fo-agg,fo-per]", got)
 	}
 }

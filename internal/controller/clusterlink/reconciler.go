@@ -113,6 +113,11 @@ type Reconciler struct {
 
 	fanOutDelay time.Duration
 
+	// aggregateRouted holds, per Aggregate link (by UID), whether its last reverse-route
+	// pass left the pool route on its router; see fanOut for why it is kept.
+	aggMu           sync.Mutex
+	aggregateRouted map[types.UID]bool
+
 	// fresh remembers this process's status writes (see statuswrite.Freshness).
 	fresh *statuswrite.Freshness
 }
@@ -128,6 +133,8 @@ func New(deps Deps) *Reconciler {
 		backoff:  outcome.NewBackoff(0, 0),
 		wake:     make(chan event.GenericEvent, wakeBuffer),
 		fresh:    statuswrite.NewFreshness(),
+
+		aggregateRouted: map[types.UID]bool{},
 	}
 	r.fanOutDelay = deps.FanOutDelay
 	if r.fanOutDelay <= 0 {

@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
@@ -381,6 +380,7 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 	link := lc.link
 	mode := r.reverseMode(link)
 	link.Status.ReverseRouteMode = mode
+	r.setAggregateRouted(link.UID, false) // before the gateways are listed: see setAggregateRouted
 	if !lc.attached {
 		lc.set.False(v1alpha1.ConditionReverseRoutesInstalled, v1alpha1.ReasonEnsureReverseRoutesFailed, "the leg is not attached, so the service cluster's router cannot reach any gateway port")
 		return false, nil
@@ -394,8 +394,7 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 		return false, err
 	}
 	desired, skipped := onTransitSubnet(desired, tn.prefix)
-	served := len(desired)
-	if mode == v1alpha1.ReverseRouteAggregate && served > 0 {
+	if mode == v1alpha1.ReverseRouteAggregate && len(desired) > 0 {
 		agg, err := r.aggregateReverse(ctx, tn)
 		if err != nil {
 			lc.set.False(v1alpha1.ConditionReverseRoutesInstalled, v1alpha1.ReasonEnsureReverseRoutesFailed, "reverseRouteMode Aggregate: "+outcome.Describe(err))
@@ -427,8 +426,9 @@ func (r *Reconciler) ensureReverseRoutes(ctx context.Context, lc *linkCtx) (bool
 		lc.set.False(v1alpha1.ConditionReverseRoutesInstalled, v1alpha1.ReasonEnsureReverseRoutesFailed, lc.legPrefix()+outcome.Describe(failure))
 		return false, failure
 	}
+	r.setAggregateRouted(link.UID, mode == v1alpha1.ReverseRouteAggregate && len(recorded) > 0)
 	lc.set.True(v1alpha1.ConditionReverseRoutesInstalled, v1alpha1.ReasonReverseRoutesInstalled,
-		reverseRoutesMessage(lc, mode, recorded, served, skipped, unverified))
+		reverseRoutesMessage(lc, mode, recorded, skipped, unverified))
 	return true, nil
 }
 
@@ -463,11 +463,15 @@ func (r *Reconciler) aggregateReverse(ctx context.Context, tn *transitNet) (v1al
 
 // reverseRoutesMessage says what the router carries for the link, whom it serves, and
 // which gateways were left out and why.
-func reverseRoutesMessage(lc *linkCtx, mode string, recorded []v1alpha1.ReverseRoute, served int, skipped, unverified []string) string {
+//
+// An Aggregate link's message does not count the gateways: a gateway gaining its reverse
+// route does not wake a link whose pool route reaches it already (fanOut), so a count
+// would go stale.
+func reverseRoutesMessage(lc *linkCtx, mode string, recorded []v1alpha1.ReverseRoute, skipped, unverified []string) string {
 	msg := "no gateway this link serves has reverse exposures"
 	switch n := len(recorded); {
 	case n > 0 && mode == v1alpha1.ReverseRouteAggregate:
-		msg = fmt.Sprintf("the service-CIDR pool %s via the gateway cluster's router (%s) on router %s reaches the %d gateway(s) with reverse exposures this link serves (reverseRouteMode Aggregate)", recorded[0].ServiceCIDR, recorded[0].NextHop, lc.router.Name, served)
+		msg = fmt.Sprintf("the service-CIDR pool %s via the gateway cluster's router (%s) on router %s reaches the gateways with reverse exposures this link serves (reverseRouteMode Aggregate)", recorded[0].ServiceCIDR, recorded[0].NextHop, lc.router.Name)
 	case n > 0:
 		msg = fmt.Sprintf("%d reverse route(s) on router %s to the gateways with reverse exposures this link serves", n, lc.router.Name)
 	}
@@ -650,18 +654,4 @@ func removeReverseRoutes(ctx context.Context, net openstack.Networking, rt *open
 	}
 	_, err := net.RemoveRouterRoutes(ctx, rt.ID, drop)
 	return err
-}
-
-// linkRequests maps any event onto every ClusterLink: a ClusterLink has no reference to
-// the gateways that need its reverse routes, so a change to one fans out to all.
-func (r *Reconciler) linkRequests(ctx context.Context, _ client.Object) []ctrl.Request {
-	var list v1alpha1.ClusterLinkList
-	if err := r.Client.List(ctx, &list); err != nil {
-		return nil
-	}
-	out := make([]ctrl.Request, 0, len(list.Items))
-	for _, l := range list.Items {
-		out = append(out, ctrl.Request{NamespacedName: client.ObjectKey{Name: l.Name}})
-	}
-	return out
 }

@@ -17,6 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 )
 
@@ -26,27 +28,62 @@ import (
 // the service clusters' routers that much later.
 const FanOutDelay = 5 * time.Second
 
-// fanOut maps a gateway change onto every ClusterLink, after FanOutDelay. A link already
+// fanOut maps a change of a gateway, a namespace's labels or another link onto the
+// ClusterLinks, after FanOutDelay. A link already
 // waiting keeps its earlier turn.
+//
+// A gateway gaining its reverse route (the common event while an estate arrives) does
+// not wake an Aggregate link whose pool route is on its router already: that one route
+// reaches the new gateway too, and the link would only read its routers to write nothing.
+// Every other change (a loss, a deletion, a moved route) wakes every link.
 func (r *Reconciler) fanOut() handler.EventHandler {
-	later := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-		for _, req := range r.linkRequests(ctx, nil) {
-			q.AddAfter(req, r.fanOutDelay)
+	later := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], gain bool) {
+		var list v1alpha1.ClusterLinkList
+		if err := r.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+			return
+		}
+		for i := range list.Items {
+			l := &list.Items[i]
+			if gain && r.reverseMode(l) == v1alpha1.ReverseRouteAggregate && r.aggregateRoutedNow(l.UID) {
+				continue
+			}
+			q.AddAfter(reconcile.Request{NamespacedName: client.ObjectKey{Name: l.Name}}, r.fanOutDelay)
 		}
 	}
 	return handler.Funcs{
-		CreateFunc: func(ctx context.Context, _ event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			later(ctx, q)
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			later(ctx, q, reverseKey(e.Object) != "") // a gateway's; a namespace or link has none
 		},
-		UpdateFunc: func(ctx context.Context, _ event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			later(ctx, q)
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			later(ctx, q, reverseKey(e.ObjectOld) == "" && reverseKey(e.ObjectNew) != "")
 		},
 		DeleteFunc: func(ctx context.Context, _ event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			later(ctx, q)
+			later(ctx, q, false)
 		},
 		GenericFunc: func(ctx context.Context, _ event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			later(ctx, q)
+			later(ctx, q, false)
 		},
+	}
+}
+
+// aggregateRoutedNow says whether the Aggregate link uid's last reverse-route pass left
+// its pool route in place.
+func (r *Reconciler) aggregateRoutedNow(uid types.UID) bool {
+	r.aggMu.Lock()
+	defer r.aggMu.Unlock()
+	return r.aggregateRouted[uid]
+}
+
+// setAggregateRouted records it. A pass clears it before it lists the gateways and sets
+// it only once the route is in place, so a gain the handler skips is either one that
+// pass's list saw or one the installed route reaches: no wake-up is lost between the two.
+func (r *Reconciler) setAggregateRouted(uid types.UID, routed bool) {
+	r.aggMu.Lock()
+	defer r.aggMu.Unlock()
+	if routed {
+		r.aggregateRouted[uid] = true
+	} else {
+		delete(r.aggregateRouted, uid)
 	}
 }
 
