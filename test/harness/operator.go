@@ -45,6 +45,10 @@ type Operator struct {
 	Args []string
 	// LogPath receives the output of every run.
 	LogPath string
+	// CgroupProcs, when set, is a cgroup's cgroup.procs file the process joins before the
+	// operator's binary starts, so that it reads the cgroup's memory limit at start as in
+	// a container (see MemoryCgroup).
+	CgroupProcs string
 
 	mu          sync.Mutex
 	cmd         *exec.Cmd
@@ -72,6 +76,10 @@ func (o *Operator) Start() error {
 	// Plain HTTP metrics (and pprof) on loopback: the harness scrapes without a token.
 	args := append([]string{"--metrics-bind-address=" + addr, "--metrics-secure=false", "--health-probe-bind-address=0"}, o.Args...)
 	cmd := exec.Command(o.Bin, args...)
+	if o.CgroupProcs != "" {
+		// The shell joins the cgroup and then becomes the operator (same PID).
+		cmd = exec.Command("/bin/sh", append([]string{"-c", `echo $$ > "$1" && shift && exec "$@"`, "sh", o.CgroupProcs, o.Bin}, args...)...)
+	}
 	cmd.Env = o.Env
 	cmd.Stdout, cmd.Stderr = logf, logf
 	fmt.Fprintf(logf, "=== start %d at %s\n", o.starts+1, time.Now().Format(time.RFC3339Nano))
@@ -299,4 +307,38 @@ func (o *Operator) Pid() int {
 		return 0
 	}
 	return o.cmd.Process.Pid
+}
+
+// MemoryCgroup makes a memory cgroup named name limited to limitMiB (cgroup v1's memory
+// controller where it is mounted, else cgroup v2) and returns its cgroup.procs file, and
+// a function that reports the cgroup's OOM kills and removes it (once its processes are
+// gone).
+func MemoryCgroup(name string, limitMiB int) (procs string, done func() (oomKills int, err error), err error) {
+	limit := fmt.Sprint(limitMiB << 20)
+	dir, limitFile := filepath.Join("/sys/fs/cgroup/memory", name), "memory.limit_in_bytes"
+	if _, err := os.Stat("/sys/fs/cgroup/memory"); err != nil {
+		dir, limitFile = filepath.Join("/sys/fs/cgroup", name), "memory.max"
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", nil, fmt.Errorf("making the memory cgroup: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, limitFile), []byte(limit), 0o644); err != nil {
+		_ = os.Remove(dir)
+		return "", nil, fmt.Errorf("limiting the memory cgroup: %w", err)
+	}
+	return filepath.Join(dir, "cgroup.procs"), func() (int, error) {
+		kills := 0
+		for _, f := range []string{"memory.oom_control", "memory.events"} { // v1, v2
+			b, err := os.ReadFile(filepath.Join(dir, f))
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				if k, v, ok := strings.Cut(line, " "); ok && k == "oom_kill" {
+					fmt.Sscan(v, &kills)
+				}
+			}
+		}
+		return kills, os.Remove(dir)
+	}, nil
 }

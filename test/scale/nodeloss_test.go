@@ -83,7 +83,7 @@ func TestNodeLossTiming(t *testing.T) {
 		for i := 0; i < gateways; i++ {
 			must(t, c.Create(ctx, &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("gw-%02d", i)}, Spec: gwSpec(i)}))
 		}
-		waitReady(t, ctx, c, ns, gateways, 0, 10*time.Minute)
+		waitReady(t, ctx, env, ns, gateways, 0, 10*time.Minute)
 		setUnschedulable(t, ctx, c, harness.WorkerNode(1), false)
 		time.Sleep(2 * time.Second) // quiet
 

@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -49,6 +50,7 @@ type slowCloud struct {
 	workers            int           // BNERD_SCALE_WORKERS: MaxConcurrentReconciles (16)
 	concurrentCreates  int           // BNERD_SCALE_RESTART_CREATES: gateways created by 8 clients during restarts (200)
 	profile            string        // BNERD_SCALE_PROFILE: write a CPU profile of the operator during creation here
+	memoryLimitMiB     int           // BNERD_SCALE_MEMORY_LIMIT: run the operator in a memory cgroup of this many MiB (0: none)
 	createClients      int
 	restartDuringBurst int
 }
@@ -61,6 +63,7 @@ func loadSlowCloud(t *testing.T) slowCloud {
 		opQPS: envFloat(t, "BNERD_SCALE_OS_QPS", 0), opBurst: envInt(t, "BNERD_SCALE_OS_BURST", 0, 0),
 		workers: envInt(t, "BNERD_SCALE_WORKERS", 16, 1), concurrentCreates: envInt(t, "BNERD_SCALE_RESTART_CREATES", 200, 0),
 		profile: os.Getenv("BNERD_SCALE_PROFILE"), createClients: 8, restartDuringBurst: 2,
+		memoryLimitMiB: envInt(t, "BNERD_SCALE_MEMORY_LIMIT", 0, 0),
 	}
 }
 
@@ -126,12 +129,27 @@ func TestSlowCloudScale(t *testing.T) {
 		opEnv = append(opEnv, strings.Split(extra, ",")...)
 	}
 	op := &harness.Operator{Bin: bin, Env: opEnv, Args: []string{"--leader-elect=false", "--profiling", "--zap-log-level=error"}, LogPath: filepath.Join(dir, "operator.log")}
+	if cfg.memoryLimitMiB > 0 {
+		// As in the chart's container: the operator reads the limit at start and sets its
+		// Go memory limit to 90 % of it; the kernel kills it if it goes over.
+		procs, done, err := harness.MemoryCgroup(fmt.Sprintf("bnerd-scale-%d", os.Getpid()), cfg.memoryLimitMiB)
+		must(t, err)
+		op.CgroupProcs = procs
+		defer func() {
+			op.Stop()
+			kills, err := done()
+			fmt.Printf("memory cgroup of %d MiB: %d OOM kill(s) of the operator (removing it: %v)\n", cfg.memoryLimitMiB, kills, err)
+			if kills > 0 {
+				t.Errorf("the operator was OOM-killed %d time(s) in its %d MiB cgroup", kills, cfg.memoryLimitMiB)
+			}
+		}()
+	}
 	must(t, op.Start())
 	defer op.Stop()
 	must(t, op.WaitServing(ctx, time.Minute))
 	rss := sampleRSS(op)
 
-	fmt.Printf("operator settings: %s\n", os.Getenv("BNERD_SCALE_OPERATOR_ENV"))
+	fmt.Printf("operator settings: %s; memory cgroup %d MiB (0: none)\n", os.Getenv("BNERD_SCALE_OPERATOR_ENV"), cfg.memoryLimitMiB)
 	fmt.Printf("slow cloud: %d gateways, %d ClusterLinks, latency %s, cloud rate limit %g/s burst %d (0: none), operator pacing %g/s burst %d (0: none), %d workers per controller\n",
 		cfg.gateways, cfg.links, cfg.latency, cfg.simQPS, cfg.simBurst, cfg.opQPS, cfg.opBurst, cfg.workers)
 
@@ -172,7 +190,7 @@ func TestSlowCloudScale(t *testing.T) {
 		return &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("gw-%04d", i)}, Spec: gwSpec(i)}
 	})
 	created := time.Since(t0)
-	gwReady := waitReady(t, ctx, c, ns, cfg.gateways, cfg.links, 60*time.Minute)
+	gwReady := waitReady(t, ctx, env, ns, cfg.gateways, cfg.links, 60*time.Minute)
 	wall := time.Since(t0)
 	fmt.Printf("create: %s\n", split)
 	cc := s.Counters()
@@ -261,7 +279,7 @@ func TestSlowCloudScale(t *testing.T) {
 			return &v1alpha1.IPsecGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("burst-%04d", i)}, Spec: gwSpec(cfg.gateways + i)}
 		})
 		wg.Wait()
-		waitReady(t, ctx, c, ns, cfg.gateways+cfg.concurrentCreates, cfg.links, 30*time.Minute)
+		waitReady(t, ctx, env, ns, cfg.gateways+cfg.concurrentCreates, cfg.links, 30*time.Minute)
 		in, err := harness.BuildAuditInput(ctx, c, s, baseline, nil)
 		must(t, err)
 		rep := harness.Audit(s.Objects(), in)
@@ -300,9 +318,9 @@ func createAll(t *testing.T, ctx context.Context, c client.Client, clients, n in
 }
 
 // linkCarries: the link is Ready and reaches all n gateways: a route to each
-// (PerGateway), or its one route to the pool serving all n (Aggregate; the gateway
-// cluster's router carries the per-gateway routes, which the gateways' own RoutingReady
-// phase reports).
+// (PerGateway), or its one route to the pool (Aggregate; it reaches every gateway once the
+// gateway cluster's router carries the per-gateway routes, which the gateways' own
+// RoutingReady phase reports, and waitReady waits for those first).
 func linkCarries(lk *v1alpha1.ClusterLink, n int) bool {
 	if !meta.IsStatusConditionTrue(lk.Status.Conditions, v1alpha1.ConditionReady) {
 		return false
@@ -310,60 +328,107 @@ func linkCarries(lk *v1alpha1.ClusterLink, n int) bool {
 	if lk.Status.ReverseRouteMode != v1alpha1.ReverseRouteAggregate {
 		return len(lk.Status.ReverseRoutes) == n
 	}
-	c := meta.FindStatusCondition(lk.Status.Conditions, v1alpha1.ConditionReverseRoutesInstalled)
-	return len(lk.Status.ReverseRoutes) == 1 && c != nil && strings.Contains(c.Message, fmt.Sprintf("reaches the %d gateway(s)", n))
+	return len(lk.Status.ReverseRoutes) == 1
 }
 
 // waitReady waits until n gateways in ns are converged (every phase condition True) and
 // every ClusterLink is Ready with a reverse route to each of them; it returns when the
 // gateways had all converged.
-func waitReady(t *testing.T, ctx context.Context, c client.Client, ns string, n, links int, bound time.Duration) time.Duration {
+func waitReady(t *testing.T, ctx context.Context, env *testenv.Env, ns string, n, links int, bound time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
 	deadline := start.Add(bound)
-	var gwAt time.Duration
+	if ready := watchConverged(t, ctx, env, ns, n, deadline); ready < n {
+		t.Fatalf("%d of %d gateways Ready", ready, n)
+	}
+	gwAt := time.Since(start)
 	for {
-		var l v1alpha1.IPsecGatewayList
-		must(t, c.List(ctx, &l, client.InNamespace(ns)))
-		ready := 0
-		for i := range l.Items {
-			g := &l.Items[i]
-			// Converged: every phase True (Ready also needs a running pod and the
-			// status agent's report, which no kubelet provides here).
-			if converged(g.Status.Conditions, g.Generation) {
-				ready++
-			}
-		}
-		if ready == n && gwAt == 0 {
-			gwAt = time.Since(start)
-		}
-		linksDone := 0
-		if gwAt == 0 {
-			// Links carry a route per gateway in their status: not worth listing yet.
-			if time.Now().After(deadline) {
-				t.Fatalf("%d of %d gateways Ready", ready, n)
-			}
-			time.Sleep(time.Second)
-			continue
-		}
+		// Links carry a route per gateway in their status: listed only now, once a second.
 		var cl v1alpha1.ClusterLinkList
-		must(t, c.List(ctx, &cl))
+		must(t, env.Client.List(ctx, &cl))
+		linksDone := 0
 		for i := range cl.Items {
-			lk := &cl.Items[i]
-			if linkCarries(lk, n) {
+			if linkCarries(&cl.Items[i], n) {
 				linksDone++
 			}
 		}
-		if gwAt != 0 && linksDone == links {
+		if linksDone == links {
 			return gwAt
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d gateways Ready, %d of %d ClusterLinks Ready with %d reverse routes", ready, n, linksDone, links, n)
+			t.Fatalf("%d of %d ClusterLinks Ready with %d reverse routes", linksDone, links, n)
 		}
-		// Listing a thousand objects costs the API server (and this process) CPU the
-		// operator would otherwise have: look once a second.
 		time.Sleep(time.Second)
 	}
+}
+
+// watchConverged follows the gateways in ns through a watch until n of them are
+// converged or the deadline passes, and returns how many are. A watch, not a list a
+// second: listing thousands of gateways every second cost the kube-apiserver (and this
+// process) CPU the operator would otherwise have had, so it was part of what the run
+// measured.
+func watchConverged(t *testing.T, ctx context.Context, env *testenv.Env, ns string, n int, deadline time.Time) int {
+	t.Helper()
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	must(t, err)
+	conv := map[string]bool{}
+	ready := 0
+	set := func(g *v1alpha1.IPsecGateway, gone bool) {
+		// Converged: every phase True (Ready also needs a running pod and the status
+		// agent's report, which no kubelet provides here).
+		now := !gone && converged(g.Status.Conditions, g.Generation)
+		if conv[g.Name] != now {
+			ready += map[bool]int{true: 1, false: -1}[now]
+		}
+		conv[g.Name] = now
+	}
+	rv := ""
+	for ready < n && time.Now().Before(deadline) {
+		if rv == "" { // first, and after the watch lost its place: list once
+			var l v1alpha1.IPsecGatewayList
+			must(t, wc.List(ctx, &l, client.InNamespace(ns)))
+			clear(conv)
+			ready = 0
+			for i := range l.Items {
+				set(&l.Items[i], false)
+			}
+			rv = l.ResourceVersion
+			continue
+		}
+		w, err := wc.Watch(ctx, &v1alpha1.IPsecGatewayList{}, &client.ListOptions{Namespace: ns,
+			Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}})
+		if err != nil {
+			rv = ""
+			continue
+		}
+		timer := time.NewTimer(time.Until(deadline))
+	events:
+		for ready < n {
+			select {
+			case <-timer.C:
+				break events
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					break events
+				}
+				g, isGW := ev.Object.(*v1alpha1.IPsecGateway)
+				switch {
+				case ev.Type == watch.Error:
+					rv = "" // expired: list again
+					break events
+				case !isGW:
+				case ev.Type == watch.Bookmark:
+					rv = g.ResourceVersion
+				default:
+					set(g, ev.Type == watch.Deleted)
+					rv = g.ResourceVersion
+				}
+			}
+		}
+		timer.Stop()
+		w.Stop()
+	}
+	return ready
 }
 
 // passWait waits for the restarted operator's first pass: every gateway and link
