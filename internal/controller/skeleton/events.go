@@ -2,6 +2,7 @@ package skeleton
 
 import (
 	"fmt"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
@@ -39,10 +40,29 @@ func (e *Events) Transition(typ, reason, action, format string, args ...any) {
 func (e *Events) Emit(rec events.EventRecorder, obj runtime.Object) {
 	if rec != nil {
 		for _, p := range e.pending {
-			rec.Eventf(obj, nil, p.typ, p.reason, p.action, "%s", p.note)
+			rec.Eventf(obj, nil, p.typ, p.reason, p.action, "%s", fitNote(p.note))
 		}
 	}
 	e.pending = nil
+}
+
+// noteLimit is the API server's limit on an Event's note (events.k8s.io/v1), in bytes:
+// a longer one is refused whole ("can have at most 1024 characters"), and the Event lost.
+const noteLimit = 1024
+
+const cutMark = " … (cut to the Event's 1,024-byte limit)"
+
+// fitNote cuts a note the API server would refuse, at a character boundary, and says so.
+// (An Event naming a hundred ClusterLinks' networks was refused for every gateway.)
+func fitNote(note string) string {
+	if len(note) <= noteLimit {
+		return note
+	}
+	cut := noteLimit - len(cutMark)
+	for cut > 0 && !utf8.RuneStart(note[cut]) {
+		cut--
+	}
+	return note[:cut] + cutMark
 }
 
 // WriteFailed sends the actions' Events and forgets the transitions': the write that

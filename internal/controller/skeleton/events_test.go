@@ -2,7 +2,9 @@ package skeleton
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -39,6 +41,26 @@ func TestEventsWaitForEmit(t *testing.T) {
 	e.Emit(nil, obj)
 	if len(e.pending) != 0 {
 		t.Error("Emit without a recorder kept the Events")
+	}
+}
+
+// A note longer than the API server takes is cut to fit, at a character boundary, and
+// says so; a note that fits is sent as it is.
+func TestEventNotesFitTheAPIsLimit(t *testing.T) {
+	rec := events.NewFakeRecorder(10)
+	obj := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}
+	var e Events
+	long := "security group rules for " + strings.Repeat("10.1.0.0/16 ü, ", 200)
+	e.Add(corev1.EventTypeNormal, "Rules", "Reconcile", "%s", long)
+	fits := strings.Repeat("x", noteLimit)
+	e.Add(corev1.EventTypeNormal, "Rules", "Reconcile", "%s", fits)
+	e.Emit(rec, obj)
+	note := strings.TrimPrefix(<-rec.Events, "Normal Rules ")
+	if len(note) > noteLimit || !utf8.ValidString(note) || !strings.HasPrefix(long, strings.TrimSuffix(note, cutMark)) || !strings.HasSuffix(note, cutMark) {
+		t.Errorf("a %d-byte note became %d bytes (valid UTF-8 %v): %q", len(long), len(note), utf8.ValidString(note), note)
+	}
+	if got := strings.TrimPrefix(<-rec.Events, "Normal Rules "); got != fits {
+		t.Errorf("a note of exactly %d bytes was changed to %d bytes", noteLimit, len(got))
 	}
 }
 
