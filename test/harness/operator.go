@@ -309,36 +309,62 @@ func (o *Operator) Pid() int {
 	return o.cmd.Process.Pid
 }
 
-// MemoryCgroup makes a memory cgroup named name limited to limitMiB (cgroup v1's memory
-// controller where it is mounted, else cgroup v2) and returns its cgroup.procs file, and
-// a function that reports the cgroup's OOM kills and removes it (once its processes are
-// gone).
-func MemoryCgroup(name string, limitMiB int) (procs string, done func() (oomKills int, err error), err error) {
-	limit := fmt.Sprint(limitMiB << 20)
-	dir, limitFile := filepath.Join("/sys/fs/cgroup/memory", name), "memory.limit_in_bytes"
+// MemCgroup is a memory cgroup an Operator runs in, limited as a container would be.
+type MemCgroup struct {
+	dir string
+	v1  bool
+}
+
+// MemoryCgroup makes a memory cgroup named name limited to limitMiB: cgroup v1's memory
+// controller where it is mounted, else cgroup v2.
+func MemoryCgroup(name string, limitMiB int) (*MemCgroup, error) {
+	cg := &MemCgroup{dir: filepath.Join("/sys/fs/cgroup/memory", name), v1: true}
+	limitFile := "memory.limit_in_bytes"
 	if _, err := os.Stat("/sys/fs/cgroup/memory"); err != nil {
-		dir, limitFile = filepath.Join("/sys/fs/cgroup", name), "memory.max"
+		cg.dir, cg.v1, limitFile = filepath.Join("/sys/fs/cgroup", name), false, "memory.max"
 	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return "", nil, fmt.Errorf("making the memory cgroup: %w", err)
+	if err := os.Mkdir(cg.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("making the memory cgroup: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, limitFile), []byte(limit), 0o644); err != nil {
-		_ = os.Remove(dir)
-		return "", nil, fmt.Errorf("limiting the memory cgroup: %w", err)
+	if err := os.WriteFile(filepath.Join(cg.dir, limitFile), []byte(fmt.Sprint(limitMiB<<20)), 0o644); err != nil {
+		_ = os.Remove(cg.dir)
+		return nil, fmt.Errorf("limiting the memory cgroup: %w", err)
 	}
-	return filepath.Join(dir, "cgroup.procs"), func() (int, error) {
-		kills := 0
-		for _, f := range []string{"memory.oom_control", "memory.events"} { // v1, v2
-			b, err := os.ReadFile(filepath.Join(dir, f))
-			if err != nil {
-				continue
-			}
-			for _, line := range strings.Split(string(b), "\n") {
-				if k, v, ok := strings.Cut(line, " "); ok && k == "oom_kill" {
-					fmt.Sscan(v, &kills)
-				}
+	return cg, nil
+}
+
+// Procs is the cgroup's cgroup.procs file (Operator.CgroupProcs).
+func (cg *MemCgroup) Procs() string { return filepath.Join(cg.dir, "cgroup.procs") }
+
+// PeakMiB is the most memory the kernel charged to the cgroup so far, as it counts
+// against the limit (anonymous memory and the page cache the process brought in; not
+// the binary's pages another process had read before).
+func (cg *MemCgroup) PeakMiB() int64 {
+	f := "memory.peak"
+	if cg.v1 {
+		f = "memory.max_usage_in_bytes"
+	}
+	b, err := os.ReadFile(filepath.Join(cg.dir, f))
+	if err != nil {
+		return -1
+	}
+	var v int64
+	fmt.Sscan(strings.TrimSpace(string(b)), &v)
+	return v >> 20
+}
+
+// Close reports the cgroup's OOM kills and removes it (its processes must be gone).
+func (cg *MemCgroup) Close() (oomKills int, err error) {
+	f := "memory.events"
+	if cg.v1 {
+		f = "memory.oom_control"
+	}
+	if b, rerr := os.ReadFile(filepath.Join(cg.dir, f)); rerr == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, " "); ok && k == "oom_kill" {
+				fmt.Sscan(v, &oomKills)
 			}
 		}
-		return kills, os.Remove(dir)
-	}, nil
+	}
+	return oomKills, os.Remove(cg.dir)
 }

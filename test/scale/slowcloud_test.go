@@ -129,16 +129,17 @@ func TestSlowCloudScale(t *testing.T) {
 		opEnv = append(opEnv, strings.Split(extra, ",")...)
 	}
 	op := &harness.Operator{Bin: bin, Env: opEnv, Args: []string{"--leader-elect=false", "--profiling", "--zap-log-level=error"}, LogPath: filepath.Join(dir, "operator.log")}
+	var cg *harness.MemCgroup
 	if cfg.memoryLimitMiB > 0 {
 		// As in the chart's container: the operator reads the limit at start and sets its
 		// Go memory limit to 90 % of it; the kernel kills it if it goes over.
-		procs, done, err := harness.MemoryCgroup(fmt.Sprintf("bnerd-scale-%d", os.Getpid()), cfg.memoryLimitMiB)
+		cg, err = harness.MemoryCgroup(fmt.Sprintf("bnerd-scale-%d", os.Getpid()), cfg.memoryLimitMiB)
 		must(t, err)
-		op.CgroupProcs = procs
+		op.CgroupProcs = cg.Procs()
 		defer func() {
 			op.Stop()
-			kills, err := done()
-			fmt.Printf("memory cgroup of %d MiB: %d OOM kill(s) of the operator (removing it: %v)\n", cfg.memoryLimitMiB, kills, err)
+			kills, err := cg.Close()
+			fmt.Printf("memory cgroup of %d MiB: peak charge %d MiB over the whole run, %d OOM kill(s) of the operator (removing it: %v)\n", cfg.memoryLimitMiB, cg.PeakMiB(), kills, err)
 			if kills > 0 {
 				t.Errorf("the operator was OOM-killed %d time(s) in its %d MiB cgroup", kills, cfg.memoryLimitMiB)
 			}
@@ -212,6 +213,9 @@ func TestSlowCloudScale(t *testing.T) {
 	fmt.Printf("create: OpenStack requests %d (%.1f per gateway), writes %d (%.1f per gateway), answered 429 by the cloud %d, tokens %d\n",
 		cc.Total(), float64(cc.Total())/float64(cfg.gateways), cc.Writes, float64(cc.Writes)/float64(cfg.gateways), limited, cc.Tokens)
 	fmt.Printf("create: operator peak RSS %d MiB (VmHWM; sampled max %d MiB)\n", peak/1024, rss.max()/1024)
+	if cg != nil {
+		fmt.Printf("create: the operator's memory cgroup (limit %d MiB) charged at most %d MiB\n", cfg.memoryLimitMiB, cg.PeakMiB())
+	}
 	fmt.Printf("create: requests by route: %s\n", topRoutes(cc.ByRoute, 14))
 	for _, verb := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
 		sum, _ := op.Metrics(ctx, "rest_client_request_duration_seconds_sum", "verb="+verb)
