@@ -138,8 +138,9 @@ func TestSlowCloudScale(t *testing.T) {
 		op.CgroupProcs = cg.Procs()
 		defer func() {
 			op.Stop()
+			peak := cg.PeakMiB()
 			kills, err := cg.Close()
-			fmt.Printf("memory cgroup of %d MiB: peak charge %d MiB over the whole run, %d OOM kill(s) of the operator (removing it: %v)\n", cfg.memoryLimitMiB, cg.PeakMiB(), kills, err)
+			fmt.Printf("memory cgroup of %d MiB: peak charge %d MiB over the whole run, %d OOM kill(s) of the operator (removing it: %v)\n", cfg.memoryLimitMiB, peak, kills, err)
 			if kills > 0 {
 				t.Errorf("the operator was OOM-killed %d time(s) in its %d MiB cgroup", kills, cfg.memoryLimitMiB)
 			}
