@@ -133,7 +133,7 @@ func New(deps Deps) *Reconciler {
 		backoff:  outcome.NewBackoff(0, 0),
 		wake:     make(chan event.GenericEvent, wakeBuffer),
 		fresh:    statuswrite.NewFreshness(),
-
+		// The Aggregate links' route state, for the fan-out (watch.go).
 		aggregateRouted: map[types.UID]bool{},
 	}
 	r.fanOutDelay = deps.FanOutDelay

@@ -8,6 +8,7 @@ import (
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -16,8 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-
-	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 )
@@ -29,8 +28,7 @@ import (
 const FanOutDelay = 5 * time.Second
 
 // fanOut maps a change of a gateway, a namespace's labels or another link onto the
-// ClusterLinks, after FanOutDelay. A link already
-// waiting keeps its earlier turn.
+// ClusterLinks, after FanOutDelay. A link already waiting keeps its earlier turn.
 //
 // A gateway gaining its reverse route (the common event while an estate arrives) does
 // not wake an Aggregate link whose pool route is on its router already: that one route
