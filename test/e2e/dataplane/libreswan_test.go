@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -232,12 +233,40 @@ func (e *env) settled(tunnel string) bool {
 // awaitSettled waits until the tunnel has been settled for 5 s in a row (longer than the
 // gateway's IKE_SA_INIT retransmit and the loader's pass that ends a crossing's older IKE
 // SA take to show), and returns what it holds then.
+//
+// One state does not settle by itself: one established IKE SA carrying two installed
+// child SAs of the tunnel. A whole run saw it last for minutes with libreswan 4.10 (the
+// gateway's child from IKE_AUTH beside one created with CREATE_CHILD_SA, most likely the
+// client re-creating its child on the IKE SA that survived a setup crossing; charon keeps
+// both until they are rekeyed or expire). Held for 10 s, the older ones are ended from the
+// gateway, once, and said so: the steps here are about rekeys, not that precondition.
 func (e *env) awaitSettled(t *testing.T, tunnel, why string) (saSet, bool) {
 	t.Helper()
-	var since time.Time
+	var since, dupSince time.Time
+	tidied := false
 	ok := eventuallyT(t, "tunnel "+tunnel+" settled (one IKE SA, one child SA, nothing connecting) "+why, 2*time.Minute, func() bool {
 		if !e.settled(tunnel) {
 			since = time.Time{}
+			if sas := e.gatewaySAs(tunnel); !tidied && len(sas) == 1 && sas[0].state == "ESTABLISHED" && len(sas[0].children) > 1 {
+				if dupSince.IsZero() {
+					dupSince = time.Now()
+				}
+				if time.Since(dupSince) >= 10*time.Second {
+					tidied = true
+					ids := make([]int, 0, len(sas[0].children))
+					for _, c := range sas[0].children {
+						n, _ := strconv.Atoi(c.id)
+						ids = append(ids, n)
+					}
+					slices.Sort(ids)
+					for _, id := range ids[:len(ids)-1] {
+						out, err := e.swanctl("g", "--terminate", "--child-id", strconv.Itoa(id), "--timeout", "10")
+						t.Logf("the gateway held %d child SAs of %s in one IKE SA for 10 s (%+v); ended the older child SA %d: %v %s", len(ids), tunnel, sas[0].children, id, err, strings.TrimSpace(out))
+					}
+				}
+			} else {
+				dupSince = time.Time{}
+			}
 			return false
 		}
 		if since.IsZero() {
@@ -788,8 +817,15 @@ func TestLibreswanClient(t *testing.T) {
 				t.Errorf("the gateway did not replace the old IKE SA on the restarted client's INITIAL_CONTACT:\n%s", strings.Join(log.since(m), "\n"))
 			}
 			// The kernel holds one SA per direction for each current child SA, no stale one.
-			if n := e.xfrmCount(s.wan); n != 2*len(now.children) {
-				t.Errorf("the gateway's kernel holds %d SAs with %s, want %d (two per child SA %v)", n, s.wan, 2*len(now.children), now.children)
+			// Counted once the tunnel has settled: a crossing initiation right after the
+			// restart holds a second child SA's pair for a moment (a whole run once counted
+			// 4 here); a stale pair would stay.
+			settled, ok := e.awaitSettled(t, s.tunnel, "after the restart, before counting the kernel's SAs")
+			if !ok {
+				return
+			}
+			if n := e.xfrmCount(s.wan); n != 2*len(settled.children) {
+				t.Errorf("the gateway's kernel holds %d SAs with %s, want %d (two per child SA %v)", n, s.wan, 2*len(settled.children), settled.children)
 			}
 		})
 	})
