@@ -818,7 +818,7 @@ func TestLibreswanClient(t *testing.T) {
 			}
 			// The kernel holds one SA per direction for each current child SA, no stale one.
 			// Counted once the tunnel has settled: a crossing initiation right after the
-			// restart holds a second child SA's pair for a moment (a whole run once counted
+			// restart holds a second child SA's pair for a moment (a run alone once counted
 			// 4 here); a stale pair would stay.
 			settled, ok := e.awaitSettled(t, s.tunnel, "after the restart, before counting the kernel's SAs")
 			if !ok {
