@@ -330,5 +330,6 @@ func (r *Reconciler) forgetLink(uid types.UID) {
 	r.mu.Lock()
 	delete(r.refusals, uid)
 	delete(r.verified, uid)
+	delete(r.aggregateRouted, uid)
 	r.mu.Unlock()
 }

@@ -93,6 +93,9 @@ type Reconciler struct {
 	mu       sync.Mutex
 	refusals map[types.UID]refusal // per link: a refused Secret version
 	verified map[types.UID]string  // per link: Secret version whose token passed the checks
+	// per Aggregate link: its last reverse-route pass left the pool route on its router
+	// (the fan-out skips gains such a route reaches; see fanOut)
+	aggregateRouted map[types.UID]bool
 
 	netMu      sync.Mutex
 	transit    *transitNet // resolved once; the transit network does not move
@@ -113,11 +116,6 @@ type Reconciler struct {
 
 	fanOutDelay time.Duration
 
-	// aggregateRouted holds, per Aggregate link (by UID), whether its last reverse-route
-	// pass left the pool route on its router; see fanOut for why it is kept.
-	aggMu           sync.Mutex
-	aggregateRouted map[types.UID]bool
-
 	// fresh remembers this process's status writes (see statuswrite.Freshness).
 	fresh *statuswrite.Freshness
 }
@@ -125,16 +123,15 @@ type Reconciler struct {
 // New builds a Reconciler.
 func New(deps Deps) *Reconciler {
 	r := &Reconciler{
-		Deps:     deps,
-		reader:   deps.APIReader,
-		claims:   ipam.NewTransitClaims(),
-		refusals: map[types.UID]refusal{},
-		verified: map[types.UID]string{},
-		backoff:  outcome.NewBackoff(0, 0),
-		wake:     make(chan event.GenericEvent, wakeBuffer),
-		fresh:    statuswrite.NewFreshness(),
-		// The Aggregate links' route state, for the fan-out (watch.go).
+		Deps:            deps,
+		reader:          deps.APIReader,
+		claims:          ipam.NewTransitClaims(),
+		refusals:        map[types.UID]refusal{},
+		verified:        map[types.UID]string{},
 		aggregateRouted: map[types.UID]bool{},
+		backoff:         outcome.NewBackoff(0, 0),
+		wake:            make(chan event.GenericEvent, wakeBuffer),
+		fresh:           statuswrite.NewFreshness(),
 	}
 	r.fanOutDelay = deps.FanOutDelay
 	if r.fanOutDelay <= 0 {

@@ -67,8 +67,8 @@ func (r *Reconciler) fanOut() handler.EventHandler {
 // aggregateRoutedNow says whether the Aggregate link uid's last reverse-route pass left
 // its pool route in place.
 func (r *Reconciler) aggregateRoutedNow(uid types.UID) bool {
-	r.aggMu.Lock()
-	defer r.aggMu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	return r.aggregateRouted[uid]
 }
 
@@ -76,8 +76,8 @@ func (r *Reconciler) aggregateRoutedNow(uid types.UID) bool {
 // it only once the route is in place, so a gain the handler skips is either one that
 // pass's list saw or one the installed route reaches: no wake-up is lost between the two.
 func (r *Reconciler) setAggregateRouted(uid types.UID, routed bool) {
-	r.aggMu.Lock()
-	defer r.aggMu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if routed {
 		r.aggregateRouted[uid] = true
 	} else {
