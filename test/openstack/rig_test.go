@@ -277,7 +277,13 @@ func (r *rig) start() {
 				return c.Create(ctx, o, opts...)
 			},
 			Update: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.UpdateOption) error {
-				add("update", o)
+				// A dry run writes nothing, but it costs the API server an update's work:
+				// it counts, named for what it is.
+				if (&client.UpdateOptions{}).ApplyOptions(opts).DryRun != nil {
+					add("dry-run update", o)
+				} else {
+					add("update", o)
+				}
 				return c.Update(ctx, o, opts...)
 			},
 			Patch: func(ctx context.Context, c client.WithWatch, o client.Object, p client.Patch, opts ...client.PatchOption) error {

@@ -368,8 +368,15 @@ func (r *Reconciler) applyDeployment(ctx context.Context, g *gateway, d *appsv1.
 	}
 	live := &appsv1.Deployment{}
 	err = r.Client.Get(ctx, client.ObjectKeyFromObject(d), live)
+	uid := g.obj.GetUID()
 	if apierrors.IsNotFound(err) {
-		return r.Client.Create(ctx, d)
+		if err := r.Client.Create(ctx, d); err != nil {
+			return err
+		}
+		// The API server answers with the spec as it stores it (its defaults applied),
+		// what a dry run would give: the next pass compares with it without asking.
+		r.rememberStored(uid, hash, &d.Spec)
+		return nil
 	}
 	if err != nil {
 		return err
@@ -378,7 +385,6 @@ func (r *Reconciler) applyDeployment(ctx context.Context, g *gateway, d *appsv1.
 	if err != nil {
 		return fmt.Errorf("%T %s: %w", d, d.Name, err)
 	}
-	uid := g.obj.GetUID()
 	stored, drift, err := r.deploymentDrift(ctx, uid, hash, d, live)
 	if err != nil {
 		return err
@@ -464,10 +470,14 @@ func (r *Reconciler) storedSpec(ctx context.Context, uid types.UID, hash string,
 	if err := r.Client.Update(ctx, probe, client.DryRunAll); err != nil {
 		return appsv1.DeploymentSpec{}, false, fmt.Errorf("Deployment %s: dry run of the rendering: %w", d.Name, err)
 	}
-	r.storedMu.Lock()
-	r.stored[uid] = storedRendering{hash: hash, spec: *probe.Spec.DeepCopy()}
-	r.storedMu.Unlock()
+	r.rememberStored(uid, hash, &probe.Spec)
 	return probe.Spec, false, nil
+}
+
+func (r *Reconciler) rememberStored(uid types.UID, hash string, spec *appsv1.DeploymentSpec) {
+	r.storedMu.Lock()
+	r.stored[uid] = storedRendering{hash: hash, spec: *spec.DeepCopy()}
+	r.storedMu.Unlock()
 }
 
 func (r *Reconciler) forgetStored(uid types.UID) {
