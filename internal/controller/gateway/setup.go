@@ -172,12 +172,12 @@ func (r *Reconciler) setupPhases(mgr ctrl.Manager, kind string, nadErr error) er
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(strings.ToLower(kind)).
 		For(v1alpha1.NewGateway(kind), builder.WithPredicates(predicate.Or(specOrLifecycleChanged, wireGuardKeyEvents, r.actedOnWrittenByOthers()))).
-		Owns(&corev1.ConfigMap{}).
-		Owns(&corev1.ServiceAccount{}).
-		Owns(&rbacv1.Role{}).
-		Owns(&rbacv1.RoleBinding{}).
-		Owns(&appsv1.Deployment{}).
-		Owns(&networkingv1.NetworkPolicy{}).
+		Owns(&corev1.ConfigMap{}, ownedChanged).
+		Owns(&corev1.ServiceAccount{}, ownedChanged).
+		Owns(&rbacv1.Role{}, ownedChanged).
+		Owns(&rbacv1.RoleBinding{}, ownedChanged).
+		Owns(&appsv1.Deployment{}, ownedChanged).
+		Owns(&networkingv1.NetworkPolicy{}, ownedChanged).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.mapNode(kind)), builder.WithPredicates(nodeChanged(r.Config.GatewayPod))).
 		Watches(&v1alpha1.ClusterLink{}, handler.EnqueueRequestsFromMapFunc(r.mapAll(kind)), builder.WithPredicates(linkServingChanged)).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.mapNamespace(kind)), builder.WithPredicates(labelsChanged)).
@@ -195,7 +195,7 @@ func (r *Reconciler) setupPhases(mgr ctrl.Manager, kind string, nadErr error) er
 	if nadErr == nil {
 		nad := &unstructured.Unstructured{}
 		nad.SetGroupVersionKind(render.NADGVK)
-		b = b.Owns(nad)
+		b = b.Owns(nad, ownedChanged)
 	} else {
 		r.Log.Info("WARNING: the NetworkAttachmentDefinition CRD (Multus) is not installed; gateway NADs cannot be created or watched", "error", nadErr.Error())
 	}
@@ -476,6 +476,15 @@ func (r *Reconciler) actedOnWrittenByOthers() predicate.Funcs {
 		},
 	}
 }
+
+// ownedChanged passes the events of an owned object that can ask for work: a change, a
+// deletion. Not its creation: the reconcile that created it has already done the rest of
+// its pass, and the echo was a second reconcile of every gateway (four OpenStack reads
+// each, finding nothing to do), queued behind the first ones while an estate arrived.
+// (On a start the gateways' own creation events reconcile each of them.)
+var ownedChanged = builder.WithPredicates(predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+})
 
 // podMoved passes the pod events that can strand a gateway pod on a lost node: a pod
 // bound to a node (created, or bound later). Status churn of a running pod does not.
