@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -218,6 +219,7 @@ func TestFanOutSkipsGainsTheRouteReaches(t *testing.T) {
 		var out []string
 		for q.Len() > 0 {
 			req, _ := q.Get()
+			h.r.fanOutStarted(req.Name) // what Reconcile does first
 			q.Done(req)
 			if strings.HasPrefix(req.Name, "fo-") {
 				out = append(out, req.Name)
@@ -260,4 +262,30 @@ func TestFanOutSkipsGainsTheRouteReaches(t *testing.T) {
 	if got := woken(); got != "fo-agg,fo-per" {
 		t.Errorf("a gain with the Aggregate link's route gone woke [%s], want [fo-agg,fo-per]", got)
 	}
+
+	// Changes before a queued link's reconcile starts add it once; once it has started,
+	// the next change adds it again.
+	cq := &countingQueue{TypedRateLimitingInterface: q, adds: map[string]int{}}
+	for range 3 {
+		fo.Delete(h.ctx, event.DeleteEvent{Object: &current}, cq)
+	}
+	if got := cq.adds["fo-per"]; got != 1 {
+		t.Errorf("three changes before the reconcile queued fo-per %d times, want 1", got)
+	}
+	woken()
+	fo.Delete(h.ctx, event.DeleteEvent{Object: &current}, cq)
+	if got := cq.adds["fo-per"]; got != 2 {
+		t.Errorf("a change after the reconcile started: fo-per queued %d times in all, want 2", got)
+	}
+}
+
+// countingQueue counts the delayed adds per link.
+type countingQueue struct {
+	workqueue.TypedRateLimitingInterface[reconcile.Request]
+	adds map[string]int
+}
+
+func (q *countingQueue) AddAfter(req reconcile.Request, d time.Duration) {
+	q.adds[req.Name]++
+	q.TypedRateLimitingInterface.AddAfter(req, d)
 }

@@ -96,6 +96,9 @@ type Reconciler struct {
 	// per Aggregate link: its last reverse-route pass left the pool route on its router
 	// (the fan-out skips gains such a route reaches; see fanOut)
 	aggregateRouted map[types.UID]bool
+	// per link: the fan-out has queued it after FanOutDelay and that reconcile has not
+	// started yet, so another change within the delay needs no second add (see fanOut)
+	fanOutQueued map[string]bool
 
 	netMu      sync.Mutex
 	transit    *transitNet // resolved once; the transit network does not move
@@ -129,6 +132,7 @@ func New(deps Deps) *Reconciler {
 		refusals:        map[types.UID]refusal{},
 		verified:        map[types.UID]string{},
 		aggregateRouted: map[types.UID]bool{},
+		fanOutQueued:    map[string]bool{},
 		backoff:         outcome.NewBackoff(0, 0),
 		wake:            make(chan event.GenericEvent, wakeBuffer),
 		fresh:           statuswrite.NewFreshness(),
@@ -257,6 +261,7 @@ func (lc *linkCtx) opPrefix() string {
 // Reconcile converges one ClusterLink and answers controller-runtime through outcome:
 // refusals wait for a change or the resync, transient failures back off.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	r.fanOutStarted(req.Name)
 	err := r.reconcile(ctx, req)
 	if outcome.IsTerminal(err) {
 		log.FromContext(ctx).Info("OpenStack refused a request; waiting for a change", "clusterlink", req.Name, "error", err.Error())

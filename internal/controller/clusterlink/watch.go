@@ -28,7 +28,10 @@ import (
 const FanOutDelay = 5 * time.Second
 
 // fanOut maps a change of a gateway, a namespace's labels or another link onto the
-// ClusterLinks, after FanOutDelay. A link already waiting keeps its earlier turn.
+// ClusterLinks, after FanOutDelay. A link already queued by the fan-out is not queued
+// again until that reconcile starts: it will read the cache after this change. (The
+// workqueue would keep the earlier turn anyway, but client-go counts every delayed add
+// as a retry, and 1,000 arriving gateways made 14,000 of them for about 250 reconciles.)
 //
 // A gateway gaining its reverse route (the common event while an estate arrives) does
 // not wake an Aggregate link whose pool route is on its router already: that one route
@@ -43,6 +46,9 @@ func (r *Reconciler) fanOut() handler.EventHandler {
 		for i := range list.Items {
 			l := &list.Items[i]
 			if gain && r.reverseMode(l) == v1alpha1.ReverseRouteAggregate && r.aggregateRoutedNow(l.UID) {
+				continue
+			}
+			if !r.fanOutQueue(l.Name) {
 				continue
 			}
 			q.AddAfter(reconcile.Request{NamespacedName: client.ObjectKey{Name: l.Name}}, r.fanOutDelay)
@@ -62,6 +68,26 @@ func (r *Reconciler) fanOut() handler.EventHandler {
 			later(ctx, q, false)
 		},
 	}
+}
+
+// fanOutQueue marks link queued by the fan-out; false when it already was and that
+// reconcile has not started.
+func (r *Reconciler) fanOutQueue(link string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fanOutQueued[link] {
+		return false
+	}
+	r.fanOutQueued[link] = true
+	return true
+}
+
+// fanOutStarted: a reconcile of link starts (for any reason) and reads the cache as it
+// is now, so the next change queues the link again.
+func (r *Reconciler) fanOutStarted(link string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.fanOutQueued, link)
 }
 
 // aggregateRoutedNow says whether the Aggregate link uid's last reverse-route pass left
