@@ -218,6 +218,9 @@ func TestSlowCloudScale(t *testing.T) {
 		fmt.Printf("create: the operator's memory cgroup (limit %d MiB) charged at most %d MiB\n", cfg.memoryLimitMiB, cg.PeakMiB())
 	}
 	fmt.Printf("create: requests by route: %s\n", topRoutes(cc.ByRoute, 14))
+	// Each is a create the kube-apiserver pays for, as it does for the owned objects.
+	ev := eventsSince(t, ctx, c, t0)
+	fmt.Printf("create: Events %d (%.1f per gateway)\n", ev, float64(ev)/float64(cfg.gateways))
 	for _, verb := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
 		sum, _ := op.Metrics(ctx, "rest_client_request_duration_seconds_sum", "verb="+verb)
 		n, _ := op.Metrics(ctx, "rest_client_request_duration_seconds_count", "verb="+verb)
