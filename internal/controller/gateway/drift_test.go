@@ -7,6 +7,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"bnerd.net/vpn-operator/internal/render"
@@ -34,6 +36,53 @@ func TestNewDeploymentNeedsNoDryRun(t *testing.T) {
 	if n, w := h.dryRuns.Load()-dry, h.writes.Load()-writes; n != 0 || w != 0 {
 		t.Fatalf("a new gateway's Deployment cost %d dry runs, and its converged passes %d writes; want none", n, w)
 	}
+}
+
+// A Deployment deleted and made again by someone else, with the rendering's annotation,
+// the gateway's owner reference and the generation the operator remembers (1), but a
+// weaker container, is still compared and reverted: what the operator remembers of a
+// converged Deployment names the object (its UID), not only its generation.
+func TestRecreatedDeploymentReverted(t *testing.T) {
+	h := newHarness(t)
+	h.node("node-a", "openstack:///"+serverA, true, nil)
+	h.psk("hq-psk", testPSK)
+	h.start()
+	h.create("again", spec(false))
+	h.waitConverged("again")
+	h.quiesce("again")
+	key := client.ObjectKey{Namespace: h.ns, Name: render.DeploymentName("again")}
+	var live appsv1.Deployment
+	mustGet(t, h, key, &live)
+	want := live.Spec.DeepCopy()
+	forged := live.DeepCopy()
+	forged.ResourceVersion, forged.UID, forged.CreationTimestamp, forged.ManagedFields = "", "", metav1.Time{}, nil
+	forged.Status = appsv1.DeploymentStatus{}
+	for i := range forged.Spec.Template.Spec.Containers {
+		if c := &forged.Spec.Template.Spec.Containers[i]; c.Name == render.ContainerStatus {
+			c.SecurityContext.Capabilities.Add = append(c.SecurityContext.Capabilities.Add, "SYS_ADMIN")
+		}
+	}
+	if err := env.Client.Delete(h.ctx, &live); err != nil {
+		t.Fatal(err)
+	}
+	// The operator may make its own in between: then the forged one is refused and
+	// nothing needs reverting.
+	if err := env.Client.Create(h.ctx, forged); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	eventually(t, "the forged Deployment reverted", func() (bool, string) {
+		var d appsv1.Deployment
+		if err := env.Client.Get(h.ctx, key, &d); err != nil {
+			return false, err.Error()
+		}
+		if d.Generation == 1 && forged.UID != "" && d.UID == forged.UID {
+			return false, "the forged Deployment is unchanged"
+		}
+		if drift := render.DeploymentDrift(*want, d.Spec); len(drift) != 0 {
+			return false, fmt.Sprintf("differs in %v", drift)
+		}
+		return true, ""
+	})
 }
 
 // L3: the drift revert covers whole containers. Each change the security review found

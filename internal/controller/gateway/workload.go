@@ -373,9 +373,9 @@ func (r *Reconciler) applyDeployment(ctx context.Context, g *gateway, d *appsv1.
 		if err := r.Client.Create(ctx, d); err != nil {
 			return err
 		}
-		// The API server answers with the spec as it stores it (its defaults applied),
-		// what a dry run would give: the next pass compares with it without asking.
-		r.rememberStored(uid, hash, &d.Spec)
+		// The API server answers with the spec as it stores it: this generation is the
+		// rendering's stored form, and the next pass needs no dry run to know it.
+		r.rememberMatched(uid, hash, d)
 		return nil
 	}
 	if err != nil {
@@ -411,6 +411,7 @@ func (r *Reconciler) applyDeployment(ctx context.Context, g *gateway, d *appsv1.
 	if err := r.Client.Update(ctx, live); err != nil {
 		return err
 	}
+	r.rememberMatched(uid, hash, live)
 	log := logr.FromContextOrDiscard(ctx)
 	switch {
 	case len(drift) == 0:
@@ -426,6 +427,12 @@ func (r *Reconciler) applyDeployment(ctx context.Context, g *gateway, d *appsv1.
 // deploymentDrift is the spec the API server stores for the rendering d (its defaults
 // applied) and the fields in which the live Deployment differs from it.
 func (r *Reconciler) deploymentDrift(ctx context.Context, uid types.UID, hash string, d, live *appsv1.Deployment) (appsv1.DeploymentSpec, []string, error) {
+	if r.matches(uid, hash, live) {
+		// The same object, unchanged since it was written or found equal to the stored
+		// form of this rendering: any change to its spec would have moved its generation
+		// (and one deleted and made again by someone else has another UID).
+		return appsv1.DeploymentSpec{}, nil, nil
+	}
 	stored, cached, err := r.storedSpec(ctx, uid, hash, d, live, false)
 	if err != nil {
 		return stored, nil, err
@@ -439,13 +446,36 @@ func (r *Reconciler) deploymentDrift(ctx context.Context, uid types.UID, hash st
 		}
 		drift = render.DeploymentDrift(stored, live.Spec)
 	}
+	if len(drift) == 0 {
+		r.rememberMatched(uid, hash, live)
+	}
 	return stored, drift, nil
 }
 
-// storedRendering is a rendered Deployment spec as the API server stores it.
+// storedRendering is what the reconciler remembers of a gateway's Deployment for the
+// rendering hash: the generation of the live Deployment written as, or found equal to,
+// the rendering's stored form; or, while none is (a restart waiting for its turn), the
+// stored form itself. Only the generation is kept once one matched: a converged estate
+// holds no second copy of every pod spec beside the informer's.
 type storedRendering struct {
 	hash string
-	spec appsv1.DeploymentSpec
+	// the live Deployment (its UID and generation) that matched; generation 0: none yet
+	object     types.UID
+	generation int64
+	spec       *appsv1.DeploymentSpec // kept only while generation is 0
+}
+
+func (r *Reconciler) matches(uid types.UID, hash string, live *appsv1.Deployment) bool {
+	r.storedMu.Lock()
+	defer r.storedMu.Unlock()
+	s, ok := r.stored[uid]
+	return ok && s.hash == hash && s.generation != 0 && s.object == live.UID && s.generation == live.Generation
+}
+
+func (r *Reconciler) rememberMatched(uid types.UID, hash string, live *appsv1.Deployment) {
+	r.storedMu.Lock()
+	r.stored[uid] = storedRendering{hash: hash, object: live.UID, generation: live.Generation}
+	r.storedMu.Unlock()
 }
 
 // storedSpec returns d's spec as the API server stores it, and whether it was
@@ -457,8 +487,8 @@ func (r *Reconciler) storedSpec(ctx context.Context, uid types.UID, hash string,
 		r.storedMu.Lock()
 		s, ok := r.stored[uid]
 		r.storedMu.Unlock()
-		if ok && s.hash == hash {
-			return s.spec, true, nil
+		if ok && s.hash == hash && s.spec != nil {
+			return *s.spec, true, nil
 		}
 	}
 	probe := live.DeepCopy()
@@ -476,7 +506,7 @@ func (r *Reconciler) storedSpec(ctx context.Context, uid types.UID, hash string,
 
 func (r *Reconciler) rememberStored(uid types.UID, hash string, spec *appsv1.DeploymentSpec) {
 	r.storedMu.Lock()
-	r.stored[uid] = storedRendering{hash: hash, spec: *spec.DeepCopy()}
+	r.stored[uid] = storedRendering{hash: hash, spec: spec.DeepCopy()}
 	r.storedMu.Unlock()
 }
 
