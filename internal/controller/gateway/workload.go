@@ -370,13 +370,7 @@ func (r *Reconciler) applyDeployment(ctx context.Context, g *gateway, d *appsv1.
 	err = r.Client.Get(ctx, client.ObjectKeyFromObject(d), live)
 	uid := g.obj.GetUID()
 	if apierrors.IsNotFound(err) {
-		if err := r.Client.Create(ctx, d); err != nil {
-			return err
-		}
-		// The API server answers with the spec as it stores it: this generation is the
-		// rendering's stored form, and the next pass needs no dry run to know it.
-		r.rememberMatched(uid, hash, d)
-		return nil
+		return r.createDeployment(ctx, uid, hash, d)
 	}
 	if err != nil {
 		return err
@@ -421,6 +415,17 @@ func (r *Reconciler) applyDeployment(ctx context.Context, g *gateway, d *appsv1.
 	default:
 		log.Info("applied a new rendering of the gateway Deployment", "deployment", d.Name, "fields", drift)
 	}
+	return nil
+}
+
+// createDeployment creates the rendering d. The API server answers with the spec as it
+// stores it: this generation is the rendering's stored form, and the next pass needs no
+// dry run to know it.
+func (r *Reconciler) createDeployment(ctx context.Context, uid types.UID, hash string, d *appsv1.Deployment) error {
+	if err := r.Client.Create(ctx, d); err != nil {
+		return err
+	}
+	r.rememberMatched(uid, hash, d)
 	return nil
 }
 
