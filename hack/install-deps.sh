@@ -22,6 +22,6 @@ if ((${#missing[@]} == 0)); then
   exit 0
 fi
 echo "install-deps: installing ${missing[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq >&2
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+# shellcheck source=hack/apt.sh
+. "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
+apt_install "${missing[@]}"

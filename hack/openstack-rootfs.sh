@@ -152,9 +152,7 @@ ensure_rootfs() {
 	}
 	command -v debootstrap >/dev/null || {
 		rootfs_log "installing debootstrap"
-		DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=1200 install -y -qq --no-install-recommends debootstrap >&2 ||
-			{ DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=1200 update -qq >&2 &&
-				DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=1200 install -y -qq --no-install-recommends debootstrap >&2; }
+		apt_install debootstrap
 	}
 	mkdir -p "$(rootfs_cache_root)"
 	(

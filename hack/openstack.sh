@@ -42,6 +42,8 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
+# shellcheck source=hack/apt.sh
+. "$HERE/apt.sh"
 # shellcheck source=hack/openstack-rootfs.sh
 . "$HERE/openstack-rootfs.sh"
 RELEASE=${BNERD_OPENSTACK_RELEASE:-zed}
@@ -104,22 +106,12 @@ install_packages() {
 	[ "${BNERD_OPENSTACK_NO_INSTALL:-0}" = 1 ] && die "missing packages:$missing"
 	[ "$(id -u)" = 0 ] || die "missing packages:$missing (installing them needs root)"
 	log "installing:$missing"
-	local t created=0
+	local t
 	t=$(now)
-	# Keep the maintainer scripts from starting services (rabbitmq-server would). The
-	# 2025.1 host tools start none, and must not remove the file under Zed's install.
-	if [ -z "$SUITE" ] && [ ! -e /usr/sbin/policy-rc.d ]; then
-		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-		chmod +x /usr/sbin/policy-rc.d
-		created=1
-	fi
+	# apt_install keeps the maintainer scripts from starting services (rabbitmq-server
+	# would) and waits for the other OpenStack's install.
 	# shellcheck disable=SC2086
-	if ! DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=1200 install -y -qq --no-install-recommends $missing >/dev/null; then
-		DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=1200 update -qq
-		# shellcheck disable=SC2086
-		DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=1200 install -y -qq --no-install-recommends $missing >/dev/null
-	fi
-	[ "$created" = 1 ] && rm -f /usr/sbin/policy-rc.d
+	apt_install $missing >/dev/null
 	log "packages installed in $(since "$t")s"
 }
 

@@ -76,15 +76,11 @@ for p in containerd runc containernetworking-plugins nftables iproute2 openssl u
 done
 if ((${#need[@]})); then
   log "apt-get install ${need[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2
   # docker-registry's package would start its own registry on :5000: this world starts
-  # its own, so no service may start during the install.
-  printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d.bnerd && chmod +x /usr/sbin/policy-rc.d.bnerd
-  [[ -e /usr/sbin/policy-rc.d ]] || cp /usr/sbin/policy-rc.d.bnerd /usr/sbin/policy-rc.d
-  apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}" >&2
-  cmp -s /usr/sbin/policy-rc.d /usr/sbin/policy-rc.d.bnerd && rm -f /usr/sbin/policy-rc.d
-  rm -f /usr/sbin/policy-rc.d.bnerd
+  # its own, and apt_install starts no service.
+  # shellcheck source=hack/apt.sh
+  . "$ROOT/hack/apt.sh"
+  apt_install "${need[@]}"
 fi
 CNI_SYS=/usr/lib/cni
 for p in bridge host-local loopback host-device static; do

@@ -71,10 +71,9 @@ command -v zstd >/dev/null || missing+=(zstd)
 command -v flock >/dev/null || missing+=(util-linux)
 if ((${#missing[@]})); then
 	log "installing host packages: ${missing[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get -o DPkg::Lock::Timeout=1200 install -y -qq --no-install-recommends "${missing[@]}" >&2 ||
-		{ apt-get -o DPkg::Lock::Timeout=1200 update -qq >&2 &&
-			apt-get -o DPkg::Lock::Timeout=1200 install -y -qq --no-install-recommends "${missing[@]}" >&2; }
+	# shellcheck source=hack/apt.sh
+	. "$(dirname "${BASH_SOURCE[0]}")/../apt.sh"
+	apt_install "${missing[@]}"
 fi
 
 # --- the Debian mirror the host already uses -----------------------------------------

@@ -52,10 +52,9 @@ command -v debootstrap >/dev/null || missing+=(debootstrap)
 command -v mkfs.ext4 >/dev/null || missing+=(e2fsprogs)
 if ((${#missing[@]})); then
 	log "installing host packages: ${missing[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get -o DPkg::Lock::Timeout=1200 install -y -qq --no-install-recommends "${missing[@]}" >&2 ||
-		{ apt-get -o DPkg::Lock::Timeout=1200 update -qq >&2 &&
-			apt-get -o DPkg::Lock::Timeout=1200 install -y -qq --no-install-recommends "${missing[@]}" >&2; }
+	# shellcheck source=hack/apt.sh
+	. "$(dirname "${BASH_SOURCE[0]}")/../apt.sh"
+	apt_install "${missing[@]}"
 fi
 
 # The Debian archive the host's apt uses (it serves every release), else Debian's own.
