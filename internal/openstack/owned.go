@@ -5,13 +5,14 @@ import (
 	"sort"
 )
 
-// Owned is the one find-or-create step of an object a reconciler owns in OpenStack. The
-// object its status records is trusted only while it carries the owner's tags
-// (Recorded); otherwise the owner's objects are looked up by their tags, which adopts
+// Owned is the one find-or-adopt-or-create step of an object a reconciler owns in
+// OpenStack. The object its status records is trusted only while it carries the owner's
+// tags (Recorded); otherwise the owner's objects are looked up by their tags, which adopts
 // what an earlier reconcile made but never recorded. Only a lost create response makes
 // more than one of them, so one is kept and the others, unless in use, are deleted:
-// the dedupe lives here once. With none, Create makes one; the caller puts the owner's
-// tags in the create request itself, so a crash at any point leaves at most one to adopt.
+// the dedupe lives here once. With none, Adopt may take over an object made by hand, and
+// else Create makes one; the caller puts the owner's tags in the create request itself,
+// so a crash at any point leaves at most one to adopt.
 type Owned[T any] struct {
 	Owner Owner
 	// RecordedID is the ID the owner's status records ("" for none); Get and Tags read it.
@@ -28,14 +29,18 @@ type Owned[T any] struct {
 	// ID and Delete remove a duplicate; a duplicate already gone counts as deleted.
 	ID     func(*T) string
 	Delete func(context.Context, string) error
+	// Adopt, when set, runs when the owner has none: it returns an object made by hand
+	// that it has tagged for the owner (nil: there is none, and Create runs).
+	Adopt func(context.Context) (*T, error)
 	// Create makes the object when the owner has none.
 	Create func(context.Context) (*T, error)
 }
 
-// Found is what Ensure did: the object, whether it was created now, and the duplicates
-// it deleted (for the caller's log).
+// Found is what Ensure did: the object, whether it was adopted or created now, and the
+// duplicates it deleted (for the caller's log).
 type Found[T any] struct {
 	Object  *T
+	Adopted bool
 	Created bool
 	Deleted []string
 }
@@ -53,6 +58,12 @@ func (o Owned[T]) Ensure(ctx context.Context) (Found[T], error) {
 	found, err := o.List(ctx)
 	if err != nil {
 		return Found[T]{}, err
+	}
+	if len(found) == 0 && o.Adopt != nil {
+		obj, err := o.Adopt(ctx)
+		if err != nil || obj != nil {
+			return Found[T]{Object: obj, Adopted: obj != nil}, err
+		}
 	}
 	if len(found) == 0 {
 		obj, err := o.Create(ctx)

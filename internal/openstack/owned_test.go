@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-func TestOwnedKeepsOneDeletesDuplicatesAndCreatesOnlyWhenNoneIsFound(t *testing.T) {
+func TestOwnedKeepsOneDeletesDuplicatesAdoptsOrCreatesOnlyWhenNoneIsFound(t *testing.T) {
 	o := Owner{Kind: "IPsecGateway", Namespace: "tenant-a", Name: "gw1", UID: "u1"}
 	mine := func(id, device string) Port { return Port{ID: id, DeviceID: device, Tags: o.Tags()} }
 	boom := errors.New("connection reset")
@@ -19,7 +19,10 @@ func TestOwnedKeepsOneDeletesDuplicatesAndCreatesOnlyWhenNoneIsFound(t *testing.
 		listed   []Port          // what the tag lookup returns
 		failOn   string          // the delete of this ID fails (gone: "NotFound")
 		listErr  error
+		handMade *Port // what Adopt finds ("adopt" cases only)
+		adoptErr error
 		want     string // the ID kept, "" for none
+		adopted  bool
 		created  bool
 		deleted  []string
 		err      error
@@ -36,9 +39,26 @@ func TestOwnedKeepsOneDeletesDuplicatesAndCreatesOnlyWhenNoneIsFound(t *testing.
 			want: "b", deleted: []string{"c"}},
 		{name: "a delete that fails stops it", listed: []Port{mine("b", ""), mine("c", "")}, failOn: "c", want: "b", err: boom},
 		{name: "a lookup that fails creates nothing", listErr: boom, err: boom},
+		{name: "adopt: none by tag, one made by hand: adopted, nothing created", handMade: &Port{ID: "hand"},
+			want: "hand", adopted: true},
+		{name: "adopt: none by tag and none by hand: created", handMade: &Port{}, want: "new", created: true},
+		{name: "adopt: found by tag, the hand-made one is not looked at", handMade: &Port{ID: "hand"},
+			listed: []Port{mine("b", "")}, want: "b"},
+		{name: "adopt: a look for a hand-made one that fails creates nothing", handMade: &Port{}, adoptErr: boom, err: boom},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			created := 0
+			created, adoptAsked := 0, 0
+			var adopt func(context.Context) (*Port, error)
+			if c.handMade != nil {
+				adopt = func(context.Context) (*Port, error) {
+					adoptAsked++
+					if c.adoptErr != nil || c.handMade.ID == "" {
+						return nil, c.adoptErr
+					}
+					p := *c.handMade
+					return &p, nil
+				}
+			}
 			found, err := Owned[Port]{
 				Owner: o, RecordedID: c.recorded, Tags: PortTags,
 				Get: func(_ context.Context, id string) (*Port, error) {
@@ -60,6 +80,7 @@ func TestOwnedKeepsOneDeletesDuplicatesAndCreatesOnlyWhenNoneIsFound(t *testing.
 					}
 					return nil
 				},
+				Adopt: adopt,
 				Create: func(context.Context) (*Port, error) {
 					created++
 					return &Port{ID: "new", Tags: o.Tags()}, nil
@@ -74,6 +95,12 @@ func TestOwnedKeepsOneDeletesDuplicatesAndCreatesOnlyWhenNoneIsFound(t *testing.
 			}
 			if found.Created != c.created || created != map[bool]int{false: 0, true: 1}[c.created] {
 				t.Errorf("created %v (%d creates); want %v", found.Created, created, c.created)
+			}
+			if found.Adopted != c.adopted {
+				t.Errorf("adopted %v; want %v", found.Adopted, c.adopted)
+			}
+			if c.handMade != nil && (adoptAsked == 1) != (len(c.listed) == 0) {
+				t.Errorf("Adopt ran %d times with %d found by tag; want once exactly when none is", adoptAsked, len(c.listed))
 			}
 			if !slices.Equal(found.Deleted, c.deleted) {
 				t.Errorf("deleted %v; want %v", found.Deleted, c.deleted)

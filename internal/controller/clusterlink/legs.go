@@ -295,20 +295,62 @@ func conditionMissing(lc *linkCtx, t string) bool {
 // the service cluster's router. Each step either hands on the port or stops the phase
 // (its condition already says why).
 func (r *Reconciler) ensureLeg(ctx context.Context, lc *linkCtx) (bool, error) {
-	port, stop, err := r.findLeg(ctx, lc)
-	if port == nil && !stop {
-		port, stop, err = r.adoptLeg(ctx, lc)
-	}
-	if port == nil && !stop {
-		port, stop, err = r.createLeg(ctx, lc)
-	}
-	if stop {
-		return false, err
+	port, err := r.ownedOrNewLeg(ctx, lc)
+	var stop legStopped
+	switch {
+	case errors.As(err, &stop):
+		return false, stop.err
+	case err != nil:
+		return false, r.legFailed(lc, v1alpha1.ReasonEnsureLegPortFailed, err, "%s", err.Error())
 	}
 	if stop, err := r.recordLeg(ctx, lc, port); stop {
 		return false, err
 	}
 	return r.attachLeg(ctx, lc, port)
+}
+
+// legStopped is an adoption or creation that stopped the phase after saying why in its
+// condition (err: the error the phase returns, nil for a wait on a human).
+type legStopped struct{ err error }
+
+func (s legStopped) Error() string { return "the leg phase stopped" }
+
+// ownedOrNewLeg is the link's leg port through openstack.Owned: the one status names if
+// it still carries the link's tags, else one with the tags (the one at the recorded
+// transit IP first; an unattached duplicate goes), else a hand-made leg adopted at the
+// transit IP, else a new one.
+func (r *Reconciler) ownedOrNewLeg(ctx context.Context, lc *linkCtx) (*openstack.Port, error) {
+	link, net, own := lc.link, lc.legClients.Networking, owner(lc.link)
+	found, err := openstack.Owned[openstack.Port]{
+		Owner: own, RecordedID: link.Status.LegPortID, Tags: openstack.PortTags,
+		Get: func(ctx context.Context, id string) (*openstack.Port, error) {
+			p, err := net.GetPort(ctx, id)
+			if err != nil {
+				err = fmt.Errorf("reading leg port %s: %w", id, err)
+			}
+			return p, err
+		},
+		List: func(ctx context.Context) ([]openstack.Port, error) {
+			ps, err := net.ListPorts(ctx, openstack.ListPortsOpts{Tags: own.Selector(), NetworkID: lc.tn.network.ID})
+			if err != nil {
+				err = fmt.Errorf("looking up the leg port by tag: %w", err)
+			}
+			return ps, err
+		},
+		Keep: func(a, b *openstack.Port) bool {
+			at := link.Status.TransitIP
+			return at != "" && a.FixedIPOn(lc.tn.subnet.ID) == at && b.FixedIPOn(lc.tn.subnet.ID) != at
+		},
+		InUse:  func(p *openstack.Port) bool { return p.DeviceID != "" },
+		ID:     func(p *openstack.Port) string { return p.ID },
+		Delete: net.DeletePort,
+		Adopt:  func(ctx context.Context) (*openstack.Port, error) { return r.adoptLeg(ctx, lc) },
+		Create: func(ctx context.Context) (*openstack.Port, error) { return r.createLeg(ctx, lc) },
+	}.Ensure(ctx)
+	for _, id := range found.Deleted {
+		lc.log.Info("deleted a duplicate leg port", "port", id)
+	}
+	return found.Object, err
 }
 
 // legFailed sets LegAttached false with the reason, marks the phases after it waiting,
@@ -326,52 +368,31 @@ func (r *Reconciler) legFailed(lc *linkCtx, reason string, err error, format str
 	return err
 }
 
-// findLeg finds the link's own leg port: the one status names, if it still carries the
-// link's tags, else one with the tags (the one at the recorded transit IP first).
-func (r *Reconciler) findLeg(ctx context.Context, lc *linkCtx) (port *openstack.Port, stop bool, err error) {
-	link, net, own := lc.link, lc.legClients.Networking, owner(lc.link)
-	if p, err := openstack.Recorded(ctx, own, link.Status.LegPortID, net.GetPort, openstack.PortTags); err != nil {
-		return nil, true, r.legFailed(lc, v1alpha1.ReasonEnsureLegPortFailed, err, "reading leg port %s: %s", link.Status.LegPortID, err.Error())
-	} else if p != nil {
-		return p, false, nil
-	}
-	ps, err := net.ListPorts(ctx, openstack.ListPortsOpts{Tags: own.Selector(), NetworkID: lc.tn.network.ID})
-	if err != nil {
-		return nil, true, r.legFailed(lc, v1alpha1.ReasonEnsureLegPortFailed, err, "looking up the leg port by tag: %s", err.Error())
-	}
-	for i := range ps {
-		if port == nil || ps[i].FixedIPOn(lc.tn.subnet.ID) == link.Status.TransitIP {
-			port = &ps[i]
-		}
-	}
-	return port, false, nil
-}
-
 // adoptLeg adopts a hand-made leg at the link's transit IP (the recorded one, or a
 // cross-tenant link's pin): an untagged port attached to the service cluster's router
 // gets the link's tags. A port there that is not adoptable stops the phase (or, for a
-// link whose address the operator chose, sends it to another address).
-func (r *Reconciler) adoptLeg(ctx context.Context, lc *linkCtx) (port *openstack.Port, stop bool, err error) {
+// link whose address the operator chose, sends it to another address): legStopped.
+func (r *Reconciler) adoptLeg(ctx context.Context, lc *linkCtx) (*openstack.Port, error) {
 	link, net, own := lc.link, lc.legClients.Networking, owner(lc.link)
 	adoptIP := link.Status.TransitIP
 	if lc.cross {
 		adoptIP = link.Spec.TransitIP
 	}
 	if adoptIP == "" {
-		return nil, false, nil
+		return nil, nil
 	}
 	ps, err := net.ListPorts(ctx, openstack.ListPortsOpts{NetworkID: lc.tn.network.ID, IPAddress: adoptIP})
 	if err != nil {
-		return nil, true, r.legFailed(lc, v1alpha1.ReasonEnsureLegPortFailed, err, "looking up ports at %s: %s", adoptIP, err.Error())
+		return nil, legStopped{r.legFailed(lc, v1alpha1.ReasonEnsureLegPortFailed, err, "looking up ports at %s: %s", adoptIP, err.Error())}
 	}
 	if len(ps) == 0 {
-		return nil, false, nil
+		return nil, nil
 	}
 	p := &ps[0]
 	if !adoptable(p, lc.router.ID) {
 		if r.mayReallocate(lc) {
 			_, err := r.reallocate(ctx, lc, fmt.Sprintf("transit IP %s was taken by port %s (device %q) before this link's leg was created", adoptIP, p.ID, p.DeviceID))
-			return nil, true, err
+			return nil, legStopped{err}
 		}
 		also := ""
 		if !lc.cross {
@@ -381,9 +402,9 @@ func (r *Reconciler) adoptLeg(ctx context.Context, lc *linkCtx) (port *openstack
 				also = "; also failed to remove this link's gateway route via " + adoptIP + ": " + outcome.Describe(err)
 			}
 		}
-		return nil, true, r.legFailed(lc, v1alpha1.ReasonEnsureLegPortFailed, nil,
+		return nil, legStopped{r.legFailed(lc, v1alpha1.ReasonEnsureLegPortFailed, nil,
 			"transit IP %s is held by port %s (device %q), which is not an untagged leg attached to router %s; free the address or recreate the link%s",
-			adoptIP, p.ID, p.DeviceID, lc.router.Name, also)
+			adoptIP, p.ID, p.DeviceID, lc.router.Name, also)}
 	}
 	tags := slices.Clone(p.Tags)
 	for _, t := range own.Tags() {
@@ -392,17 +413,17 @@ func (r *Reconciler) adoptLeg(ctx context.Context, lc *linkCtx) (port *openstack
 		}
 	}
 	if _, err := net.ReplacePortTags(ctx, p.ID, tags); err != nil {
-		return nil, true, r.legFailed(lc, v1alpha1.ReasonEnsureLegPortFailed, err, "tagging hand-made leg port %s for adoption: %s", p.ID, err.Error())
+		return nil, legStopped{r.legFailed(lc, v1alpha1.ReasonEnsureLegPortFailed, err, "tagging hand-made leg port %s for adoption: %s", p.ID, err.Error())}
 	}
 	p.Tags = tags
 	lc.eventf(corev1.EventTypeNormal, "LegPortAdopted", "adopted hand-made leg port %s at %s on router %s", p.ID, adoptIP, lc.router.Name)
-	return p, false, nil
+	return p, nil
 }
 
 // createLeg creates the leg port at the link's transit IP (a cross-tenant link's pin,
 // else the allocated one), or at Neutron's choice for a cross-tenant link without a
-// pin.
-func (r *Reconciler) createLeg(ctx context.Context, lc *linkCtx) (port *openstack.Port, stop bool, err error) {
+// pin. A creation that stops the phase says why in its condition: legStopped.
+func (r *Reconciler) createLeg(ctx context.Context, lc *linkCtx) (*openstack.Port, error) {
 	link, tn := lc.link, lc.tn
 	if lc.cross && link.Status.TransitIP == "" {
 		// A cross-tenant leg without a pin takes Neutron's address, so nothing of it is
@@ -410,20 +431,20 @@ func (r *Reconciler) createLeg(ctx context.Context, lc *linkCtx) (port *openstac
 		// deletion that finds it looks for a leg by tag even if the create's answer (or
 		// the status write after it) was lost.
 		if err := r.persist(ctx, lc); err != nil {
-			return nil, true, err
+			return nil, legStopped{err}
 		}
 	}
 	opts := wantedLeg(link, lc.cross, tn, lc.router.Name)
 	p, err := lc.legClients.Networking.CreatePort(ctx, opts)
 	if err != nil && openstack.NeutronErrorType(err) == "IpAddressAlreadyAllocated" && r.mayReallocate(lc) {
 		_, err := r.reallocate(ctx, lc, fmt.Sprintf("transit IP %s was taken by another port before this link's leg was created", opts.IPAddress))
-		return nil, true, err
+		return nil, legStopped{err}
 	}
 	if err != nil {
-		return nil, true, r.legFailed(lc, v1alpha1.ReasonEnsureLegPortFailed, err, "creating the leg port: %s", err.Error())
+		return nil, legStopped{r.legFailed(lc, v1alpha1.ReasonEnsureLegPortFailed, err, "creating the leg port: %s", err.Error())}
 	}
 	lc.eventf(corev1.EventTypeNormal, "LegPortCreated", "created leg port %s at %s", p.ID, p.FixedIPOn(tn.subnet.ID))
-	return p, false, nil
+	return p, nil
 }
 
 // wantedLeg is the link's leg port as it is created on the transit subnet: at a

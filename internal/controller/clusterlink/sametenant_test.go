@@ -323,6 +323,33 @@ func TestSameTenantSelfHeals(t *testing.T) {
 	})
 }
 
+// Of two ports with the link's tags (only a lost create response makes a second), the
+// leg at the recorded transit IP stays and the unattached other is deleted, as for a
+// gateway's port (openstack.Owned). The recorded leg reads as gone once, so the
+// reconcile looks the leg up by its tags and finds both.
+func TestSameTenantDuplicateLegDeleted(t *testing.T) {
+	h := newHarness(t)
+	h.newLink("dup", "shoot--services--svc01", svcCIDR)
+	l := h.untilReady("dup")
+	own := openstack.Owner{Kind: OwnerKind, Name: l.Name, UID: string(l.UID)}
+	extra, err := h.sim.AddPort(openstacksim.Port{NetworkID: h.transitNetID(), Name: "lost-create",
+		FixedIPs: []openstacksim.FixedIP{{SubnetID: h.transitSubnetID(), IPAddress: "10.254.0.9"}}, Tags: own.Tags()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.sim.Inject(openstacksim.Fault{Method: "GET", PathPattern: "/network/v2.0/ports/" + l.Status.LegPortID, Status: 404, Count: 1})
+	l2 := h.untilReady("dup")
+	if l2.Status.LegPortID != l.Status.LegPortID || l2.Status.TransitIP != "10.254.0.3" {
+		t.Fatalf("leg %s at %s; want the recorded %s at 10.254.0.3 kept", l2.Status.LegPortID, l2.Status.TransitIP, l.Status.LegPortID)
+	}
+	if _, ok := h.sim.Port(extra.ID); ok {
+		t.Fatalf("the unattached duplicate %s at 10.254.0.9 is still there", extra.ID)
+	}
+	if p, ok := h.sim.Port(l.Status.LegPortID); !ok || p.DeviceID != h.router("shoot--services--svc01").ID {
+		t.Fatalf("the kept leg %+v is not attached to the service cluster's router", p)
+	}
+}
+
 // A changed serviceClusterCIDR moves the route.
 func TestSameTenantCIDRChangeMovesRoute(t *testing.T) {
 	h := newHarness(t)
