@@ -366,7 +366,9 @@ func (r *Reconciler) persist(ctx context.Context, lc *linkCtx) error {
 	return r.writeStatus(ctx, lc)
 }
 
-// transitionEvents records an Event for every condition whose status or reason moved.
+// transitionEvents records an Event for every condition whose status or reason moved,
+// but for a condition set True for the first time (skeleton.FirstTrue: the actions'
+// Events tell the link's first convergence).
 func transitionEvents(lc *linkCtx, before []metav1.Condition) {
 	for _, c := range lc.link.Status.Conditions {
 		if c.Type == v1alpha1.ConditionReady {
@@ -378,7 +380,7 @@ func transitionEvents(lc *linkCtx, before []metav1.Condition) {
 				prev = &before[i]
 			}
 		}
-		if prev != nil && prev.Status == c.Status && prev.Reason == c.Reason {
+		if prev != nil && prev.Status == c.Status && prev.Reason == c.Reason || skeleton.FirstTrue(prev, c.Status) {
 			continue
 		}
 		typ := corev1.EventTypeNormal

@@ -261,7 +261,8 @@ func (r *Reconciler) reconcile(ctx context.Context, kind string, key types.Names
 
 // setCond records a condition and, when it changed, an Event (sent once the status write
 // records the change): a state change is news, a repeated one is not (a converged
-// gateway emits nothing).
+// gateway emits nothing), and neither is a phase completing for the first time on the
+// way to Ready (skeleton.FirstTrue): Ready=True announces the convergence.
 func (r *Reconciler) setCond(g *gateway, condType string, status metav1.ConditionStatus, reason, message string) {
 	// A copy: Set updates the condition in place, and a pointer into the slice would
 	// compare the new condition with itself (no Event for any change but the first).
@@ -276,6 +277,9 @@ func (r *Reconciler) setCond(g *gateway, condType string, status metav1.Conditio
 	}
 	if prev != nil && prev.Status == status && prev.Reason == reason && prev.Message == message {
 		return // only the observed generation moved
+	}
+	if condType != v1alpha1.ConditionReady && skeleton.FirstTrue(prev, status) {
+		return
 	}
 	g.events.Transition(eventType(status, reason), reason, "Reconcile", "%s=%s: %s", condType, status, message)
 }

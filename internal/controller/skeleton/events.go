@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 )
@@ -34,6 +35,17 @@ func (e *Events) Add(typ, reason, action, format string, args ...any) {
 // restored).
 func (e *Events) Transition(typ, reason, action, format string, args ...any) {
 	e.pending = append(e.pending, pendingEvent{typ, reason, action, fmt.Sprintf(format, args...), true})
+}
+
+// FirstTrue reports the one condition change no Event announces: a condition set True
+// where it was absent, a phase completing on the way to its object's first convergence.
+// That convergence is announced once (a gateway's Ready=True; a link's actions: leg
+// created, attached, route installed), not once per phase: at a thousand gateways the
+// per-phase Events were about as many creates for the API server as every other write of
+// a gateway's creation together. A first False or Unknown is news (something failed or
+// waits), and so is every later change.
+func FirstTrue(prev *metav1.Condition, status metav1.ConditionStatus) bool {
+	return prev == nil && status == metav1.ConditionTrue
 }
 
 // Emit sends the gathered Events about obj (none when rec is nil) and forgets them.

@@ -46,6 +46,26 @@ func TestEventsWaitForEmit(t *testing.T) {
 
 // A note longer than the API server takes is cut to fit, at a character boundary, and
 // says so; a note that fits is sent as it is.
+func TestFirstTrueIsTheOneQuietChange(t *testing.T) {
+	cond := func(s metav1.ConditionStatus) *metav1.Condition { return &metav1.Condition{Type: "PortReady", Status: s} }
+	for _, c := range []struct {
+		prev  *metav1.Condition
+		now   metav1.ConditionStatus
+		quiet bool
+	}{
+		{nil, metav1.ConditionTrue, true},
+		{nil, metav1.ConditionFalse, false},
+		{nil, metav1.ConditionUnknown, false},
+		{cond(metav1.ConditionUnknown), metav1.ConditionTrue, false},
+		{cond(metav1.ConditionFalse), metav1.ConditionTrue, false},
+		{cond(metav1.ConditionTrue), metav1.ConditionFalse, false},
+	} {
+		if got := FirstTrue(c.prev, c.now); got != c.quiet {
+			t.Errorf("FirstTrue(%v, %s) = %v, want %v", c.prev, c.now, got, c.quiet)
+		}
+	}
+}
+
 func TestEventNotesFitTheAPIsLimit(t *testing.T) {
 	rec := events.NewFakeRecorder(10)
 	obj := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}
