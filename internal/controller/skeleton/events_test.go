@@ -44,10 +44,11 @@ func TestEventsWaitForEmit(t *testing.T) {
 	}
 }
 
-// A note longer than the API server takes is cut to fit, at a character boundary, and
-// says so; a note that fits is sent as it is.
+// Only a condition set True where it was absent is quiet.
 func TestFirstTrueIsTheOneQuietChange(t *testing.T) {
-	cond := func(s metav1.ConditionStatus) *metav1.Condition { return &metav1.Condition{Type: "PortReady", Status: s} }
+	cond := func(s metav1.ConditionStatus) *metav1.Condition {
+		return &metav1.Condition{Type: "PortReady", Status: s}
+	}
 	for _, c := range []struct {
 		prev  *metav1.Condition
 		now   metav1.ConditionStatus
@@ -66,6 +67,8 @@ func TestFirstTrueIsTheOneQuietChange(t *testing.T) {
 	}
 }
 
+// A note longer than the API server takes is cut to fit, at a character boundary, and
+// says so; a note that fits is sent as it is.
 func TestEventNotesFitTheAPIsLimit(t *testing.T) {
 	rec := events.NewFakeRecorder(10)
 	obj := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}
