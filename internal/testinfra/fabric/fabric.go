@@ -138,7 +138,7 @@ func (f *Fabric) apply(d *Desired) error {
 	if err := k.ensureNS(k.fabNS, "net.bridge.bridge-nf-call-iptables=1"); err != nil {
 		return err
 	}
-	fab, _, err := handle(k.fabNS)
+	fab, err := handle(k.fabNS)
 	if err != nil {
 		return err
 	}
@@ -174,7 +174,7 @@ func (f *Fabric) apply(d *Desired) error {
 			errs = append(errs, fmt.Errorf("router %s: %w", r.Name, err))
 			continue
 		}
-		h, _, err := handle(r.Namespace)
+		h, err := handle(r.Namespace)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -361,7 +361,7 @@ func (f *Fabric) PlugUpstream(ns, ifName, hostAddr, upstreamAddr string) error {
 	if err := k.ensureNS(k.inetNS, "net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0"); err != nil {
 		return err
 	}
-	up, _, err := handle(k.inetNS)
+	up, err := handle(k.inetNS)
 	if err != nil {
 		return err
 	}
@@ -394,7 +394,7 @@ func (f *Fabric) PlugUpstream(ns, ifName, hostAddr, upstreamAddr string) error {
 }
 
 func (f *Fabric) plug(ns string, l Link, gw string) error {
-	fab, _, err := handle(f.k.fabNS)
+	fab, err := handle(f.k.fabNS)
 	if err != nil {
 		return err
 	}
