@@ -128,6 +128,7 @@ test: openstack-prepare deps controlplane node-deps vm-image fmt-check vet
 	@# by side on their own loopback addresses: up at once before the tests, down at the
 	@# end, also when they fail; the conformance suite then runs on the simulator and on
 	@# both, and test/openstack runs the controllers on both.
+	@echo "make test: prerequisites done at $$(date -u +%T)"
 	set -o pipefail; \
 	if [[ $$(id -u) == 0 ]]; then \
 	  export BNERD_OPENSTACK_STATE=$$(bash hack/openstack.sh --print-state); \
@@ -138,12 +139,15 @@ test: openstack-prepare deps controlplane node-deps vm-image fmt-check vet
 	  wait $$zed && wait $$new || exit 1; \
 	  export BNERD_OPENSTACK=sim,real,real-2025.1 BNERD_REQUIRE_OPENSTACK=1; \
 	fi; \
+	echo "make test: the Go tests start at $$(date -u +%T)"; \
 	KUBEBUILDER_ASSETS=$$(bash hack/controlplane.sh --print-dir) \
 	  $(GO) test -json -count=1 -timeout 45m ./... 2>&1 | $(TESTREPORT)
 	@# The Helm chart's tests live in their own module (the Helm SDK's dependencies stay
 	@# out of the operator's).
+	@echo "make test: the chart module's tests start at $$(date -u +%T)"
 	set -o pipefail; cd test/chart && KUBEBUILDER_ASSETS=$$(bash ../../hack/controlplane.sh --print-dir) \
 	  $(GO) test -json -count=1 -timeout 20m ./... 2>&1 | (cd ../.. && $(TESTREPORT))
+	@echo "make test: the fuzzing starts at $$(date -u +%T)"
 	$(MAKE) --no-print-directory fuzz
 
 ## The tiers one at a time (docs/testing.md, "The tiers"); `make test` runs them all at once.

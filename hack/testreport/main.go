@@ -23,6 +23,7 @@ type event struct {
 	Package string
 	Test    string
 	Output  string
+	Elapsed float64 // seconds, on a test's or package's pass or fail
 }
 
 // Skip is one skipped test and the reason it printed.
@@ -36,6 +37,15 @@ type Report struct {
 	Failed []string // package/test that failed
 	// Packages counts the packages that ran tests.
 	Packages int
+	// Durations are the top-level tests that passed or failed, longest first: where a
+	// whole run's time went, in every run's log.
+	Durations []Duration
+}
+
+// Duration is one top-level test's wall time.
+type Duration struct {
+	Package, Test string
+	Seconds       float64
 }
 
 // Read copies the human-readable part of the stream to out while collecting the report:
@@ -72,6 +82,7 @@ func Read(in io.Reader, out io.Writer) (*Report, error) {
 			r.Skips = append(r.Skips, Skip{Package: e.Package, Test: e.Test, Reason: reason(buf[key])})
 			delete(buf, key)
 		case "fail":
+			r.timed(e)
 			if e.Test == "" {
 				r.Packages++
 				// A package that fails with every test passed failed in TestMain (an
@@ -86,6 +97,7 @@ func Read(in io.Reader, out io.Writer) (*Report, error) {
 			fmt.Fprint(out, strings.Join(buf[key], ""))
 			delete(buf, key)
 		case "pass":
+			r.timed(e)
 			if e.Test == "" {
 				r.Packages++
 			}
@@ -98,7 +110,15 @@ func Read(in io.Reader, out io.Writer) (*Report, error) {
 		}
 		return r.Skips[i].Test < r.Skips[j].Test
 	})
+	sort.SliceStable(r.Durations, func(i, j int) bool { return r.Durations[i].Seconds > r.Durations[j].Seconds })
 	return r, sc.Err()
+}
+
+// timed records a top-level test's time (a subtest's is within its parent's).
+func (r *Report) timed(e event) {
+	if e.Test != "" && !strings.Contains(e.Test, "/") {
+		r.Durations = append(r.Durations, Duration{Package: e.Package, Test: e.Test, Seconds: e.Elapsed})
+	}
 }
 
 // reason is the last line a skipped test printed before its "--- SKIP" line.
@@ -113,6 +133,9 @@ func reason(lines []string) string {
 	return "(no reason printed)"
 }
 
+// longest is how many of the longest tests a report lists.
+const longest = 15
+
 func main() {
 	forbid := flag.Bool("forbid-skips", false, "fail when any test was skipped")
 	list := flag.String("list", "", "also write the skipped tests to this file")
@@ -121,6 +144,10 @@ func main() {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "testreport: %v\n", err)
 		os.Exit(2)
+	}
+	fmt.Printf("the longest tests:\n")
+	for _, d := range r.Durations[:min(longest, len(r.Durations))] {
+		fmt.Printf("  %7.1fs %s %s\n", d.Seconds, d.Package, d.Test)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "skipped tests: %d\n", len(r.Skips))

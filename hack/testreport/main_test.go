@@ -23,8 +23,12 @@ func TestReadRealGoTestOutput(t *testing.T) {
 	}
 	write("go.mod", "module example.com/sample\n\ngo 1.22\n")
 	write("sample_test.go", `package sample
-import "testing"
+import (
+	"testing"
+	"time"
+)
 func TestPass(t *testing.T) {}
+func TestSlow(t *testing.T) { time.Sleep(300 * time.Millisecond); t.Run("part", func(t *testing.T) {}) }
 func TestSkip(t *testing.T) { t.Skip("needs a thing that is missing") }
 func TestFail(t *testing.T) { t.Log("context line"); t.Fatal("it broke") }
 func TestSub(t *testing.T) { t.Run("inner", func(t *testing.T) { t.Skipf("inner %s", "reason") }) }
@@ -53,6 +57,16 @@ func TestSub(t *testing.T) { t.Run("inner", func(t *testing.T) { t.Skipf("inner 
 	printed := out.String()
 	if !strings.Contains(printed, "it broke") || !strings.Contains(printed, "context line") || !strings.Contains(printed, "FAIL\texample.com/sample") {
 		t.Errorf("the failing test's output is not printed:\n%s", printed)
+	}
+	// The durations: the four top-level tests that passed or failed (not the skipped
+	// one, no subtest), the sleeping one first.
+	if len(r.Durations) != 4 || r.Durations[0].Test != "TestSlow" || r.Durations[0].Seconds < 0.3 {
+		t.Errorf("durations %+v", r.Durations)
+	}
+	for _, d := range r.Durations {
+		if strings.Contains(d.Test, "/") || d.Package != "example.com/sample" {
+			t.Errorf("duration of a subtest or without its package: %+v", d)
+		}
 	}
 	if strings.Contains(printed, "=== RUN   TestPass") {
 		t.Errorf("passing tests are printed:\n%s", printed)
