@@ -123,14 +123,6 @@ define openstack-up
   bash hack/openstack.sh --release $(1) up "$(2)" >/dev/null; }; }
 endef
 
-# The longest packages spend most of their time waiting (on tunnels, rekeys, pods and a VM
-# under emulation) while holding one of `go test`'s two slots, and the packages sorted
-# after them waited for a slot with the machine half idle. They run in a `go test` of their
-# own beside the rest, in this order: the sandbox's product run before the product e2e (the
-# node world takes one test at a time), the VM suites after the dataplane's (one VM at a
-# time). Each `go test` has its report.
-LONG_PKGS = ./test/e2e/dataplane ./cmd/sandbox ./test/e2e/product ./test/e2e/routed ./test/e2e/wireguard
-
 test: openstack-prepare deps controlplane node-deps vm-image fmt-check vet
 	@# As root two real OpenStacks (hack/openstack.sh) join the run, Zed and 2025.1, side
 	@# by side on their own loopback addresses: up at once before the tests, down at the
@@ -148,12 +140,8 @@ test: openstack-prepare deps controlplane node-deps vm-image fmt-check vet
 	  export BNERD_OPENSTACK=sim,real,real-2025.1 BNERD_REQUIRE_OPENSTACK=1; \
 	fi; \
 	echo "make test: the Go tests start at $$(date -u +%T)"; \
-	export KUBEBUILDER_ASSETS=$$(bash hack/controlplane.sh --print-dir); \
-	{ $(GO) test -json -count=1 -timeout 45m $(LONG_PKGS) 2>&1 | $(TESTREPORT); } & long=$$!; \
-	$(GO) test -json -count=1 -timeout 45m $$($(GO) list ./... | grep -v -x -F $(LONG_PKGS:./%=-e bnerd.net/vpn-operator/%)) 2>&1 | $(TESTREPORT); rest=$$?; \
-	wait $$long; long=$$?; \
-	echo "make test: the Go tests done at $$(date -u +%T)"; \
-	((long == 0 && rest == 0))
+	KUBEBUILDER_ASSETS=$$(bash hack/controlplane.sh --print-dir) \
+	  $(GO) test -json -count=1 -timeout 45m ./... 2>&1 | $(TESTREPORT)
 	@# The Helm chart's tests live in their own module (the Helm SDK's dependencies stay
 	@# out of the operator's).
 	@echo "make test: the chart module's tests start at $$(date -u +%T)"
