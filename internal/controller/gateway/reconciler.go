@@ -141,6 +141,10 @@ type Reconciler struct {
 	// another one (a /24 they wait for was released).
 	wake map[string]chan event.GenericEvent
 
+	// stores are the gateways' informer stores, read in place by eachGateway (nil: a
+	// client other than the manager's; every read lists through it).
+	stores gatewayStores
+
 	// fresh remembers this process's status writes, so a reconcile from a cache that
 	// does not show the last one yet waits a moment instead of working from it.
 	fresh *statuswrite.Freshness

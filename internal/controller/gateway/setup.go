@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"reflect"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -106,6 +107,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 func (r *Reconciler) fillFromManager(mgr ctrl.Manager) {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
+	}
+	if c := mgr.GetClient(); reflect.TypeOf(r.Client) == reflect.TypeOf(c) && reflect.TypeOf(c).Comparable() && r.Client == c {
+		// Read in place only what the client would read: a client of a test's own
+		// (one that fails or lags on purpose) is always asked.
+		r.stores = storesOf(mgr)
 	}
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()

@@ -92,12 +92,21 @@ type readOnlyGateway struct {
 // gateway of a tenant or the estate on each reconcile, and copying them all would make
 // a large estate's convergence quadratic in memory traffic.
 func (r *Reconciler) eachGateway(ctx context.Context, f func(readOnlyGateway), opts ...client.ListOption) error {
+	each := func(o v1alpha1.Gateway) {
+		f(readOnlyGateway{kind: o.GatewayKind(), meta: o, spec: o.GetGatewaySpec(), wg: o.GetWireGuard(), status: o.GetGatewayStatus()})
+	}
+	var lo client.ListOptions
+	lo.ApplyOptions(opts)
+	if r.stores != nil && lo.FieldSelector == nil && lo.LabelSelector == nil && lo.Limit == 0 {
+		// A namespace or the estate: from the stores, without the list's copy.
+		return r.stores.each(lo.Namespace, each)
+	}
 	gws, err := v1alpha1.ListGateways(ctx, r.Client, append(opts, client.UnsafeDisableDeepCopy)...)
 	if err != nil {
 		return err
 	}
 	for _, o := range gws {
-		f(readOnlyGateway{kind: o.GatewayKind(), meta: o, spec: o.GetGatewaySpec(), wg: o.GetWireGuard(), status: o.GetGatewayStatus()})
+		each(o)
 	}
 	return nil
 }
