@@ -271,12 +271,5 @@ func (r *Reconciler) ensureRouter(ctx context.Context, lc *linkCtx) (bool, error
 // waiting marks the phases after a blocked one that have never been evaluated, so
 // Ready names the blocking phase rather than a phase that was not reached.
 func (r *Reconciler) waiting(lc *linkCtx, blocked string, next []string) {
-	for _, t := range next {
-		if t == blocked {
-			continue
-		}
-		if conditions.Get(lc.link.Status.Conditions, t) == nil {
-			lc.set.Unknown(t, v1alpha1.ReasonNotReady, "waiting for "+blocked)
-		}
-	}
+	skeleton.MarkWaiting(lc.set, blocked, next)
 }

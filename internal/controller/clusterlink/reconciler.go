@@ -368,7 +368,7 @@ func (r *Reconciler) persist(ctx context.Context, lc *linkCtx) error {
 
 // transitionEvents records an Event for every condition whose status or reason moved,
 // but for a condition set True for the first time (skeleton.FirstTrue: the actions'
-// Events tell the link's first convergence).
+// Events tell the link's first convergence) and a condition only marked waiting.
 func transitionEvents(lc *linkCtx, before []metav1.Condition) {
 	for _, c := range lc.link.Status.Conditions {
 		if c.Type == v1alpha1.ConditionReady {
@@ -382,6 +382,9 @@ func transitionEvents(lc *linkCtx, before []metav1.Condition) {
 		}
 		if prev != nil && prev.Status == c.Status && prev.Reason == c.Reason || skeleton.FirstTrue(prev, c.Status) {
 			continue
+		}
+		if skeleton.IsWaiting(&c) && (prev == nil || skeleton.IsWaiting(prev)) {
+			continue // a phase not reached yet: nothing happened to it
 		}
 		typ := corev1.EventTypeNormal
 		if c.Status == metav1.ConditionFalse {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/conditions"
 	"bnerd.net/vpn-operator/internal/gatewaypod"
 	"bnerd.net/vpn-operator/internal/render"
 )
@@ -177,5 +179,38 @@ func TestShapeNodes(t *testing.T) {
 	}
 	if p := SelectNode(ShapeNodes(nodes, "a", shape), "a", 0, now, func(*corev1.Node) time.Time { return now }); p.Node != "c" {
 		t.Errorf("the gateway on a (no label) goes to %q, want c", p.Node)
+	}
+}
+
+// A new gateway stopped at a phase shows the phases after it waiting for that one
+// (Unknown/NotReady, "waiting for NodeSelected"), not absent, and Ready names the
+// blocking phase; nothing announces those marks, and the phases' first True after them
+// is as quiet as from absent (the gateway's convergence is Ready=True's Event).
+func TestBlockedPhasesWaitForTheBlockingOne(t *testing.T) {
+	h := newHarness(t)
+	h.psk("hq-psk", testPSK)
+	h.start()
+	h.create("blocked", spec(false)) // no node at all
+	gw := h.waitCond("blocked", v1alpha1.ConditionNodeSelected, metav1.ConditionFalse, v1alpha1.ReasonNoEligibleNode)
+	for _, typ := range []string{v1alpha1.ConditionPortAttached, v1alpha1.ConditionWorkloadReady} {
+		c := conditions.Get(gw.Status.Conditions, typ)
+		if c == nil || c.Status != metav1.ConditionUnknown || c.Reason != v1alpha1.ReasonNotReady || c.Message != "waiting for "+v1alpha1.ConditionNodeSelected {
+			t.Errorf("%s, want Unknown/NotReady \"waiting for NodeSelected\"", condOf(gw.Status.Conditions, typ))
+		}
+	}
+	if c := conditions.Get(gw.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonNoEligibleNode {
+		t.Errorf("%s, want False/NoEligibleNode (the blocking phase's reason)", condOf(gw.Status.Conditions, v1alpha1.ConditionReady))
+	}
+
+	h.node("node-a", "openstack:///"+serverA, true, nil)
+	h.waitConverged("blocked")
+	evs := h.events.awaitOf(h.ns, "blocked", func(e string) bool { return strings.Contains(e, v1alpha1.ConditionNodeSelected+"=True") })
+	if !slices.ContainsFunc(evs, func(e string) bool { return strings.Contains(e, v1alpha1.ConditionNodeSelected+"=True") }) {
+		t.Errorf("no Event for NodeSelected turning True after its refusal: %v", evs)
+	}
+	for _, e := range evs {
+		if strings.Contains(e, "waiting for "+v1alpha1.ConditionNodeSelected) || strings.Contains(e, v1alpha1.ConditionWorkloadReady+"=True") {
+			t.Errorf("an Event about a phase only marked waiting, or about its first True: %s", e)
+		}
 	}
 }

@@ -199,11 +199,12 @@ func (r *Reconciler) result(ctx context.Context, kind string, req reconcile.Requ
 	return r.backoff[kind].Result(req, err, r.Config.ResyncInterval)
 }
 
-// phases are the steps of one gateway's reconcile, in order (see skeleton.Phase). A
-// phase that stops leaves the conditions after it as they were: Ready names the first
-// one not True.
+// phases are the steps of one gateway's reconcile, in order (see skeleton.Phase). Each
+// builds on all before it: a phase that stops marks the conditions after it that no
+// phase evaluated yet "waiting for" it (waiting), and Ready names the first one not
+// True.
 func (r *Reconciler) phases(g *gateway) []skeleton.Phase[*gateway] {
-	return []skeleton.Phase[*gateway]{
+	return skeleton.BlockRest([]skeleton.Phase[*gateway]{
 		{Cond: v1alpha1.ConditionValidated, Run: r.ensureValidated},
 		// The key lives in its Secret, found again by name: nothing to record first. An
 		// IPsec gateway runs it too, to remove a key left from its WireGuard past.
@@ -216,7 +217,14 @@ func (r *Reconciler) phases(g *gateway) []skeleton.Phase[*gateway] {
 		{Cond: v1alpha1.ConditionNodeSelected, Run: r.ensureNodeSelected, Record: true},
 		{Cond: v1alpha1.ConditionPortAttached, Run: r.ensurePortAttached},
 		{Cond: v1alpha1.ConditionWorkloadReady, Run: r.ensureWorkload},
-	}
+	})
+}
+
+// waiting marks the conditions a stopped phase blocks, never evaluated, "waiting for"
+// it: a new gateway's status lists every phase from its first write. No Event: nothing
+// happened to them (and their first True is as quiet as from absent, skeleton.FirstTrue).
+func (r *Reconciler) waiting(g *gateway, blocked string, next []string) {
+	skeleton.MarkWaiting(conditions.Setter{Conditions: &g.status.Conditions, Generation: g.obj.GetGeneration(), Now: r.Clock}, blocked, next)
 }
 
 // reconcile runs the phases of one gateway (or its deletion). The error says how it
@@ -244,7 +252,7 @@ func (r *Reconciler) reconcile(ctx context.Context, kind string, key types.Names
 		g.base = obj.DeepCopyObject().(client.Object)
 	}
 
-	runErr, perr := skeleton.Runner[*gateway]{Persist: r.persist}.Run(ctx, g, r.phases(g))
+	runErr, perr := skeleton.Runner[*gateway]{Persist: r.persist, Waiting: r.waiting}.Run(ctx, g, r.phases(g))
 	if perr != nil {
 		return perr
 	}

@@ -43,9 +43,10 @@ func (e *Events) Transition(typ, reason, action, format string, args ...any) {
 // created, attached, route installed), not once per phase: at a thousand gateways the
 // per-phase Events were about as many creates for the API server as every other write of
 // a gateway's creation together. A first False or Unknown is news (something failed or
-// waits), and so is every later change.
+// waits), and so is every later change. A condition only marked waiting for an earlier
+// phase (MarkWaiting) was never evaluated: its first True is quiet too.
 func FirstTrue(prev *metav1.Condition, status metav1.ConditionStatus) bool {
-	return prev == nil && status == metav1.ConditionTrue
+	return (prev == nil || IsWaiting(prev)) && status == metav1.ConditionTrue
 }
 
 // Emit sends the gathered Events about obj (none when rec is nil) and forgets them.

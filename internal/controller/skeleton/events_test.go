@@ -12,6 +12,8 @@ import (
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
 )
 
 func TestEventsWaitForEmit(t *testing.T) {
@@ -58,6 +60,9 @@ func TestFirstTrueIsTheOneQuietChange(t *testing.T) {
 		{nil, metav1.ConditionFalse, false},
 		{nil, metav1.ConditionUnknown, false},
 		{cond(metav1.ConditionUnknown), metav1.ConditionTrue, false},
+		// Only marked waiting for an earlier phase: never evaluated, as if absent.
+		{&metav1.Condition{Type: "PortReady", Status: metav1.ConditionUnknown, Reason: v1alpha1.ReasonNotReady}, metav1.ConditionTrue, true},
+		{&metav1.Condition{Type: "PortReady", Status: metav1.ConditionUnknown, Reason: v1alpha1.ReasonNotReady}, metav1.ConditionFalse, false},
 		{cond(metav1.ConditionFalse), metav1.ConditionTrue, false},
 		{cond(metav1.ConditionTrue), metav1.ConditionFalse, false},
 	} {

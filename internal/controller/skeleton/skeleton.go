@@ -8,6 +8,10 @@ import (
 	"fmt"
 	"slices"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/conditions"
 	"bnerd.net/vpn-operator/internal/controller/outcome"
 )
 
@@ -84,4 +88,44 @@ func Conditions[C any](table []Phase[C]) []string {
 		out = append(out, p.Cond)
 	}
 	return out
+}
+
+// BlockRest gives every phase that names no Blocks of its own the listed conditions of
+// the phases after it: in a table where each phase builds on all before it (a
+// gateway's), a phase that stops blocks everything after it.
+func BlockRest[C any](table []Phase[C]) []Phase[C] {
+	for i := range table {
+		if table[i].Blocks != nil {
+			continue
+		}
+		var rest []string
+		for _, c := range Conditions(table[i+1:]) {
+			if c != table[i].Cond {
+				rest = append(rest, c)
+			}
+		}
+		table[i].Blocks = rest
+	}
+	return table
+}
+
+// MarkWaiting marks the conditions of next that were never evaluated (absent, or
+// marked waiting before) Unknown with reason NotReady, "waiting for <blocked>". A mark
+// names the phase blocking now: a gateway whose port phase went through and whose node
+// selection stops says its attachment waits for NodeSelected, not for PortReady.
+func MarkWaiting(s conditions.Setter, blocked string, next []string) {
+	for _, t := range next {
+		if t == blocked {
+			continue
+		}
+		if c := conditions.Get(*s.Conditions, t); c == nil || IsWaiting(c) {
+			s.Set(t, metav1.ConditionUnknown, v1alpha1.ReasonNotReady, "waiting for "+blocked)
+		}
+	}
+}
+
+// IsWaiting reports whether c is a waiting mark (MarkWaiting): a condition no phase
+// has evaluated yet.
+func IsWaiting(c *metav1.Condition) bool {
+	return c != nil && c.Status == metav1.ConditionUnknown && c.Reason == v1alpha1.ReasonNotReady
 }

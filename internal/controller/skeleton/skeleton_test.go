@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "bnerd.net/vpn-operator/api/v1alpha1"
+	"bnerd.net/vpn-operator/internal/conditions"
 	"bnerd.net/vpn-operator/internal/controller/outcome"
 	"bnerd.net/vpn-operator/internal/openstack"
 )
@@ -123,5 +127,51 @@ func TestConditionsStandAtTheirLastPhase(t *testing.T) {
 	table := []Phase[*run]{ph("V", true, nil), u, ph("L", true, nil), ph("T", true, nil), ph("L", true, nil), ph("R", true, nil)}
 	if got, want := Conditions(table), []string{"V", "T", "L", "R"}; !slices.Equal(got, want) {
 		t.Errorf("Conditions = %v, want %v", got, want)
+	}
+}
+
+// In a table where each phase builds on all before it, a phase blocks the listed
+// conditions after it (not an unlisted one, not its own again); Blocks a phase names
+// are kept.
+func TestBlockRestBlocksWhatComesAfter(t *testing.T) {
+	u := ph("K", true, nil)
+	u.Unlisted = true
+	own := ph("P", true, nil)
+	own.Blocks = []string{"R"}
+	table := BlockRest([]Phase[*run]{ph("V", true, nil), u, ph("L", true, nil), own, ph("L", true, nil), ph("R", true, nil)})
+	for i, want := range [][]string{{"P", "L", "R"}, {"P", "L", "R"}, {"P", "R"}, {"R"}, {"R"}, nil} {
+		if !slices.Equal(table[i].Blocks, want) {
+			t.Errorf("phase %d (%s) blocks %v, want %v", i, table[i].Cond, table[i].Blocks, want)
+		}
+	}
+}
+
+// A stopped phase marks only conditions no phase evaluated (absent, or marked before,
+// then re-marked for the phase blocking now); an evaluated condition keeps what its
+// phase said, whatever its status.
+func TestMarkWaitingMarksOnlyWhatWasNeverEvaluated(t *testing.T) {
+	conds := []metav1.Condition{
+		{Type: "A", Status: metav1.ConditionFalse, Reason: "Refused", Message: "no"},
+		{Type: "B", Status: metav1.ConditionUnknown, Reason: "Attaching", Message: "waiting for Nova"},
+		{Type: "C", Status: metav1.ConditionUnknown, Reason: v1alpha1.ReasonNotReady, Message: "waiting for X"},
+	}
+	s := conditions.Setter{Conditions: &conds, Generation: 3}
+	MarkWaiting(s, "P", []string{"P", "A", "B", "C", "D"})
+	for typ, want := range map[string]string{"A": "False/Refused/no", "B": "Unknown/Attaching/waiting for Nova",
+		"C": "Unknown/NotReady/waiting for P", "D": "Unknown/NotReady/waiting for P"} {
+		c := conditions.Get(conds, typ)
+		if c == nil {
+			t.Errorf("%s: absent", typ)
+			continue
+		}
+		if got := string(c.Status) + "/" + c.Reason + "/" + c.Message; got != want {
+			t.Errorf("%s = %s, want %s", typ, got, want)
+		}
+		if got := IsWaiting(c); got != (typ == "C" || typ == "D") {
+			t.Errorf("IsWaiting(%s) = %v", typ, got)
+		}
+	}
+	if conditions.Get(conds, "P") != nil {
+		t.Error("the blocked phase marked itself waiting")
 	}
 }
