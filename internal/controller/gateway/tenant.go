@@ -38,29 +38,51 @@ func (r *Reconciler) tenantPolicy(ctx context.Context, g *gateway) (tenancy.Poli
 	return tenancy.For(list.Items, g.obj.GetNamespace(), g.nsLabels), nil
 }
 
-// tenantMembers lists every gateway of the tenant pol governs: the namespaces the
+// tenantNamespaces lists the namespaces of the tenant pol governs: the namespaces the
 // policy selects, or (the strict defaults) g's namespace alone.
-func (r *Reconciler) tenantMembers(ctx context.Context, g *gateway, pol tenancy.Policy) ([]tenancy.Member, error) {
+func (r *Reconciler) tenantNamespaces(ctx context.Context, g *gateway, pol tenancy.Policy) ([]string, error) {
 	namespaces := []string{g.obj.GetNamespace()}
-	if pol.Name != "" {
-		var p v1alpha1.VPNTenantPolicy
-		if err := r.Client.Get(ctx, client.ObjectKey{Name: pol.Name}, &p); err != nil {
-			return nil, fmt.Errorf("reading VPNTenantPolicy %s: %w", pol.Name, err)
-		}
-		var nss corev1.NamespaceList
-		if err := r.Client.List(ctx, &nss); err != nil {
-			return nil, fmt.Errorf("listing namespaces: %w", err)
-		}
-		namespaces = namespaces[:0]
-		for _, ns := range nss.Items {
-			if tenancy.Selects(&p, ns.Labels) {
-				namespaces = append(namespaces, ns.Name)
-			}
-		}
-		if !slices.Contains(namespaces, g.obj.GetNamespace()) {
-			namespaces = append(namespaces, g.obj.GetNamespace())
+	if pol.Name == "" {
+		return namespaces, nil
+	}
+	var p v1alpha1.VPNTenantPolicy
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: pol.Name}, &p); err != nil {
+		return nil, fmt.Errorf("reading VPNTenantPolicy %s: %w", pol.Name, err)
+	}
+	var nss corev1.NamespaceList
+	if err := r.Client.List(ctx, &nss); err != nil {
+		return nil, fmt.Errorf("listing namespaces: %w", err)
+	}
+	namespaces = namespaces[:0]
+	for _, ns := range nss.Items {
+		if tenancy.Selects(&p, ns.Labels) {
+			namespaces = append(namespaces, ns.Name)
 		}
 	}
+	if !slices.Contains(namespaces, g.obj.GetNamespace()) {
+		namespaces = append(namespaces, g.obj.GetNamespace())
+	}
+	return namespaces, nil
+}
+
+// tenantUsage adds up what the gateways of the namespaces use. It builds nothing per
+// gateway: every reconcile counts its whole tenant, and when the total fits (the common
+// case) no one is refused, so the members need not be listed (tenancy.Admit).
+func (r *Reconciler) tenantUsage(ctx context.Context, namespaces []string) (v1alpha1.TenantUsage, error) {
+	var total v1alpha1.TenantUsage
+	for _, ns := range namespaces {
+		err := r.eachGateway(ctx, func(g readOnlyGateway) {
+			total = tenancy.Add(total, tenancy.UsageOf(g.spec, g.wg))
+		}, client.InNamespace(ns))
+		if err != nil {
+			return total, fmt.Errorf("listing the gateways of namespace %s: %w", ns, err)
+		}
+	}
+	return total, nil
+}
+
+// tenantMembers lists every gateway of the namespaces as the limits count them.
+func (r *Reconciler) tenantMembers(ctx context.Context, namespaces []string) ([]tenancy.Member, error) {
 	var out []tenancy.Member
 	for _, ns := range namespaces {
 		err := r.eachGateway(ctx, func(g readOnlyGateway) {
@@ -141,7 +163,14 @@ func (r *Reconciler) tenantRefusal(ctx context.Context, g *gateway) (reason, msg
 	} else if len(errs) > 0 {
 		return v1alpha1.ReasonExposureTargetNotAllowed, errs.ToAggregate().Error(), names, nil
 	}
-	members, err := r.tenantMembers(ctx, g, pol)
+	namespaces, err := r.tenantNamespaces(ctx, g, pol)
+	if err != nil {
+		return "", "", nil, err
+	}
+	if total, err := r.tenantUsage(ctx, namespaces); err != nil || len(tenancy.Exceeded(total, pol.Limits)) == 0 {
+		return "", "", nil, err // everything fits: no one is refused
+	}
+	members, err := r.tenantMembers(ctx, namespaces)
 	if err != nil {
 		return "", "", nil, err
 	}
