@@ -228,21 +228,29 @@ func (r *Reconciler) keepTransitIP(lc *linkCtx, cur string) bool {
 	return true
 }
 
-// occupiedTransitIPs maps every address on the transit network to the port holding it.
+// occupiedTransitIPs maps every address on the transit network to the port holding it
+// (read-only: links allocating at the same time share it). The list is every port of the
+// network, a thousand and more in a large estate; links that ask while one is in flight
+// share the next one (freshread), so a hundred new links make a few lists, not a
+// hundred, each as fresh as a link's own (started after it asked). The allocation itself
+// stays under the claims' lock, where a link sees the addresses the others just took.
 func (r *Reconciler) occupiedTransitIPs(ctx context.Context, lc *linkCtx) (map[netip.Addr]*openstack.Port, error) {
-	ports, err := r.OpenStack.Networking.ListPorts(ctx, openstack.ListPortsOpts{NetworkID: lc.tn.network.ID})
-	if err != nil {
-		return nil, err
-	}
-	occupied := map[netip.Addr]*openstack.Port{}
-	for i := range ports {
-		for _, f := range ports[i].FixedIPs {
-			if a, err := netip.ParseAddr(f.IPAddress); err == nil {
-				occupied[a] = &ports[i]
+	network := lc.tn.network.ID
+	return r.occupied.Do(ctx, network, func(ctx context.Context) (map[netip.Addr]*openstack.Port, error) {
+		ports, err := r.OpenStack.Networking.ListPorts(ctx, openstack.ListPortsOpts{NetworkID: network})
+		if err != nil {
+			return nil, err
+		}
+		occupied := map[netip.Addr]*openstack.Port{}
+		for i := range ports {
+			for _, f := range ports[i].FixedIPs {
+				if a, err := netip.ParseAddr(f.IPAddress); err == nil {
+					occupied[a] = &ports[i]
+				}
 			}
 		}
-	}
-	return occupied, nil
+		return occupied, nil
+	})
 }
 
 // chooseTransitIP picks the link's address under the claims' lock: its pin, if no other

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -33,6 +34,7 @@ import (
 	"bnerd.net/vpn-operator/internal/controller/namedwatch"
 	"bnerd.net/vpn-operator/internal/controller/outcome"
 	"bnerd.net/vpn-operator/internal/controller/skeleton"
+	"bnerd.net/vpn-operator/internal/freshread"
 	"bnerd.net/vpn-operator/internal/ipam"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
@@ -89,6 +91,9 @@ type Reconciler struct {
 	reader client.Reader
 	claims *ipam.TransitClaims
 	cache  *openstack.ClientCache
+	// occupied shares the transit network's port list among the links allocating at
+	// the same moment (occupiedTransitIPs).
+	occupied freshread.Group[string, map[netip.Addr]*openstack.Port]
 
 	mu       sync.Mutex
 	refusals map[types.UID]refusal // per link: a refused Secret version
