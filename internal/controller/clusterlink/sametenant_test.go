@@ -279,6 +279,49 @@ func TestSameTenantRouterResolveFailed(t *testing.T) {
 	}
 }
 
+// The phases a failed one blocks read Unknown/NotReady "waiting for" it, and a mark is
+// no Event: nothing happened to those phases. Once the failure is fixed, a marked phase's
+// first True is as quiet as one from absent; the phase that did fail sends its recovery.
+func TestSameTenantWaitingMarksSendNoEvent(t *testing.T) {
+	h := newHarness(t)
+	const name = "waits-for-router"
+	h.newLink(name, "shoot--services--nope", freshCIDR())
+	l := h.untilCond(name, v1alpha1.ConditionLegAttached, v1alpha1.ReasonRouterResolveFailed)
+	marked := []string{v1alpha1.ConditionTransitIPAllocated, v1alpha1.ConditionRouteInstalled, v1alpha1.ConditionReverseRoutesInstalled}
+	for _, c := range marked {
+		expectCond(t, l, c, metav1.ConditionUnknown, v1alpha1.ReasonNotReady, "waiting for "+v1alpha1.ConditionLegAttached)
+	}
+	if ev := h.rec.find(name, v1alpha1.ReasonNotReady); len(ev) != 0 {
+		t.Errorf("the waiting marks sent Events: %+v", ev)
+	}
+
+	l.Spec.ServiceClusterRouter = "shoot--services--svc02"
+	if err := env.Client.Update(h.ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	h.untilReady(name)
+	h.rec.mu.Lock()
+	events := slices.Clone(h.rec.events)
+	h.rec.mu.Unlock()
+	recovered := false
+	for _, e := range events {
+		if e.Object != name {
+			continue
+		}
+		for _, c := range marked {
+			if strings.HasPrefix(e.Note, c+" ") {
+				t.Errorf("%s sent an Event (a waiting mark, or its first True after one): %+v", c, e)
+			}
+		}
+		if strings.HasPrefix(e.Note, v1alpha1.ConditionLegAttached+" True") {
+			recovered = true
+		}
+	}
+	if !recovered {
+		t.Errorf("no Event for LegAttached turning True after RouterResolveFailed; Events: %+v", events)
+	}
+}
+
 // Self-healing: a leg port deleted, a detachment, a route removed out of band all come back.
 func TestSameTenantSelfHeals(t *testing.T) {
 	h := newHarness(t)
