@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -66,6 +67,9 @@ func loadSlowCloud(t *testing.T) slowCloud {
 		memoryLimitMiB: envInt(t, "BNERD_SCALE_MEMORY_LIMIT", 0, 0),
 	}
 }
+
+// wholeNetworkPortLists names the simulator's tally of GET /ports by network alone.
+const wholeNetworkPortLists = "whole-network port lists"
 
 // TestSlowCloudScale converges many gateways and ClusterLinks with the operator as its own
 // process against a slow (and optionally rate-limited) simulated cloud, then measures a
@@ -155,6 +159,16 @@ func TestSlowCloudScale(t *testing.T) {
 	fmt.Printf("slow cloud: %d gateways, %d ClusterLinks, latency %s, cloud rate limit %g/s burst %d (0: none), operator pacing %g/s burst %d (0: none), %d workers per controller\n",
 		cfg.gateways, cfg.links, cfg.latency, cfg.simQPS, cfg.simBurst, cfg.opQPS, cfg.opBurst, cfg.workers)
 
+	// The lists of every port on a network (the query names the network and nothing
+	// else): a ClusterLink's look at the occupied transit addresses before it allocates.
+	s.Tally(wholeNetworkPortLists, func(r openstacksim.RequestRecord) bool {
+		if r.Method != http.MethodGet || r.Path != "/network/v2.0/ports" {
+			return false
+		}
+		q, err := url.ParseQuery(r.Query)
+		return err == nil && len(q) == 1 && q.Has("network_id")
+	})
+
 	// 1. Create everything at once, from several clients, and wait for Ready.
 	s.ResetCounters()
 	limitedBefore := s.RateLimited()
@@ -218,6 +232,7 @@ func TestSlowCloudScale(t *testing.T) {
 		fmt.Printf("create: the operator's memory cgroup (limit %d MiB) charged at most %d MiB\n", cfg.memoryLimitMiB, cg.PeakMiB())
 	}
 	fmt.Printf("create: requests by route: %s\n", topRoutes(cc.ByRoute, 14))
+	fmt.Printf("create: lists of every port of a network (the links' occupied transit addresses) %d\n", cc.Tallies[wholeNetworkPortLists])
 	// Each is a create the kube-apiserver pays for, as it does for the owned objects.
 	ev := eventsSince(t, ctx, c, t0)
 	fmt.Printf("create: Events %d (%.1f per gateway)\n", ev, float64(ev)/float64(cfg.gateways))

@@ -19,6 +19,8 @@ type Counters struct {
 	Writes  int
 	Tokens  int
 	Faulted int
+	// Tallies counts the requests each predicate given to Tally matched, by its name.
+	Tallies map[string]int
 }
 
 // Total is the number of requests counted.
@@ -57,6 +59,11 @@ func (s *Server) record(r *http.Request, route string, status int, faulted bool)
 	s.cntMu.Lock()
 	defer s.cntMu.Unlock()
 	s.counters.ByRoute[route]++
+	for name, match := range s.tallies {
+		if match(rec) {
+			s.counters.Tallies[name]++
+		}
+	}
 	switch {
 	case isTokenRoute(r.URL.Path):
 		if r.Method == http.MethodPost {
@@ -86,14 +93,34 @@ func (s *Server) Counters() Counters {
 	defer s.cntMu.Unlock()
 	c := s.counters
 	c.ByRoute = maps.Clone(s.counters.ByRoute)
+	c.Tallies = maps.Clone(s.counters.Tallies)
 	return c
+}
+
+// Tally counts, from now on and across ResetCounters, the requests match accepts, in
+// Counters().Tallies[name]: a harness's count of requests finer than a route (a list
+// by its query, say). match runs under the counters' lock, on every request.
+func (s *Server) Tally(name string, match func(RequestRecord) bool) {
+	s.cntMu.Lock()
+	defer s.cntMu.Unlock()
+	if s.tallies == nil {
+		s.tallies = map[string]func(RequestRecord) bool{}
+	}
+	s.tallies[name] = match
+	if s.counters.Tallies == nil {
+		s.counters.Tallies = map[string]int{}
+	}
+	s.counters.Tallies[name] = 0
 }
 
 // ResetCounters zeroes the counters and the request log.
 func (s *Server) ResetCounters() {
 	s.cntMu.Lock()
 	defer s.cntMu.Unlock()
-	s.counters = Counters{ByRoute: map[string]int{}}
+	s.counters = Counters{ByRoute: map[string]int{}, Tallies: map[string]int{}}
+	for name := range s.tallies {
+		s.counters.Tallies[name] = 0
+	}
 	s.log = nil
 	s.logNext = 0
 }

@@ -162,3 +162,27 @@ func TestFaultDropAndHang(t *testing.T) {
 		t.Logf("drop error: %v", err)
 	}
 }
+
+// TestTallyCountsByQuery: a tally counts the requests its predicate accepts (here the
+// port lists of one whole network, not those by tag), and keeps counting after a reset.
+func TestTallyCountsByQuery(t *testing.T) {
+	s := startEstate(t)
+	c := login(t, s, "vpn-operator")
+	transit, _ := s.NetworkByName("vpn-transit")
+	s.Tally("whole network", func(r RequestRecord) bool {
+		return r.Method == "GET" && r.Path == "/network/v2.0/ports" && r.Query == "network_id="+transit.ID
+	})
+	must[[]ports.Port](t)(extractPorts(c, ports.ListOpts{NetworkID: transit.ID}))
+	must[[]ports.Port](t)(extractPorts(c, ports.ListOpts{NetworkID: transit.ID, Tags: "bnerd.net/gateway=ns/gw"}))
+	if got := s.Counters().Tallies["whole network"]; got != 1 {
+		t.Fatalf("tally = %d after one whole-network list and one by tag, want 1", got)
+	}
+	s.ResetCounters()
+	if got := s.Counters().Tallies["whole network"]; got != 0 {
+		t.Fatalf("tally = %d after a reset, want 0", got)
+	}
+	must[[]ports.Port](t)(extractPorts(c, ports.ListOpts{NetworkID: transit.ID}))
+	if got := s.Counters().Tallies["whole network"]; got != 1 {
+		t.Fatalf("tally = %d after a reset and one list, want 1 (the predicate stays)", got)
+	}
+}

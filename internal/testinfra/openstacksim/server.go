@@ -42,6 +42,7 @@ type Server struct {
 	counters Counters
 	log      []RequestRecord
 	logNext  int
+	tallies  map[string]func(RequestRecord) bool // Tally's predicates, by name
 
 	delayMu     sync.Mutex
 	attachDelay time.Duration
