@@ -555,9 +555,6 @@ func (r *Reconciler) transitIPMismatch(ctx context.Context, lc *linkCtx, port *o
 	return false, nil
 }
 
-// errTransitIPTaken makes the reconcile start again, so the next one allocates anew.
-var errTransitIPTaken = errors.New("the allocated transit IP was taken before the leg was created; allocating another")
-
 // mayReallocate: the transit IP was chosen by the operator and nothing was ever built
 // at it (no leg, hence no route via it), so it can be given up. Transit IPs come from
 // the transit network's subnet, where Neutron also hands out addresses to other ports
@@ -581,5 +578,9 @@ func (r *Reconciler) reallocate(ctx context.Context, lc *linkCtx, why string) (b
 	lc.set.Unknown(v1alpha1.ConditionTransitIPAllocated, v1alpha1.ReasonInProgress, why+"; allocating another")
 	lc.set.Unknown(v1alpha1.ConditionLegAttached, v1alpha1.ReasonNotReady, "waiting for "+v1alpha1.ConditionTransitIPAllocated)
 	lc.eventf(corev1.EventTypeWarning, "TransitIPTaken", "%s; allocating another", why)
-	return false, errTransitIPTaken
+	// The next reconcile allocates anew, once the cache shows the cleared address. Not
+	// an error: a burst of new gateways on the transit subnet makes the race routine,
+	// and it is handled (the Event says so); an error would back off and count in the
+	// controller's error metric and log.
+	return false, outcome.Wait(cacheCatchUp, "%s; allocating another", why)
 }
