@@ -30,6 +30,7 @@ import (
 	"bnerd.net/vpn-operator/internal/controller/namedwatch"
 	"bnerd.net/vpn-operator/internal/controller/outcome"
 	"bnerd.net/vpn-operator/internal/controller/skeleton"
+	"bnerd.net/vpn-operator/internal/freshread"
 	"bnerd.net/vpn-operator/internal/ipam"
 	"bnerd.net/vpn-operator/internal/openstack"
 	"bnerd.net/vpn-operator/internal/operatorconfig"
@@ -88,6 +89,9 @@ type Reconciler struct {
 	projectID  string
 	// subnets caches subnet CIDRs by ID (they never change).
 	subnets map[string]netip.Prefix
+	// routerReads shares the operator router's reads among the gateways reconciling at
+	// the same moment (gatewayRouter).
+	routerReads freshread.Group[string, *openstack.Router]
 
 	// nova remembers, per gateway UID, the attach or detach this process asked Nova
 	// for and when, so a poll does not ask again while Nova works.

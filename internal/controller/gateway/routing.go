@@ -103,7 +103,13 @@ func (r *Reconciler) gatewayRouter(ctx context.Context, routes bool) (*openstack
 	if err != nil || routerID == "" {
 		return nil, routerID, err
 	}
-	rt, err := r.net().GetRouter(ctx, routerID)
+	// Gateways reconciling at the same moment (a burst of new ones, the pass after a
+	// restart) share a read that started after each asked: the router carries a route
+	// per reverse-exposure gateway, so a read per gateway decoded the whole estate's
+	// routes each time. The router is read-only to its sharers.
+	rt, err := r.routerReads.Do(ctx, routerID, func(ctx context.Context) (*openstack.Router, error) {
+		return r.net().GetRouter(ctx, routerID)
+	})
 	if err != nil {
 		return nil, routerID, err
 	}
