@@ -6,8 +6,9 @@
 // joins only a read that started after it asked: while one is in flight, the callers
 // that arrive wait for it to end and then share the next one. Under a burst (a hundred
 // ClusterLinks allocating transit IPs at once, each needing every port of the transit
-// network) that is two reads instead of a hundred, and each result is as fresh as a read
-// of the caller's own would have been.
+// network) the callers that arrive during one read share a single next one instead of
+// making one each, and each result is as fresh as a read of the caller's own would have
+// been.
 package freshread
 
 import (

@@ -44,21 +44,15 @@ func TestCallersArrivingDuringAReadShareTheNextOne(t *testing.T) {
 
 	got := make([]int64, n)
 	want := make([]int64, n)
-	var asked sync.WaitGroup
-	asked.Add(n)
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			want[i] = w.version.Add(1) // a change this caller must see
-			asked.Done()
 			got[i], _ = g.Do(context.Background(), "net", read)
 		}()
 	}
-	asked.Wait()
-	// Callers that have bumped the version may not have entered Do yet; let the first
-	// read go once they are all waiting in it (or about to: either way they may not get
-	// the first read's result, which is what is checked).
+	// The first read ends only once all ten have asked: each of them arrived during it.
 	waitForWaiters(&g, "net", n)
 	close(release)
 	wg.Wait()
@@ -76,8 +70,9 @@ func TestCallersArrivingDuringAReadShareTheNextOne(t *testing.T) {
 	}
 }
 
-// waitForWaiters spins until n callers of key have asked (each question counts one in
-// seq, the one read in flight one more, its own question one more).
+// waitForWaiters spins until n callers have asked while one read is in flight: seq
+// counts every question and every read start, so the first caller's question and read
+// make 2 and each later question one more.
 func waitForWaiters[K comparable, V any](g *Group[K, V], key K, n int) {
 	for {
 		g.mu.Lock()
