@@ -25,7 +25,7 @@ type Group[K comparable, V any] struct {
 
 type flight[V any] struct {
 	started uint64 // g.seq when the read started
-	sharers int    // callers waiting for this read's result, besides its starter
+	sharers int    // callers waiting for this read's result, besides its starter (the tests wait on it)
 	done    chan struct{}
 	v       V
 	err     error

@@ -231,8 +231,8 @@ func (r *Reconciler) keepTransitIP(lc *linkCtx, cur string) bool {
 // occupiedTransitIPs maps every address on the transit network to the port holding it
 // (read-only: links allocating at the same time share it). The list is every port of the
 // network, a thousand and more in a large estate; links that ask while one is in flight
-// share the next one (freshread), so a hundred new links make a few lists, not a
-// hundred, each as fresh as a link's own (started after it asked). The allocation itself
+// share the next one (freshread), so links allocating together make fewer lists than
+// one each, each as fresh as a link's own (started after it asked). The allocation itself
 // stays under the claims' lock, where a link sees the addresses the others just took.
 func (r *Reconciler) occupiedTransitIPs(ctx context.Context, lc *linkCtx) (map[netip.Addr]*openstack.Port, error) {
 	network := lc.tn.network.ID
