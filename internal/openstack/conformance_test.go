@@ -493,6 +493,30 @@ func TestConformancePortList(t *testing.T) {
 				t.Errorf("network listing %+v", ps)
 			}
 		})
+		t.Run("by network, only the attributes asked for", func(t *testing.T) {
+			// What a ClusterLink reads of every transit port before it allocates an address.
+			fields := []string{"id", "fixed_ips", "device_id", "device_owner", "tags"}
+			ps := must(n.ListPorts(ctx, openstack.ListPortsOpts{NetworkID: w.transit.ID, Fields: fields})).get(t)
+			sorted := func(s []string) []string { return slices.Sorted(slices.Values(s)) }
+			var leg, a, b bool
+			for _, p := range ps {
+				if p.NetworkID != "" || p.MACAddress != "" || p.Status != "" || p.ProjectID != "" || len(p.SecurityGroups) != 0 {
+					t.Errorf("port %s came with attributes not asked for: %+v", p.ID, p)
+				}
+				switch p.ID {
+				case pa.ID:
+					a = p.FixedIPOn(w.transitSub.ID) == "10.254.0.61" && slices.Equal(sorted(p.Tags), sorted(pa.Tags))
+				case pb.ID:
+					b = p.DeviceID == w.serverA && p.FixedIPOn(w.transitSub.ID) == "10.254.0.62" && slices.Equal(sorted(p.Tags), sorted(pb.Tags))
+				}
+				if p.DeviceID == w.vpnRouter.ID && p.FixedIPOn("") == "10.254.0.1" {
+					leg = strings.HasPrefix(p.DeviceOwner, "network:router_interface")
+				}
+			}
+			if !a || !b || !leg {
+				t.Errorf("tagged port with its address and tags %v, attached port with its device %v, router leg with its owner %v, in %+v", a, b, leg, ps)
+			}
+		})
 		t.Run("unfiltered is refused without a request", func(t *testing.T) {
 			before := w.requests.total()
 			if _, err := n.ListPorts(ctx, openstack.ListPortsOpts{}); !errors.Is(err, openstack.ErrUnfiltered) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -241,7 +242,7 @@ func (n *networking) ListPorts(ctx context.Context, opts ListPortsOpts) ([]Port,
 	if opts.IPAddress != "" || opts.SubnetID != "" {
 		lo.FixedIPs = []ports.FixedIPOpts{{IPAddress: opts.IPAddress, SubnetID: opts.SubnetID}}
 	}
-	out, err := n.listPorts(ctx, lo)
+	out, err := n.listPorts(ctx, portQuery{ListOpts: lo, fields: opts.Fields})
 	if err != nil || len(out) > 0 || len(opts.Tags) == 0 {
 		return out, err
 	}
@@ -254,6 +255,8 @@ func (n *networking) ListPorts(ctx context.Context, opts ListPortsOpts) ([]Port,
 	if f, err := n.features(ctx); err != nil || f.PortTagCreation {
 		return out, err
 	}
+	// Every attribute: the marker's adoption reads the description and answers the
+	// whole port.
 	lo.Tags, lo.Description = "", marker
 	pending, err := n.listPorts(ctx, lo)
 	if err != nil {
@@ -277,7 +280,30 @@ func (n *networking) ListPorts(ctx context.Context, opts ListPortsOpts) ([]Port,
 	return out, nil
 }
 
-func (n *networking) listPorts(ctx context.Context, lo ports.ListOpts) ([]Port, error) {
+// portQuery is a port list's filter with Neutron's fields= added, which gophercloud's
+// ListOpts does not offer: only the named attributes come back.
+type portQuery struct {
+	ports.ListOpts
+	fields []string
+}
+
+func (q portQuery) ToPortListQuery() (string, error) {
+	s, err := q.ListOpts.ToPortListQuery()
+	if err != nil || len(q.fields) == 0 {
+		return s, err
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", err
+	}
+	v := u.Query()
+	for _, f := range q.fields {
+		v.Add("fields", f)
+	}
+	return "?" + v.Encode(), nil
+}
+
+func (n *networking) listPorts(ctx context.Context, lo ports.ListOptsBuilder) ([]Port, error) {
 	pages, err := ports.List(n.c, lo).AllPages(ctx)
 	if err != nil {
 		return nil, wrapErr("list ports", err)

@@ -234,10 +234,11 @@ func (r *Reconciler) keepTransitIP(lc *linkCtx, cur string) bool {
 // share the next one (freshread), so links allocating together make fewer lists than
 // one each, each as fresh as a link's own (started after it asked). The allocation itself
 // stays under the claims' lock, where a link sees the addresses the others just took.
+// Only the attributes the choice reads come back (occupancyFields).
 func (r *Reconciler) occupiedTransitIPs(ctx context.Context, lc *linkCtx) (map[netip.Addr]*openstack.Port, error) {
 	network := lc.tn.network.ID
 	return r.occupied.Do(ctx, network, func(ctx context.Context) (map[netip.Addr]*openstack.Port, error) {
-		ports, err := r.OpenStack.Networking.ListPorts(ctx, openstack.ListPortsOpts{NetworkID: network})
+		ports, err := r.OpenStack.Networking.ListPorts(ctx, openstack.ListPortsOpts{NetworkID: network, Fields: occupancyFields})
 		if err != nil {
 			return nil, err
 		}
@@ -252,6 +253,12 @@ func (r *Reconciler) occupiedTransitIPs(ctx context.Context, lc *linkCtx) (map[n
 		return occupied, nil
 	})
 }
+
+// occupancyFields are the port attributes the transit-IP choice reads: the addresses, and
+// what adoptable and the refusal of a held pin look at. The rest of a port (its name,
+// MAC, security groups, bindings, timestamps) is most of its size, and the list holds
+// every port of the transit network.
+var occupancyFields = []string{"id", "fixed_ips", "device_id", "device_owner", "tags"}
 
 // chooseTransitIP picks the link's address under the claims' lock: its pin, if no other
 // link claims it and no port but an adoptable hand-made leg holds it; else the next

@@ -1,6 +1,7 @@
 package openstacksim
 
 import (
+	"encoding/json"
 	"maps"
 	"net/http"
 	"slices"
@@ -36,7 +37,9 @@ func byIDs[T any](m map[string]*T, ids []string) []*T {
 // JSON collection key. No match is an empty array, never null.
 //
 // With limit (or marker) in the query it pages as Neutron does: ordered by ID, the
-// page after the marker, and a "<key>_links" next link while more remain.
+// page after the marker, and a "<key>_links" next link while more remain. Neutron's
+// fields= keeps only the named attributes of each entry (Nova's lists have no such
+// parameter and ignore it).
 func writeList[T any, PT interface {
 	*T
 	ident() string
@@ -62,15 +65,41 @@ func writeList[T any, PT interface {
 			next = "http://" + r.Host + r.URL.Path + "?" + q.Encode()
 		}
 	}
-	list := make([]W, 0, len(kept))
+	list := make([]any, 0, len(kept))
+	fields := q["fields"]
+	if !strings.HasPrefix(r.URL.Path, neutronBase+"/") {
+		fields = nil
+	}
 	for _, v := range kept {
-		list = append(list, out(v))
+		list = append(list, onlyFields(out(v), fields))
 	}
 	body := map[string]any{key: list}
 	if next != "" {
 		body[key+"_links"] = []map[string]string{{"rel": "next", "href": next}}
 	}
 	writeJSON(w, 200, body)
+}
+
+// onlyFields renders v with only the named JSON attributes, or whole without names.
+func onlyFields(v any, fields []string) any {
+	if len(fields) == 0 {
+		return v
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return v
+	}
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &all); err != nil {
+		return v
+	}
+	kept := map[string]json.RawMessage{}
+	for _, f := range fields {
+		if a, ok := all[f]; ok {
+			kept[f] = a
+		}
+	}
+	return kept
 }
 
 // neutronGet serves GET .../{id}: find answers the resource or its 404 (it
