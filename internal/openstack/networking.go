@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -303,18 +304,25 @@ func (q portQuery) ToPortListQuery() (string, error) {
 	return "?" + v.Encode(), nil
 }
 
+// listPorts decodes each page once (see requestInto): the transit network's list holds
+// a port per gateway.
 func (n *networking) listPorts(ctx context.Context, lo ports.ListOptsBuilder) ([]Port, error) {
-	pages, err := ports.List(n.c, lo).AllPages(ctx)
+	q, err := lo.ToPortListQuery()
 	if err != nil {
 		return nil, wrapErr("list ports", err)
 	}
-	all, err := ports.ExtractPorts(pages)
+	type page struct {
+		Ports []ports.Port       `json:"ports"`
+		Links []gophercloud.Link `json:"ports_links"`
+	}
+	var out []Port
+	err = listInto(ctx, n.c, n.c.ServiceURL("ports")+q, func(p *page) {
+		for _, port := range p.Ports {
+			out = append(out, toPort(port))
+		}
+	}, func(p *page) []gophercloud.Link { return p.Links })
 	if err != nil {
 		return nil, wrapErr("list ports", err)
-	}
-	out := make([]Port, 0, len(all))
-	for _, p := range all {
-		out = append(out, toPort(p))
 	}
 	return out, nil
 }
@@ -462,11 +470,14 @@ func (n *networking) GetSecurityGroup(ctx context.Context, id string) (*Security
 	if id == "" {
 		return nil, fmt.Errorf("get security group: %w: empty ID", ErrNotFound)
 	}
-	g, err := groups.Get(ctx, n.c, id).Extract()
-	if err != nil {
+	// Decoded once (see requestInto): a gateway's group carries a rule per link.
+	var out struct {
+		Group groups.SecGroup `json:"security_group"`
+	}
+	if err := requestInto(ctx, n.c, http.MethodGet, n.c.ServiceURL("security-groups", id), nil, &out, http.StatusOK); err != nil {
 		return nil, wrapErr("get security group "+id, err)
 	}
-	res := toSecurityGroup(*g)
+	res := toSecurityGroup(out.Group)
 	return &res, nil
 }
 
@@ -504,18 +515,25 @@ func (n *networking) ListSecurityGroups(ctx context.Context, tags []string) ([]S
 	return out, nil
 }
 
+// listSecurityGroups decodes each page once (see requestInto): each group comes with
+// its rules.
 func (n *networking) listSecurityGroups(ctx context.Context, lo groups.ListOpts) ([]SecurityGroup, error) {
-	pages, err := groups.List(n.c, lo).AllPages(ctx)
+	q, err := gophercloud.BuildQueryString(&lo) // as groups.List builds it
 	if err != nil {
 		return nil, wrapErr("list security groups", err)
 	}
-	all, err := groups.ExtractGroups(pages)
+	type page struct {
+		Groups []groups.SecGroup  `json:"security_groups"`
+		Links  []gophercloud.Link `json:"security_groups_links"`
+	}
+	var out []SecurityGroup
+	err = listInto(ctx, n.c, n.c.ServiceURL("security-groups")+q.String(), func(p *page) {
+		for _, g := range p.Groups {
+			out = append(out, toSecurityGroup(g))
+		}
+	}, func(p *page) []gophercloud.Link { return p.Links })
 	if err != nil {
 		return nil, wrapErr("list security groups", err)
-	}
-	out := make([]SecurityGroup, 0, len(all))
-	for _, g := range all {
-		out = append(out, toSecurityGroup(g))
 	}
 	return out, nil
 }
@@ -552,12 +570,21 @@ func (n *networking) CreateSecurityGroupRules(ctx context.Context, opts []Create
 	for _, o := range opts {
 		body = append(body, ruleCreateOpts(o))
 	}
-	rs, err := rules.CreateBulk(ctx, n.c, body).Extract()
+	// What rules.CreateBulk sends, with the answer (every rule created) decoded once
+	// (see requestInto).
+	op := fmt.Sprintf("create %d rules in security group %s", len(opts), opts[0].SecurityGroupID)
+	b, err := gophercloud.BuildRequestBody(body, "security_group_rules")
 	if err != nil {
-		return nil, wrapErr(fmt.Sprintf("create %d rules in security group %s", len(opts), opts[0].SecurityGroupID), err)
+		return nil, wrapErr(op, err)
 	}
-	out := make([]SecurityGroupRule, 0, len(rs))
-	for _, r := range rs {
+	var created struct {
+		Rules []rules.SecGroupRule `json:"security_group_rules"`
+	}
+	if err := requestInto(ctx, n.c, http.MethodPost, n.c.ServiceURL("security-group-rules"), b, &created, http.StatusCreated); err != nil {
+		return nil, wrapErr(op, err)
+	}
+	out := make([]SecurityGroupRule, 0, len(created.Rules))
+	for _, r := range created.Rules {
 		out = append(out, toRule(r))
 	}
 	return out, nil
@@ -737,11 +764,33 @@ func (n *networking) GetRouter(ctx context.Context, id string) (*Router, error) 
 	if id == "" {
 		return nil, fmt.Errorf("get router: %w: empty ID", ErrNotFound)
 	}
-	r, err := routers.Get(ctx, n.c, id).Extract()
-	if err != nil {
+	// Decoded once (see requestInto): the operator's router carries a route per
+	// reverse-exposure gateway.
+	var out routerBody
+	if err := requestInto(ctx, n.c, http.MethodGet, n.c.ServiceURL("routers", id), nil, &out, http.StatusOK); err != nil {
 		return nil, wrapErr("get router "+id, err)
 	}
-	res := toRouter(*r)
+	res := toRouter(out.Router)
+	return &res, nil
+}
+
+// routerBody is Neutron's answer about one router.
+type routerBody struct {
+	Router routers.Router `json:"router"`
+}
+
+// putRoutes sends add_extraroutes or remove_extraroutes (action) and decodes the router
+// Neutron answers with, every route of it, once (see requestInto).
+func (n *networking) putRoutes(ctx context.Context, routerID, action string, routes []Route) (*Router, error) {
+	b, err := extraroutes.Opts{Routes: toGCRoutes(routes)}.ToExtraRoutesUpdateMap()
+	if err != nil {
+		return nil, err
+	}
+	var out routerBody
+	if err := requestInto(ctx, n.c, http.MethodPut, n.c.ServiceURL("routers", routerID, action), b, &out, http.StatusOK); err != nil {
+		return nil, err
+	}
+	res := toRouter(out.Router)
 	return &res, nil
 }
 
@@ -838,12 +887,8 @@ func (n *networking) AddRouterRoutes(ctx context.Context, routerID string, route
 			return have
 		})
 	}
-	r, err := extraroutes.Add(ctx, n.c, routerID, extraroutes.Opts{Routes: toGCRoutes(routes)}).Extract()
-	if err != nil {
-		return nil, wrapErr(op, err)
-	}
-	res := toRouter(*r)
-	return &res, nil
+	r, err := n.putRoutes(ctx, routerID, "add_extraroutes", routes)
+	return r, wrapErr(op, err)
 }
 
 // RemoveRouterRoutes removes exactly these routes (destination and next hop) with
@@ -860,12 +905,8 @@ func (n *networking) RemoveRouterRoutes(ctx context.Context, routerID string, ro
 			return slices.DeleteFunc(have, func(r Route) bool { return slices.Contains(routes, r) })
 		})
 	}
-	r, err := extraroutes.Remove(ctx, n.c, routerID, extraroutes.Opts{Routes: toGCRoutes(routes)}).Extract()
-	if err != nil {
-		return nil, wrapErr(op, err)
-	}
-	res := toRouter(*r)
-	return &res, nil
+	r, err := n.putRoutes(ctx, routerID, "remove_extraroutes", routes)
+	return r, wrapErr(op, err)
 }
 
 // maxRouteRetries bounds the compare-and-swap loop of updateRoutes under contention.

@@ -476,6 +476,14 @@ func (s *Server) SetServerStatus(serverID, status string) error {
 	return nil
 }
 
+// SetPageSize pages every Neutron list at n entries even when the request names no
+// limit, as Neutron does with pagination_max_limit set (0 = not paged unless asked).
+func (s *Server) SetPageSize(n int) {
+	s.st.mu.Lock()
+	s.st.pageSize = n
+	s.st.mu.Unlock()
+}
+
 // SetMaxRoutes changes the per-router route limit (0 = unlimited).
 func (s *Server) SetMaxRoutes(n int) {
 	s.st.mu.Lock()

@@ -36,14 +36,15 @@ func byIDs[T any](m map[string]*T, ids []string) []*T {
 // caller may see them and the query selects them), rendered by out as the
 // JSON collection key. No match is an empty array, never null.
 //
-// With limit (or marker) in the query it pages as Neutron does: ordered by ID, the
-// page after the marker, and a "<key>_links" next link while more remain. Neutron's
+// With limit (or marker) in the query, or a page size set (SetPageSize), it pages as
+// Neutron does: ordered by ID, the page after the marker, and a "<key>_links" next link
+// while more remain. Neutron's
 // fields= keeps only the named attributes of each entry (Nova's lists have no such
 // parameter and ignore it).
 func writeList[T any, PT interface {
 	*T
 	ident() string
-}, W any](w http.ResponseWriter, r *http.Request, key string, candidates []PT, keep func(PT) bool, out func(PT) W) {
+}, W any](st *state, w http.ResponseWriter, r *http.Request, key string, candidates []PT, keep func(PT) bool, out func(PT) W) {
 	var kept []PT
 	for _, v := range candidates {
 		if keep(v) {
@@ -51,7 +52,11 @@ func writeList[T any, PT interface {
 		}
 	}
 	q := r.URL.Query()
+	neutron := strings.HasPrefix(r.URL.Path, neutronBase+"/")
 	limit, _ := strconv.Atoi(q.Get("limit"))
+	if max := st.pageSize; neutron && max > 0 && (limit <= 0 || limit > max) {
+		limit = max // pagination_max_limit: no page is longer
+	}
 	marker := q.Get("marker")
 	var next string
 	if limit > 0 || marker != "" {
@@ -67,7 +72,7 @@ func writeList[T any, PT interface {
 	}
 	list := make([]any, 0, len(kept))
 	fields := q["fields"]
-	if !strings.HasPrefix(r.URL.Path, neutronBase+"/") {
+	if !neutron {
 		fields = nil
 	}
 	for _, v := range kept {

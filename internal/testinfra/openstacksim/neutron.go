@@ -135,7 +135,7 @@ func (s *Server) listNetworks(w http.ResponseWriter, r *http.Request, c *caller)
 	st := s.st
 	st.mu.RLock()
 	defer st.mu.RUnlock()
-	writeList(w, r, "networks", inOrder(st, st.networks), func(n *Network) bool {
+	writeList(st, w, r, "networks", inOrder(st, st.networks), func(n *Network) bool {
 		return st.networkVisible(c, n) && fieldMatch(q, "id", n.ID) && fieldMatch(q, "name", n.Name) &&
 			fieldMatch(q, "description", n.Description) &&
 			projectMatch(q, n.ProjectID) && boolMatch(q, "shared", n.Shared) &&
@@ -305,7 +305,7 @@ func (s *Server) listSubnets(w http.ResponseWriter, r *http.Request, c *caller) 
 		}
 	}
 	st.sortIDs(ids)
-	writeList(w, r, "subnets", byIDs(st.subnets, ids), func(sn *Subnet) bool {
+	writeList(st, w, r, "subnets", byIDs(st.subnets, ids), func(sn *Subnet) bool {
 		return st.subnetVisible(c, sn) && fieldMatch(q, "id", sn.ID) && fieldMatch(q, "name", sn.Name) &&
 			fieldMatch(q, "cidr", sn.CIDR) && fieldMatch(q, "gateway_ip", sn.GatewayIP) &&
 			fieldMatch(q, "ip_version", strconv.Itoa(sn.IPVersion)) && projectMatch(q, sn.ProjectID) && tagsMatch(q, sn.Tags)
@@ -534,7 +534,7 @@ func (s *Server) listPorts(w http.ResponseWriter, r *http.Request, c *caller) {
 	st.mu.RLock()
 	defer st.mu.RUnlock()
 	sgs := q["security_groups"]
-	writeList(w, r, "ports", byIDs(st.ports, st.portCandidates(q, c)), func(p *Port) bool {
+	writeList(st, w, r, "ports", byIDs(st.ports, st.portCandidates(q, c)), func(p *Port) bool {
 		return st.portVisible(c, p) && fieldMatch(q, "id", p.ID) && fieldMatch(q, "name", p.Name) &&
 			fieldMatch(q, "description", p.Description) &&
 			fieldMatch(q, "network_id", p.NetworkID) && fieldMatch(q, "device_id", p.DeviceID) &&

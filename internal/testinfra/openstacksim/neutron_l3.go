@@ -84,7 +84,7 @@ func (s *Server) listRouters(w http.ResponseWriter, r *http.Request, c *caller) 
 	st := s.st
 	st.mu.RLock()
 	defer st.mu.RUnlock()
-	writeList(w, r, "routers", inOrder(st, st.routers), func(rt *Router) bool {
+	writeList(st, w, r, "routers", inOrder(st, st.routers), func(rt *Router) bool {
 		return owns(c, rt.ProjectID) && fieldMatch(q, "id", rt.ID) && fieldMatch(q, "name", rt.Name) &&
 			fieldMatch(q, "description", rt.Description) &&
 			projectMatch(q, rt.ProjectID) && fieldMatch(q, "status", rt.Status) && tagsMatch(q, rt.Tags)
@@ -419,7 +419,7 @@ func (s *Server) listFIPs(w http.ResponseWriter, r *http.Request, c *caller) {
 	st := s.st
 	st.mu.RLock()
 	defer st.mu.RUnlock()
-	writeList(w, r, "floatingips", inOrder(st, st.fips), func(f *FloatingIP) bool {
+	writeList(st, w, r, "floatingips", inOrder(st, st.fips), func(f *FloatingIP) bool {
 		return owns(c, f.ProjectID) && fieldMatch(q, "id", f.ID) && fieldMatch(q, "floating_ip_address", f.FloatingIPAddress) &&
 			fieldMatch(q, "port_id", f.PortID) && fieldMatch(q, "floating_network_id", f.FloatingNetworkID) &&
 			fieldMatch(q, "fixed_ip_address", f.FixedIPAddress) && fieldMatch(q, "router_id", f.RouterID) &&

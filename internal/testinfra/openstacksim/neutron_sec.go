@@ -67,7 +67,7 @@ func (s *Server) listSGs(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	st.mu.RLock()
 	defer st.mu.RUnlock()
-	writeList(w, r, "security_groups", inOrder(st, st.sgs), func(g *SecurityGroup) bool {
+	writeList(st, w, r, "security_groups", inOrder(st, st.sgs), func(g *SecurityGroup) bool {
 		return owns(c, g.ProjectID) && fieldMatch(q, "id", g.ID) && fieldMatch(q, "name", g.Name) &&
 			fieldMatch(q, "description", g.Description) && projectMatch(q, g.ProjectID) && tagsMatch(q, g.Tags)
 	}, sgOut)
@@ -460,7 +460,7 @@ func (s *Server) listRBAC(w http.ResponseWriter, r *http.Request, c *caller) {
 	st := s.st
 	st.mu.RLock()
 	defer st.mu.RUnlock()
-	writeList(w, r, "rbac_policies", inOrder(st, st.rbac), func(p *RBACPolicy) bool {
+	writeList(st, w, r, "rbac_policies", inOrder(st, st.rbac), func(p *RBACPolicy) bool {
 		return owns(c, p.ProjectID) && fieldMatch(q, "id", p.ID) && fieldMatch(q, "object_id", p.ObjectID) &&
 			fieldMatch(q, "object_type", p.ObjectType) && fieldMatch(q, "action", p.Action) &&
 			fieldMatch(q, "target_tenant", p.TargetProject) && fieldMatch(q, "target_project", p.TargetProject) &&

@@ -117,7 +117,7 @@ func (s *Server) listServers(w http.ResponseWriter, r *http.Request, c *caller) 
 	defer st.mu.RUnlock()
 	// Nova's name filter is a pattern, not an exact match.
 	name := q.Get("name")
-	writeList(w, r, "servers", inOrder(st, st.servers), func(in *Instance) bool {
+	writeList(st, w, r, "servers", inOrder(st, st.servers), func(in *Instance) bool {
 		return owns(c, in.ProjectID) && (name == "" || strings.Contains(in.Name, name)) && fieldMatch(q, "status", in.Status)
 	}, st.serverOut)
 }

@@ -68,6 +68,7 @@ type state struct {
 
 	region           string
 	maxRoutes        int
+	pageSize         int // Neutron's pagination_max_limit (SetPageSize)
 	adminOnlyFIPAddr bool
 	extensions       []string
 	legacyPolicy     bool
