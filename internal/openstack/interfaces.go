@@ -113,9 +113,8 @@ type ListPortsOpts struct {
 	SubnetID  string // fixed IP subnet
 	ProjectID string
 	// Fields, when set, asks Neutron for only these attributes of each port (its
-	// fields= query); the others come back zero. A list of every port of a network is
-	// decoded three times by gophercloud, so a caller that needs a few attributes of a
-	// thousand ports says which. It narrows the filter's answer, not the filter.
+	// fields= query); the others come back zero. A caller that needs a few attributes
+	// of every port of a network says which. It narrows the answer, not the filter.
 	Fields []string
 }
 
