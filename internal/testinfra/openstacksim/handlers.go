@@ -38,9 +38,8 @@ func byIDs[T any](m map[string]*T, ids []string) []*T {
 //
 // With limit (or marker) in the query, or a page size set (SetPageSize), it pages as
 // Neutron does: ordered by ID, the page after the marker, and a "<key>_links" next link
-// while more remain. Neutron's
-// fields= keeps only the named attributes of each entry (Nova's lists have no such
-// parameter and ignore it).
+// while more remain. Neutron's fields= keeps only the named attributes of each entry
+// (Nova's lists have no such parameter and ignore it).
 func writeList[T any, PT interface {
 	*T
 	ident() string
