@@ -35,11 +35,21 @@ type Skip struct {
 type Report struct {
 	Skips  []Skip
 	Failed []string // package/test that failed
+	// Why holds, for each failing test that printed any, the first lines of its first
+	// messages (t.Error, t.Log and the like, in the order printed): the end of a long run's
+	// log says why it failed, where the test's whole output can be thousands of lines up.
+	Why []Failure
 	// Packages counts the packages that ran tests.
 	Packages int
 	// Durations are the top-level tests that passed or failed, longest first: where a
 	// whole run's time went, in every run's log.
 	Durations []Duration
+}
+
+// Failure is a failing test's first messages, one line each.
+type Failure struct {
+	Package, Test string
+	Messages      []string
 }
 
 // Duration is one top-level test's wall time.
@@ -94,6 +104,9 @@ func Read(in io.Reader, out io.Writer) (*Report, error) {
 			}
 			testFailed[e.Package] = true
 			r.Failed = append(r.Failed, e.Package+" "+e.Test)
+			if m := messages(buf[key]); len(m) > 0 {
+				r.Why = append(r.Why, Failure{Package: e.Package, Test: e.Test, Messages: m})
+			}
 			fmt.Fprint(out, strings.Join(buf[key], ""))
 			delete(buf, key)
 		case "pass":
@@ -119,6 +132,50 @@ func (r *Report) timed(e event) {
 	if e.Test != "" && !strings.Contains(e.Test, "/") {
 		r.Durations = append(r.Durations, Duration{Package: e.Package, Test: e.Test, Seconds: e.Elapsed})
 	}
+}
+
+// Limits of what the summary quotes of a failing test: its first messages, each cut to
+// one line of bounded length.
+const (
+	whyMessages = 4
+	whyWidth    = 240
+)
+
+// messages picks the first lines of a test's messages out of its output: a message
+// starts with the file and line that printed it ("    x_test.go:12: ..."); its further
+// lines are indented deeper and are left out, as are the "=== RUN" and "--- FAIL" lines.
+func messages(lines []string) []string {
+	var out []string
+	for _, l := range lines {
+		t := strings.TrimSpace(l)
+		file, _, ok := strings.Cut(t, ": ")
+		if !ok || !isFileLine(file) {
+			continue
+		}
+		if len(t) > whyWidth {
+			t = t[:whyWidth] + "..."
+		}
+		out = append(out, t)
+		if len(out) == whyMessages {
+			break
+		}
+	}
+	return out
+}
+
+// isFileLine says whether s is "name.go:123", the prefix the testing package puts on
+// every message.
+func isFileLine(s string) bool {
+	name, line, ok := strings.Cut(s, ".go:")
+	if !ok || name == "" || strings.ContainsAny(name, " \t") || line == "" {
+		return false
+	}
+	for _, c := range line {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // reason is the last line a skipped test printed before its "--- SKIP" line.
@@ -159,6 +216,15 @@ func main() {
 		if err := os.WriteFile(*list, []byte(b.String()), 0o644); err != nil {
 			fmt.Fprintf(os.Stderr, "testreport: %v\n", err)
 			os.Exit(2)
+		}
+	}
+	if len(r.Why) > 0 {
+		fmt.Printf("why tests failed (each one's first messages; its whole output is above):\n")
+		for _, f := range r.Why {
+			fmt.Printf("  %s %s\n", f.Package, f.Test)
+			for _, m := range f.Messages {
+				fmt.Printf("      %s\n", m)
+			}
 		}
 	}
 	if *forbid && len(r.Skips) > 0 {

@@ -30,7 +30,7 @@ import (
 func TestPass(t *testing.T) {}
 func TestSlow(t *testing.T) { time.Sleep(300 * time.Millisecond); t.Run("part", func(t *testing.T) {}) }
 func TestSkip(t *testing.T) { t.Skip("needs a thing that is missing") }
-func TestFail(t *testing.T) { t.Log("context line"); t.Fatal("it broke") }
+func TestFail(t *testing.T) { t.Log("context line"); t.Fatal("it broke\nits second line") }
 func TestSub(t *testing.T) { t.Run("inner", func(t *testing.T) { t.Skipf("inner %s", "reason") }) }
 `)
 	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
@@ -58,6 +58,13 @@ func TestSub(t *testing.T) { t.Run("inner", func(t *testing.T) { t.Skipf("inner 
 	if !strings.Contains(printed, "it broke") || !strings.Contains(printed, "context line") || !strings.Contains(printed, "FAIL\texample.com/sample") {
 		t.Errorf("the failing test's output is not printed:\n%s", printed)
 	}
+	// Why it failed, for the end of the log: the first line of each message, with the
+	// file and line that printed it.
+	if len(r.Why) != 1 || r.Why[0].Test != "TestFail" || len(r.Why[0].Messages) != 2 ||
+		!strings.HasPrefix(r.Why[0].Messages[0], "sample_test.go:") || !strings.HasSuffix(r.Why[0].Messages[0], ": context line") ||
+		!strings.HasSuffix(r.Why[0].Messages[1], ": it broke") {
+		t.Errorf("why %+v", r.Why)
+	}
 	// The durations: the four top-level tests that passed or failed (not the skipped
 	// one, no subtest), the sleeping one first.
 	if len(r.Durations) != 4 || r.Durations[0].Test != "TestSlow" || r.Durations[0].Seconds < 0.3 {
@@ -81,6 +88,34 @@ func TestReadPassesThroughOtherLines(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "syntax error") {
 		t.Fatalf("build error lost: %q", out.String())
+	}
+}
+
+// A message's first line counts only when it starts with the file and line that printed
+// it; at most whyMessages are kept, each cut to whyWidth.
+func TestMessages(t *testing.T) {
+	long := strings.Repeat("x", 300)
+	got := messages([]string{
+		"=== RUN   TestA\n",
+		"    a_test.go:10: first\n",
+		"        a continuation: line\n",
+		"    not a file: line\n",
+		"    a b.go:3: a space in the name\n",
+		"    b_test.go:x1: not a line number\n",
+		"    a_test.go:11: " + long + "\n",
+		"    a_test.go:12: third\n",
+		"    a_test.go:13: fourth\n",
+		"    a_test.go:14: fifth\n",
+		"--- FAIL: TestA (0.00s)\n",
+	})
+	want := []string{"a_test.go:10: first", "a_test.go:11: " + long[:whyWidth-len("a_test.go:11: ")] + "...", "a_test.go:12: third", "a_test.go:13: fourth"}
+	if len(got) != len(want) {
+		t.Fatalf("got %q", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("message %d: got %q, want %q", i, got[i], want[i])
+		}
 	}
 }
 
