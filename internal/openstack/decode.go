@@ -7,6 +7,8 @@ import (
 	"net/http"
 
 	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/groups"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/rules"
 )
 
 // Answers that grow with the estate (a router carrying a route per gateway, every port
@@ -56,4 +58,33 @@ func listInto[P any](ctx context.Context, c *gophercloud.ServiceClient, url stri
 		url = n
 	}
 	return nil
+}
+
+// plainRule is a security-group rule decoded by encoding/json alone: the same fields
+// and tags as gophercloud's, without its UnmarshalJSON. That one decodes each rule twice
+// on today's Neutron: first in an older time format, which fails on the "Z" Neutron
+// sends, then again in RFC 3339 (and a group's own UnmarshalJSON does the same around
+// its rules, so a rule read with its group was decoded four times). Nothing here reads
+// the timestamps, which this decoding skips.
+type plainRule rules.SecGroupRule
+
+// plainGroup is a security group decoded the same way, its rules as plainRules (the
+// outer Rules field hides the embedded one of the same JSON name).
+type plainGroup struct {
+	groupFields
+	Rules []plainRule `json:"security_group_rules"`
+}
+
+// groupFields are gophercloud's security group's fields, without its UnmarshalJSON.
+type groupFields groups.SecGroup
+
+func (r plainRule) rule() SecurityGroupRule { return toRule(rules.SecGroupRule(r)) }
+
+func (g plainGroup) group() SecurityGroup {
+	out := toSecurityGroup(groups.SecGroup(g.groupFields))
+	out.Rules = nil
+	for _, r := range g.Rules {
+		out.Rules = append(out.Rules, r.rule())
+	}
+	return out
 }

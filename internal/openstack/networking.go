@@ -470,14 +470,15 @@ func (n *networking) GetSecurityGroup(ctx context.Context, id string) (*Security
 	if id == "" {
 		return nil, fmt.Errorf("get security group: %w: empty ID", ErrNotFound)
 	}
-	// Decoded once (see requestInto): a gateway's group carries a rule per link.
+	// Decoded once (see requestInto), its rules as plainRules: a gateway's group carries a
+	// rule per link.
 	var out struct {
-		Group groups.SecGroup `json:"security_group"`
+		Group plainGroup `json:"security_group"`
 	}
 	if err := requestInto(ctx, n.c, http.MethodGet, n.c.ServiceURL("security-groups", id), nil, &out, http.StatusOK); err != nil {
 		return nil, wrapErr("get security group "+id, err)
 	}
-	res := toSecurityGroup(out.Group)
+	res := out.Group.group()
 	return &res, nil
 }
 
@@ -523,13 +524,13 @@ func (n *networking) listSecurityGroups(ctx context.Context, lo groups.ListOpts)
 		return nil, wrapErr("list security groups", err)
 	}
 	type page struct {
-		Groups []groups.SecGroup  `json:"security_groups"`
+		Groups []plainGroup       `json:"security_groups"`
 		Links  []gophercloud.Link `json:"security_groups_links"`
 	}
 	var out []SecurityGroup
 	err = listInto(ctx, n.c, n.c.ServiceURL("security-groups")+q.String(), func(p *page) {
 		for _, g := range p.Groups {
-			out = append(out, toSecurityGroup(g))
+			out = append(out, g.group())
 		}
 	}, func(p *page) []gophercloud.Link { return p.Links })
 	if err != nil {
@@ -578,14 +579,14 @@ func (n *networking) CreateSecurityGroupRules(ctx context.Context, opts []Create
 		return nil, wrapErr(op, err)
 	}
 	var created struct {
-		Rules []rules.SecGroupRule `json:"security_group_rules"`
+		Rules []plainRule `json:"security_group_rules"`
 	}
 	if err := requestInto(ctx, n.c, http.MethodPost, n.c.ServiceURL("security-group-rules"), b, &created, http.StatusCreated); err != nil {
 		return nil, wrapErr(op, err)
 	}
 	out := make([]SecurityGroupRule, 0, len(created.Rules))
 	for _, r := range created.Rules {
-		out = append(out, toRule(r))
+		out = append(out, r.rule())
 	}
 	return out, nil
 }

@@ -1,0 +1,123 @@
+package openstack
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/groups"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/rules"
+)
+
+// groupJSON is a security group as Neutron answers GET /v2.0/security-groups/{id}: rules
+// with and without ports and prefixes, timestamps as 2025.1 writes them ("Z") and, on
+// one rule, as older releases did (no zone), which the plain decoding skips either way.
+func groupJSON(n int) string {
+	var rs []string
+	for i := range n {
+		rs = append(rs, fmt.Sprintf(`{"id": "r%d", "tenant_id": "p1", "security_group_id": "g1", "ethertype": "IPv4",
+ "direction": "ingress", "protocol": "udp", "port_range_min": %d, "port_range_max": %d, "remote_ip_prefix": "10.%d.0.0/24",
+ "remote_group_id": null, "remote_address_group_id": null, "normalized_cidr": "10.%d.0.0/24", "description": "link %d",
+ "tags": [], "created_at": "2026-12-06T03:40:15Z", "updated_at": "2026-12-06T03:40:15Z", "revision_number": 0, "project_id": "p1"}`,
+			i, 4500, 4500, i%250, i%250, i))
+	}
+	rs = append(rs, `{"id": "egress", "tenant_id": "p1", "security_group_id": "g1", "ethertype": "IPv4", "direction": "egress",
+ "protocol": null, "port_range_min": null, "port_range_max": null, "remote_ip_prefix": null, "remote_group_id": null,
+ "description": "", "created_at": "2019-06-30T04:15:37", "updated_at": "2019-06-30T04:15:37", "revision_number": 0, "project_id": "p1"}`)
+	return `{"security_group": {"id": "g1", "name": "bnerd-gw", "tenant_id": "p1", "description": "the gateway's port",
+ "stateful": true, "tags": ["bnerd-vpn-operator", "bnerd-owner=ns/gw"], "created_at": "2026-12-06T03:40:15Z",
+ "updated_at": "2026-12-06T03:40:16Z", "revision_number": 3, "project_id": "p1", "security_group_rules": [` + strings.Join(rs, ",") + `]}}`
+}
+
+// The plain decoding gives the seam's types exactly what gophercloud's own decoding
+// gives them, for a group and for the rules a bulk create answers with.
+func TestPlainDecodingMatchesGophercloud(t *testing.T) {
+	body := []byte(groupJSON(30))
+	var theirs struct {
+		Group groups.SecGroup `json:"security_group"`
+	}
+	var ours struct {
+		Group plainGroup `json:"security_group"`
+	}
+	if err := json.Unmarshal(body, &theirs); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(body, &ours); err != nil {
+		t.Fatal(err)
+	}
+	want, got := toSecurityGroup(theirs.Group), ours.Group.group()
+	if len(want.Rules) != 31 || want.Tags == nil || want.Rules[3].PortRangeMin != 4500 || want.Rules[30].RemoteIPPrefix != "" {
+		t.Fatalf("the reference decoding is not what the body says: %+v", want)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("plain decoding of a group:\n got %+v\nwant %+v", got, want)
+	}
+
+	rulesBody, err := json.Marshal(map[string]any{"security_group_rules": json.RawMessage(ruleList(body))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var theirRules struct {
+		Rules []rules.SecGroupRule `json:"security_group_rules"`
+	}
+	var ourRules struct {
+		Rules []plainRule `json:"security_group_rules"`
+	}
+	if err := json.Unmarshal(rulesBody, &theirRules); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(rulesBody, &ourRules); err != nil {
+		t.Fatal(err)
+	}
+	if len(ourRules.Rules) != len(theirRules.Rules) || len(ourRules.Rules) != 31 {
+		t.Fatalf("%d rules decoded, gophercloud %d", len(ourRules.Rules), len(theirRules.Rules))
+	}
+	for i := range ourRules.Rules {
+		if got, want := ourRules.Rules[i].rule(), toRule(theirRules.Rules[i]); got != want {
+			t.Errorf("rule %d:\n got %+v\nwant %+v", i, got, want)
+		}
+	}
+}
+
+// ruleList is the group body's rule array.
+func ruleList(body []byte) []byte {
+	var g struct {
+		Group struct {
+			Rules json.RawMessage `json:"security_group_rules"`
+		} `json:"security_group"`
+	}
+	_ = json.Unmarshal(body, &g)
+	return g.Group.Rules
+}
+
+// Decoding a gateway's group with 200 rules (one per ClusterLink and more), both ways,
+// side by side: go test -run XXX -bench DecodeSecurityGroup -benchmem ./internal/openstack/
+func BenchmarkDecodeSecurityGroup(b *testing.B) {
+	body := []byte(groupJSON(200))
+	b.Run("gophercloud", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var out struct {
+				Group groups.SecGroup `json:"security_group"`
+			}
+			if err := json.Unmarshal(body, &out); err != nil {
+				b.Fatal(err)
+			}
+			_ = toSecurityGroup(out.Group)
+		}
+	})
+	b.Run("plain", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var out struct {
+				Group plainGroup `json:"security_group"`
+			}
+			if err := json.Unmarshal(body, &out); err != nil {
+				b.Fatal(err)
+			}
+			_ = out.Group.group()
+		}
+	})
+}
