@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/routers"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/groups"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/rules"
 )
@@ -59,6 +60,10 @@ func listInto[P any](ctx context.Context, c *gophercloud.ServiceClient, url stri
 	}
 	return nil
 }
+
+// plainRouter is a router decoded by encoding/json alone, as plainRule is a rule: its
+// UnmarshalJSON decodes the router, every route of it, twice on today's Neutron.
+type plainRouter routers.Router
 
 // plainRule is a security-group rule decoded by encoding/json alone: the same fields
 // and tags as gophercloud's, without its UnmarshalJSON. That one decodes each rule twice

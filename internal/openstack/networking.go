@@ -771,13 +771,13 @@ func (n *networking) GetRouter(ctx context.Context, id string) (*Router, error) 
 	if err := requestInto(ctx, n.c, http.MethodGet, n.c.ServiceURL("routers", id), nil, &out, http.StatusOK); err != nil {
 		return nil, wrapErr("get router "+id, err)
 	}
-	res := toRouter(out.Router)
+	res := toRouter(routers.Router(out.Router))
 	return &res, nil
 }
 
-// routerBody is Neutron's answer about one router.
+// routerBody is Neutron's answer about one router, decoded as a plainRouter.
 type routerBody struct {
-	Router routers.Router `json:"router"`
+	Router plainRouter `json:"router"`
 }
 
 // putRoutes sends add_extraroutes or remove_extraroutes (action) and decodes the router
@@ -791,7 +791,7 @@ func (n *networking) putRoutes(ctx context.Context, routerID, action string, rou
 	if err := requestInto(ctx, n.c, http.MethodPut, n.c.ServiceURL("routers", routerID, action), b, &out, http.StatusOK); err != nil {
 		return nil, err
 	}
-	res := toRouter(out.Router)
+	res := toRouter(routers.Router(out.Router))
 	return &res, nil
 }
 
