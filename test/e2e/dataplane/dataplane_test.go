@@ -17,8 +17,6 @@ package dataplane
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -26,7 +24,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -67,16 +64,12 @@ const (
 const innerFilter = "net 198.51.100.0/24 or net 100.64.0.0/10 or net 203.0.113.0/24 or net 198.18.0.0/24"
 
 type env struct {
-	t      testing.TB
-	dir    string
-	prefix string
-	bin    struct{ agent, helper string }
-	// procs are the processes the test started, by name (procsMu: steps that act on
-	// several client sites at once start and stop processes concurrently).
-	procs   map[string]*exec.Cmd
-	procsMu sync.Mutex
-	gw      *gatewayconfig.Config
-	obj     *v1alpha1.IPsecGateway
+	// The namespaces, processes, logs and captures (netns: its T is the running
+	// (sub)test's, see run); CleanupSignal is SIGKILL.
+	*netns.Env
+	bin struct{ agent, helper string }
+	gw  *gatewayconfig.Config
+	obj *v1alpha1.IPsecGateway
 	// kernel: kernel XFRM, --guard=xfrm, the pod's containers with the API source.
 	kernel bool
 	api    *podAPI
@@ -94,86 +87,13 @@ func (e *env) psks() map[string]string {
 	return map[string]string{"t1": psk}
 }
 
-func (e *env) ns(role string) string { return e.prefix + role }
-
-// sh runs a command in namespace ns (empty: the test's own) and returns its output.
-func (e *env) sh(ns string, args ...string) (string, error) {
-	if ns != "" {
-		args = append([]string{"ip", "netns", "exec", ns}, args...)
-	}
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	return string(out), err
-}
-
-func (e *env) must(ns string, args ...string) string {
-	e.t.Helper()
-	out, err := e.sh(ns, args...)
-	if err != nil {
-		e.t.Fatalf("%s: %v: %v\n%s", ns, args, err, out)
-	}
-	return out
-}
-
-// start runs a long-lived process in ns; its output goes to <dir>/<name>.log (appended:
-// a restarted process keeps its earlier lines).
-func (e *env) start(name, ns string, env []string, args ...string) *exec.Cmd {
-	e.t.Helper()
-	return e.startT(e.t, name, ns, env, args...)
-}
-
-// startT is start failing t (a subtest running beside others) rather than e.t.
-func (e *env) startT(t testing.TB, name, ns string, env []string, args ...string) *exec.Cmd {
-	t.Helper()
-	logf, err := os.OpenFile(filepath.Join(e.dir, name+".log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(os.Environ(), env...)
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", name, err)
-	}
-	_ = logf.Close()
-	e.procsMu.Lock()
-	e.procs[name] = cmd
-	e.procsMu.Unlock()
-	return cmd
-}
-
-// stop ends a process this test started, by its PID.
-func (e *env) stop(name string, sig syscall.Signal) {
-	e.procsMu.Lock()
-	cmd := e.procs[name]
-	delete(e.procs, name)
-	e.procsMu.Unlock()
-	if cmd == nil {
-		return
-	}
-	netns.RecordPeakRSS(name, cmd.Process.Pid)
-	_ = cmd.Process.Signal(sig)
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(scaled(10 * time.Second)):
-		_ = cmd.Process.Kill()
-		<-done
-	}
-}
-
-func (e *env) logOf(name string) string {
-	b, _ := os.ReadFile(filepath.Join(e.dir, name+".log"))
-	return string(b)
-}
-
 // run runs a subtest with e's helpers failing that subtest (not its parent). The steps
 // build on each other, so a failed one ends the test: what follows would only time out.
 func (e *env) run(t *testing.T, name string, f func(t *testing.T)) {
 	if !t.Run(name, func(t *testing.T) {
-		parent := e.t
-		e.t = t
-		defer func() { e.t = parent }()
+		parent := e.T
+		e.T = t
+		defer func() { e.T = parent }()
 		f(t)
 	}) {
 		t.FailNow()
@@ -181,32 +101,10 @@ func (e *env) run(t *testing.T, name string, f func(t *testing.T)) {
 }
 
 // sleep waits d times the environment's factor.
-func (e *env) sleep(d time.Duration) { time.Sleep(scaled(d)) }
-
-// eventually polls cond until it holds; the generous limit only bounds a hung test.
-func (e *env) eventually(what string, cond func() bool) {
-	e.t.Helper()
-	deadline := time.Now().Add(scaled(time.Minute))
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	e.t.Fatalf("never happened: %s", what)
-}
+func (e *env) sleep(d time.Duration) { time.Sleep(netns.Scaled(d)) }
 
 func requirements(t testing.TB) {
-	testenv.NeedRoot(t, "dataplane e2e needs root (network namespaces, nftables, charon)")
-	bins := []string{"charon-systemd", "swanctl", "nft", "tcpdump", "ip", "curl", "ping"}
-	if !kernelMode() {
-		bins = append(bins, "go")
-	}
-	for _, b := range bins {
-		if _, err := exec.LookPath(b); err != nil {
-			testenv.SkipDataplane(t, "dataplane e2e needs "+b+"; run hack/install-deps.sh")
-		}
-	}
+	netns.Require(t, "charon-systemd", "swanctl", "curl", "ping")
 	if !kernelMode() {
 		if _, err := os.Stat("/usr/lib/ipsec/plugins/libstrongswan-kernel-libipsec.so"); err != nil {
 			testenv.SkipDataplane(t, "dataplane e2e needs strongSwan's kernel-libipsec plugin (libcharon-extra-plugins)")
@@ -251,33 +149,33 @@ func gatewayObject() *v1alpha1.IPsecGateway {
 // through the API server with the tenant's PSK Secret, which the pod's agent reads
 // itself (kernel mode).
 func (e *env) render() {
-	e.t.Helper()
+	e.T.Helper()
 	cfg, err := gatewayconfig.Build(gatewayconfig.Input{Kind: v1alpha1.KindIPsecGateway, Namespace: "tenant", Name: "e2e", Spec: &e.obj.Spec, Status: &e.obj.Status})
 	if err != nil {
-		e.t.Fatalf("Build: %v", err)
+		e.T.Fatalf("Build: %v", err)
 	}
 	js, err := gatewayconfig.Marshal(cfg)
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	sw, err := gatewayconfig.RenderSwanctl(cfg)
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	sec, err := gatewayconfig.RenderSecrets(cfg, e.psks())
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	e.gw = cfg
 	if e.kernel {
-		e.api.publish(e.t, cfg, e.psks())
+		e.api.publish(e.T, cfg, e.psks())
 		return
 	}
-	cdir := filepath.Join(e.dir, "config")
+	cdir := filepath.Join(e.Dir, "config")
 	_ = os.MkdirAll(cdir, 0o755)
 	// secrets and swanctl first: the config file is what the NAT role keys on
 	for _, f := range []struct{ name, content string }{{gatewayconfig.SecretKeySecrets, sec}, {gatewayconfig.ConfigMapKeySwanctl, sw}, {gatewayconfig.ConfigMapKeyConfig, string(js)}} {
-		writeAtomic(e.t, filepath.Join(cdir, f.name), f.content)
+		writeAtomic(e.T, filepath.Join(cdir, f.name), f.content)
 	}
 }
 
@@ -296,28 +194,18 @@ func writeAtomic(t testing.TB, path, content string) {
 }
 
 func (e *env) topology() {
-	t := e.t
-	for _, r := range []string{"c", "p", "r", "g", "b", "f"} {
-		e.must("", "ip", "netns", "add", e.ns(r))
-		t.Cleanup(func() { _, _ = e.sh("", "ip", "netns", "del", e.ns(r)) })
-		e.must(e.ns(r), "ip", "link", "set", "lo", "up")
-		e.must(e.ns(r), "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv4.ip_forward=1")
-	}
-	link := func(a, an, b, bn string) {
-		e.must("", "ip", "link", "add", an, "netns", e.ns(a), "type", "veth", "peer", "name", bn, "netns", e.ns(b))
-		e.must(e.ns(a), "ip", "link", "set", an, "up")
-		e.must(e.ns(b), "ip", "link", "set", bn, "up")
-	}
+	e.AddNS("c", "p", "r", "g", "b", "f")
+	link := e.Link
 	link("c", "c0", "p", "lan0")
 	link("p", "wan0", "r", "wan0")
-	e.must(e.ns("r"), "ip", "link", "add", "br0", "type", "bridge")
-	e.must(e.ns("r"), "ip", "link", "set", "br0", "up")
+	e.Must(e.NS("r"), "ip", "link", "add", "br0", "type", "bridge")
+	e.Must(e.NS("r"), "ip", "link", "set", "br0", "up")
 	for _, x := range []struct{ role, name string }{{"g", "net1"}, {"f", "f0"}} {
 		link("r", "to-"+x.role, x.role, x.name)
-		e.must(e.ns("r"), "ip", "link", "set", "to-"+x.role, "master", "br0")
+		e.Must(e.NS("r"), "ip", "link", "set", "to-"+x.role, "master", "br0")
 	}
 	link("r", "to-b", "b", "b0")
-	addr := func(role, dev, a string) { e.must(e.ns(role), "ip", "addr", "add", a, "dev", dev) }
+	addr := e.Addr
 	addr("c", "c0", clientAddr+"/24")
 	addr("p", "lan0", peerLAN+"/24")
 	addr("p", "wan0", peerWAN+"/24")
@@ -328,17 +216,17 @@ func (e *env) topology() {
 	addr("r", "to-b", backendGW+"/24")
 	addr("b", "b0", backendAddr+"/24")
 	addr("f", "f0", fabricAddr+"/24")
-	e.must(e.ns("c"), "ip", "route", "add", "default", "via", peerLAN)
-	e.must(e.ns("b"), "ip", "route", "add", "default", "via", backendGW)
-	e.must(e.ns("f"), "ip", "route", "add", "default", "via", routerLAN)
+	e.Must(e.NS("c"), "ip", "route", "add", "default", "via", peerLAN)
+	e.Must(e.NS("b"), "ip", "route", "add", "default", "via", backendGW)
+	e.Must(e.NS("f"), "ip", "route", "add", "default", "via", routerLAN)
 	// The client's router sends everything else to the internet, and the internet knows
 	// the client's subnet: a plaintext leak from the gateway would reach the wire.
-	e.must(e.ns("p"), "ip", "route", "add", "default", "via", routerWAN)
-	e.must(e.ns("r"), "ip", "route", "add", clientNet, "via", peerWAN)
+	e.Must(e.NS("p"), "ip", "route", "add", "default", "via", routerWAN)
+	e.Must(e.NS("r"), "ip", "route", "add", clientNet, "via", peerWAN)
 	// The cloud router: the service CIDR is routed to the gateway's port, and the
 	// floating IP is 1:1 NAT to the port's fixed IP.
-	e.must(e.ns("r"), "ip", "route", "add", serviceCIDR, "via", portFixedIP)
-	e.nft("r", `table ip fip {
+	e.Must(e.NS("r"), "ip", "route", "add", serviceCIDR, "via", portFixedIP)
+	e.NFT("r", `table ip fip {
   chain pre { type nat hook prerouting priority dstnat; policy accept;
     ip daddr `+floatingIP+` dnat to `+portFixedIP+`
   }
@@ -353,31 +241,22 @@ func (e *env) topology() {
 	if e.kernel {
 		siteGuard = `oifname "wan0" ip daddr 100.64.0.0/10 rt ipsec missing drop`
 	}
-	e.nft("p", `table ip site_guard {
+	e.NFT("p", `table ip site_guard {
   chain forward_guard { type filter hook forward priority filter; policy accept;
     `+siteGuard+`
   }
 }`)
 }
 
-func (e *env) nft(role, rules string) {
-	e.t.Helper()
-	cmd := exec.Command("ip", "netns", "exec", e.ns(role), "nft", "-f", "-")
-	cmd.Stdin = strings.NewReader(rules)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		e.t.Fatalf("nft in %s: %v\n%s", role, err, out)
-	}
-}
-
 func (e *env) sock(role string) string {
 	if role == "g" && e.kernel {
 		return render.RunMountPath + "/charon.vici"
 	}
-	return filepath.Join(e.dir, role, "charon.vici")
+	return filepath.Join(e.Dir, role, "charon.vici")
 }
 
 func (e *env) swanctl(role string, args ...string) (string, error) {
-	return e.sh(e.ns(role), append([]string{"swanctl"}, append(args, "--uri", "unix://"+e.sock(role))...)...)
+	return e.Sh(e.NS(role), append([]string{"swanctl"}, append(args, "--uri", "unix://"+e.sock(role))...)...)
 }
 
 func (e *env) dataplane() gatewayconfig.DataplaneMode {
@@ -399,23 +278,23 @@ func (e *env) gwCharon() string {
 // strongswan.conf from the production renderer; the kernel-mode gateway is the pod's
 // strongswan container (the agent's charon role with the rendered arguments).
 func (e *env) startCharon(role string) {
-	e.t.Helper()
+	e.T.Helper()
 	_ = os.Remove(e.sock(role))
 	if role == "g" && e.kernel {
 		e.startContainer(render.ContainerStrongswan)
 	} else {
-		d := filepath.Join(e.dir, role)
+		d := filepath.Join(e.Dir, role)
 		_ = os.MkdirAll(d, 0o755)
 		conf, err := gatewayconfig.RenderStrongswanConf(gatewayconfig.StrongswanOptions{Mode: e.dataplane(), VICISocket: e.sock(role), LogFile: filepath.Join(d, "charon.log")})
 		if err != nil {
-			e.t.Fatal(err)
+			e.T.Fatal(err)
 		}
 		if err := os.WriteFile(filepath.Join(d, "strongswan.conf"), []byte(conf), 0o644); err != nil {
-			e.t.Fatal(err)
+			e.T.Fatal(err)
 		}
-		e.start("charon-"+role, e.ns(role), []string{"STRONGSWAN_CONF=" + filepath.Join(d, "strongswan.conf")}, "charon-systemd")
+		e.Start("charon-"+role, e.NS(role), []string{"STRONGSWAN_CONF=" + filepath.Join(d, "strongswan.conf")}, "charon-systemd")
 	}
-	e.eventually("charon in "+role+" answers", func() bool { _, err := e.swanctl(role, "--stats"); return err == nil })
+	e.Eventually("charon in "+role+" answers", func() bool { _, err := e.swanctl(role, "--stats"); return err == nil })
 }
 
 // The client site's peer: written by hand, as the client's own administrator would.
@@ -455,15 +334,15 @@ secrets {
   }
 }
 `, peerWAN, floatingIP, peerWAN, floatingIP, clientNet, serviceCIDR, peerWAN, floatingIP, psk)
-	f := filepath.Join(e.dir, "p", "swanctl.conf")
+	f := filepath.Join(e.Dir, "p", "swanctl.conf")
 	if err := os.WriteFile(f, []byte(conf), 0o600); err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	if out, err := e.swanctl("p", "--load-creds", "--noprompt", "--file", f); err != nil {
-		e.t.Fatalf("peer creds: %v %s", err, out)
+		e.T.Fatalf("peer creds: %v %s", err, out)
 	}
 	if out, err := e.swanctl("p", "--load-conns", "--file", f); err != nil {
-		e.t.Fatalf("peer conns: %v %s", err, out)
+		e.T.Fatalf("peer conns: %v %s", err, out)
 	}
 }
 
@@ -480,23 +359,23 @@ func (e *env) agents() []string {
 }
 
 func (e *env) startAgent(name string) {
-	e.t.Helper()
+	e.T.Helper()
 	if e.kernel {
 		e.startContainer(name)
 		return
 	}
-	cfg := filepath.Join(e.dir, "config", gatewayconfig.ConfigMapKeyConfig)
+	cfg := filepath.Join(e.Dir, "config", gatewayconfig.ConfigMapKeyConfig)
 	switch name {
 	case "init-nat":
-		e.start(name, e.ns("g"), nil, e.bin.agent, "init-nat", "--config-file", cfg, "--interface", "net1",
-			"--tunnel-interface", "ipsec0", "--state-file", filepath.Join(e.dir, "nat-state.json"))
+		e.Start(name, e.NS("g"), nil, e.bin.agent, "init-nat", "--config-file", cfg, "--interface", "net1",
+			"--tunnel-interface", "ipsec0", "--state-file", filepath.Join(e.Dir, "nat-state.json"))
 	case "loader":
-		e.start(name, e.ns("g"), nil, e.bin.agent, "strongswan-loader", "--config-file", cfg, "--vici-socket", e.sock("g"), "--interval", "1s")
+		e.Start(name, e.NS("g"), nil, e.bin.agent, "strongswan-loader", "--config-file", cfg, "--vici-socket", e.sock("g"), "--interval", "1s")
 	case "ipsec-exporter":
-		e.start(name, e.ns("g"), nil, e.bin.agent, "ipsec-exporter", "--config-file", cfg,
-			"--vici-socket", e.sock("g"), "--listen", metricsAddr, "--nat-state-file", filepath.Join(e.dir, "nat-state.json"))
+		e.Start(name, e.NS("g"), nil, e.bin.agent, "ipsec-exporter", "--config-file", cfg,
+			"--vici-socket", e.sock("g"), "--listen", metricsAddr, "--nat-state-file", filepath.Join(e.Dir, "nat-state.json"))
 	default:
-		e.t.Fatalf("no agent %s", name)
+		e.T.Fatalf("no agent %s", name)
 	}
 }
 
@@ -508,7 +387,7 @@ func (e *env) startAgents() {
 
 func (e *env) stopAgents() {
 	for _, a := range e.agents() {
-		e.stop(a, syscall.SIGTERM)
+		e.Stop(a, syscall.SIGTERM)
 	}
 }
 
@@ -525,24 +404,6 @@ func (e *env) ikeID() string {
 		return m[1]
 	}
 	return ""
-}
-
-func (e *env) curl(role string, url string) string {
-	out, _ := e.sh(e.ns(role), "curl", "-sk", "--max-time", "3", url)
-	return strings.TrimSpace(out)
-}
-
-// capture starts tcpdump in role on dev; the returned func stops it and yields the file.
-func (e *env) capture(name, role, dev string, snaplen int) func() string {
-	e.t.Helper()
-	f := filepath.Join(e.dir, name+".pcap")
-	e.start("tcpdump-"+name, e.ns(role), nil, "tcpdump", "-ni", dev, "-s", strconv.Itoa(snaplen), "--immediate-mode", "-U", "-w", f)
-	e.eventually("tcpdump "+name+" listening", func() bool { return strings.Contains(e.logOf("tcpdump-"+name), "listening on") })
-	return func() string {
-		e.sleep(300 * time.Millisecond)
-		e.stop("tcpdump-"+name, syscall.SIGTERM)
-		return f
-	}
 }
 
 func readPcap(t testing.TB, file string, filter ...string) []string {
@@ -582,24 +443,12 @@ func readWire(t testing.TB, file string) wire {
 	}
 }
 
-func buildBinaries(t testing.TB, dir string) (string, string) {
-	if kernelMode() {
-		d := os.Getenv(netns.BinDirEnv)
-		return filepath.Join(d, "vpn-gateway-agent"), filepath.Join(d, "testhelper")
-	}
-	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
-	if err != nil {
-		t.Fatalf("locating module: %v", err)
-	}
-	agent, helper := filepath.Join(dir, "vpn-gateway-agent"), filepath.Join(dir, "testhelper")
-	for out, pkg := range map[string]string{agent: "./cmd/vpn-gateway-agent", helper: "./test/e2e/dataplane/testhelper"} {
-		cmd := exec.Command("go", "build", "-o", out, pkg)
-		cmd.Dir = strings.TrimSpace(string(root))
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, b)
-		}
-	}
-	return agent, helper
+// buildBinaries builds the gateway agent and the test helper (inside the VM: finds them
+// on the share).
+func (e *env) buildBinaries() {
+	const agent, helper = "./cmd/vpn-gateway-agent", "./test/e2e/dataplane/testhelper"
+	bins := e.Build(agent, helper)
+	e.bin.agent, e.bin.helper = bins[agent], bins[helper]
 }
 
 // newEnv builds the topology, starts both charons, the agents and the services, and
@@ -608,27 +457,8 @@ func buildBinaries(t testing.TB, dir string) (string, string) {
 // endpoint shows decrypted inbound packets a second time with kernel IPsec).
 func newEnv(t testing.TB) (*env, string, func() string) {
 	requirements(t)
-	dir, err := os.MkdirTemp("", "bnerd-dataplane-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = os.Chmod(dir, 0o755)
-	rnd := make([]byte, 3)
-	_, _ = rand.Read(rnd)
-	e := &env{t: t, dir: dir, prefix: "bdp" + hex.EncodeToString(rnd) + "-", procs: map[string]*exec.Cmd{}, obj: gatewayObject(), kernel: kernelMode()}
-	t.Cleanup(func() {
-		if t.Failed() {
-			keepLogs(t, dir)
-			return
-		}
-		_ = os.RemoveAll(dir)
-	})
-	t.Cleanup(func() {
-		for name := range e.procs {
-			e.stop(name, syscall.SIGKILL)
-		}
-	})
-	e.bin.agent, e.bin.helper = buildBinaries(t, dir)
+	e := newBareEnv(t, "bdp", gatewayObject(), kernelMode())
+	e.buildBinaries()
 	e.topology()
 	// Runs before the namespaces are deleted (cleanups run last-registered first).
 	t.Cleanup(func() {
@@ -644,17 +474,25 @@ func newEnv(t testing.TB) (*env, string, func() string) {
 	e.startCharon("p")
 	e.configurePeer()
 	e.startCharon("g")
-	outer := e.capture("outer", "r", "wan0", 256)
+	outer := e.Capture("outer", "r", "wan0", 256)
 	e.startAgents()
 
-	e.start("backend-https", e.ns("b"), nil, e.bin.helper, "https", backendAddr+":8443")
-	e.start("backend-sink", e.ns("b"), nil, e.bin.helper, "sink", backendAddr+":9000")
-	e.start("client-http", e.ns("c"), nil, e.bin.helper, "http", clientAddr+":8080")
+	e.Start("backend-https", e.NS("b"), nil, e.bin.helper, "https", backendAddr+":8443")
+	e.Start("backend-sink", e.NS("b"), nil, e.bin.helper, "sink", backendAddr+":9000")
+	e.Start("client-http", e.NS("c"), nil, e.bin.helper, "http", clientAddr+":8080")
 
 	var firstID string
-	e.eventually("SA t1 established with an installed child SA", func() bool { firstID = e.ikeID(); return firstID != "" })
+	e.Eventually("SA t1 established with an installed child SA", func() bool { firstID = e.ikeID(); return firstID != "" })
 	t.Logf("SA up, IKE SA #%s (%s dataplane)", firstID, e.dataplane())
 	return e, firstID, outer
+}
+
+// newBareEnv is the suite's env on a fresh netns.Env (namespaces named tag...), before any
+// namespace or process: the processes left at the end are killed.
+func newBareEnv(t testing.TB, tag string, obj *v1alpha1.IPsecGateway, kernel bool) *env {
+	e := &env{Env: netns.New(t, tag), obj: obj, kernel: kernel}
+	e.CleanupSignal = syscall.SIGKILL
+	return e
 }
 
 // diagnose writes the gateway's and the peer's kernel state next to the logs.
@@ -666,7 +504,7 @@ func (e *env) diagnose() {
 			{"ip", "-s", "xfrm", "state"}, {"ip", "-s", "xfrm", "policy"}, {"cat", "/proc/net/xfrm_stat"}, {"nft", "list", "ruleset"},
 			{"cat", "/proc/net/nf_conntrack"},
 		} {
-			out, _ := e.sh(e.ns(role), c...)
+			out, _ := e.Sh(e.NS(role), c...)
 			fmt.Fprintf(&b, "### %s: %s\n%s\n", role, strings.Join(c, " "), out)
 		}
 	}
@@ -674,44 +512,13 @@ func (e *env) diagnose() {
 		out, _ := e.swanctl(role, "--list-sas")
 		fmt.Fprintf(&b, "### %s: swanctl --list-sas\n%s\n", role, out)
 	}
-	_ = os.WriteFile(filepath.Join(e.dir, "diagnose.txt"), []byte(b.String()), 0o644)
-}
-
-// keepLogs says where a failed run's logs are; in the VM they are copied to the host
-// share first, since the VM's disk is discarded.
-func keepLogs(t testing.TB, dir string) {
-	out := os.Getenv(outEnv)
-	if out == "" {
-		t.Logf("logs kept in %s", dir)
-		return
-	}
-	dst := filepath.Join(out, "logs-"+filepath.Base(dir))
-	// Regular files only (charon's sockets cannot be copied).
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(dst, rel)), 0o755); err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
-	})
-	if err != nil {
-		t.Logf("copying logs: %v", err)
-		return
-	}
-	t.Logf("logs copied to the host share: %s", dst)
+	_ = os.WriteFile(filepath.Join(e.Dir, "diagnose.txt"), []byte(b.String()), 0o644)
 }
 
 // guardDrops sums the packet counters of the guard's rules in the gateway's table.
 // A rewritten table restarts them from zero.
 func (e *env) guardDrops() uint64 {
-	out, _ := e.sh(e.ns("g"), "nft", "list", "table", "ip", nat.DefaultTable)
+	out, _ := e.Sh(e.NS("g"), "nft", "list", "table", "ip", nat.DefaultTable)
 	var n uint64
 	for _, m := range reGuardCounter.FindAllStringSubmatch(out, -1) {
 		v, _ := strconv.ParseUint(m[1], 10, 64)
@@ -724,7 +531,7 @@ var reGuardCounter = regexp.MustCompile(`counter packets (\d+) bytes \d+ drop co
 
 // metric scrapes the exporter and returns series' value (-1 when absent).
 func (e *env) metric(series string) float64 {
-	out, _ := e.sh(e.ns("g"), "curl", "-s", "--max-time", "5", "http://"+metricsAddr+"/metrics")
+	out, _ := e.Sh(e.NS("g"), "curl", "-s", "--max-time", "5", "http://"+metricsAddr+"/metrics")
 	return netns.MetricValue(out, series)
 }
 
@@ -733,7 +540,7 @@ const guardMetric = "bnerd_gateway_guard_dropped_packets_total"
 // probe reports whether one ping from the client crosses the tunnel to the plaintext
 // exposure and back.
 func (e *env) probe() bool {
-	_, err := e.sh(e.ns("c"), "ping", "-n", "-q", "-c", "1", "-W", "2", "100.64.7.12")
+	_, err := e.Sh(e.NS("c"), "ping", "-n", "-q", "-c", "1", "-W", "2", "100.64.7.12")
 	return err == nil
 }
 
@@ -747,12 +554,12 @@ func (e *env) streamArgs() (secs, rate string) {
 
 func TestDataplane(t *testing.T) {
 	e, firstID, outer := newEnv(t)
-	dir := e.dir
+	dir := e.Dir
 	e.run(t, "exposure reaches the TLS backend with the port's fixed IP as source", func(t *testing.T) {
-		syn := e.capture("syn-gw", "g", "net1", 128)
-		synClient := e.capture("syn-client", "c", "c0", 128)
+		syn := e.Capture("syn-gw", "g", "net1", 128)
+		synClient := e.Capture("syn-client", "c", "c0", 128)
 		var body string
-		e.eventually("HTTPS through 100.64.7.10", func() bool { body = e.curl("c", "https://100.64.7.10:8443/"); return body != "" })
+		e.Eventually("HTTPS through 100.64.7.10", func() bool { body = e.Curl("c", "https://100.64.7.10:8443/"); return body != "" })
 		if body != "backend saw "+portFixedIP {
 			t.Errorf("backend answered %q, want the SNAT source %s", body, portFixedIP)
 		}
@@ -764,9 +571,9 @@ func TestDataplane(t *testing.T) {
 	})
 
 	e.run(t, "reverse exposure lands on the client service from .1", func(t *testing.T) {
-		syn := e.capture("syn-reverse", "c", "c0", 128)
+		syn := e.Capture("syn-reverse", "c", "c0", 128)
 		var body string
-		e.eventually("HTTP through 100.64.7.200", func() bool { body = e.curl("f", "http://100.64.7.200:8080/"); return body != "" })
+		e.Eventually("HTTP through 100.64.7.200", func() bool { body = e.Curl("f", "http://100.64.7.200:8080/"); return body != "" })
 		if body != "client saw 100.64.7.1" {
 			t.Errorf("client service answered %q, want source 100.64.7.1", body)
 		}
@@ -776,27 +583,26 @@ func TestDataplane(t *testing.T) {
 
 	e.run(t, "exposure added and agents restarted under a running stream", func(t *testing.T) {
 		secs, rate := e.streamArgs()
-		sender := e.start("sender", e.ns("c"), nil, e.bin.helper, "send", "100.64.7.11:9000", secs, rate)
+		e.Start("sender", e.NS("c"), nil, e.bin.helper, "send", "100.64.7.11:9000", secs, rate)
 		e.obj.Spec.Exposures = append(e.obj.Spec.Exposures, v1alpha1.Exposure{Name: "web-b", Target: v1alpha1.Target{Address: backendAddr, Ports: []v1alpha1.PortSpec{{Port: 8443, Protocol: v1alpha1.ProtocolTCP}}}})
 		e.obj.Status.Exposures = append(e.obj.Status.Exposures, v1alpha1.AllocatedAddress{Name: "web-b", VirtualIP: "100.64.7.13"})
 		e.sleep(2 * time.Second)
 		e.render()
-		e.eventually("new exposure 100.64.7.13 reachable", func() bool { return e.curl("c", "https://100.64.7.13:8443/") == "backend saw "+portFixedIP })
-		if !strings.Contains(e.logOf("init-nat"), "full=false") {
-			t.Errorf("exposure change did not take the incremental path:\n%s", e.logOf("init-nat"))
+		e.Eventually("new exposure 100.64.7.13 reachable", func() bool { return e.Curl("c", "https://100.64.7.13:8443/") == "backend saw "+portFixedIP })
+		if !strings.Contains(e.Log("init-nat"), "full=false") {
+			t.Errorf("exposure change did not take the incremental path:\n%s", e.Log("init-nat"))
 		}
 		e.stopAgents()
 		e.sleep(time.Second)
 		e.startAgents()
-		if err := sender.Wait(); err != nil {
-			t.Fatalf("sender failed: %v\n%s", err, e.logOf("sender"))
+		if err := e.Wait("sender"); err != nil {
+			t.Fatalf("sender failed: %v\n%s", err, e.Log("sender"))
 		}
-		delete(e.procs, "sender")
-		sent := strings.TrimSpace(e.logOf("sender"))
+		sent := strings.TrimSpace(e.Log("sender"))
 		n := strings.TrimPrefix(sent, "sent ")
-		e.eventually("sink reports the stream", func() bool { return strings.Contains(e.logOf("backend-sink"), "sink received") })
-		if want := "sink received " + n + " ok=true"; !strings.Contains(e.logOf("backend-sink"), want) {
-			t.Errorf("stream damaged: sender %q, sink %q", sent, e.logOf("backend-sink"))
+		e.Eventually("sink reports the stream", func() bool { return strings.Contains(e.Log("backend-sink"), "sink received") })
+		if want := "sink received " + n + " ok=true"; !strings.Contains(e.Log("backend-sink"), want) {
+			t.Errorf("stream damaged: sender %q, sink %q", sent, e.Log("backend-sink"))
 		}
 		if id := e.ikeID(); id != firstID {
 			t.Errorf("IKE SA changed from #%s to #%s across an exposure change and agent restart", firstID, id)
@@ -804,24 +610,24 @@ func TestDataplane(t *testing.T) {
 	})
 
 	e.run(t, "drifted table is repaired", func(t *testing.T) {
-		e.must(e.ns("g"), "nft", "delete", "table", "ip", nat.DefaultTable)
-		e.eventually("table restored", func() bool {
-			out, err := e.sh(e.ns("g"), "nft", "list", "chain", "ip", nat.DefaultTable, "guard")
+		e.Must(e.NS("g"), "nft", "delete", "table", "ip", nat.DefaultTable)
+		e.Eventually("table restored", func() bool {
+			out, err := e.Sh(e.NS("g"), "nft", "list", "chain", "ip", nat.DefaultTable, "guard")
 			return err == nil && strings.Contains(out, "drop")
 		})
 	})
 
 	e.run(t, "no plaintext on the wire through every SA and process event", func(t *testing.T) {
-		e.start("ping-fabric", e.ns("f"), nil, "ping", "-n", "-i", "0.2", "100.64.7.201")
-		e.start("ping-client", e.ns("c"), nil, "ping", "-n", "-i", "0.2", "100.64.7.12")
-		defer e.stop("ping-fabric", syscall.SIGINT)
-		defer e.stop("ping-client", syscall.SIGINT)
+		e.Start("ping-fabric", e.NS("f"), nil, "ping", "-n", "-i", "0.2", "100.64.7.201")
+		e.Start("ping-client", e.NS("c"), nil, "ping", "-n", "-i", "0.2", "100.64.7.12")
+		defer e.Stop("ping-fabric", syscall.SIGINT)
+		defer e.Stop("ping-client", syscall.SIGINT)
 		e.sleep(time.Second)
 		for _, w := range e.windows() {
 			e.window(t, w)
 		}
-		if !strings.Contains(e.logOf("ping-fabric"), "bytes from 100.64.7.201") {
-			t.Errorf("fabric pings never crossed the tunnel:\n%s", e.logOf("ping-fabric"))
+		if !strings.Contains(e.Log("ping-fabric"), "bytes from 100.64.7.201") {
+			t.Errorf("fabric pings never crossed the tunnel:\n%s", e.Log("ping-fabric"))
 		}
 	})
 
@@ -855,20 +661,11 @@ func TestDataplane(t *testing.T) {
 		}
 		// The status agent runs in the host namespace: it reaches the API server on
 		// loopback and charon through its VICI socket file, as in the pod.
-		logf, err := os.Create(filepath.Join(e.dir, "status-agent.log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(e.bin.agent, "status-agent", "--config-file", filepath.Join(dir, "config", gatewayconfig.ConfigMapKeyConfig),
+		e.Start("status-agent", "", nil, e.bin.agent, "status-agent", "--config-file", filepath.Join(dir, "config", gatewayconfig.ConfigMapKeyConfig),
 			"--vici-socket", e.sock("g"), "--kubeconfig", kubeconfig, "--interval", "1s")
-		cmd.Stdout, cmd.Stderr = logf, logf
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		e.procs["status-agent"] = cmd
-		defer e.stop("status-agent", syscall.SIGTERM)
+		defer e.Stop("status-agent", syscall.SIGTERM)
 		var got v1alpha1.GatewayStatus
-		e.eventually("status agent reports the tunnel up", func() bool {
+		e.Eventually("status agent reports the tunnel up", func() bool {
 			cur := &v1alpha1.IPsecGateway{}
 			if err := api.Client.Get(ctx, client.ObjectKeyFromObject(obj), cur); err != nil {
 				return false
@@ -888,16 +685,16 @@ func TestDataplane(t *testing.T) {
 
 	e.run(t, "exporter reports the tunnel up with growing byte counters", func(t *testing.T) {
 		scrape := func() string {
-			out, _ := e.sh(e.ns("g"), "curl", "-s", "--max-time", "5", "http://"+metricsAddr+"/metrics")
+			out, _ := e.Sh(e.NS("g"), "curl", "-s", "--max-time", "5", "http://"+metricsAddr+"/metrics")
 			return out
 		}
 		var m1 string
-		e.eventually("tunnel up in the metrics", func() bool { m1 = scrape(); return strings.Contains(m1, `bnerd_ipsec_tunnel_up{tunnel="t1"} 1`) })
+		e.Eventually("tunnel up in the metrics", func() bool { m1 = scrape(); return strings.Contains(m1, `bnerd_ipsec_tunnel_up{tunnel="t1"} 1`) })
 		in := `bnerd_ipsec_bytes_total{direction="in",tunnel="t1"}`
 		b1 := netns.MetricValue(m1, in)
 		var m2 string
-		e.eventually("bytes in grow with traffic through the tunnel", func() bool {
-			e.must(e.ns("c"), "ping", "-n", "-c", "5", "-i", "0.2", "100.64.7.12")
+		e.Eventually("bytes in grow with traffic through the tunnel", func() bool {
+			e.Must(e.NS("c"), "ping", "-n", "-c", "5", "-i", "0.2", "100.64.7.12")
 			m2 = scrape()
 			return netns.MetricValue(m2, in) > b1
 		})

@@ -51,7 +51,7 @@ func connectPodAPI(t testing.TB, e *env) *podAPI {
 	if err != nil {
 		t.Fatalf("API port: %v", err)
 	}
-	for _, ns := range []string{"", e.ns("g")} {
+	for _, ns := range []string{"", e.NS("g")} {
 		ln, err := g.listen(ns, apiAddr)
 		if err != nil {
 			t.Fatalf("API listener in %q: %v", ns, err)
@@ -177,10 +177,10 @@ func (a *podAPI) publish(t testing.TB, cfg *gatewayconfig.Config, keys map[strin
 // binary (both images' entrypoint) with exactly the arguments render.Deployment gives the
 // container, and the environment kubelet provides for in-cluster API access.
 func (e *env) startContainer(name string) {
-	e.t.Helper()
+	e.T.Helper()
 	args, ok := e.api.args[name]
 	if !ok {
-		e.t.Fatalf("the rendered Deployment has no container %s", name)
+		e.T.Fatalf("the rendered Deployment has no container %s", name)
 	}
 	host, port, _ := net.SplitHostPort(apiAddr)
 	// The gateway's namespace has no pod network; loopback stands in for the pod's
@@ -191,13 +191,13 @@ func (e *env) startContainer(name string) {
 	for i, a := range args {
 		expanded[i] = strings.ReplaceAll(a, "$(POD_IP)", podIP)
 	}
-	e.start(name, e.ns("g"), env, append([]string{e.bin.agent}, expanded...)...)
+	e.Start(name, e.NS("g"), env, append([]string{e.bin.agent}, expanded...)...)
 }
 
 // checkStatus waits for the pod's status agent to report the tunnel in the object.
 func (a *podAPI) checkStatus(t *testing.T, e *env) {
 	var got v1alpha1.GatewayStatus
-	e.eventually("status agent reports the tunnel up", func() bool {
+	e.Eventually("status agent reports the tunnel up", func() bool {
 		cur := &v1alpha1.IPsecGateway{}
 		if err := a.cl.Get(context.Background(), client.ObjectKey{Namespace: a.gw.Namespace, Name: a.gw.Name}, cur); err != nil {
 			return false

@@ -8,8 +8,6 @@ package dataplane
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -49,13 +47,13 @@ type lswSite struct {
 	ikeSerialsAtStart []string
 }
 
-func (s *lswSite) ns(role string) string { return s.e.ns(role + s.n) }
+func (s *lswSite) ns(role string) string { return s.e.NS(role + s.n) }
 func (s *lswSite) conn() string          { return "bnerd-" + s.tunnel }
 func (s *lswSite) proc() string          { return "pluto-" + s.n }
 
 // ipsec runs one of libreswan's programs in the site's chroot and network namespace.
 func (s *lswSite) ipsec(prog string, args ...string) (string, error) {
-	return s.e.sh(s.ns("p"), append([]string{"chroot", s.root, "/usr/libexec/ipsec/" + prog}, args...)...)
+	return s.e.Sh(s.ns("p"), append([]string{"chroot", s.root, "/usr/libexec/ipsec/" + prog}, args...)...)
 }
 
 // render is `kubectl vpn peer-config --format libreswan --include-secret` for the site.
@@ -88,7 +86,7 @@ func (s *lswSite) configure(t testing.TB, edit func(string) string) {
 	if err := os.WriteFile(filepath.Join(d, s.conn()+".secrets"), []byte(sec), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_ = os.WriteFile(filepath.Join(s.e.dir, s.conn()+"-"+s.n+".conf"), []byte(out), 0o644)
+	_ = os.WriteFile(filepath.Join(s.e.Dir, s.conn()+"-"+s.n+".conf"), []byte(out), 0o644)
 }
 
 // start runs pluto in the foreground (its log is pluto-<n>.log) and loads the
@@ -97,14 +95,14 @@ func (s *lswSite) configure(t testing.TB, edit func(string) string) {
 func (s *lswSite) start(t testing.TB) {
 	t.Helper()
 	_ = os.MkdirAll(filepath.Join(s.root, "run", "pluto"), 0o755)
-	s.e.startT(t, s.proc(), s.ns("p"), nil, "chroot", s.root, "/usr/libexec/ipsec/pluto", "--nofork", "--stderrlog", "--config", "/etc/ipsec.conf")
-	deadline := time.Now().Add(scaled(time.Minute))
+	s.e.StartT(t, s.proc(), s.ns("p"), nil, "chroot", s.root, "/usr/libexec/ipsec/pluto", "--nofork", "--stderrlog", "--config", "/etc/ipsec.conf")
+	deadline := time.Now().Add(netns.Scaled(time.Minute))
 	for {
 		if _, err := s.ipsec("whack", "--status"); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pluto %s does not answer:\n%s", s.version, s.e.logOf(s.proc()))
+			t.Fatalf("pluto %s does not answer:\n%s", s.version, s.e.Log(s.proc()))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -115,7 +113,7 @@ func (s *lswSite) start(t testing.TB) {
 	}
 }
 
-func (s *lswSite) stop(sig syscall.Signal) { s.e.stop(s.proc(), sig) }
+func (s *lswSite) stop(sig syscall.Signal) { s.e.Stop(s.proc(), sig) }
 
 func (s *lswSite) restart(t testing.TB, edit func(string) string) {
 	t.Helper()
@@ -155,7 +153,7 @@ func (e *env) gatewaySAs(tunnel string) []rawSA {
 		return nil
 	}
 	defer s.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), scaled(10*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), netns.Scaled(10*time.Second))
 	defer cancel()
 	in := govici.NewMessage()
 	_ = in.Set("ike", tunnel)
@@ -355,7 +353,7 @@ type charonLog struct {
 
 func (e *env) collectCharonLog(t testing.TB) *charonLog {
 	l := &charonLog{}
-	f, err := os.Create(filepath.Join(e.dir, "gateway-charon.log"))
+	f, err := os.Create(filepath.Join(e.Dir, "gateway-charon.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,38 +445,38 @@ func (e *env) lswTopology(sites []*lswSite) {
 		roles = append(roles, "c"+s.n, "p"+s.n)
 	}
 	for _, r := range roles {
-		e.must("", "ip", "netns", "add", e.ns(r))
-		e.t.Cleanup(func() { _, _ = e.sh("", "ip", "netns", "del", e.ns(r)) })
-		e.must(e.ns(r), "ip", "link", "set", "lo", "up")
-		e.must(e.ns(r), "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv4.ip_forward=1")
+		e.Must("", "ip", "netns", "add", e.NS(r))
+		e.T.Cleanup(func() { _, _ = e.Sh("", "ip", "netns", "del", e.NS(r)) })
+		e.Must(e.NS(r), "ip", "link", "set", "lo", "up")
+		e.Must(e.NS(r), "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv4.ip_forward=1")
 	}
 	link := func(a, an, b, bn string) {
-		e.must("", "ip", "link", "add", an, "netns", e.ns(a), "type", "veth", "peer", "name", bn, "netns", e.ns(b))
-		e.must(e.ns(a), "ip", "link", "set", an, "up")
-		e.must(e.ns(b), "ip", "link", "set", bn, "up")
+		e.Must("", "ip", "link", "add", an, "netns", e.NS(a), "type", "veth", "peer", "name", bn, "netns", e.NS(b))
+		e.Must(e.NS(a), "ip", "link", "set", an, "up")
+		e.Must(e.NS(b), "ip", "link", "set", bn, "up")
 	}
-	r := e.ns("r")
+	r := e.NS("r")
 	for _, br := range []string{"br0", "wan0"} {
-		e.must(r, "ip", "link", "add", br, "type", "bridge")
-		e.must(r, "ip", "link", "set", br, "up")
+		e.Must(r, "ip", "link", "add", br, "type", "bridge")
+		e.Must(r, "ip", "link", "set", br, "up")
 	}
 	for _, x := range []struct{ role, name string }{{"g", "net1"}, {"f", "f0"}} {
 		link("r", "to-"+x.role, x.role, x.name)
-		e.must(r, "ip", "link", "set", "to-"+x.role, "master", "br0")
+		e.Must(r, "ip", "link", "set", "to-"+x.role, "master", "br0")
 	}
 	link("r", "to-b", "b", "b0")
-	addr := func(ns, dev, a string) { e.must(ns, "ip", "addr", "add", a, "dev", dev) }
+	addr := func(ns, dev, a string) { e.Must(ns, "ip", "addr", "add", a, "dev", dev) }
 	addr(r, "wan0", routerWAN+"/24")
 	addr(r, "wan0", floatingIP+"/32")
 	addr(r, "br0", routerLAN+"/24")
-	addr(e.ns("g"), "net1", portFixedIP+"/32")
+	addr(e.NS("g"), "net1", portFixedIP+"/32")
 	addr(r, "to-b", backendGW+"/24")
-	addr(e.ns("b"), "b0", backendAddr+"/24")
-	addr(e.ns("f"), "f0", fabricAddr+"/24")
-	e.must(e.ns("b"), "ip", "route", "add", "default", "via", backendGW)
-	e.must(e.ns("f"), "ip", "route", "add", "default", "via", routerLAN)
-	e.must(r, "ip", "route", "add", serviceCIDR, "via", portFixedIP)
-	e.nft("r", `table ip fip {
+	addr(e.NS("b"), "b0", backendAddr+"/24")
+	addr(e.NS("f"), "f0", fabricAddr+"/24")
+	e.Must(e.NS("b"), "ip", "route", "add", "default", "via", backendGW)
+	e.Must(e.NS("f"), "ip", "route", "add", "default", "via", routerLAN)
+	e.Must(r, "ip", "route", "add", serviceCIDR, "via", portFixedIP)
+	e.NFT("r", `table ip fip {
   chain pre { type nat hook prerouting priority dstnat; policy accept;
     ip daddr `+floatingIP+` dnat to `+portFixedIP+`
   }
@@ -490,17 +488,17 @@ func (e *env) lswTopology(sites []*lswSite) {
 		c, p := s.ns("c"), s.ns("p")
 		link("c"+s.n, "c0", "p"+s.n, "lan0")
 		link("p"+s.n, "wan0", "r", "site"+s.n)
-		e.must(r, "ip", "link", "set", "site"+s.n, "master", "wan0")
+		e.Must(r, "ip", "link", "set", "site"+s.n, "master", "wan0")
 		addr(c, "c0", s.host+"/25")
 		addr(p, "lan0", s.lanGW+"/25")
 		addr(p, "wan0", s.wan+"/24")
-		e.must(c, "ip", "route", "add", "default", "via", s.lanGW)
-		e.must(p, "ip", "route", "add", "default", "via", routerWAN)
+		e.Must(c, "ip", "route", "add", "default", "via", s.lanGW)
+		e.Must(p, "ip", "route", "add", "default", "via", routerWAN)
 		// The internet knows the site's network: a plaintext leak would reach the wire.
-		e.must(r, "ip", "route", "add", s.lan, "via", s.wan)
+		e.Must(r, "ip", "route", "add", s.lan, "via", s.wan)
 		// The site guards its own side (libreswan removes its policies when it stops),
 		// so the capture on the internet measures the gateway.
-		e.nft("p"+s.n, `table ip site_guard {
+		e.NFT("p"+s.n, `table ip site_guard {
   chain forward_guard { type filter hook forward priority filter; policy accept;
     oifname "wan0" ip daddr 100.64.0.0/10 rt ipsec missing drop
   }
@@ -515,20 +513,20 @@ func (s *lswSite) behindNAT(t testing.TB) {
 	e, p, n := s.e, s.ns("p"), s.ns("n")
 	must := func(ns string, args ...string) {
 		t.Helper()
-		if out, err := e.sh(ns, args...); err != nil {
+		if out, err := e.Sh(ns, args...); err != nil {
 			t.Fatalf("%s: %v: %v\n%s", ns, args, err, out)
 		}
 	}
 	must("", "ip", "netns", "add", n)
-	e.t.Cleanup(func() { _, _ = e.sh("", "ip", "netns", "del", n) })
+	e.T.Cleanup(func() { _, _ = e.Sh("", "ip", "netns", "del", n) })
 	must(n, "ip", "link", "set", "lo", "up")
 	must(n, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv4.ip_forward=1")
 	// The box's uplink now ends at the NAT router; the NAT router takes the bridge port.
 	must(p, "ip", "link", "del", "wan0")
 	must("", "ip", "link", "add", "wan0", "netns", p, "type", "veth", "peer", "name", "in0", "netns", n)
-	must("", "ip", "link", "add", "out0", "netns", n, "type", "veth", "peer", "name", "site"+s.n, "netns", e.ns("r"))
-	must(e.ns("r"), "ip", "link", "set", "site"+s.n, "master", "wan0")
-	for _, l := range []struct{ ns, dev string }{{p, "wan0"}, {n, "in0"}, {n, "out0"}, {e.ns("r"), "site" + s.n}} {
+	must("", "ip", "link", "add", "out0", "netns", n, "type", "veth", "peer", "name", "site"+s.n, "netns", e.NS("r"))
+	must(e.NS("r"), "ip", "link", "set", "site"+s.n, "master", "wan0")
+	for _, l := range []struct{ ns, dev string }{{p, "wan0"}, {n, "in0"}, {n, "out0"}, {e.NS("r"), "site" + s.n}} {
 		must(l.ns, "ip", "link", "set", l.dev, "up")
 	}
 	private := "198.19." + s.n + "."
@@ -552,7 +550,7 @@ func (s *lswSite) behindNAT(t testing.TB) {
 // probe: one ping from the site's client host crosses the tunnel to the plaintext-
 // allowed exposure and back.
 func (s *lswSite) probe() bool {
-	_, err := s.e.sh(s.ns("c"), "ping", "-n", "-q", "-c", "1", "-W", "2", "100.64.7.12")
+	_, err := s.e.Sh(s.ns("c"), "ping", "-n", "-q", "-c", "1", "-W", "2", "100.64.7.12")
 	return err == nil
 }
 
@@ -575,7 +573,7 @@ func forEach(t *testing.T, sites []*lswSite, f func(t *testing.T, s *lswSite)) {
 // fails t (a site's subtest), not the environment's current test.
 func eventuallyT(t *testing.T, what string, limit time.Duration, cond func() bool) bool {
 	t.Helper()
-	deadline := time.Now().Add(scaled(limit))
+	deadline := time.Now().Add(netns.Scaled(limit))
 	for time.Now().Before(deadline) {
 		if cond() {
 			return true
@@ -622,34 +620,15 @@ func TestLibreswanClient(t *testing.T) {
 		}
 	}
 
-	dir, err := os.MkdirTemp("", "bnerd-libreswan-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = os.Chmod(dir, 0o755)
-	rnd := make([]byte, 3)
-	_, _ = rand.Read(rnd)
-	e := &env{t: t, dir: dir, prefix: "bls" + hex.EncodeToString(rnd) + "-", procs: map[string]*exec.Cmd{}, obj: libreswanGateway(), kernel: true,
-		keys: map[string]string{"t4": "libreswan-4-psk-not-a-real-secret", "t5": "libreswan-5-psk-not-a-real-secret"}}
-	t.Cleanup(func() {
-		if t.Failed() {
-			keepLogs(t, dir)
-			return
-		}
-		_ = os.RemoveAll(dir)
-	})
-	t.Cleanup(func() {
-		for name := range e.procs {
-			e.stop(name, syscall.SIGKILL)
-		}
-	})
+	e := newBareEnv(t, "bls", libreswanGateway(), true)
+	e.keys = map[string]string{"t4": "libreswan-4-psk-not-a-real-secret", "t5": "libreswan-5-psk-not-a-real-secret"}
 	sites := []*lswSite{
 		{e: e, version: "4.10", root: filepath.Join(mnt, "bookworm"), n: "4", tunnel: "t4", wan: "192.0.2.2", lan: "198.51.100.0/25",
 			lanGW: "198.51.100.1", host: "198.51.100.10", reverseVIP: "100.64.7.200", rekeyChild: "--rekey-ipsec"},
 		{e: e, version: "5.2", root: filepath.Join(mnt, "trixie"), n: "5", tunnel: "t5", wan: "192.0.2.3", lan: "198.51.100.128/25",
 			lanGW: "198.51.100.129", host: "198.51.100.138", reverseVIP: "100.64.7.201", rekeyChild: "--rekey-child", loadsConfig: true},
 	}
-	e.bin.agent, e.bin.helper = buildBinaries(t, dir)
+	e.buildBinaries()
 	e.lswTopology(sites)
 	for _, s := range sites {
 		s.psk = e.keys[s.tunnel]
@@ -667,11 +646,11 @@ func TestLibreswanClient(t *testing.T) {
 	e.render()
 	e.startCharon("g")
 	log := e.collectCharonLog(t)
-	outer := e.capture("outer", "r", "wan0", 256)
+	outer := e.Capture("outer", "r", "wan0", 256)
 	e.startAgents()
-	e.start("backend-https", e.ns("b"), nil, e.bin.helper, "https", backendAddr+":8443")
+	e.Start("backend-https", e.NS("b"), nil, e.bin.helper, "https", backendAddr+":8443")
 	for _, s := range sites {
-		e.start("client-http-"+s.n, s.ns("c"), nil, e.bin.helper, "http", s.host+":8080")
+		e.Start("client-http-"+s.n, s.ns("c"), nil, e.bin.helper, "http", s.host+":8080")
 	}
 	start := time.Now()
 
@@ -707,11 +686,11 @@ func TestLibreswanClient(t *testing.T) {
 			}
 			var body string
 			eventuallyT(t, "HTTPS from the site's client to the exposure 100.64.7.10", time.Minute, func() bool {
-				body, _ = e.sh(s.ns("c"), "curl", "-sk", "--max-time", "3", "https://100.64.7.10:8443/")
+				body, _ = e.Sh(s.ns("c"), "curl", "-sk", "--max-time", "3", "https://100.64.7.10:8443/")
 				return strings.TrimSpace(body) == "backend saw "+portFixedIP
 			})
 			eventuallyT(t, "HTTP from the fabric to the site's service through the reverse exposure "+s.reverseVIP, time.Minute, func() bool {
-				body, _ = e.sh(e.ns("f"), "curl", "-s", "--max-time", "3", "http://"+s.reverseVIP+":8080/")
+				body, _ = e.Sh(e.NS("f"), "curl", "-s", "--max-time", "3", "http://"+s.reverseVIP+":8080/")
 				return strings.TrimSpace(body) == "client saw 100.64.7.1"
 			})
 		})
@@ -837,7 +816,7 @@ func TestLibreswanClient(t *testing.T) {
 				t.Fatalf("libreswan %s holds no established IKE SA before the kill", s.version)
 			}
 		}
-		e.stop(e.gwCharon(), syscall.SIGKILL)
+		e.Stop(e.gwCharon(), syscall.SIGKILL)
 		killed := time.Now()
 		forEach(t, sites, func(t *testing.T, s *lswSite) {
 			// Liveness every dpddelay (5 s), the peer declared dead after libreswan's
@@ -922,7 +901,7 @@ func TestLibreswanClient(t *testing.T) {
 								lines = append(lines, l)
 							}
 						}
-						t.Logf("last status: %+v\ngateway's log for %s:\n%s\npluto:\n%s", st, s.tunnel, strings.Join(netns.First(lines, 80), "\n"), netns.Tail(e.logOf(s.proc()), 40))
+						t.Logf("last status: %+v\ngateway's log for %s:\n%s\npluto:\n%s", st, s.tunnel, strings.Join(netns.First(lines, 80), "\n"), netns.Tail(e.Log(s.proc()), 40))
 					}
 					s.restart(t, nil)
 					eventuallyT(t, "up again once the client is fixed", 3*time.Minute, func() bool {
@@ -954,7 +933,7 @@ func TestLibreswanClient(t *testing.T) {
 				figure(t.Logf, "libreswan %s behind a NAT: gateway's SA nat-remote=%s nat-fake=%s", s.version, sa.natRemote, sa.natFake)
 			}
 			eventuallyT(t, "the reverse exposure through the NAT", time.Minute, func() bool {
-				body, _ := e.sh(e.ns("f"), "curl", "-s", "--max-time", "3", "http://"+s.reverseVIP+":8080/")
+				body, _ := e.Sh(e.NS("f"), "curl", "-s", "--max-time", "3", "http://"+s.reverseVIP+":8080/")
 				return strings.TrimSpace(body) == "client saw 100.64.7.1"
 			})
 		})
@@ -983,7 +962,7 @@ func TestLibreswanClient(t *testing.T) {
 func (e *env) xfrmCount(addr string) int {
 	n := 0
 	for _, dir := range []string{"src", "dst"} {
-		out, _ := e.sh(e.ns("g"), "ip", "xfrm", "state", "list", dir, addr)
+		out, _ := e.Sh(e.NS("g"), "ip", "xfrm", "state", "list", dir, addr)
 		n += strings.Count(out, "\nsrc ") + map[bool]int{true: 1, false: 0}[strings.HasPrefix(out, "src ")]
 	}
 	return n
@@ -994,7 +973,7 @@ func (e *env) lswDiagnose(sites []*lswSite) {
 	var b strings.Builder
 	for _, role := range []string{"g", "r"} {
 		for _, c := range [][]string{{"ip", "-d", "addr"}, {"ip", "-s", "xfrm", "state"}, {"ip", "xfrm", "policy"}, {"nft", "list", "ruleset"}} {
-			out, _ := e.sh(e.ns(role), c...)
+			out, _ := e.Sh(e.NS(role), c...)
 			fmt.Fprintf(&b, "### %s: %s\n%s\n", role, strings.Join(c, " "), out)
 		}
 	}
@@ -1002,11 +981,11 @@ func (e *env) lswDiagnose(sites []*lswSite) {
 	fmt.Fprintf(&b, "### g: swanctl --list-sas\n%s\n", out)
 	for _, s := range sites {
 		for _, c := range [][]string{{"ip", "-d", "addr"}, {"ip", "route"}, {"ip", "-s", "xfrm", "state"}, {"ip", "xfrm", "policy"}} {
-			out, _ := e.sh(s.ns("p"), c...)
+			out, _ := e.Sh(s.ns("p"), c...)
 			fmt.Fprintf(&b, "### p%s: %s\n%s\n", s.n, strings.Join(c, " "), out)
 		}
 		out, _ := s.ipsec("whack", "--status")
 		fmt.Fprintf(&b, "### p%s: whack --status\n%s\n", s.n, out)
 	}
-	_ = os.WriteFile(filepath.Join(e.dir, "diagnose.txt"), []byte(b.String()), 0o644)
+	_ = os.WriteFile(filepath.Join(e.Dir, "diagnose.txt"), []byte(b.String()), 0o644)
 }

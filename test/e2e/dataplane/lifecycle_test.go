@@ -53,7 +53,7 @@ func defaultPeer() peerOpts {
 // administrator would, and loads it with swanctl (its SAs are left alone: the client's
 // connection has no start action).
 func (e *env) configurePeerWith(o peerOpts) {
-	e.t.Helper()
+	e.T.Helper()
 	remote := floatingIP
 	if o.anyRemote {
 		remote = "%any"
@@ -92,15 +92,15 @@ secrets {
   }
 }
 `, peerWAN, remote, o.ike, peerWAN, floatingIP, clientNet, o.remoteTS, o.esp, peerWAN, floatingIP, o.psk)
-	f := filepath.Join(e.dir, "p", "swanctl.conf")
+	f := filepath.Join(e.Dir, "p", "swanctl.conf")
 	if err := os.WriteFile(f, []byte(conf), 0o600); err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	if out, err := e.swanctl("p", "--load-creds", "--clear", "--noprompt", "--file", f); err != nil {
-		e.t.Fatalf("peer creds: %v %s", err, out)
+		e.T.Fatalf("peer creds: %v %s", err, out)
 	}
 	if out, err := e.swanctl("p", "--load-conns", "--file", f); err != nil {
-		e.t.Fatalf("peer conns: %v %s", err, out)
+		e.T.Fatalf("peer conns: %v %s", err, out)
 	}
 }
 
@@ -142,7 +142,7 @@ func (e *env) lifecycleStatus(t *testing.T) statusReader {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ln, err := inNetns(e.ns("g"), func() (net.Listener, error) { return net.Listen("tcp", apiAddr) })
+		ln, err := inNetns(e.NS("g"), func() (net.Listener, error) { return net.Listen("tcp", apiAddr) })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,17 +170,17 @@ func (e *env) lifecycleStatus(t *testing.T) statusReader {
 		for _, c := range kc.Clusters {
 			c.Server = "https://" + apiAddr
 		}
-		kubeconfig := filepath.Join(e.dir, "status-agent.kubeconfig")
+		kubeconfig := filepath.Join(e.Dir, "status-agent.kubeconfig")
 		if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
 			t.Fatal(err)
 		}
-		e.stop("loader", syscall.SIGTERM)
-		cfg := filepath.Join(e.dir, "config")
+		e.Stop("loader", syscall.SIGTERM)
+		cfg := filepath.Join(e.Dir, "config")
 		e.statusArgs = []string{e.bin.agent, "status-agent", "--config-file", filepath.Join(cfg, gatewayconfig.ConfigMapKeyConfig),
 			"--vici-socket", e.sock("g"), "--kubeconfig", kubeconfig, "--interval", "1s",
 			"--load", "--secrets-file", filepath.Join(cfg, gatewayconfig.SecretKeySecrets)}
-		e.start("status-agent", e.ns("g"), nil, e.statusArgs...)
-		t.Cleanup(func() { e.stop("status-agent", syscall.SIGTERM) })
+		e.Start("status-agent", e.NS("g"), nil, e.statusArgs...)
+		t.Cleanup(func() { e.Stop("status-agent", syscall.SIGTERM) })
 		cl = api.Client
 	}
 	return func() (v1alpha1.TunnelState, bool) {
@@ -200,9 +200,9 @@ func (e *env) lifecycleStatus(t *testing.T) statusReader {
 // statusAgentLog is the log of the process that runs the loader with the status agent.
 func (e *env) statusAgentLog() string {
 	if e.kernel {
-		return e.logOf(render.ContainerStatus)
+		return e.Log(render.ContainerStatus)
 	}
-	return e.logOf("status-agent")
+	return e.Log("status-agent")
 }
 
 // sampler reads the tunnel's state from the status every 100 ms and from the exporter
@@ -219,7 +219,7 @@ type sampler struct {
 // scraper reads the exporter from the test process over a kept-alive connection made in
 // the gateway's namespace (a curl per sample costs a process start, too slow for 100 ms).
 func (e *env) scraper() func(series string) float64 {
-	ns := e.ns("g")
+	ns := e.NS("g")
 	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			return inNetns(ns, func() (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, network, addr) })
@@ -329,11 +329,11 @@ func TestTunnelLifecycle(t *testing.T) {
 	read := e.lifecycleStatus(t)
 	ping := func() func() (sent, lost int) {
 		name := fmt.Sprintf("lc-ping-%d", time.Now().UnixNano())
-		e.start(name, e.ns("c"), nil, "ping", "-n", "-i", "0.2", "100.64.7.12")
+		e.Start(name, e.NS("c"), nil, "ping", "-n", "-i", "0.2", "100.64.7.12")
 		return func() (int, int) {
-			e.stop(name, syscall.SIGINT)
+			e.Stop(name, syscall.SIGINT)
 			var tx, rx int
-			for _, l := range strings.Split(e.logOf(name), "\n") {
+			for _, l := range strings.Split(e.Log(name), "\n") {
 				if strings.Contains(l, "packets transmitted") {
 					_, _ = fmt.Sscanf(strings.TrimSpace(l), "%d packets transmitted, %d received", &tx, &rx)
 				}
@@ -349,8 +349,8 @@ func TestTunnelLifecycle(t *testing.T) {
 		// spec with both proposal lists (first a change to the lists, so both sides
 		// accept the next one).
 		e.render()
-		e.eventually("status Up", func() bool { st, ok := read(); return ok && st.State == "Up" })
-		e.eventually("the SA carries the tunnel", func() bool { id, _ := e.ikeChild(); return id != "" })
+		e.Eventually("status Up", func() bool { st, ok := read(); return ok && st.State == "Up" })
+		e.Eventually("the SA carries the tunnel", func() bool { id, _ := e.ikeChild(); return id != "" })
 		s := e.sample(read)
 		stopPing := ping()
 		ike0, _ := e.ikeChild()
@@ -358,8 +358,8 @@ func TestTunnelLifecycle(t *testing.T) {
 		e.obj.Spec.Tunnels[0].ESP.Lifetime = "20s"
 		e.obj.Spec.Tunnels[0].IKE.Proposals = []string{"aes256gcm16-prfsha384-x25519"}
 		e.render()
-		e.eventually("a new IKE SA carries the tunnel", func() bool { id, _ := e.ikeChild(); return id != "" && id != ike0 })
-		e.eventually("the old IKE SA is gone", func() bool {
+		e.Eventually("a new IKE SA carries the tunnel", func() bool { id, _ := e.ikeChild(); return id != "" && id != ike0 })
+		e.Eventually("the old IKE SA is gone", func() bool {
 			out, _ := e.swanctl("g", "--list-sas", "--ike", "t1")
 			return strings.Count("\n"+out, "\nt1: #") == 1 // IKE SAs; child SAs are indented
 		})
@@ -379,7 +379,7 @@ func TestTunnelLifecycle(t *testing.T) {
 		_, child0 := e.ikeChild()
 		e.obj.Spec.Tunnels[0].ESP.Proposals = []string{"aes256gcm16-x25519"}
 		e.render()
-		e.eventually("a new child SA carries the tunnel", func() bool { _, c := e.ikeChild(); return c != "" && c != child0 })
+		e.Eventually("a new child SA carries the tunnel", func() bool { _, c := e.ikeChild(); return c != "" && c != child0 })
 		e.sleep(2 * time.Second)
 		s.end()
 		sent, lost := stopPing()
@@ -410,7 +410,7 @@ func TestTunnelLifecycle(t *testing.T) {
 		ike0, _ := e.ikeChild()
 		e.obj.Spec.Tunnels[0].IKE.Lifetime, e.obj.Spec.Tunnels[0].ESP.Lifetime = ike, esp
 		e.render()
-		e.eventually("a new IKE SA with the lifetimes "+ike+"/"+esp+" carries the tunnel", func() bool { id, _ := e.ikeChild(); return id != "" && id != ike0 })
+		e.Eventually("a new IKE SA with the lifetimes "+ike+"/"+esp+" carries the tunnel", func() bool { id, _ := e.ikeChild(); return id != "" && id != ike0 })
 	}
 	secs := func(l string) string { return strings.TrimSuffix(l, "s") + " s" }
 	e.run(t, fmt.Sprintf("%.0f s of child rekeys every %s and IKE rekeys every %s: never reported down", soak.Seconds(), secs(espLife), secs(ikeLife)), func(t *testing.T) {
@@ -437,7 +437,7 @@ func TestTunnelLifecycle(t *testing.T) {
 	e.run(t, "a tunnel the client ends reads down at the next scrape", func(t *testing.T) {
 		series := `bnerd_ipsec_tunnel_up{tunnel="t1"}`
 		scrape := e.scraper()
-		e.eventually("the exporter reads the tunnel up", func() bool { return scrape(series) == 1 })
+		e.Eventually("the exporter reads the tunnel up", func() bool { return scrape(series) == 1 })
 		// The client refuses the gateway's next attempts.
 		bad := changePeer
 		bad.psk = "not-the-gateways-key-0123456789"
@@ -449,7 +449,7 @@ func TestTunnelLifecycle(t *testing.T) {
 			// The pod's exporter serves the status agent's listing, published every
 			// second: the next scrape is the first after a listing taken since.
 			ended := time.Now().UnixMilli()
-			e.eventually("the status agent's listing taken after the client ended the tunnel", func() bool {
+			e.Eventually("the status agent's listing taken after the client ended the tunnel", func() bool {
 				var st exporter.IPsecState
 				b, err := os.ReadFile(render.IPsecStateFile)
 				return err == nil && json.Unmarshal(b, &st) == nil && st.Written > ended
@@ -460,9 +460,9 @@ func TestTunnelLifecycle(t *testing.T) {
 		if first != 0 && second != 0 {
 			t.Errorf("tunnel_up read %v and %v in the two scrapes after the client ended the tunnel, want 0", first, second)
 		}
-		e.eventually("status not Up", func() bool { st, ok := read(); return ok && st.State != "Up" })
+		e.Eventually("status not Up", func() bool { st, ok := read(); return ok && st.State != "Up" })
 		e.configurePeerWith(changePeer)
-		e.eventually("status Up again after the client's fix", func() bool { st, ok := read(); return ok && st.State == "Up" })
+		e.Eventually("status Up again after the client's fix", func() bool { st, ok := read(); return ok && st.State == "Up" })
 	})
 
 	e.startOrder(t, read)
@@ -485,7 +485,7 @@ func (e *env) lifecycleCauses(t *testing.T, read statusReader) {
 	expect := func(t *testing.T, reason string, state string) v1alpha1.TunnelState {
 		t.Helper()
 		var st v1alpha1.TunnelState
-		e.eventually("status reason "+reason, func() bool {
+		e.Eventually("status reason "+reason, func() bool {
 			var ok bool
 			st, ok = read()
 			return ok && st.Reason == reason && (state == "" || st.State == state)
@@ -494,21 +494,21 @@ func (e *env) lifecycleCauses(t *testing.T, read statusReader) {
 			t.Errorf("no message with reason %s: %+v", reason, st)
 		}
 		series := fmt.Sprintf(`bnerd_ipsec_tunnel_reason{reason=%q,tunnel="t1"}`, reason)
-		e.eventually("exporter label "+reason, func() bool { return e.metric(series) == 1 })
+		e.Eventually("exporter label "+reason, func() bool { return e.metric(series) == 1 })
 		t.Logf("status: %s %s: %s", st.State, st.Reason, st.Message)
 		return st
 	}
 	restore := func(t *testing.T) {
 		t.Helper()
 		e.configurePeerWith(good)
-		e.eventually("tunnel Up again after the client's fix", func() bool { st, ok := read(); return ok && st.State == "Up" && st.Reason == "" })
-		e.eventually("traffic again", e.probe)
+		e.Eventually("tunnel Up again after the client's fix", func() bool { st, ok := read(); return ok && st.State == "Up" && st.Reason == "" })
+		e.Eventually("traffic again", e.probe)
 	}
 	// breakPeer reconfigures the client and ends the running SA from its side.
 	breakPeer := func(o peerOpts) {
 		e.configurePeerWith(o)
 		if out, err := e.swanctl("p", "--terminate", "--ike", "gw"); err != nil {
-			e.t.Fatalf("terminating at the client: %v %s", err, out)
+			e.T.Fatalf("terminating at the client: %v %s", err, out)
 		}
 	}
 	e.run(t, "authentication failure: reported, retried with backoff", func(t *testing.T) {
@@ -555,10 +555,10 @@ func (e *env) lifecycleCauses(t *testing.T, read statusReader) {
 		bad := good
 		bad.esp = "aes256gcm16"
 		breakPeer(bad)
-		e.eventually("up without PFS", func() bool { st, ok := read(); return ok && st.State == "Up" })
+		e.Eventually("up without PFS", func() bool { st, ok := read(); return ok && st.State == "Up" })
 		ike0, _ := e.ikeChild()
 		expect(t, downcause.PFSMismatchAtRekey, "Up")
-		e.eventually("up again on a new IKE SA after the child SA expired", func() bool {
+		e.Eventually("up again on a new IKE SA after the child SA expired", func() bool {
 			id, _ := e.ikeChild()
 			return id != "" && id != ike0
 		})
@@ -566,7 +566,7 @@ func (e *env) lifecycleCauses(t *testing.T, read statusReader) {
 		restore(t)
 	})
 	e.run(t, "peer not responding: reported; the first answer after the fix brings it up", func(t *testing.T) {
-		e.nft("p", `table ip tn_drop {
+		e.NFT("p", `table ip tn_drop {
   chain in { type filter hook input priority -10; policy accept;
     iifname "wan0" udp dport { 500, 4500 } drop
   }
@@ -576,7 +576,7 @@ func (e *env) lifecycleCauses(t *testing.T, read statusReader) {
 		}
 		// Reported from charon's second retransmission of IKE_SA_INIT (about 11 s).
 		var st v1alpha1.TunnelState
-		deadline := time.Now().Add(scaled(3 * time.Minute))
+		deadline := time.Now().Add(netns.Scaled(3 * time.Minute))
 		for time.Now().Before(deadline) {
 			if st, _ = read(); st.Reason == downcause.PeerNotResponding {
 				break
@@ -589,8 +589,8 @@ func (e *env) lifecycleCauses(t *testing.T, read statusReader) {
 		// The client answers again 10 s later.
 		e.sleep(10 * time.Second)
 		fixed := time.Now()
-		e.must(e.ns("p"), "nft", "delete", "table", "ip", "tn_drop")
-		e.eventually("Up after the client answers", func() bool { st, ok := read(); return ok && st.State == "Up" })
+		e.Must(e.NS("p"), "nft", "delete", "table", "ip", "tn_drop")
+		e.Eventually("Up after the client answers", func() bool { st, ok := read(); return ok && st.State == "Up" })
 		// Bounded by eventually's limit: the next retransmission (at most 20 s away) gets
 		// through, or the next attempt after charon gives up.
 		figure(t.Logf, "unanswered peer: up %.1fs after it answers again", time.Since(fixed).Seconds())
@@ -605,7 +605,7 @@ func (e *env) roleCtl(role string) (stop, start func()) {
 	if e.kernel {
 		name = map[string]string{"init-nat": render.ContainerInitNAT, "charon": render.ContainerStrongswan, "status": render.ContainerStatus}[role]
 	}
-	stop = func() { e.stop(name, syscall.SIGTERM) }
+	stop = func() { e.Stop(name, syscall.SIGTERM) }
 	switch role {
 	case "charon":
 		start = func() { e.startCharon("g") }
@@ -617,7 +617,7 @@ func (e *env) roleCtl(role string) (stop, start func()) {
 				e.startContainer(name)
 				return
 			}
-			e.start(name, e.ns("g"), nil, e.statusArgs...)
+			e.Start(name, e.NS("g"), nil, e.statusArgs...)
 		}
 	}
 	return stop, start
@@ -627,14 +627,14 @@ func (e *env) roleCtl(role string) (stop, start func()) {
 // nftables table, whose guard would drop IKE leaving by the pod network (a pod whose
 // init-nat has not run yet has neither).
 func (e *env) clearPortRouting() {
-	_, _ = e.sh(e.ns("g"), "nft", "delete", "table", "ip", nat.DefaultTable)
+	_, _ = e.Sh(e.NS("g"), "nft", "delete", "table", "ip", nat.DefaultTable)
 	for i := 0; i < 10; i++ {
-		if _, err := e.sh(e.ns("g"), "ip", "rule", "del", "table", "100"); err != nil {
+		if _, err := e.Sh(e.NS("g"), "ip", "rule", "del", "table", "100"); err != nil {
 			break
 		}
 	}
-	_, _ = e.sh(e.ns("g"), "ip", "route", "flush", "table", "100")
-	_, _ = e.sh(e.ns("g"), "ip", "addr", "del", "100.64.7.1/32", "dev", "lo")
+	_, _ = e.Sh(e.NS("g"), "ip", "route", "flush", "table", "100")
+	_, _ = e.Sh(e.NS("g"), "ip", "addr", "del", "100.64.7.1/32", "dev", "lo")
 }
 
 // localHosts lists the addresses the gateway's IKE SAs of t1 run from.
@@ -673,26 +673,26 @@ func (e *env) onPort(read statusReader) bool {
 // An SA built over the pod network anyway (initiated by hand before init-nat ran) is
 // ended and rebuilt on the port once the routing is there.
 func (e *env) startOrder(t *testing.T, read statusReader) {
-	g, r := e.ns("g"), e.ns("r")
-	e.must("", "ip", "link", "add", "eth0", "netns", g, "type", "veth", "peer", "name", "pod0", "netns", r)
-	e.must(g, "ip", "addr", "add", "10.244.0.2/24", "dev", "eth0")
-	e.must(r, "ip", "addr", "add", "10.244.0.1/24", "dev", "pod0")
-	e.must(g, "ip", "link", "set", "eth0", "up")
-	e.must(r, "ip", "link", "set", "pod0", "up")
-	e.must(g, "ip", "route", "add", "default", "via", "10.244.0.1")
-	e.nft("r", `table ip tn_podnat {
+	g, r := e.NS("g"), e.NS("r")
+	e.Must("", "ip", "link", "add", "eth0", "netns", g, "type", "veth", "peer", "name", "pod0", "netns", r)
+	e.Must(g, "ip", "addr", "add", "10.244.0.2/24", "dev", "eth0")
+	e.Must(r, "ip", "addr", "add", "10.244.0.1/24", "dev", "pod0")
+	e.Must(g, "ip", "link", "set", "eth0", "up")
+	e.Must(r, "ip", "link", "set", "pod0", "up")
+	e.Must(g, "ip", "route", "add", "default", "via", "10.244.0.1")
+	e.NFT("r", `table ip tn_podnat {
   chain post { type nat hook postrouting priority srcnat; policy accept;
     oifname "wan0" ip saddr 10.244.0.0/24 masquerade
   }
 }`)
 	defer func() {
-		_, _ = e.sh(g, "ip", "link", "del", "eth0")
-		_, _ = e.sh(r, "nft", "delete", "table", "ip", "tn_podnat")
+		_, _ = e.Sh(g, "ip", "link", "del", "eth0")
+		_, _ = e.Sh(r, "nft", "delete", "table", "ip", "tn_podnat")
 	}()
 	anyPeer := defaultPeer()
 	anyPeer.ike, anyPeer.esp, anyPeer.anyRemote = "aes256gcm16-prfsha384-x25519", "aes256gcm16-x25519", true
 	e.configurePeerWith(anyPeer)
-	stopCapture := e.capture("pod-network", "g", "eth0", 128)
+	stopCapture := e.Capture("pod-network", "g", "eth0", 128)
 
 	e.run(t, "init-nat started seconds after charon and the loader", func(t *testing.T) {
 		stopInit, startInit := e.roleCtl("init-nat")
@@ -709,7 +709,7 @@ func (e *env) startOrder(t *testing.T, read statusReader) {
 			t.Errorf("IKE SAs before init-nat ran: from %v", h)
 		}
 		startInit()
-		e.eventually("up from the port's address once init-nat ran", func() bool { return e.onPort(read) })
+		e.Eventually("up from the port's address once init-nat ran", func() bool { return e.onPort(read) })
 		if !strings.Contains(e.statusAgentLog(), "waiting for the port's policy routing") {
 			t.Errorf("the loader did not wait for the port's routing:\n%s", netns.Tail(e.statusAgentLog(), 30))
 		}
@@ -721,7 +721,7 @@ func (e *env) startOrder(t *testing.T, read statusReader) {
 			e.sleep(2 * time.Second)
 			start()
 			e.sleep(2 * time.Second)
-			e.eventually("up from the port's address after restarting "+role, func() bool { return e.onPort(read) })
+			e.Eventually("up from the port's address after restarting "+role, func() bool { return e.onPort(read) })
 		})
 	}
 	pcap := stopCapture()
@@ -747,7 +747,7 @@ func (e *env) startOrder(t *testing.T, read statusReader) {
 		}
 		startInit()
 		startStatus()
-		e.eventually("rebuilt from the port's address", func() bool { return e.onPort(read) })
+		e.Eventually("rebuilt from the port's address", func() bool { return e.onPort(read) })
 		if !strings.Contains(e.statusAgentLog(), "not from the port's address") {
 			t.Errorf("the loader did not end the wrong-path SA:\n%s", netns.Tail(e.statusAgentLog(), 30))
 		}

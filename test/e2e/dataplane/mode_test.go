@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"time"
 
 	"bnerd.net/vpn-operator/test/e2e/netns"
 )
@@ -20,8 +19,6 @@ const (
 	apiPortEnv = "BNERD_DATAPLANE_API_PORT"
 	// kubeconfigEnv is the admin kubeconfig for the forwarded API server.
 	kubeconfigEnv = "BNERD_DATAPLANE_KUBECONFIG"
-	// outEnv is a directory on the host share: figures and, on failure, logs.
-	outEnv = "BNERD_DATAPLANE_OUT"
 	// libreswanDiskEnv is the block device holding hack/vm/libreswan.sh's clients image
 	// (the VM's second disk).
 	libreswanDiskEnv = "BNERD_LIBRESWAN_DISK"
@@ -31,9 +28,6 @@ const (
 // containers.
 func kernelMode() bool { return netns.Kernel() }
 
-// scaled returns d times the environment's wait factor.
-func scaled(d time.Duration) time.Duration { return time.Duration(float64(d) * netns.WaitScale()) }
-
 var figuresMu sync.Mutex
 
 // figure records a measured value: in the test log, and in <out>/figures.txt when the
@@ -41,7 +35,7 @@ var figuresMu sync.Mutex
 func figure(logf func(string, ...any), format string, args ...any) {
 	line := fmt.Sprintf(format, args...)
 	logf("FIGURE %s", line)
-	out := os.Getenv(outEnv)
+	out := os.Getenv(netns.OutEnv)
 	if out == "" {
 		return
 	}

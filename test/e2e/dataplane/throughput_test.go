@@ -23,11 +23,11 @@ func BenchmarkTunnelThroughput(b *testing.B) {
 	}
 	e, _, outer := newEnv(b)
 	defer outer()
-	e.start("iperf-gw", e.ns("g"), nil, "iperf3", "-s", "-B", "100.64.7.1", "-p", "5201")
-	e.start("iperf-backend", e.ns("b"), nil, "iperf3", "-s", "-B", backendAddr, "-p", "5202")
+	e.Start("iperf-gw", e.NS("g"), nil, "iperf3", "-s", "-B", "100.64.7.1", "-p", "5201")
+	e.Start("iperf-backend", e.NS("b"), nil, "iperf3", "-s", "-B", backendAddr, "-p", "5202")
 	time.Sleep(500 * time.Millisecond)
 	run := func(dst, port string) float64 {
-		out, err := e.sh(e.ns("c"), "iperf3", "-c", dst, "-p", port, "-t", "8", "-J")
+		out, err := e.Sh(e.NS("c"), "iperf3", "-c", dst, "-p", port, "-t", "8", "-J")
 		if err != nil {
 			b.Fatalf("iperf3: %v\n%s", err, out)
 		}
@@ -41,8 +41,8 @@ func BenchmarkTunnelThroughput(b *testing.B) {
 	withRulesLocal := run("100.64.7.1", "5201")
 	withRulesDNAT := run("100.64.7.12", "5202")
 	// Without the table: stop init-nat so it cannot repair, then delete the table.
-	e.stop("init-nat", syscall.SIGTERM)
-	e.must(e.ns("g"), "nft", "delete", "table", "ip", nat.DefaultTable)
+	e.Stop("init-nat", syscall.SIGTERM)
+	e.Must(e.NS("g"), "nft", "delete", "table", "ip", nat.DefaultTable)
 	withoutLocal := run("100.64.7.1", "5201")
 	b.StopTimer()
 	b.ReportMetric(withoutLocal, "Mbit/s-bare")

@@ -53,7 +53,7 @@ func (e *env) windows() []window {
 	restart := func(stop, start []string) func(*testing.T) {
 		return func(*testing.T) {
 			for _, c := range stop {
-				e.stop(c, syscall.SIGTERM)
+				e.Stop(c, syscall.SIGTERM)
 			}
 			e.sleep(2 * time.Second)
 			for _, c := range start {
@@ -68,7 +68,7 @@ func (e *env) windows() []window {
 			for _, c := range pod {
 				restart([]string{c}, []string{c})(t)
 				if c == render.ContainerStrongswan {
-					e.eventually("SA back after the strongswan container restarted", func() bool { return e.ikeID() != "" })
+					e.Eventually("SA back after the strongswan container restarted", func() bool { return e.ikeID() != "" })
 				}
 			}
 		}},
@@ -76,7 +76,7 @@ func (e *env) windows() []window {
 		window{name: "charon and status agent restarted while init-nat is down, init-nat last", act: func(t *testing.T) {
 			restart([]string{render.ContainerInitNAT, render.ContainerStrongswan, render.ContainerStatus},
 				[]string{render.ContainerStrongswan, render.ContainerStatus})(t)
-			e.eventually("SA back without init-nat", func() bool { return e.ikeID() != "" && e.probe() })
+			e.Eventually("SA back without init-nat", func() bool { return e.ikeID() != "" && e.probe() })
 			e.startContainer(render.ContainerInitNAT)
 		}},
 	)
@@ -92,10 +92,10 @@ func (e *env) window(t *testing.T, w window) {
 	e.run(t, w.name, func(t *testing.T) {
 		slug := strings.Trim(reSlug.ReplaceAllString(strings.ToLower(w.name), "-"), "-")
 		nft0, m0 := e.guardDrops(), e.metric(guardMetric)
-		stop := e.capture("w-"+slug, "r", "wan0", 256)
+		stop := e.Capture("w-"+slug, "r", "wan0", 256)
 		start := time.Now()
 		w.act(t)
-		e.eventually("traffic through the tunnel again after: "+w.name, func() bool { return e.ikeID() != "" && e.probe() })
+		e.Eventually("traffic through the tunnel again after: "+w.name, func() bool { return e.ikeID() != "" && e.probe() })
 		recovered := time.Since(start)
 		e.sleep(time.Second)
 		wr := readWire(t, stop())
@@ -107,7 +107,7 @@ func (e *env) window(t *testing.T, w window) {
 		metric := "n/a (init-nat restarted)"
 		if w.guardFires {
 			var m1 float64
-			e.eventually("the guard's drops reach the exporter", func() bool { m1 = e.metric(guardMetric); return m1 > m0 })
+			e.Eventually("the guard's drops reach the exporter", func() bool { m1 = e.metric(guardMetric); return m1 > m0 })
 			metric = fmt.Sprintf("+%.0f", m1-m0)
 		} else if m1 := e.metric(guardMetric); m1 >= m0 {
 			metric = fmt.Sprintf("+%.0f", m1-m0)
@@ -118,7 +118,7 @@ func (e *env) window(t *testing.T, w window) {
 			t.Errorf("plaintext between the sites:\n%s\n%s", strings.Join(netns.First(wr.inner, 10), "\n"), strings.Join(netns.First(wr.other, 10), "\n"))
 		}
 		if w.guardFires && drops == 0 {
-			t.Errorf("the guard dropped nothing in this window; was traffic flowing?\n%s", e.must(e.ns("g"), "nft", "list", "table", "ip", nat.DefaultTable))
+			t.Errorf("the guard dropped nothing in this window; was traffic flowing?\n%s", e.Must(e.NS("g"), "nft", "list", "table", "ip", nat.DefaultTable))
 		}
 	})
 }
@@ -126,7 +126,7 @@ func (e *env) window(t *testing.T, w window) {
 // killCharon SIGKILLs the gateway's charon, leaves it dead for a while, restarts it and
 // measures the time from the restart to traffic through the tunnel.
 func (e *env) killCharon(t *testing.T) {
-	e.stop(e.gwCharon(), syscall.SIGKILL)
+	e.Stop(e.gwCharon(), syscall.SIGKILL)
 	// Host mode: ipsec0 and table 220 vanish with charon; the guard alone holds. Kernel
 	// mode: the SAs and policies stay in the kernel (outbound keeps using them, inbound
 	// ESP meets a closed port), until the restart clears them.
@@ -140,18 +140,18 @@ func (e *env) killCharon(t *testing.T) {
 	}
 	restart := time.Now()
 	e.startCharon("g")
-	e.eventually("SA and traffic back after charon was killed", func() bool { return e.ikeID() != "" && e.probe() })
+	e.Eventually("SA and traffic back after charon was killed", func() bool { return e.ikeID() != "" && e.probe() })
 	figure(t.Logf, "%s: charon restart to traffic through the tunnel: %.1fs", e.dataplane(), time.Since(restart).Seconds())
 	if !e.kernel {
 		return
 	}
-	if !strings.Contains(e.logOf(render.ContainerStrongswan), "left in the kernel by a previous charon") {
-		t.Errorf("the charon container did not report clearing the orphaned state:\n%s", e.logOf(render.ContainerStrongswan))
+	if !strings.Contains(e.Log(render.ContainerStrongswan), "left in the kernel by a previous charon") {
+		t.Errorf("the charon container did not report clearing the orphaned state:\n%s", e.Log(render.ContainerStrongswan))
 	}
 	// No stale or duplicate SA after the restart: the kernel holds exactly the SAs charon
 	// reports for its installed child SA, one per direction.
 	var kernel, charon []string
-	e.eventually("kernel SAs equal charon's", func() bool {
+	e.Eventually("kernel SAs equal charon's", func() bool {
 		kernel, _ = e.xfrm()
 		charon = e.charonSPIs()
 		return len(charon) == 2 && strings.Join(kernel, ",") == strings.Join(charon, ",")
@@ -168,8 +168,8 @@ var (
 // xfrm returns the SPIs of the gateway namespace's XFRM states (sorted) and the number of
 // its policies.
 func (e *env) xfrm() ([]string, int) {
-	st, _ := e.sh(e.ns("g"), "ip", "xfrm", "state")
-	pol, _ := e.sh(e.ns("g"), "ip", "xfrm", "policy")
+	st, _ := e.Sh(e.NS("g"), "ip", "xfrm", "state")
+	pol, _ := e.Sh(e.NS("g"), "ip", "xfrm", "policy")
 	var spis []string
 	for _, m := range reXfrmSPI.FindAllStringSubmatch(st, -1) {
 		spis = append(spis, m[1])
@@ -193,7 +193,7 @@ var reGuardRule = regexp.MustCompile(`comment "fail-closed guard" # handle (\d+)
 
 // removeGuard deletes the guard's rules (and nothing else) from the gateway's table.
 func (e *env) removeGuard(t *testing.T) int {
-	out := e.must(e.ns("g"), "nft", "-a", "list", "table", "ip", nat.DefaultTable)
+	out := e.Must(e.NS("g"), "nft", "-a", "list", "table", "ip", nat.DefaultTable)
 	chain, n := "", 0
 	for _, l := range strings.Split(out, "\n") {
 		f := strings.Fields(l)
@@ -201,7 +201,7 @@ func (e *env) removeGuard(t *testing.T) int {
 			chain = f[1]
 		}
 		if m := reGuardRule.FindStringSubmatch(l); m != nil {
-			e.must(e.ns("g"), "nft", "delete", "rule", "ip", nat.DefaultTable, chain, "handle", m[1])
+			e.Must(e.NS("g"), "nft", "delete", "rule", "ip", nat.DefaultTable, chain, "handle", m[1])
 			n++
 		}
 	}
@@ -214,20 +214,20 @@ func (e *env) removeGuard(t *testing.T) int {
 // fabric's pings to the reverse exposure must show up in the clear. Then the guard and
 // the tunnel are restored, and a last capture is clean again.
 func (e *env) negativeControl(t *testing.T) {
-	e.start("ping-fabric-nc", e.ns("f"), nil, "ping", "-n", "-i", "0.2", "100.64.7.201")
-	defer e.stop("ping-fabric-nc", syscall.SIGINT)
-	e.eventually("fabric pings cross the tunnel", func() bool { return strings.Contains(e.logOf("ping-fabric-nc"), "bytes from 100.64.7.201") })
+	e.Start("ping-fabric-nc", e.NS("f"), nil, "ping", "-n", "-i", "0.2", "100.64.7.201")
+	defer e.Stop("ping-fabric-nc", syscall.SIGINT)
+	e.Eventually("fabric pings cross the tunnel", func() bool { return strings.Contains(e.Log("ping-fabric-nc"), "bytes from 100.64.7.201") })
 
-	stop := e.capture("negative-control", "r", "wan0", 256)
-	e.stop("init-nat", syscall.SIGTERM)
+	stop := e.Capture("negative-control", "r", "wan0", 256)
+	e.Stop("init-nat", syscall.SIGTERM)
 	removed := e.removeGuard(t)
 	if removed == 0 {
 		t.Fatal("no guard rule found to remove")
 	}
-	e.stop(e.gwCharon(), syscall.SIGKILL)
+	e.Stop(e.gwCharon(), syscall.SIGKILL)
 	if e.kernel {
-		e.must(e.ns("g"), "ip", "xfrm", "policy", "flush")
-		e.must(e.ns("g"), "ip", "xfrm", "state", "flush")
+		e.Must(e.NS("g"), "ip", "xfrm", "policy", "flush")
+		e.Must(e.NS("g"), "ip", "xfrm", "state", "flush")
 	}
 	e.sleep(3 * time.Second)
 	wr := readWire(t, stop())
@@ -240,13 +240,13 @@ func (e *env) negativeControl(t *testing.T) {
 	// Restore: init-nat repairs its table (the guard is back before charon is), then
 	// charon and the tunnel.
 	e.startAgent(render.ContainerInitNAT)
-	e.eventually("guard rules restored", func() bool {
-		out, _ := e.sh(e.ns("g"), "nft", "list", "table", "ip", nat.DefaultTable)
+	e.Eventually("guard rules restored", func() bool {
+		out, _ := e.Sh(e.NS("g"), "nft", "list", "table", "ip", nat.DefaultTable)
 		return strings.Count(out, `comment "fail-closed guard"`) == removed
 	})
 	e.startCharon("g")
-	e.eventually("tunnel back", func() bool { return e.ikeID() != "" && e.probe() })
-	stop = e.capture("restored", "r", "wan0", 256)
+	e.Eventually("tunnel back", func() bool { return e.ikeID() != "" && e.probe() })
+	stop = e.Capture("restored", "r", "wan0", 256)
 	e.sleep(3 * time.Second)
 	wr = readWire(t, stop())
 	if len(wr.inner) != 0 || len(wr.esp) == 0 {

@@ -151,7 +151,7 @@ func TestWireGuardKernel(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(scaled(time.Minute))
+		deadline := time.Now().Add(netns.Scaled(time.Minute))
 		for {
 			b, _ := os.ReadFile(logf)
 			if strings.Contains(string(b), "listening on") {
@@ -163,7 +163,7 @@ func TestWireGuardKernel(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		return func() wire {
-			time.Sleep(scaled(300 * time.Millisecond))
+			time.Sleep(netns.Scaled(300 * time.Millisecond))
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			_ = cmd.Wait()
 			lf.Close()

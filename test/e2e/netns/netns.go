@@ -1,5 +1,5 @@
-// Package netns is the harness of the namespace end-to-end tests (WireGuard, routed
-// mode): network namespaces named with a per-test prefix, commands and long-lived
+// Package netns is the harness of the namespace end-to-end tests (the IPsec dataplane,
+// WireGuard, routed mode): network namespaces named with a per-test prefix, commands and long-lived
 // processes inside them (each stopped by its PID), packet captures, and the project's
 // binaries built for the test. It needs root; Require skips (or, under
 // BNERD_REQUIRE_DATAPLANE=1, fails) with the reason when something is missing.
@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,7 +32,14 @@ type Env struct {
 	// Diagnose, when set, adds to the failure of Eventually what says why (the tails
 	// of the logs that matter).
 	Diagnose func() string
-	procs    map[string]*exec.Cmd
+	// CleanupSignal ends the processes still running when the test ends (zero:
+	// SIGTERM, which daemons such as wireguard-go need to remove their sockets; the
+	// dataplane suite uses SIGKILL, a crash being no different to what it tests).
+	CleanupSignal syscall.Signal
+	// procs are the processes the test started, by name (mu: steps that act on several
+	// sites at once start and stop processes concurrently).
+	mu    sync.Mutex
+	procs map[string]*exec.Cmd
 }
 
 // BinDirEnv names a directory of prebuilt binaries (by package base name) that Build
@@ -53,6 +61,11 @@ func Require(t testing.TB, bins ...string) {
 	}
 }
 
+// OutEnv names a directory on the kernel VM's host share: a failed test's logs are
+// copied there (the VM's disk is discarded), and the dataplane suite writes its figures
+// there.
+const OutEnv = "BNERD_E2E_OUT"
+
 // New returns an Env whose namespaces are named tag + 6 random hex digits + "-" + role.
 func New(t testing.TB, tag string) *Env {
 	dir, err := os.MkdirTemp("", "bnerd-"+tag+"-")
@@ -64,17 +77,62 @@ func New(t testing.TB, tag string) *Env {
 	_, _ = rand.Read(rnd)
 	e := &Env{T: t, Dir: dir, Prefix: tag + hex.EncodeToString(rnd) + "-", procs: map[string]*exec.Cmd{}}
 	t.Cleanup(func() {
-		// SIGTERM first: daemons such as wireguard-go remove their sockets on the way out.
-		for name := range e.procs {
-			e.Stop(name, syscall.SIGTERM)
+		sig := e.CleanupSignal
+		if sig == 0 {
+			sig = syscall.SIGTERM
+		}
+		for _, name := range e.running() {
+			e.Stop(name, sig)
 		}
 		if t.Failed() {
-			t.Logf("logs kept in %s", dir)
+			keepLogs(t, dir)
 			return
 		}
 		_ = os.RemoveAll(dir)
 	})
 	return e
+}
+
+// running names the processes still running.
+func (e *Env) running() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	names := make([]string, 0, len(e.procs))
+	for name := range e.procs {
+		names = append(names, name)
+	}
+	return names
+}
+
+// keepLogs says where a failed test's logs are; inside the kernel VM (OutEnv set) they
+// are copied to the host share first.
+func keepLogs(t testing.TB, dir string) {
+	out := os.Getenv(OutEnv)
+	if out == "" {
+		t.Logf("logs kept in %s", dir)
+		return
+	}
+	dst := filepath.Join(out, "logs-"+filepath.Base(dir))
+	// Regular files only (charon's sockets cannot be copied).
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dst, rel)), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
+	})
+	if err != nil {
+		t.Logf("copying logs: %v", err)
+		return
+	}
+	t.Logf("logs copied to the host share: %s", dst)
 }
 
 // NS is the namespace name of role.
@@ -132,13 +190,20 @@ func (e *Env) NFT(role, rules string) {
 }
 
 // Start runs a long-lived process in ns (empty: the test's own namespace); its output
-// goes to <Dir>/<name>.log.
+// goes to <Dir>/<name>.log (appended: a restarted process keeps its earlier lines).
 func (e *Env) Start(name, ns string, env []string, args ...string) *exec.Cmd {
 	e.T.Helper()
-	logf, err := os.Create(filepath.Join(e.Dir, name+".log"))
+	return e.StartT(e.T, name, ns, env, args...)
+}
+
+// StartT is Start failing t (a subtest running beside others) rather than e.T.
+func (e *Env) StartT(t testing.TB, name, ns string, env []string, args ...string) *exec.Cmd {
+	t.Helper()
+	logf, err := os.OpenFile(filepath.Join(e.Dir, name+".log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
-		e.T.Fatal(err)
+		t.Fatal(err)
 	}
+	defer func() { _ = logf.Close() }()
 	if ns != "" {
 		args = append([]string{"ip", "netns", "exec", ns}, args...)
 	}
@@ -146,28 +211,44 @@ func (e *Env) Start(name, ns string, env []string, args ...string) *exec.Cmd {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
-		e.T.Fatalf("starting %s: %v", name, err)
+		t.Fatalf("starting %s: %v", name, err)
 	}
+	e.mu.Lock()
 	e.procs[name] = cmd
+	e.mu.Unlock()
+	return cmd
+}
+
+// proc is the running process named name (nil: none).
+func (e *Env) proc(name string) *exec.Cmd {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.procs[name]
+}
+
+// take removes the process named name from those the test stops, and returns it.
+func (e *Env) take(name string) *exec.Cmd {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	cmd := e.procs[name]
+	delete(e.procs, name)
 	return cmd
 }
 
 // Signal sends sig to a process this test started (SIGSTOP/SIGCONT freeze it).
 func (e *Env) Signal(name string, sig syscall.Signal) {
-	if cmd := e.procs[name]; cmd != nil {
+	if cmd := e.proc(name); cmd != nil {
 		_ = cmd.Process.Signal(sig)
 	}
 }
 
 // Wait waits for a process this test started to exit by itself.
 func (e *Env) Wait(name string) error {
-	cmd := e.procs[name]
+	cmd := e.take(name)
 	if cmd == nil {
 		return nil
 	}
-	err := cmd.Wait()
-	delete(e.procs, name)
-	return err
+	return cmd.Wait()
 }
 
 // PeakRSSEnv names a file; when set, every process a test of this harness (or of the
@@ -196,20 +277,20 @@ func RecordPeakRSS(name string, pid int) {
 	}
 }
 
-// Stop ends a process this test started, by its PID.
+// Stop ends a process this test started, by its PID; one that outlives sig by ten
+// seconds (times WaitScale) is killed.
 func (e *Env) Stop(name string, sig syscall.Signal) {
-	cmd := e.procs[name]
+	cmd := e.take(name)
 	if cmd == nil {
 		return
 	}
 	RecordPeakRSS(name, cmd.Process.Pid)
-	delete(e.procs, name)
 	_ = cmd.Process.Signal(sig)
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(5 * time.Second):
+	case <-time.After(Scaled(10 * time.Second)):
 		_ = cmd.Process.Kill()
 		<-done
 	}
@@ -224,7 +305,7 @@ func (e *Env) Log(name string) string {
 // Eventually polls cond until it holds; the generous two minutes only bound a hung test.
 func (e *Env) Eventually(what string, cond func() bool) {
 	e.T.Helper()
-	for deadline := time.Now().Add(time.Duration(float64(2*time.Minute) * WaitScale())); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(Scaled(2 * time.Minute)); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if cond() {
 			return
 		}
@@ -257,7 +338,7 @@ func (e *Env) Capture(name, role, dev string, snaplen int) func() string {
 	e.Start("tcpdump-"+name, e.NS(role), nil, "tcpdump", "-ni", dev, "-s", strconv.Itoa(snaplen), "--immediate-mode", "-U", "-w", f)
 	e.Eventually("tcpdump "+name+" listening", func() bool { return strings.Contains(e.Log("tcpdump-"+name), "listening on") })
 	return func() string {
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(Scaled(300 * time.Millisecond))
 		e.Stop("tcpdump-"+name, syscall.SIGTERM)
 		return f
 	}
@@ -330,6 +411,9 @@ func WaitScale() float64 {
 	}
 	return 1
 }
+
+// Scaled is d times WaitScale.
+func Scaled(d time.Duration) time.Duration { return time.Duration(float64(d) * WaitScale()) }
 
 // MetricValue is the value of one series (its name and labels exactly as the exporter
 // writes them) in a Prometheus text exposition, -1 when it is not there.
