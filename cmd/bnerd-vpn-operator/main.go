@@ -17,7 +17,6 @@ import (
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/go-logr/logr"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -135,16 +134,10 @@ func managerOptions(f flags, cfg operatorconfig.Config, scheme *runtime.Scheme) 
 	return ctrl.Options{
 		Scheme:  scheme,
 		Metrics: metrics,
-		// The gateway reconciler (to release a pod stranded on a lost node) and the
-		// health controllers (PodReady) read gateway pods: cache those, not every pod
-		// of the cluster.
+		// Of the pods, Leases and the kinds a gateway owns, only the gateways' own
+		// (gateway.CacheScope), not every one of the cluster.
 		Cache: cache.Options{
-			ByObject: map[client.Object]cache.ByObject{
-				&corev1.Pod{}: {Label: gateway.GatewayPodSelector()},
-				// The gateways' liveness Leases (the same labels), not the nodes' or
-				// anyone else's.
-				&coordinationv1.Lease{}: {Label: gateway.GatewayPodSelector()},
-			},
+			ByObject: gateway.CacheScope(),
 			// Nothing reads managedFields from the cache (status is written by
 			// server-side apply, which the API server merges); dropping them keeps a
 			// large estate's cache a good deal smaller.

@@ -448,7 +448,9 @@ func (h *harness) start() *Reconciler {
 		Scheme:                 env.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache:                  cache.Options{DefaultNamespaces: h.cachedNamespaces()},
+		// As the operator caches: the namespaces of the test, and of those only what
+		// CacheScope lets in.
+		Cache: cache.Options{DefaultNamespaces: h.cachedNamespaces(), ByObject: CacheScope()},
 		NewClient: func(cfg *rest.Config, opts client.Options) (client.Client, error) {
 			c, err := client.NewWithWatch(cfg, opts)
 			if err != nil {

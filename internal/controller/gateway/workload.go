@@ -271,13 +271,28 @@ func mergeMeta(desired, live metav1.Object) {
 	live.SetOwnerReferences(refs)
 }
 
+// readOrCreate reads the object named like desired into live, or creates desired when
+// there is none (created true). The cache holds only objects labelled as the operator's
+// (CacheScope), so an object under that name without the label (another controller's, or
+// ours with the label taken off) is read past the cache when the create finds it, and
+// judged like any other: refused when another controller owns it, its labels put back
+// when it is ours. So is one the cache has not caught up with yet.
+func (r *Reconciler) readOrCreate(ctx context.Context, desired, live client.Object) (created bool, err error) {
+	key := client.ObjectKeyFromObject(desired)
+	err = r.Client.Get(ctx, key, live)
+	if !apierrors.IsNotFound(err) {
+		return false, err
+	}
+	err = r.Client.Create(ctx, desired)
+	if !apierrors.IsAlreadyExists(err) {
+		return err == nil, err
+	}
+	return false, r.apiReader().Get(ctx, key, live)
+}
+
 // apply creates desired, or updates live with mutate when the owned fields differ.
 func (r *Reconciler) apply(ctx context.Context, desired, live client.Object, bodySame func() bool, mutate func()) error {
-	err := r.Client.Get(ctx, client.ObjectKeyFromObject(desired), live)
-	if apierrors.IsNotFound(err) {
-		return r.Client.Create(ctx, desired)
-	}
-	if err != nil {
+	if created, err := r.readOrCreate(ctx, desired, live); created || err != nil {
 		return err
 	}
 	metaSame, err := ownedMeta(desired, live)
@@ -367,13 +382,14 @@ func (r *Reconciler) applyDeployment(ctx context.Context, g *gateway, d *appsv1.
 		return err
 	}
 	live := &appsv1.Deployment{}
-	err = r.Client.Get(ctx, client.ObjectKeyFromObject(d), live)
 	uid := g.obj.GetUID()
-	if apierrors.IsNotFound(err) {
-		return r.createDeployment(ctx, uid, hash, d)
-	}
-	if err != nil {
+	if created, err := r.readOrCreate(ctx, d, live); err != nil {
 		return err
+	} else if created {
+		// The API server answers with the spec as it stores it: this generation is the
+		// rendering's stored form, and the next pass needs no dry run to know it.
+		r.rememberMatched(uid, hash, d)
+		return nil
 	}
 	metaSame, err := ownedMeta(d, live)
 	if err != nil {
@@ -415,17 +431,6 @@ func (r *Reconciler) applyDeployment(ctx context.Context, g *gateway, d *appsv1.
 	default:
 		log.Info("applied a new rendering of the gateway Deployment", "deployment", d.Name, "fields", drift)
 	}
-	return nil
-}
-
-// createDeployment creates the rendering d. The API server answers with the spec as it
-// stores it: this generation is the rendering's stored form, and the next pass needs no
-// dry run to know it.
-func (r *Reconciler) createDeployment(ctx context.Context, uid types.UID, hash string, d *appsv1.Deployment) error {
-	if err := r.Client.Create(ctx, d); err != nil {
-		return err
-	}
-	r.rememberMatched(uid, hash, d)
 	return nil
 }
 

@@ -1,0 +1,48 @@
+package gateway
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"bnerd.net/vpn-operator/internal/render"
+)
+
+// CacheScope is what the manager's cache holds of the kinds a gateway owns or reads by
+// label: only the operator's own objects. Without it the operator would keep every
+// ConfigMap, ServiceAccount, Role, RoleBinding, Deployment and NetworkPolicy of the
+// cluster in memory (the Owns watches are cluster-wide), and in a provider's cluster
+// those outnumber a gateway's by far. Every object a gateway owns carries
+// render.Labels, managed-by among them; one that exists under a gateway's object name
+// without that label is read past the cache when its create finds it (createOrRead),
+// so it is refused or taken back exactly as before.
+//
+// The NetworkAttachmentDefinitions stay cached whole: a scope needs the kind's REST
+// mapping when the manager starts, and the operator starts (and says so) without Multus;
+// a cluster has few of them.
+func CacheScope() map[client.Object]cache.ByObject {
+	ours := cache.ByObject{Label: OwnedObjectSelector()}
+	return map[client.Object]cache.ByObject{
+		// The gateway reconciler (to release a pod stranded on a lost node) and the
+		// health controllers (PodReady) read gateway pods: those, not every pod.
+		&corev1.Pod{}: {Label: GatewayPodSelector()},
+		// The gateways' liveness Leases (the same labels), not the nodes' or anyone else's.
+		&coordinationv1.Lease{}:       {Label: GatewayPodSelector()},
+		&corev1.ConfigMap{}:           ours,
+		&corev1.ServiceAccount{}:      ours,
+		&rbacv1.Role{}:                ours,
+		&rbacv1.RoleBinding{}:         ours,
+		&appsv1.Deployment{}:          ours,
+		&networkingv1.NetworkPolicy{}: ours,
+	}
+}
+
+// OwnedObjectSelector selects the objects the operator made for gateways.
+func OwnedObjectSelector() labels.Selector {
+	return labels.SelectorFromSet(labels.Set{render.LabelManagedBy: render.ManagedBy})
+}
