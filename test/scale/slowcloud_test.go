@@ -52,6 +52,7 @@ type slowCloud struct {
 	concurrentCreates  int           // BNERD_SCALE_RESTART_CREATES: gateways created by 8 clients during restarts (200)
 	profile            string        // BNERD_SCALE_PROFILE: write a CPU profile of the operator during creation here
 	memoryLimitMiB     int           // BNERD_SCALE_MEMORY_LIMIT: run the operator in a memory cgroup of this many MiB (0: none)
+	foreign            int           // BNERD_SCALE_FOREIGN: other applications' workloads in the cluster (0)
 	createClients      int
 	restartDuringBurst int
 }
@@ -64,7 +65,7 @@ func loadSlowCloud(t *testing.T) slowCloud {
 		opQPS: envFloat(t, "BNERD_SCALE_OS_QPS", 0), opBurst: envInt(t, "BNERD_SCALE_OS_BURST", 0, 0),
 		workers: envInt(t, "BNERD_SCALE_WORKERS", 16, 1), concurrentCreates: envInt(t, "BNERD_SCALE_RESTART_CREATES", 200, 0),
 		profile: os.Getenv("BNERD_SCALE_PROFILE"), createClients: 8, restartDuringBurst: 2,
-		memoryLimitMiB: envInt(t, "BNERD_SCALE_MEMORY_LIMIT", 0, 0),
+		memoryLimitMiB: envInt(t, "BNERD_SCALE_MEMORY_LIMIT", 0, 0), foreign: envInt(t, "BNERD_SCALE_FOREIGN", 0, 0),
 	}
 }
 
@@ -116,6 +117,12 @@ func TestSlowCloudScale(t *testing.T) {
 	must(t, harness.CreateWorkers(ctx, c, 3))
 	must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "psk"}, Data: map[string][]byte{"psk": []byte("scale-test-pre-shared-key-0123456789")}}))
 	baseline := harness.TakeSnapshot(s.Objects())
+	if cfg.foreign > 0 {
+		t0 := time.Now()
+		createForeign(t, ctx, c, cfg.createClients, cfg.foreign)
+		fmt.Printf("other applications: %d workloads (a Deployment, a ConfigMap, a ServiceAccount, a Role and a RoleBinding each) created in %s before the operator starts\n",
+			cfg.foreign, time.Since(t0).Round(100*time.Millisecond))
+	}
 
 	dir := t.TempDir()
 	bin, err := harness.BuildOperator(dir)
