@@ -36,6 +36,10 @@ type Env struct {
 	// SIGTERM, which daemons such as wireguard-go need to remove their sockets; the
 	// dataplane suite uses SIGKILL, a crash being no different to what it tests).
 	CleanupSignal syscall.Signal
+	// Sockets names the VICI socket of a role's charon where it is not
+	// <Dir>/<role>/charon.vici (Sock): the dataplane's kernel-mode gateway is the pod's
+	// strongswan container, whose socket is on the pod's run mount.
+	Sockets map[string]string
 	// procs are the processes the test started, by name (mu: steps that act on several
 	// sites at once start and stop processes concurrently).
 	mu    sync.Mutex
