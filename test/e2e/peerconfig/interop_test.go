@@ -1,12 +1,12 @@
 package peerconfig
 
 import (
-	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"bnerd.net/vpn-operator/internal/gatewayconfig"
+	"bnerd.net/vpn-operator/test/e2e/netns"
 )
 
 // clientProfile is a client's strongSwan configured by hand the way its IT would write
@@ -39,38 +39,11 @@ var clientProfiles = []clientProfile{
 		ike: "aes256-sha256-modp2048", esp: "aes256-sha256", pfs: false},
 }
 
-func (p clientProfile) swanctl() string {
-	return fmt.Sprintf(`connections {
-  hq {
-    version = 2
-    local_addrs = %s
-    remote_addrs = %s
-    proposals = %s
-    local {
-      auth = psk
-      id = %s
-    }
-    remote {
-      auth = psk
-      id = %s
-    }
-    children {
-      hq {
-        local_ts = %s
-        remote_ts = %s
-        esp_proposals = %s
-      }
-    }
-  }
-}
-secrets {
-  ike-hq {
-    id-1 = %s
-    id-2 = %s
-    secret = "%s"
-  }
-}
-`, peerWAN, floatingIP, p.ike, peerID, floatingIP, clientNet, serviceCIDR, p.esp, peerID, floatingIP, psk)
+// site is the profile's swanctl.conf: proposals and identities only, strongSwan's
+// defaults for everything else.
+func (p clientProfile) site() netns.SiteSwanctl {
+	return netns.SiteSwanctl{Name: "hq", LocalAddrs: peerWAN, RemoteAddrs: floatingIP, IKE: p.ike, ESP: p.esp,
+		LocalID: peerID, RemoteID: floatingIP, LocalTS: clientNet, RemoteTS: serviceCIDR, PSK: psk}
 }
 
 // reChild matches a CHILD_SA line of `swanctl --list-sas`: its state and algorithms
@@ -119,25 +92,21 @@ func TestDefaultProposalsMeetRealClients(t *testing.T) {
 	e.agent = e.Build("./cmd/vpn-gateway-agent")["./cmd/vpn-gateway-agent"]
 	e.topology()
 	g := gateway() // no proposals in the spec: the API's defaults
-	e.startCharon("p")
-	e.startCharon("g")
+	e.StartCharon("p", gatewayconfig.DataplaneLibipsec)
+	e.StartCharon("g", gatewayconfig.DataplaneLibipsec)
 	e.gatewaySide(g)
 
 	load := func(p clientProfile) {
 		t.Helper()
-		f := filepath.Join(e.Dir, p.name+".conf")
-		if err := os.WriteFile(f, []byte(p.swanctl()), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if out, err := e.swanctl("p", "--load-all", "--noprompt", "--file", f); err != nil {
-			t.Fatalf("%s: the client's charon refuses its own configuration: %v\n%s", p.name, err, out)
+		if err := e.LoadSite("p", p.site()); err != nil {
+			t.Fatalf("%s: the client's charon refuses its own configuration: %v", p.name, err)
 		}
 		// Then no SA of the previous profile on either side: whatever comes up next was
 		// negotiated with this profile (the gateway re-initiates by itself).
 		e.Eventually(p.name+": no IKE SA of the previous profile", func() bool {
-			_, _ = e.swanctl("p", "--terminate", "--ike", "hq", "--force", "--timeout", "2")
-			_, _ = e.swanctl("g", "--terminate", "--ike", "hq", "--force", "--timeout", "2")
-			sas, _ := e.swanctl("p", "--list-sas")
+			_, _ = e.Swanctl("p", "--terminate", "--ike", "hq", "--force", "--timeout", "2")
+			_, _ = e.Swanctl("g", "--terminate", "--ike", "hq", "--force", "--timeout", "2")
+			sas, _ := e.Swanctl("p", "--list-sas")
 			return !strings.Contains(sas, "ESTABLISHED")
 		})
 	}
@@ -146,8 +115,8 @@ func TestDefaultProposalsMeetRealClients(t *testing.T) {
 		var sas string
 		e.Eventually(p.name+": tunnel up with an installed child SA on the gateway", func() bool {
 			// The client initiates as a client would; the gateway initiates on its own too.
-			_, _ = e.swanctl("p", "--initiate", "--child", "hq", "--timeout", "5")
-			sas, _ = e.swanctl("g", "--list-sas", "--ike", "hq")
+			_, _ = e.Swanctl("p", "--initiate", "--child", "hq", "--timeout", "5")
+			sas, _ = e.Swanctl("g", "--list-sas", "--ike", "hq")
 			return strings.Contains(sas, "ESTABLISHED") && len(installed(sas)) > 0
 		})
 		e.Eventually(p.name+": traffic through the tunnel", func() bool {
@@ -158,17 +127,17 @@ func TestDefaultProposalsMeetRealClients(t *testing.T) {
 	}
 	rekey := func(p clientProfile, side string) child {
 		t.Helper()
-		before, _ := e.swanctl("g", "--list-sas", "--ike", "hq")
+		before, _ := e.Swanctl("g", "--list-sas", "--ike", "hq")
 		old := map[string]bool{}
 		for _, c := range installed(before) {
 			old[c.id] = true
 		}
-		if out, err := e.swanctl(side, "--rekey", "--child", "hq"); err != nil {
+		if out, err := e.Swanctl(side, "--rekey", "--child", "hq"); err != nil {
 			t.Fatalf("%s: rekey from %s: %v\n%s", p.name, side, err, out)
 		}
 		var fresh child
 		e.Eventually(p.name+": a new child SA after the rekey from "+side, func() bool {
-			sas, _ := e.swanctl("g", "--list-sas", "--ike", "hq")
+			sas, _ := e.Swanctl("g", "--list-sas", "--ike", "hq")
 			for _, c := range installed(sas) {
 				if !old[c.id] {
 					fresh = c
@@ -215,18 +184,18 @@ func TestDefaultProposalsMeetRealClients(t *testing.T) {
 		p := clientProfile{name: "no-pfs-vs-pfs-only", ike: "aes256-sha256-modp2048", esp: "aes256-sha256"}
 		load(p)
 		up(p)
-		mark := len(e.Log("charon-g-file"))
+		mark := len(e.CharonLog("g"))
 		// The client's view of the child SA can be ahead of the gateway's listing by a
 		// moment: ask until the gateway has one to rekey.
 		var out string
 		e.Eventually("the gateway rekeys its child SA", func() bool {
-			o, err := e.swanctl("g", "--rekey", "--child", "hq")
+			o, err := e.Swanctl("g", "--rekey", "--child", "hq")
 			out = o
 			return err == nil
 		})
 		t.Logf("rekey: %s", strings.TrimSpace(out))
 		e.Eventually("the rekey refused by the client", func() bool {
-			return strings.Contains(e.Log("charon-g-file")[mark:], "NO_PROPOSAL_CHOSEN")
+			return strings.Contains(e.CharonLog("g")[mark:], "NO_PROPOSAL_CHOSEN")
 		})
 		e.writeGatewayFiles(gateway())
 	})
@@ -235,16 +204,16 @@ func TestDefaultProposalsMeetRealClients(t *testing.T) {
 	t.Run("below-the-floor", func(t *testing.T) {
 		weak := clientProfile{name: "weak", ike: "aes128-sha1-modp1024,3des-sha1-modp1024", esp: "aes128-sha1"}
 		load(weak)
-		out, _ := e.swanctl("p", "--initiate", "--child", "hq", "--timeout", "10")
+		out, _ := e.Swanctl("p", "--initiate", "--child", "hq", "--timeout", "10")
 		if !strings.Contains(out, "NO_PROPOSAL_CHOSEN") {
 			t.Errorf("a client below the floor was not refused at the first exchange:\n%s", out)
 		}
 		// Either side initiating: never an IKE SA.
 		for i := 0; i < 3; i++ {
-			if sas, _ := e.swanctl("p", "--list-sas"); strings.Contains(sas, "ESTABLISHED") {
+			if sas, _ := e.Swanctl("p", "--list-sas"); strings.Contains(sas, "ESTABLISHED") {
 				t.Fatalf("an IKE SA with a client below the floor:\n%s", sas)
 			}
-			_, _ = e.swanctl("p", "--initiate", "--child", "hq", "--timeout", "3")
+			_, _ = e.Swanctl("p", "--initiate", "--child", "hq", "--timeout", "3")
 		}
 	})
 }

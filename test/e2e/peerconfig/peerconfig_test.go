@@ -53,7 +53,7 @@ type env struct {
 func newEnv(t *testing.T, tag string) *env {
 	e := &env{Env: netns.New(t, tag)}
 	e.Diagnose = func() string {
-		return "charon-g:\n" + netns.Tail(e.Log("charon-g-file"), 40) + "\ncharon-p:\n" + netns.Tail(e.Log("charon-p-file"), 40)
+		return "charon-g:\n" + netns.Tail(e.CharonLog("g"), 40) + "\ncharon-p:\n" + netns.Tail(e.CharonLog("p"), 40)
 	}
 	return e
 }
@@ -86,60 +86,38 @@ func gateway() *v1alpha1.IPsecGateway {
 	return g
 }
 
+// topology: the client site (its client host c behind its box p), the internet router r
+// with the floating IP's 1:1 NAT, the gateway's port on r's LAN and the backend's network.
 func (e *env) topology() {
-	e.AddNS("c", "p", "r", "g", "b")
-	link := e.Link
-	link("c", "c0", "p", "lan0")
-	link("p", "wan0", "r", "wan0")
-	e.Must(e.NS("r"), "ip", "link", "add", "br0", "type", "bridge")
-	e.Must(e.NS("r"), "ip", "link", "set", "br0", "up")
-	link("r", "to-g", "g", "net1")
-	e.Must(e.NS("r"), "ip", "link", "set", "to-g", "master", "br0")
-	link("r", "to-b", "b", "b0")
-	addr := e.Addr
-	addr("c", "c0", clientAddr+"/24")
-	addr("p", "lan0", peerLAN+"/24")
-	addr("p", "wan0", peerWAN+"/24")
-	addr("r", "wan0", routerWAN+"/24")
-	addr("r", "wan0", floatingIP+"/32")
-	addr("r", "br0", routerLAN+"/24")
-	addr("g", "net1", portFixedIP+"/32")
-	addr("r", "to-b", backendGW+"/24")
-	addr("b", "b0", backendAddr+"/24")
-	e.Must(e.NS("c"), "ip", "route", "add", "default", "via", peerLAN)
-	e.Must(e.NS("b"), "ip", "route", "add", "default", "via", backendGW)
-	e.Must(e.NS("p"), "ip", "route", "add", "default", "via", routerWAN)
-	e.Must(e.NS("r"), "ip", "route", "add", clientNet, "via", peerWAN)
-	e.Must(e.NS("r"), "ip", "route", "add", serviceCIDR, "via", portFixedIP)
-	e.NFT("r", `table ip fip {
-  chain pre { type nat hook prerouting priority dstnat; policy accept;
-    ip daddr `+floatingIP+` dnat to `+portFixedIP+`
-  }
-  chain post { type nat hook postrouting priority srcnat; policy accept;
-    oifname "wan0" ip saddr `+portFixedIP+` snat to `+floatingIP+`
-  }
-}`)
-}
-
-func (e *env) sock(role string) string { return filepath.Join(e.Dir, role, "charon.vici") }
-
-func (e *env) swanctl(role string, args ...string) (string, error) {
-	return e.Sh(e.NS(role), append([]string{"swanctl"}, append(args, "--uri", "unix://"+e.sock(role))...)...)
-}
-
-func (e *env) startCharon(role string) {
-	e.T.Helper()
-	d := filepath.Join(e.Dir, role)
-	_ = os.MkdirAll(d, 0o755)
-	conf, err := gatewayconfig.RenderStrongswanConf(gatewayconfig.StrongswanOptions{Mode: gatewayconfig.DataplaneLibipsec, VICISocket: e.sock(role), LogFile: filepath.Join(e.Dir, "charon-"+role+"-file.log")})
-	if err != nil {
-		e.T.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(d, "strongswan.conf"), []byte(conf), 0o644); err != nil {
-		e.T.Fatal(err)
-	}
-	e.Start("charon-"+role, e.NS(role), []string{"STRONGSWAN_CONF=" + filepath.Join(d, "strongswan.conf")}, "charon-systemd")
-	e.Eventually("charon in "+role+" answers", func() bool { _, err := e.swanctl(role, "--stats"); return err == nil })
+	e.Apply(netns.Topology{
+		Namespaces: []string{"c", "p", "r", "g", "b"},
+		Bridges:    []netns.Bridge{{Role: "r", Name: "br0"}},
+		Links: []netns.Link{
+			{A: "c", ADev: "c0", B: "p", BDev: "lan0"},
+			{A: "p", ADev: "wan0", B: "r", BDev: "wan0"},
+			{A: "r", ADev: "to-g", B: "g", BDev: "net1", Bridge: "br0"},
+			{A: "r", ADev: "to-b", B: "b", BDev: "b0"},
+		},
+		Addrs: []netns.Addr{
+			{Role: "c", Dev: "c0", CIDR: clientAddr + "/24"},
+			{Role: "p", Dev: "lan0", CIDR: peerLAN + "/24"},
+			{Role: "p", Dev: "wan0", CIDR: peerWAN + "/24"},
+			{Role: "r", Dev: "wan0", CIDR: routerWAN + "/24"},
+			{Role: "r", Dev: "wan0", CIDR: floatingIP + "/32"},
+			{Role: "r", Dev: "br0", CIDR: routerLAN + "/24"},
+			{Role: "g", Dev: "net1", CIDR: portFixedIP + "/32"},
+			{Role: "r", Dev: "to-b", CIDR: backendGW + "/24"},
+			{Role: "b", Dev: "b0", CIDR: backendAddr + "/24"},
+		},
+		Routes: []netns.Route{
+			{Role: "c", Dst: "default", Via: peerLAN},
+			{Role: "b", Dst: "default", Via: backendGW},
+			{Role: "p", Dst: "default", Via: routerWAN},
+			{Role: "r", Dst: clientNet, Via: peerWAN},
+			{Role: "r", Dst: serviceCIDR, Via: portFixedIP},
+		},
+		Tables: []netns.Table{{Role: "r", Rules: netns.FloatingIPNAT(floatingIP, portFixedIP, "wan0")}},
+	})
 }
 
 // writeGatewayFiles renders the gateway's config as the operator does, with the key
@@ -177,7 +155,7 @@ func (e *env) gatewaySide(g *v1alpha1.IPsecGateway) {
 	e.T.Helper()
 	file := e.writeGatewayFiles(g)
 	e.Start("init-nat", e.NS("g"), nil, e.agent, "init-nat", "--config-file", file, "--interface", "net1", "--tunnel-interface", "ipsec0", "--state-file", filepath.Join(e.Dir, "nat.json"))
-	e.Start("loader", e.NS("g"), nil, e.agent, "strongswan-loader", "--config-file", file, "--vici-socket", e.sock("g"), "--interval", "1s")
+	e.Start("loader", e.NS("g"), nil, e.agent, "strongswan-loader", "--config-file", file, "--vici-socket", e.Sock("g"), "--interval", "1s")
 }
 
 var rePackets = regexp.MustCompile(`(?m)^\s+(?:in|out)\s+[0-9a-f]+,\s+\d+ bytes,\s+(\d+) packets`)
@@ -202,17 +180,17 @@ func TestStrongSwanPeerConfigBringsTheTunnelUp(t *testing.T) {
 	if err := os.WriteFile(clientFile, []byte(client), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e.startCharon("p")
-	if out, err := e.swanctl("p", "--load-all", "--noprompt", "--file", clientFile); err != nil {
+	e.StartCharon("p", gatewayconfig.DataplaneLibipsec)
+	if out, err := e.Swanctl("p", "--load-all", "--noprompt", "--file", clientFile); err != nil {
 		t.Fatalf("the client's charon refuses the generated swanctl.conf: %v\n%s\n%s", err, out, client)
 	}
 
-	e.startCharon("g")
+	e.StartCharon("g", gatewayconfig.DataplaneLibipsec)
 	e.gatewaySide(g)
 
 	var sas string
 	e.Eventually("tunnel hq established with an installed child SA on the gateway", func() bool {
-		sas, _ = e.swanctl("g", "--list-sas", "--ike", "hq")
+		sas, _ = e.Swanctl("g", "--list-sas", "--ike", "hq")
 		return strings.Contains(sas, "ESTABLISHED") && strings.Contains(sas, "INSTALLED")
 	})
 	t.Logf("gateway SAs:\n%s", sas)
@@ -222,7 +200,7 @@ func TestStrongSwanPeerConfigBringsTheTunnelUp(t *testing.T) {
 			t.Errorf("gateway SA does not show %s:\n%s", want, sas)
 		}
 	}
-	clientSAs, _ := e.swanctl("p", "--list-sas")
+	clientSAs, _ := e.Swanctl("p", "--list-sas")
 	if !strings.Contains(clientSAs, "bnerd-hq") || !strings.Contains(clientSAs, "INSTALLED") {
 		t.Errorf("client SAs:\n%s", clientSAs)
 	}
@@ -237,7 +215,7 @@ func TestStrongSwanPeerConfigBringsTheTunnelUp(t *testing.T) {
 		t.Errorf("ping through the tunnel: %v\n%s", err, out)
 	}
 	// And it did go through the tunnel: the client's charon counted ESP for it.
-	clientSAs, _ = e.swanctl("p", "--list-sas")
+	clientSAs, _ = e.Swanctl("p", "--list-sas")
 	m := rePackets.FindAllStringSubmatch(clientSAs, -1)
 	if len(m) != 2 || atoi(m[0][1]) < 3 || atoi(m[1][1]) < 3 {
 		t.Errorf("the client's child SA did not carry the pings (want at least 3 packets each way):\n%s", clientSAs)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"bnerd.net/vpn-operator/internal/gatewayconfig"
 	"bnerd.net/vpn-operator/internal/testinfra/testenv"
 )
 
@@ -41,13 +42,13 @@ func TestStrongSwanSyntax(t *testing.T) {
 	e := newEnv(t, "ops")
 	dir := e.Dir
 	e.AddNS("p")
-	e.startCharon("p")
+	e.StartCharon("p", gatewayconfig.DataplaneLibipsec)
 	load := func(name, text string) (string, error) {
 		f := filepath.Join(dir, name)
 		if err := os.WriteFile(f, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		return e.swanctl("p", "--load-all", "--noprompt", "--file", f)
+		return e.Swanctl("p", "--load-all", "--noprompt", "--file", f)
 	}
 	for name, text := range goldens(t, "strongswan") {
 		out, err := load(name, text)
