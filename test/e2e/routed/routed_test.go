@@ -7,7 +7,6 @@
 package routed
 
 import (
-	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -75,12 +74,6 @@ func internalSource() string {
 	return internalLibipsec
 }
 
-func (w *world) sock(role string) string { return filepath.Join(w.Dir, role, "charon.vici") }
-
-func (w *world) swanctl(role string, args ...string) (string, error) {
-	return w.Sh(w.NS(role), append([]string{"swanctl"}, append(args, "--uri", "unix://"+w.sock(role))...)...)
-}
-
 func gatewayObject() (*v1alpha1.GatewaySpec, *v1alpha1.GatewayStatus) {
 	tun := func(name, peer, subnet string, mode v1alpha1.TunnelMode) v1alpha1.Tunnel {
 		return v1alpha1.Tunnel{
@@ -145,87 +138,68 @@ func (w *world) render() string {
 	return filepath.Join(dir, gatewayconfig.ConfigMapKeyConfig)
 }
 
+// topology: two client sites (client host c<x> behind its box p<x>) on the internet
+// bridge wbr of the cloud router r, the gateway's port and a fabric host on r's LAN br0,
+// the backend's network behind r.
 func (w *world) topology() {
-	w.AddNS("ca", "pa", "cb", "pb", "r", "g", "b", "f")
-	w.Link("ca", "c0", "pa", "lan0")
-	w.Link("cb", "c0", "pb", "lan0")
-	w.Must(w.NS("r"), "ip", "link", "add", "wbr", "type", "bridge")
-	w.Must(w.NS("r"), "ip", "link", "set", "wbr", "up")
-	w.Link("pa", "wan0", "r", "to-pa")
-	w.Link("pb", "wan0", "r", "to-pb")
-	w.Must(w.NS("r"), "ip", "link", "set", "to-pa", "master", "wbr")
-	w.Must(w.NS("r"), "ip", "link", "set", "to-pb", "master", "wbr")
-	w.Must(w.NS("r"), "ip", "link", "add", "br0", "type", "bridge")
-	w.Must(w.NS("r"), "ip", "link", "set", "br0", "up")
-	for _, x := range []struct{ role, name string }{{"g", "net1"}, {"f", "f0"}} {
-		w.Link("r", "to-"+x.role, x.role, x.name)
-		w.Must(w.NS("r"), "ip", "link", "set", "to-"+x.role, "master", "br0")
-	}
-	w.Link("r", "to-b", "b", "b0")
-	w.Addr("ca", "c0", clientA+"/24")
-	w.Addr("pa", "lan0", lanA+"/24")
-	w.Addr("pa", "wan0", wanA+"/24")
-	w.Addr("cb", "c0", clientB+"/24")
-	w.Addr("pb", "lan0", lanB+"/24")
-	w.Addr("pb", "wan0", wanB+"/24")
-	w.Addr("r", "wbr", routerWAN+"/24")
-	w.Addr("r", "wbr", floatingIP+"/32")
-	w.Addr("r", "br0", routerLAN+"/24")
-	w.Addr("r", "br0", outsideAddr+"/24")
-	w.Addr("g", "net1", portFixedIP+"/32")
-	w.Addr("r", "to-b", backendGW+"/24")
-	w.Addr("b", "b0", backendAddr+"/24")
-	w.Addr("f", "f0", fabricAddr+"/24")
-	for _, c := range []struct{ role, via string }{{"ca", lanA}, {"cb", lanB}, {"pa", routerWAN}, {"pb", routerWAN}, {"b", backendGW}, {"f", routerLAN}} {
-		w.Must(w.NS(c.role), "ip", "route", "add", "default", "via", c.via)
-	}
-	// The cloud router: the service CIDR and (routed mode) site A's subnet via the
-	// gateway's port, the floating IP 1:1. Site B's subnet is known on the internet side:
-	// a plaintext leak towards it would cross site B's WAN.
-	w.Must(w.NS("r"), "ip", "route", "add", serviceCIDR, "via", portFixedIP)
-	w.Must(w.NS("r"), "ip", "route", "add", netA, "via", portFixedIP)
-	w.Must(w.NS("r"), "ip", "route", "add", netB, "via", wanB)
-	w.NFT("r", `table ip fip {
-  chain pre { type nat hook prerouting priority dstnat; policy accept;
-    ip daddr `+floatingIP+` dnat to `+portFixedIP+`
-  }
-  chain post { type nat hook postrouting priority srcnat; policy accept;
-    oifname "wbr" ip saddr `+portFixedIP+` snat to `+floatingIP+`
-  }
-}`)
-	// Each site guards its own side, so the WAN captures measure the gateway. With kernel
-	// IPsec the plaintext packet passes the forward hook on its way to wan0 and is
-	// encrypted after it, so there the rule spares what has an XFRM bundle.
-	siteGuard := `oifname "wan0" ip daddr { 100.64.0.0/10, ` + fabricNet + `, ` + backendNet + ` } drop`
-	if kernelMode() {
-		siteGuard = `oifname "wan0" ip daddr { 100.64.0.0/10, ` + fabricNet + `, ` + backendNet + ` } rt ipsec missing drop`
-	}
-	for _, site := range []string{"pa", "pb"} {
-		w.NFT(site, `table ip site_guard {
-  chain forward_guard { type filter hook forward priority filter; policy accept;
-    `+siteGuard+`
-  }
-}`)
-	}
+	// Each site guards its own side, so the WAN captures measure the gateway.
+	guard := netns.SiteGuard(kernelMode(), "100.64.0.0/10", fabricNet, backendNet)
+	w.Apply(netns.Topology{
+		Namespaces: []string{"ca", "pa", "cb", "pb", "r", "g", "b", "f"},
+		Bridges:    []netns.Bridge{{Role: "r", Name: "wbr"}, {Role: "r", Name: "br0"}},
+		Links: []netns.Link{
+			{A: "ca", ADev: "c0", B: "pa", BDev: "lan0"},
+			{A: "cb", ADev: "c0", B: "pb", BDev: "lan0"},
+			{A: "r", ADev: "to-pa", B: "pa", BDev: "wan0", Bridge: "wbr"},
+			{A: "r", ADev: "to-pb", B: "pb", BDev: "wan0", Bridge: "wbr"},
+			{A: "r", ADev: "to-g", B: "g", BDev: "net1", Bridge: "br0"},
+			{A: "r", ADev: "to-f", B: "f", BDev: "f0", Bridge: "br0"},
+			{A: "r", ADev: "to-b", B: "b", BDev: "b0"},
+		},
+		Addrs: []netns.Addr{
+			{Role: "ca", Dev: "c0", CIDR: clientA + "/24"},
+			{Role: "pa", Dev: "lan0", CIDR: lanA + "/24"},
+			{Role: "pa", Dev: "wan0", CIDR: wanA + "/24"},
+			{Role: "cb", Dev: "c0", CIDR: clientB + "/24"},
+			{Role: "pb", Dev: "lan0", CIDR: lanB + "/24"},
+			{Role: "pb", Dev: "wan0", CIDR: wanB + "/24"},
+			{Role: "r", Dev: "wbr", CIDR: routerWAN + "/24"},
+			{Role: "r", Dev: "wbr", CIDR: floatingIP + "/32"},
+			{Role: "r", Dev: "br0", CIDR: routerLAN + "/24"},
+			{Role: "r", Dev: "br0", CIDR: outsideAddr + "/24"},
+			{Role: "g", Dev: "net1", CIDR: portFixedIP + "/32"},
+			{Role: "r", Dev: "to-b", CIDR: backendGW + "/24"},
+			{Role: "b", Dev: "b0", CIDR: backendAddr + "/24"},
+			{Role: "f", Dev: "f0", CIDR: fabricAddr + "/24"},
+		},
+		Routes: []netns.Route{
+			{Role: "ca", Dst: "default", Via: lanA},
+			{Role: "cb", Dst: "default", Via: lanB},
+			{Role: "pa", Dst: "default", Via: routerWAN},
+			{Role: "pb", Dst: "default", Via: routerWAN},
+			{Role: "b", Dst: "default", Via: backendGW},
+			{Role: "f", Dst: "default", Via: routerLAN},
+			// The cloud router: the service CIDR and (routed mode) site A's subnet via the
+			// gateway's port, the floating IP 1:1. Site B's subnet is known on the
+			// internet side: a plaintext leak towards it would cross site B's WAN.
+			{Role: "r", Dst: serviceCIDR, Via: portFixedIP},
+			{Role: "r", Dst: netA, Via: portFixedIP},
+			{Role: "r", Dst: netB, Via: wanB},
+		},
+		Tables: []netns.Table{
+			{Role: "r", Rules: netns.FloatingIPNAT(floatingIP, portFixedIP, "wbr")},
+			{Role: "pa", Rules: guard},
+			{Role: "pb", Rules: guard},
+		},
+	})
 }
 
-func (w *world) startCharon(role string) {
-	w.T.Helper()
-	d := filepath.Join(w.Dir, role)
-	_ = os.MkdirAll(d, 0o755)
-	mode := gatewayconfig.DataplaneLibipsec
+// mode is charon's kernel backend: XFRM in the kernel VM, libipsec on the host.
+func mode() gatewayconfig.DataplaneMode {
 	if kernelMode() {
-		mode = gatewayconfig.DataplaneKernel
+		return gatewayconfig.DataplaneKernel
 	}
-	conf, err := gatewayconfig.RenderStrongswanConf(gatewayconfig.StrongswanOptions{Mode: mode, VICISocket: w.sock(role), LogFile: filepath.Join(d, "charon.log")})
-	if err != nil {
-		w.T.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(d, "strongswan.conf"), []byte(conf), 0o644); err != nil {
-		w.T.Fatal(err)
-	}
-	w.Start("charon-"+role, w.NS(role), []string{"STRONGSWAN_CONF=" + filepath.Join(d, "strongswan.conf")}, "charon-systemd")
-	w.Eventually("charon in "+role+" answers", func() bool { _, err := w.swanctl(role, "--stats"); return err == nil })
+	return gatewayconfig.DataplaneLibipsec
 }
 
 // configureSite loads a site's own strongSwan configuration, written by hand as its
@@ -233,56 +207,18 @@ func (w *world) startCharon(role string) {
 // addresses too.
 func (w *world) configureSite(role, wan, lan, remoteTS, psk string) {
 	w.T.Helper()
-	conf := fmt.Sprintf(`connections {
-  gw {
-    version = 2
-    local_addrs = %s
-    remote_addrs = %s
-    encap = yes
-    proposals = aes128gcm16-prfsha256-x25519
-    dpd_delay = 5s
-    local {
-      auth = psk
-      id = %s
-    }
-    remote {
-      auth = psk
-      id = %s
-    }
-    children {
-      gw {
-        local_ts = %s
-        remote_ts = %s
-        esp_proposals = aes128gcm16-x25519
-        dpd_action = clear
-      }
-    }
-  }
-}
-secrets {
-  ike-gw {
-    id-a = %s
-    id-b = %s
-    secret = "%s"
-  }
-}
-`, wan, floatingIP, wan, floatingIP, lan, remoteTS, wan, floatingIP, psk)
-	f := filepath.Join(w.Dir, role, "swanctl.conf")
-	if err := os.WriteFile(f, []byte(conf), 0o600); err != nil {
+	err := w.LoadSite(role, netns.SiteSwanctl{LocalAddrs: wan, RemoteAddrs: floatingIP, Encap: true,
+		IKE: "aes128gcm16-prfsha256-x25519", ESP: "aes128gcm16-x25519", DPDDelay: "5s", DPDAction: "clear",
+		LocalID: wan, RemoteID: floatingIP, LocalTS: lan, RemoteTS: remoteTS, PSK: psk})
+	if err != nil {
 		w.T.Fatal(err)
-	}
-	if out, err := w.swanctl(role, "--load-creds", "--noprompt", "--file", f); err != nil {
-		w.T.Fatalf("%s creds: %v %s", role, err, out)
-	}
-	if out, err := w.swanctl(role, "--load-conns", "--file", f); err != nil {
-		w.T.Fatalf("%s conns: %v %s", role, err, out)
 	}
 }
 
 var reInstalled = regexp.MustCompile(`(?m)^\s+\S+: #\d+, reqid \d+, INSTALLED`)
 
 func (w *world) established(tunnel string) bool {
-	out, err := w.swanctl("g", "--list-sas", "--ike", tunnel)
+	out, err := w.Swanctl("g", "--list-sas", "--ike", tunnel)
 	return err == nil && reInstalled.MatchString(out)
 }
 
@@ -296,11 +232,11 @@ func TestRoutedMode(t *testing.T) {
 	w := &world{Env: e, agent: bins["./cmd/vpn-gateway-agent"], helper: bins["./test/e2e/dataplane/testhelper"]}
 	w.topology()
 	cfg := w.render()
-	w.startCharon("pa")
+	w.StartCharon("pa", mode())
 	w.configureSite("pa", wanA, netA, serviceCIDR+","+internalSource(), pskA)
-	w.startCharon("pb")
+	w.StartCharon("pb", mode())
 	w.configureSite("pb", wanB, netB, serviceCIDR, pskB)
-	w.startCharon("g")
+	w.StartCharon("g", mode())
 	// Each site's WAN link, captured on the internet router's side of it: a namespace
 	// that does no IPsec (on an IPsec endpoint the kernel shows each decrypted inbound
 	// packet a second time, which looks exactly like a leak).
@@ -311,7 +247,7 @@ func TestRoutedMode(t *testing.T) {
 	}
 	w.Start("init-nat", w.NS("g"), nil, append(append([]string{w.agent, "init-nat", "--config-file", cfg, "--interface", "net1"}, guard...),
 		"--state-file", filepath.Join(w.Dir, "nat-state.json"))...)
-	w.Start("loader", w.NS("g"), nil, w.agent, "strongswan-loader", "--config-file", cfg, "--vici-socket", w.sock("g"), "--interval", "1s")
+	w.Start("loader", w.NS("g"), nil, w.agent, "strongswan-loader", "--config-file", cfg, "--vici-socket", w.Sock("g"), "--interval", "1s")
 	w.Start("backend", w.NS("b"), nil, w.helper, "https", backendAddr+":8443")
 	w.Start("fabric", w.NS("f"), nil, w.helper, "https", fabricAddr+":8443")
 	w.Start("client-a", w.NS("ca"), nil, w.helper, "http", clientA+":8080")
@@ -380,7 +316,7 @@ func TestRoutedMode(t *testing.T) {
 		time.Sleep(time.Second)
 		w.Stop("charon-g", syscall.SIGKILL)
 		time.Sleep(3 * time.Second) // ipsec0 and table 220 are gone; the guard alone holds
-		w.startCharon("g")
+		w.StartCharon("g", mode())
 		w.Eventually("both tunnels back", func() bool { return w.established("a") && w.established("b") })
 		time.Sleep(time.Second)
 		w.Stop("ping-a", syscall.SIGINT)
