@@ -141,58 +141,54 @@ func (w *world) genKey(site string) [2]string {
 	return k
 }
 
+// topology: the client site (client host c behind its box p) and the roaming client q
+// on the internet bridge wbr of the cloud router r, the gateway's port and a fabric host
+// on r's LAN br0, the backend's network behind r.
 func (w *world) topology() {
-	w.AddNS("c", "p", "q", "r", "g", "b", "f")
-	w.Link("c", "c0", "p", "lan0")
-	w.Must(w.NS("r"), "ip", "link", "add", "wbr", "type", "bridge")
-	w.Must(w.NS("r"), "ip", "link", "set", "wbr", "up")
-	w.Link("p", "wan0", "r", "to-p")
-	w.Link("q", "wan0", "r", "to-q")
-	w.Must(w.NS("r"), "ip", "link", "set", "to-p", "master", "wbr")
-	w.Must(w.NS("r"), "ip", "link", "set", "to-q", "master", "wbr")
-	w.Must(w.NS("r"), "ip", "link", "add", "br0", "type", "bridge")
-	w.Must(w.NS("r"), "ip", "link", "set", "br0", "up")
-	for _, x := range []struct{ role, name string }{{"g", "net1"}, {"f", "f0"}} {
-		w.Link("r", "to-"+x.role, x.role, x.name)
-		w.Must(w.NS("r"), "ip", "link", "set", "to-"+x.role, "master", "br0")
-	}
-	w.Link("r", "to-b", "b", "b0")
-	w.Addr("c", "c0", clientAddr+"/24")
-	w.Addr("p", "lan0", siteLAN+"/24")
-	w.Addr("p", "wan0", siteWAN+"/24")
-	w.Addr("q", "wan0", roamWAN+"/24")
-	w.Addr("r", "wbr", routerWAN+"/24")
-	w.Addr("r", "wbr", floatingIP+"/32")
-	w.Addr("r", "br0", routerLAN+"/24")
-	w.Addr("g", "net1", portFixedIP+"/32") // static IPAM hands out a bare /32
-	w.Addr("r", "to-b", backendGW+"/24")
-	w.Addr("b", "b0", backendAddr+"/24")
-	w.Addr("f", "f0", fabricAddr+"/24")
-	w.Must(w.NS("c"), "ip", "route", "add", "default", "via", siteLAN)
-	w.Must(w.NS("p"), "ip", "route", "add", "default", "via", routerWAN)
-	w.Must(w.NS("q"), "ip", "route", "add", "default", "via", routerWAN)
-	w.Must(w.NS("b"), "ip", "route", "add", "default", "via", backendGW)
-	w.Must(w.NS("f"), "ip", "route", "add", "default", "via", routerLAN)
-	// The internet knows the clients' networks: a plaintext leak from the gateway would
-	// cross the capture on the WAN bridge.
-	w.Must(w.NS("r"), "ip", "route", "add", clientNet, "via", siteWAN)
-	w.Must(w.NS("r"), "ip", "route", "add", roamNet, "via", roamWAN)
-	// The cloud router: the service CIDR to the gateway's port, the floating IP 1:1.
-	w.Must(w.NS("r"), "ip", "route", "add", serviceCIDR, "via", portFixedIP)
-	w.NFT("r", `table ip fip {
-  chain pre { type nat hook prerouting priority dstnat; policy accept;
-    ip daddr `+floatingIP+` dnat to `+portFixedIP+`
-  }
-  chain post { type nat hook postrouting priority srcnat; policy accept;
-    oifname "wbr" ip saddr `+portFixedIP+` snat to `+floatingIP+`
-  }
-}`)
-	// The client site guards its own side, so the WAN capture measures the gateway.
-	w.NFT("p", `table ip site_guard {
-  chain forward_guard { type filter hook forward priority filter; policy accept;
-    oifname "wan0" ip daddr 100.64.0.0/10 drop
-  }
-}`)
+	w.Apply(netns.Topology{
+		Namespaces: []string{"c", "p", "q", "r", "g", "b", "f"},
+		Bridges:    []netns.Bridge{{Role: "r", Name: "wbr"}, {Role: "r", Name: "br0"}},
+		Links: []netns.Link{
+			{A: "c", ADev: "c0", B: "p", BDev: "lan0"},
+			{A: "r", ADev: "to-p", B: "p", BDev: "wan0", Bridge: "wbr"},
+			{A: "r", ADev: "to-q", B: "q", BDev: "wan0", Bridge: "wbr"},
+			{A: "r", ADev: "to-g", B: "g", BDev: "net1", Bridge: "br0"},
+			{A: "r", ADev: "to-f", B: "f", BDev: "f0", Bridge: "br0"},
+			{A: "r", ADev: "to-b", B: "b", BDev: "b0"},
+		},
+		Addrs: []netns.Addr{
+			{Role: "c", Dev: "c0", CIDR: clientAddr + "/24"},
+			{Role: "p", Dev: "lan0", CIDR: siteLAN + "/24"},
+			{Role: "p", Dev: "wan0", CIDR: siteWAN + "/24"},
+			{Role: "q", Dev: "wan0", CIDR: roamWAN + "/24"},
+			{Role: "r", Dev: "wbr", CIDR: routerWAN + "/24"},
+			{Role: "r", Dev: "wbr", CIDR: floatingIP + "/32"},
+			{Role: "r", Dev: "br0", CIDR: routerLAN + "/24"},
+			{Role: "g", Dev: "net1", CIDR: portFixedIP + "/32"}, // static IPAM hands out a bare /32
+			{Role: "r", Dev: "to-b", CIDR: backendGW + "/24"},
+			{Role: "b", Dev: "b0", CIDR: backendAddr + "/24"},
+			{Role: "f", Dev: "f0", CIDR: fabricAddr + "/24"},
+		},
+		Routes: []netns.Route{
+			{Role: "c", Dst: "default", Via: siteLAN},
+			{Role: "p", Dst: "default", Via: routerWAN},
+			{Role: "q", Dst: "default", Via: routerWAN},
+			{Role: "b", Dst: "default", Via: backendGW},
+			{Role: "f", Dst: "default", Via: routerLAN},
+			// The internet knows the clients' networks: a plaintext leak from the gateway
+			// would cross the capture on the WAN bridge.
+			{Role: "r", Dst: clientNet, Via: siteWAN},
+			{Role: "r", Dst: roamNet, Via: roamWAN},
+			// The cloud router: the service CIDR to the gateway's port, the floating IP 1:1.
+			{Role: "r", Dst: serviceCIDR, Via: portFixedIP},
+		},
+		Tables: []netns.Table{
+			{Role: "r", Rules: netns.FloatingIPNAT(floatingIP, portFixedIP, "wbr")},
+			// The client site guards its own side, so the WAN capture measures the
+			// gateway. (WireGuard is no XFRM: the plain rule in the kernel VM too.)
+			{Role: "p", Rules: netns.SiteGuard(false, "100.64.0.0/10")},
+		},
+	})
 }
 
 // kernelMode: the test runs in the kernel VM (TestWireGuardKernelVM): the gateway's agent
