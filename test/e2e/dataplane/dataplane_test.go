@@ -193,70 +193,52 @@ func writeAtomic(t testing.TB, path, content string) {
 	}
 }
 
+// topology: the client site (client host c behind its box p, whose WAN link ends at the
+// cloud router r), the gateway's port and a fabric host on r's LAN br0, the backend's
+// network behind r.
 func (e *env) topology() {
-	e.AddNS("c", "p", "r", "g", "b", "f")
-	link := e.Link
-	link("c", "c0", "p", "lan0")
-	link("p", "wan0", "r", "wan0")
-	e.Must(e.NS("r"), "ip", "link", "add", "br0", "type", "bridge")
-	e.Must(e.NS("r"), "ip", "link", "set", "br0", "up")
-	for _, x := range []struct{ role, name string }{{"g", "net1"}, {"f", "f0"}} {
-		link("r", "to-"+x.role, x.role, x.name)
-		e.Must(e.NS("r"), "ip", "link", "set", "to-"+x.role, "master", "br0")
-	}
-	link("r", "to-b", "b", "b0")
-	addr := e.Addr
-	addr("c", "c0", clientAddr+"/24")
-	addr("p", "lan0", peerLAN+"/24")
-	addr("p", "wan0", peerWAN+"/24")
-	addr("r", "wan0", routerWAN+"/24")
-	addr("r", "wan0", floatingIP+"/32")
-	addr("r", "br0", routerLAN+"/24")
-	addr("g", "net1", portFixedIP+"/32") // static IPAM hands out a bare /32
-	addr("r", "to-b", backendGW+"/24")
-	addr("b", "b0", backendAddr+"/24")
-	addr("f", "f0", fabricAddr+"/24")
-	e.Must(e.NS("c"), "ip", "route", "add", "default", "via", peerLAN)
-	e.Must(e.NS("b"), "ip", "route", "add", "default", "via", backendGW)
-	e.Must(e.NS("f"), "ip", "route", "add", "default", "via", routerLAN)
-	// The client's router sends everything else to the internet, and the internet knows
-	// the client's subnet: a plaintext leak from the gateway would reach the wire.
-	e.Must(e.NS("p"), "ip", "route", "add", "default", "via", routerWAN)
-	e.Must(e.NS("r"), "ip", "route", "add", clientNet, "via", peerWAN)
-	// The cloud router: the service CIDR is routed to the gateway's port, and the
-	// floating IP is 1:1 NAT to the port's fixed IP.
-	e.Must(e.NS("r"), "ip", "route", "add", serviceCIDR, "via", portFixedIP)
-	e.NFT("r", `table ip fip {
-  chain pre { type nat hook prerouting priority dstnat; policy accept;
-    ip daddr `+floatingIP+` dnat to `+portFixedIP+`
-  }
-  chain post { type nat hook postrouting priority srcnat; policy accept;
-    oifname "wan0" ip saddr `+portFixedIP+` snat to `+floatingIP+`
-  }
-}`)
-	// The client site guards its own side, so the capture between the sites measures
-	// ours. With kernel IPsec the plaintext packet passes the forward hook on its way to
-	// wan0 and is encrypted after it, so there the rule spares what has an XFRM bundle.
-	siteGuard := `oifname "wan0" ip daddr 100.64.0.0/10 drop`
-	if e.kernel {
-		siteGuard = `oifname "wan0" ip daddr 100.64.0.0/10 rt ipsec missing drop`
-	}
-	e.NFT("p", `table ip site_guard {
-  chain forward_guard { type filter hook forward priority filter; policy accept;
-    `+siteGuard+`
-  }
-}`)
-}
-
-func (e *env) sock(role string) string {
-	if role == "g" && e.kernel {
-		return render.RunMountPath + "/charon.vici"
-	}
-	return filepath.Join(e.Dir, role, "charon.vici")
-}
-
-func (e *env) swanctl(role string, args ...string) (string, error) {
-	return e.Sh(e.NS(role), append([]string{"swanctl"}, append(args, "--uri", "unix://"+e.sock(role))...)...)
+	e.Apply(netns.Topology{
+		Namespaces: []string{"c", "p", "r", "g", "b", "f"},
+		Bridges:    []netns.Bridge{{Role: "r", Name: "br0"}},
+		Links: []netns.Link{
+			{A: "c", ADev: "c0", B: "p", BDev: "lan0"},
+			{A: "p", ADev: "wan0", B: "r", BDev: "wan0"},
+			{A: "r", ADev: "to-g", B: "g", BDev: "net1", Bridge: "br0"},
+			{A: "r", ADev: "to-f", B: "f", BDev: "f0", Bridge: "br0"},
+			{A: "r", ADev: "to-b", B: "b", BDev: "b0"},
+		},
+		Addrs: []netns.Addr{
+			{Role: "c", Dev: "c0", CIDR: clientAddr + "/24"},
+			{Role: "p", Dev: "lan0", CIDR: peerLAN + "/24"},
+			{Role: "p", Dev: "wan0", CIDR: peerWAN + "/24"},
+			{Role: "r", Dev: "wan0", CIDR: routerWAN + "/24"},
+			{Role: "r", Dev: "wan0", CIDR: floatingIP + "/32"},
+			{Role: "r", Dev: "br0", CIDR: routerLAN + "/24"},
+			{Role: "g", Dev: "net1", CIDR: portFixedIP + "/32"}, // static IPAM hands out a bare /32
+			{Role: "r", Dev: "to-b", CIDR: backendGW + "/24"},
+			{Role: "b", Dev: "b0", CIDR: backendAddr + "/24"},
+			{Role: "f", Dev: "f0", CIDR: fabricAddr + "/24"},
+		},
+		Routes: []netns.Route{
+			{Role: "c", Dst: "default", Via: peerLAN},
+			{Role: "b", Dst: "default", Via: backendGW},
+			{Role: "f", Dst: "default", Via: routerLAN},
+			// The client's router sends everything else to the internet, and the internet
+			// knows the client's subnet: a plaintext leak from the gateway would reach the
+			// wire.
+			{Role: "p", Dst: "default", Via: routerWAN},
+			{Role: "r", Dst: clientNet, Via: peerWAN},
+			// The cloud router: the service CIDR is routed to the gateway's port, and the
+			// floating IP is 1:1 NAT to the port's fixed IP.
+			{Role: "r", Dst: serviceCIDR, Via: portFixedIP},
+		},
+		Tables: []netns.Table{
+			{Role: "r", Rules: netns.FloatingIPNAT(floatingIP, portFixedIP, "wan0")},
+			// The client site guards its own side, so the capture between the sites
+			// measures ours.
+			{Role: "p", Rules: netns.SiteGuard(e.kernel, "100.64.0.0/10")},
+		},
+	})
 }
 
 func (e *env) dataplane() gatewayconfig.DataplaneMode {
@@ -276,74 +258,25 @@ func (e *env) gwCharon() string {
 
 // startCharon runs charon in role's namespace. The peer and the host-mode gateway get a
 // strongswan.conf from the production renderer; the kernel-mode gateway is the pod's
-// strongswan container (the agent's charon role with the rendered arguments).
+// strongswan container (the agent's charon role with the rendered arguments), listening
+// on the pod's run mount (Sockets).
 func (e *env) startCharon(role string) {
 	e.T.Helper()
-	_ = os.Remove(e.sock(role))
-	if role == "g" && e.kernel {
-		e.startContainer(render.ContainerStrongswan)
-	} else {
-		d := filepath.Join(e.Dir, role)
-		_ = os.MkdirAll(d, 0o755)
-		conf, err := gatewayconfig.RenderStrongswanConf(gatewayconfig.StrongswanOptions{Mode: e.dataplane(), VICISocket: e.sock(role), LogFile: filepath.Join(d, "charon.log")})
-		if err != nil {
-			e.T.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(d, "strongswan.conf"), []byte(conf), 0o644); err != nil {
-			e.T.Fatal(err)
-		}
-		e.Start("charon-"+role, e.NS(role), []string{"STRONGSWAN_CONF=" + filepath.Join(d, "strongswan.conf")}, "charon-systemd")
+	if role != "g" || !e.kernel {
+		e.StartCharon(role, e.dataplane())
+		return
 	}
-	e.Eventually("charon in "+role+" answers", func() bool { _, err := e.swanctl(role, "--stats"); return err == nil })
+	_ = os.Remove(e.Sock(role))
+	e.startContainer(render.ContainerStrongswan)
+	e.WaitCharon(role)
 }
 
-// The client site's peer: written by hand, as the client's own administrator would.
+// The client site's peer: written by hand, as the client's own administrator would; a
+// new IKE SA with the gateway replaces the old one.
 func (e *env) configurePeer() {
-	conf := fmt.Sprintf(`connections {
-  gw {
-    version = 2
-    local_addrs = %s
-    remote_addrs = %s
-    encap = yes
-    unique = replace
-    proposals = aes128gcm16-prfsha256-x25519
-    dpd_delay = 5s
-    local {
-      auth = psk
-      id = %s
-    }
-    remote {
-      auth = psk
-      id = %s
-    }
-    children {
-      gw {
-        local_ts = %s
-        remote_ts = %s
-        esp_proposals = aes128gcm16-x25519
-        dpd_action = clear
-      }
-    }
-  }
-}
-secrets {
-  ike-gw {
-    id-a = %s
-    id-b = %s
-    secret = "%s"
-  }
-}
-`, peerWAN, floatingIP, peerWAN, floatingIP, clientNet, serviceCIDR, peerWAN, floatingIP, psk)
-	f := filepath.Join(e.Dir, "p", "swanctl.conf")
-	if err := os.WriteFile(f, []byte(conf), 0o600); err != nil {
-		e.T.Fatal(err)
-	}
-	if out, err := e.swanctl("p", "--load-creds", "--noprompt", "--file", f); err != nil {
-		e.T.Fatalf("peer creds: %v %s", err, out)
-	}
-	if out, err := e.swanctl("p", "--load-conns", "--file", f); err != nil {
-		e.T.Fatalf("peer conns: %v %s", err, out)
-	}
+	o := defaultPeer()
+	o.unique = true
+	e.configurePeerWith(o)
 }
 
 const metricsAddr = "127.0.0.1:9903"
@@ -370,10 +303,10 @@ func (e *env) startAgent(name string) {
 		e.Start(name, e.NS("g"), nil, e.bin.agent, "init-nat", "--config-file", cfg, "--interface", "net1",
 			"--tunnel-interface", "ipsec0", "--state-file", filepath.Join(e.Dir, "nat-state.json"))
 	case "loader":
-		e.Start(name, e.NS("g"), nil, e.bin.agent, "strongswan-loader", "--config-file", cfg, "--vici-socket", e.sock("g"), "--interval", "1s")
+		e.Start(name, e.NS("g"), nil, e.bin.agent, "strongswan-loader", "--config-file", cfg, "--vici-socket", e.Sock("g"), "--interval", "1s")
 	case "ipsec-exporter":
 		e.Start(name, e.NS("g"), nil, e.bin.agent, "ipsec-exporter", "--config-file", cfg,
-			"--vici-socket", e.sock("g"), "--listen", metricsAddr, "--nat-state-file", filepath.Join(e.Dir, "nat-state.json"))
+			"--vici-socket", e.Sock("g"), "--listen", metricsAddr, "--nat-state-file", filepath.Join(e.Dir, "nat-state.json"))
 	default:
 		e.T.Fatalf("no agent %s", name)
 	}
@@ -396,7 +329,7 @@ var reUniqueID = regexp.MustCompile(`t1: #(\d+), ESTABLISHED`)
 // ikeID returns the gateway's established IKE SA unique ID for t1 with an installed
 // child SA, or "".
 func (e *env) ikeID() string {
-	out, err := e.swanctl("g", "--list-sas", "--ike", "t1")
+	out, err := e.Swanctl("g", "--list-sas", "--ike", "t1")
 	if err != nil || !strings.Contains(out, "INSTALLED") {
 		return ""
 	}
@@ -492,6 +425,9 @@ func newEnv(t testing.TB) (*env, string, func() string) {
 func newBareEnv(t testing.TB, tag string, obj *v1alpha1.IPsecGateway, kernel bool) *env {
 	e := &env{Env: netns.New(t, tag), obj: obj, kernel: kernel}
 	e.CleanupSignal = syscall.SIGKILL
+	if kernel {
+		e.Sockets = map[string]string{"g": render.RunMountPath + "/charon.vici"}
+	}
 	return e
 }
 
@@ -509,7 +445,7 @@ func (e *env) diagnose() {
 		}
 	}
 	for _, role := range []string{"g", "p"} {
-		out, _ := e.swanctl(role, "--list-sas")
+		out, _ := e.Swanctl(role, "--list-sas")
 		fmt.Fprintf(&b, "### %s: swanctl --list-sas\n%s\n", role, out)
 	}
 	_ = os.WriteFile(filepath.Join(e.Dir, "diagnose.txt"), []byte(b.String()), 0o644)
@@ -662,7 +598,7 @@ func TestDataplane(t *testing.T) {
 		// The status agent runs in the host namespace: it reaches the API server on
 		// loopback and charon through its VICI socket file, as in the pod.
 		e.Start("status-agent", "", nil, e.bin.agent, "status-agent", "--config-file", filepath.Join(dir, "config", gatewayconfig.ConfigMapKeyConfig),
-			"--vici-socket", e.sock("g"), "--kubeconfig", kubeconfig, "--interval", "1s")
+			"--vici-socket", e.Sock("g"), "--kubeconfig", kubeconfig, "--interval", "1s")
 		defer e.Stop("status-agent", syscall.SIGTERM)
 		var got v1alpha1.GatewayStatus
 		e.Eventually("status agent reports the tunnel up", func() bool {

@@ -148,7 +148,7 @@ type rawChild struct {
 // gatewaySAs lists the gateway's IKE SAs of a tunnel with the fields vici.ListSAs leaves
 // out (NAT detection, the negotiated algorithms).
 func (e *env) gatewaySAs(tunnel string) []rawSA {
-	s, err := vici.Dial(e.sock("g"))
+	s, err := vici.Dial(e.Sock("g"))
 	if err != nil {
 		return nil
 	}
@@ -258,7 +258,7 @@ func (e *env) awaitSettled(t *testing.T, tunnel, why string) (saSet, bool) {
 					}
 					slices.Sort(ids)
 					for _, id := range ids[:len(ids)-1] {
-						out, err := e.swanctl("g", "--terminate", "--child-id", strconv.Itoa(id), "--timeout", "10")
+						out, err := e.Swanctl("g", "--terminate", "--child-id", strconv.Itoa(id), "--timeout", "10")
 						t.Logf("the gateway held %d child SAs of %s in one IKE SA for 10 s (%+v); ended the older child SA %d: %v %s", len(ids), tunnel, sas[0].children, id, err, strings.TrimSpace(out))
 					}
 				}
@@ -359,7 +359,7 @@ func (e *env) collectCharonLog(t testing.TB) *charonLog {
 	}
 	l.f = f
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &vici.Watcher{Dial: vici.DialEvents(e.sock("g")), Events: []string{"log"}, Retry: 500 * time.Millisecond,
+	w := &vici.Watcher{Dial: vici.DialEvents(e.Sock("g")), Events: []string{"log"}, Retry: 500 * time.Millisecond,
 		OnEvent: func(ev govici.Event) {
 			line, ok := downcause.FromEvent(ev)
 			if !ok {
@@ -440,70 +440,50 @@ func libreswanGateway() *v1alpha1.IPsecGateway {
 // the gateway's port, the backend's network, a fabric host), and the internet as a bridge
 // (wan0 in the router) the two client sites hang off.
 func (e *env) lswTopology(sites []*lswSite) {
-	roles := []string{"r", "g", "b", "f"}
+	t := netns.Topology{
+		Namespaces: []string{"r", "g", "b", "f"},
+		Bridges:    []netns.Bridge{{Role: "r", Name: "br0"}, {Role: "r", Name: "wan0"}},
+		Links: []netns.Link{
+			{A: "r", ADev: "to-g", B: "g", BDev: "net1", Bridge: "br0"},
+			{A: "r", ADev: "to-f", B: "f", BDev: "f0", Bridge: "br0"},
+			{A: "r", ADev: "to-b", B: "b", BDev: "b0"},
+		},
+		Addrs: []netns.Addr{
+			{Role: "r", Dev: "wan0", CIDR: routerWAN + "/24"},
+			{Role: "r", Dev: "wan0", CIDR: floatingIP + "/32"},
+			{Role: "r", Dev: "br0", CIDR: routerLAN + "/24"},
+			{Role: "g", Dev: "net1", CIDR: portFixedIP + "/32"},
+			{Role: "r", Dev: "to-b", CIDR: backendGW + "/24"},
+			{Role: "b", Dev: "b0", CIDR: backendAddr + "/24"},
+			{Role: "f", Dev: "f0", CIDR: fabricAddr + "/24"},
+		},
+		Routes: []netns.Route{
+			{Role: "b", Dst: "default", Via: backendGW},
+			{Role: "f", Dst: "default", Via: routerLAN},
+			{Role: "r", Dst: serviceCIDR, Via: portFixedIP},
+		},
+		Tables: []netns.Table{{Role: "r", Rules: netns.FloatingIPNAT(floatingIP, portFixedIP, "wan0")}},
+	}
 	for _, s := range sites {
-		roles = append(roles, "c"+s.n, "p"+s.n)
+		c, p := "c"+s.n, "p"+s.n
+		t.Namespaces = append(t.Namespaces, c, p)
+		t.Links = append(t.Links,
+			netns.Link{A: c, ADev: "c0", B: p, BDev: "lan0"},
+			netns.Link{A: "r", ADev: "site" + s.n, B: p, BDev: "wan0", Bridge: "wan0"})
+		t.Addrs = append(t.Addrs,
+			netns.Addr{Role: c, Dev: "c0", CIDR: s.host + "/25"},
+			netns.Addr{Role: p, Dev: "lan0", CIDR: s.lanGW + "/25"},
+			netns.Addr{Role: p, Dev: "wan0", CIDR: s.wan + "/24"})
+		t.Routes = append(t.Routes,
+			netns.Route{Role: c, Dst: "default", Via: s.lanGW},
+			netns.Route{Role: p, Dst: "default", Via: routerWAN},
+			// The internet knows the site's network: a plaintext leak would reach the wire.
+			netns.Route{Role: "r", Dst: s.lan, Via: s.wan})
+		// The site guards its own side (libreswan removes its policies when it stops), so
+		// the capture on the internet measures the gateway.
+		t.Tables = append(t.Tables, netns.Table{Role: p, Rules: netns.SiteGuard(true, "100.64.0.0/10")})
 	}
-	for _, r := range roles {
-		e.Must("", "ip", "netns", "add", e.NS(r))
-		e.T.Cleanup(func() { _, _ = e.Sh("", "ip", "netns", "del", e.NS(r)) })
-		e.Must(e.NS(r), "ip", "link", "set", "lo", "up")
-		e.Must(e.NS(r), "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv4.ip_forward=1")
-	}
-	link := func(a, an, b, bn string) {
-		e.Must("", "ip", "link", "add", an, "netns", e.NS(a), "type", "veth", "peer", "name", bn, "netns", e.NS(b))
-		e.Must(e.NS(a), "ip", "link", "set", an, "up")
-		e.Must(e.NS(b), "ip", "link", "set", bn, "up")
-	}
-	r := e.NS("r")
-	for _, br := range []string{"br0", "wan0"} {
-		e.Must(r, "ip", "link", "add", br, "type", "bridge")
-		e.Must(r, "ip", "link", "set", br, "up")
-	}
-	for _, x := range []struct{ role, name string }{{"g", "net1"}, {"f", "f0"}} {
-		link("r", "to-"+x.role, x.role, x.name)
-		e.Must(r, "ip", "link", "set", "to-"+x.role, "master", "br0")
-	}
-	link("r", "to-b", "b", "b0")
-	addr := func(ns, dev, a string) { e.Must(ns, "ip", "addr", "add", a, "dev", dev) }
-	addr(r, "wan0", routerWAN+"/24")
-	addr(r, "wan0", floatingIP+"/32")
-	addr(r, "br0", routerLAN+"/24")
-	addr(e.NS("g"), "net1", portFixedIP+"/32")
-	addr(r, "to-b", backendGW+"/24")
-	addr(e.NS("b"), "b0", backendAddr+"/24")
-	addr(e.NS("f"), "f0", fabricAddr+"/24")
-	e.Must(e.NS("b"), "ip", "route", "add", "default", "via", backendGW)
-	e.Must(e.NS("f"), "ip", "route", "add", "default", "via", routerLAN)
-	e.Must(r, "ip", "route", "add", serviceCIDR, "via", portFixedIP)
-	e.NFT("r", `table ip fip {
-  chain pre { type nat hook prerouting priority dstnat; policy accept;
-    ip daddr `+floatingIP+` dnat to `+portFixedIP+`
-  }
-  chain post { type nat hook postrouting priority srcnat; policy accept;
-    oifname "wan0" ip saddr `+portFixedIP+` snat to `+floatingIP+`
-  }
-}`)
-	for _, s := range sites {
-		c, p := s.ns("c"), s.ns("p")
-		link("c"+s.n, "c0", "p"+s.n, "lan0")
-		link("p"+s.n, "wan0", "r", "site"+s.n)
-		e.Must(r, "ip", "link", "set", "site"+s.n, "master", "wan0")
-		addr(c, "c0", s.host+"/25")
-		addr(p, "lan0", s.lanGW+"/25")
-		addr(p, "wan0", s.wan+"/24")
-		e.Must(c, "ip", "route", "add", "default", "via", s.lanGW)
-		e.Must(p, "ip", "route", "add", "default", "via", routerWAN)
-		// The internet knows the site's network: a plaintext leak would reach the wire.
-		e.Must(r, "ip", "route", "add", s.lan, "via", s.wan)
-		// The site guards its own side (libreswan removes its policies when it stops),
-		// so the capture on the internet measures the gateway.
-		e.NFT("p"+s.n, `table ip site_guard {
-  chain forward_guard { type filter hook forward priority filter; policy accept;
-    oifname "wan0" ip daddr 100.64.0.0/10 rt ipsec missing drop
-  }
-}`)
-	}
+	e.Apply(t)
 }
 
 // behindNAT moves a site's libreswan box behind a NAT router (n<n>) that owns the site's
@@ -721,9 +701,9 @@ func TestLibreswanClient(t *testing.T) {
 				}
 			}
 			for _, r := range []rekey{
-				{"CHILD by the gateway", false, func() (string, error) { return e.swanctl("g", "--rekey", "--child", s.tunnel) }, "generating"},
+				{"CHILD by the gateway", false, func() (string, error) { return e.Swanctl("g", "--rekey", "--child", s.tunnel) }, "generating"},
 				{"CHILD by libreswan", false, func() (string, error) { return s.ipsec("whack", "--name", s.conn(), s.rekeyChild) }, "parsed"},
-				{"IKE by the gateway", true, func() (string, error) { return e.swanctl("g", "--rekey", "--ike", s.tunnel) }, "generating"},
+				{"IKE by the gateway", true, func() (string, error) { return e.Swanctl("g", "--rekey", "--ike", s.tunnel) }, "generating"},
 				{"IKE by libreswan", true, func() (string, error) { return s.ipsec("whack", "--name", s.conn(), "--rekey-ike") }, "parsed"},
 			} {
 				before, ok := e.awaitSettled(t, s.tunnel, "before "+r.name)
@@ -977,7 +957,7 @@ func (e *env) lswDiagnose(sites []*lswSite) {
 			fmt.Fprintf(&b, "### %s: %s\n%s\n", role, strings.Join(c, " "), out)
 		}
 	}
-	out, _ := e.swanctl("g", "--list-sas")
+	out, _ := e.Swanctl("g", "--list-sas")
 	fmt.Fprintf(&b, "### g: swanctl --list-sas\n%s\n", out)
 	for _, s := range sites {
 		for _, c := range [][]string{{"ip", "-d", "addr"}, {"ip", "route"}, {"ip", "-s", "xfrm", "state"}, {"ip", "xfrm", "policy"}} {

@@ -43,6 +43,8 @@ type peerOpts struct {
 	// anyRemote: accept IKE from any address (the client that would take an SA from the
 	// gateway's pod network too).
 	anyRemote bool
+	// unique: a new IKE SA replaces the old one (unique = replace).
+	unique bool
 }
 
 func defaultPeer() peerOpts {
@@ -58,49 +60,11 @@ func (e *env) configurePeerWith(o peerOpts) {
 	if o.anyRemote {
 		remote = "%any"
 	}
-	conf := fmt.Sprintf(`connections {
-  gw {
-    version = 2
-    local_addrs = %s
-    remote_addrs = %s
-    encap = yes
-    proposals = %s
-    dpd_delay = 5s
-    local {
-      auth = psk
-      id = %s
-    }
-    remote {
-      auth = psk
-      id = %s
-    }
-    children {
-      gw {
-        local_ts = %s
-        remote_ts = %s
-        esp_proposals = %s
-        dpd_action = clear
-      }
-    }
-  }
-}
-secrets {
-  ike-gw {
-    id-a = %s
-    id-b = %s
-    secret = "%s"
-  }
-}
-`, peerWAN, remote, o.ike, peerWAN, floatingIP, clientNet, o.remoteTS, o.esp, peerWAN, floatingIP, o.psk)
-	f := filepath.Join(e.Dir, "p", "swanctl.conf")
-	if err := os.WriteFile(f, []byte(conf), 0o600); err != nil {
-		e.T.Fatal(err)
-	}
-	if out, err := e.swanctl("p", "--load-creds", "--clear", "--noprompt", "--file", f); err != nil {
-		e.T.Fatalf("peer creds: %v %s", err, out)
-	}
-	if out, err := e.swanctl("p", "--load-conns", "--file", f); err != nil {
-		e.T.Fatalf("peer conns: %v %s", err, out)
+	err := e.LoadSite("p", netns.SiteSwanctl{LocalAddrs: peerWAN, RemoteAddrs: remote, Encap: true, UniqueReplace: o.unique,
+		IKE: o.ike, ESP: o.esp, DPDDelay: "5s", DPDAction: "clear",
+		LocalID: peerWAN, RemoteID: floatingIP, LocalTS: clientNet, RemoteTS: o.remoteTS, PSK: o.psk})
+	if err != nil {
+		e.T.Fatalf("peer: %v", err)
 	}
 }
 
@@ -177,7 +141,7 @@ func (e *env) lifecycleStatus(t *testing.T) statusReader {
 		e.Stop("loader", syscall.SIGTERM)
 		cfg := filepath.Join(e.Dir, "config")
 		e.statusArgs = []string{e.bin.agent, "status-agent", "--config-file", filepath.Join(cfg, gatewayconfig.ConfigMapKeyConfig),
-			"--vici-socket", e.sock("g"), "--kubeconfig", kubeconfig, "--interval", "1s",
+			"--vici-socket", e.Sock("g"), "--kubeconfig", kubeconfig, "--interval", "1s",
 			"--load", "--secrets-file", filepath.Join(cfg, gatewayconfig.SecretKeySecrets)}
 		e.Start("status-agent", e.NS("g"), nil, e.statusArgs...)
 		t.Cleanup(func() { e.Stop("status-agent", syscall.SIGTERM) })
@@ -295,7 +259,7 @@ func (s *sampler) check(t *testing.T, what string) {
 
 // ikeChild returns the gateway's carrying IKE SA and child SA unique IDs of t1.
 func (e *env) ikeChild() (string, string) {
-	s, err := vici.Dial(e.sock("g"))
+	s, err := vici.Dial(e.Sock("g"))
 	if err != nil {
 		return "", ""
 	}
@@ -360,7 +324,7 @@ func TestTunnelLifecycle(t *testing.T) {
 		e.render()
 		e.Eventually("a new IKE SA carries the tunnel", func() bool { id, _ := e.ikeChild(); return id != "" && id != ike0 })
 		e.Eventually("the old IKE SA is gone", func() bool {
-			out, _ := e.swanctl("g", "--list-sas", "--ike", "t1")
+			out, _ := e.Swanctl("g", "--list-sas", "--ike", "t1")
 			return strings.Count("\n"+out, "\nt1: #") == 1 // IKE SAs; child SAs are indented
 		})
 		e.sleep(2 * time.Second)
@@ -442,7 +406,7 @@ func TestTunnelLifecycle(t *testing.T) {
 		bad := changePeer
 		bad.psk = "not-the-gateways-key-0123456789"
 		e.configurePeerWith(bad)
-		if out, err := e.swanctl("p", "--terminate", "--ike", "gw"); err != nil {
+		if out, err := e.Swanctl("p", "--terminate", "--ike", "gw"); err != nil {
 			t.Fatalf("terminating at the client: %v %s", err, out)
 		}
 		if e.kernel {
@@ -507,7 +471,7 @@ func (e *env) lifecycleCauses(t *testing.T, read statusReader) {
 	// breakPeer reconfigures the client and ends the running SA from its side.
 	breakPeer := func(o peerOpts) {
 		e.configurePeerWith(o)
-		if out, err := e.swanctl("p", "--terminate", "--ike", "gw"); err != nil {
+		if out, err := e.Swanctl("p", "--terminate", "--ike", "gw"); err != nil {
 			e.T.Fatalf("terminating at the client: %v %s", err, out)
 		}
 	}
@@ -571,7 +535,7 @@ func (e *env) lifecycleCauses(t *testing.T, read statusReader) {
     iifname "wan0" udp dport { 500, 4500 } drop
   }
 }`)
-		if out, err := e.swanctl("g", "--terminate", "--ike", "t1"); err != nil {
+		if out, err := e.Swanctl("g", "--terminate", "--ike", "t1"); err != nil {
 			t.Fatalf("%v %s", err, out)
 		}
 		// Reported from charon's second retransmission of IKE_SA_INIT (about 11 s).
@@ -639,7 +603,7 @@ func (e *env) clearPortRouting() {
 
 // localHosts lists the addresses the gateway's IKE SAs of t1 run from.
 func (e *env) localHosts() []string {
-	s, err := vici.Dial(e.sock("g"))
+	s, err := vici.Dial(e.Sock("g"))
 	if err != nil {
 		return nil
 	}
@@ -735,13 +699,13 @@ func (e *env) startOrder(t *testing.T, read statusReader) {
 		stopStatus()
 		stopInit()
 		e.clearPortRouting()
-		if out, err := e.swanctl("g", "--terminate", "--ike", "t1"); err != nil {
+		if out, err := e.Swanctl("g", "--terminate", "--ike", "t1"); err != nil {
 			t.Fatalf("%v %s", err, out)
 		}
 		// charon initiates without the loader (as a restart by charon itself would). The
 		// IKE SA comes up over the pod network; its child SA cannot be installed without
 		// .1 of the service CIDR (that is why the loader waits for it too).
-		out, _ := e.swanctl("g", "--initiate", "--child", "t1", "--timeout", "20")
+		out, _ := e.Swanctl("g", "--initiate", "--child", "t1", "--timeout", "20")
 		if h := e.localHosts(); len(h) != 1 || h[0] != "10.244.0.2" {
 			t.Fatalf("the IKE SA runs from %v, want the pod network's 10.244.0.2\n%s", h, out)
 		}

@@ -28,7 +28,7 @@ type window struct {
 func (e *env) windows() []window {
 	sw := func(args ...string) func(t *testing.T) {
 		return func(t *testing.T) {
-			if out, err := e.swanctl("g", args...); err != nil {
+			if out, err := e.Swanctl("g", args...); err != nil {
 				t.Errorf("swanctl %v: %v\n%s", args, err, out)
 			}
 		}
@@ -180,7 +180,7 @@ func (e *env) xfrm() ([]string, int) {
 
 // charonSPIs returns the SPIs of the gateway charon's installed child SAs (sorted).
 func (e *env) charonSPIs() []string {
-	out, _ := e.swanctl("g", "--list-sas")
+	out, _ := e.Swanctl("g", "--list-sas")
 	var spis []string
 	for _, m := range reCharonSPI.FindAllStringSubmatch(out, -1) {
 		spis = append(spis, m[1])
