@@ -19,7 +19,7 @@ import (
 // cluster in memory (the Owns watches are cluster-wide), and in a provider's cluster
 // those outnumber a gateway's by far. Every object a gateway owns carries
 // render.Labels, managed-by among them; one that exists under a gateway's object name
-// without that label is read past the cache when its create finds it (createOrRead),
+// without that label is read past the cache when its create finds it (readOrCreate),
 // so it is refused or taken back exactly as before.
 //
 // The NetworkAttachmentDefinitions stay cached whole: a scope needs the kind's REST
