@@ -26,7 +26,7 @@ import (
 // mapping when the manager starts, and the operator starts (and says so) without Multus;
 // a cluster has few of them.
 func CacheScope() map[client.Object]cache.ByObject {
-	ours := cache.ByObject{Label: OwnedObjectSelector()}
+	ours := cache.ByObject{Label: ownedObjectSelector()}
 	return map[client.Object]cache.ByObject{
 		// The gateway reconciler (to release a pod stranded on a lost node) and the
 		// health controllers (PodReady) read gateway pods: those, not every pod.
@@ -42,7 +42,7 @@ func CacheScope() map[client.Object]cache.ByObject {
 	}
 }
 
-// OwnedObjectSelector selects the objects the operator made for gateways.
-func OwnedObjectSelector() labels.Selector {
+// ownedObjectSelector selects the objects the operator made for gateways.
+func ownedObjectSelector() labels.Selector {
 	return labels.SelectorFromSet(labels.Set{render.LabelManagedBy: render.ManagedBy})
 }
