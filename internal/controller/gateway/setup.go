@@ -366,14 +366,9 @@ func (r *Reconciler) requestsOf(ctx context.Context, kind string, want func(read
 // counts its tenant again.
 func (r *Reconciler) mapLimitWaiters(kind string) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
-		var out []reconcile.Request
-		err := r.eachGateway(ctx, func(g readOnlyGateway) {
-			if g.kind != kind || g.meta.GetUID() == o.GetUID() {
-				return
-			}
-			if c := conditions.Get(g.status.Conditions, v1alpha1.ConditionValidated); c != nil && c.Reason == v1alpha1.ReasonTenantLimitExceeded {
-				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: g.meta.GetNamespace(), Name: g.meta.GetName()}})
-			}
+		out, err := r.requestsOf(ctx, kind, func(g readOnlyGateway) bool {
+			c := conditions.Get(g.status.Conditions, v1alpha1.ConditionValidated)
+			return g.meta.GetUID() != o.GetUID() && c != nil && c.Reason == v1alpha1.ReasonTenantLimitExceeded
 		})
 		if err != nil {
 			r.Log.Error(err, "listing gateways for a tenant's usage change")
