@@ -109,3 +109,45 @@ func TestOwnedObjectWithoutTheLabelTakenBack(t *testing.T) {
 		}
 	}
 }
+
+// The cache keeps a gateway Deployment without its pod template and managed fields, and
+// with everything the operator reads from the cache: its metadata (owner, rendering hash,
+// restart annotations), generation, selector and status.
+func TestCachedDeploymentHasNoPodTemplate(t *testing.T) {
+	var by cache.ByObject
+	for k, v := range CacheScope() {
+		if _, ok := k.(*appsv1.Deployment); ok {
+			by = v
+		}
+	}
+	if by.Transform == nil {
+		t.Fatal("the Deployment cache has no transform: it keeps every pod template")
+	}
+	ref := render.Gateway{Name: "gw", Namespace: "ns", Kind: v1alpha1.KindIPsecGateway, APIVersion: v1alpha1.GroupVersion.String(), UID: "u"}
+	d, err := render.Deployment(render.Workload{Gateway: ref, NodeName: "node-a", PortMAC: "fa:16:3e:00:00:01",
+		GatewayImage: "example.org/strongswan:1", AgentImage: "example.org/agent:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Generation = 3
+	d.Annotations = map[string]string{render.AnnotationRendering: "h", render.AnnotationRolloutStarted: "2026-12-06T10:00:00Z"}
+	d.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "bnerd-vpn-operator"}}
+	d.Status = appsv1.DeploymentStatus{ObservedGeneration: 3, UpdatedReplicas: 1, Replicas: 1, ReadyReplicas: 1}
+	want := d.DeepCopy()
+	got, err := by.Transform(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := got.(*appsv1.Deployment)
+	if !reflect.DeepEqual(c.Spec.Template, corev1.PodTemplateSpec{}) {
+		t.Errorf("the cached Deployment keeps its pod template: %d containers", len(c.Spec.Template.Spec.Containers))
+	}
+	if c.ManagedFields != nil {
+		t.Errorf("the cached Deployment keeps its managed fields: %v", c.ManagedFields)
+	}
+	if !reflect.DeepEqual(c.Annotations, want.Annotations) || !reflect.DeepEqual(c.Labels, want.Labels) ||
+		!reflect.DeepEqual(c.OwnerReferences, want.OwnerReferences) || c.Generation != 3 ||
+		!reflect.DeepEqual(c.Spec.Selector, want.Spec.Selector) || !reflect.DeepEqual(c.Status, want.Status) {
+		t.Errorf("the cached Deployment lost what the operator reads from the cache:\n got %+v\nwant %+v", c.ObjectMeta, want.ObjectMeta)
+	}
+}

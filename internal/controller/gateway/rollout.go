@@ -202,9 +202,12 @@ func (r *Reconciler) ensurePodUpToDate(ctx context.Context, g *gateway) (time.Du
 		// every replica it runs is of it.
 		replaced := dep.Status.ObservedGeneration >= dep.Generation && dep.Status.UpdatedReplicas >= 1 && dep.Status.Replicas == dep.Status.UpdatedReplicas
 		if replaced && ready && tunnelsUp >= before {
+			// A patch of the annotations only: the cached Deployment has no pod template
+			// (withoutPodTemplate), and an update would write it back without one.
+			done := client.MergeFromWithOptions(dep.DeepCopy(), client.MergeFromWithOptimisticLock{})
 			delete(dep.Annotations, render.AnnotationRolloutStarted)
 			delete(dep.Annotations, render.AnnotationRolloutTunnels)
-			if err := r.Client.Update(ctx, dep); err != nil {
+			if err := r.Client.Patch(ctx, dep, done); err != nil {
 				return 0, fmt.Errorf("completing the restart of Deployment %s: %w", dep.Name, err)
 			}
 			r.gate.Back(uid)

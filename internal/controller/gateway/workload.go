@@ -391,6 +391,13 @@ func (r *Reconciler) applyDeployment(ctx context.Context, g *gateway, d *appsv1.
 		r.rememberMatched(uid, hash, d)
 		return nil
 	}
+	if !r.matches(uid, hash, live) {
+		// Changed since the operator last wrote or compared it: the comparison needs the
+		// pod template, which the cache does not keep.
+		if live, err = r.wholeDeployment(ctx, live); err != nil {
+			return err
+		}
+	}
 	metaSame, err := ownedMeta(d, live)
 	if err != nil {
 		return fmt.Errorf("%T %s: %w", d, d.Name, err)
@@ -432,6 +439,16 @@ func (r *Reconciler) applyDeployment(ctx context.Context, g *gateway, d *appsv1.
 		log.Info("applied a new rendering of the gateway Deployment", "deployment", d.Name, "fields", drift)
 	}
 	return nil
+}
+
+// wholeDeployment reads the Deployment the cache holds as cached (without its pod
+// template: withoutPodTemplate) whole, from the API server.
+func (r *Reconciler) wholeDeployment(ctx context.Context, cached *appsv1.Deployment) (*appsv1.Deployment, error) {
+	whole := &appsv1.Deployment{}
+	if err := r.apiReader().Get(ctx, client.ObjectKeyFromObject(cached), whole); err != nil {
+		return nil, fmt.Errorf("reading Deployment %s: %w", cached.Name, err)
+	}
+	return whole, nil
 }
 
 // deploymentDrift is the spec the API server stores for the rendering d (its defaults
