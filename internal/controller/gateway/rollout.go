@@ -202,12 +202,16 @@ func (r *Reconciler) ensurePodUpToDate(ctx context.Context, g *gateway) (time.Du
 		// every replica it runs is of it.
 		replaced := dep.Status.ObservedGeneration >= dep.Generation && dep.Status.UpdatedReplicas >= 1 && dep.Status.Replicas == dep.Status.UpdatedReplicas
 		if replaced && ready && tunnelsUp >= before {
-			// A patch of the annotations only: the cached Deployment has no pod template
-			// (withoutPodTemplate), and an update would write it back without one.
-			done := client.MergeFromWithOptions(dep.DeepCopy(), client.MergeFromWithOptimisticLock{})
+			// Read whole: the cached Deployment has no pod template (withoutPodTemplate),
+			// and written back it would lose it. (An update, not a patch: the operator's
+			// role has no patch on Deployments.)
+			dep, err := r.wholeDeployment(ctx, dep)
+			if err != nil {
+				return 0, err
+			}
 			delete(dep.Annotations, render.AnnotationRolloutStarted)
 			delete(dep.Annotations, render.AnnotationRolloutTunnels)
-			if err := r.Client.Patch(ctx, dep, done); err != nil {
+			if err := r.Client.Update(ctx, dep); err != nil {
 				return 0, fmt.Errorf("completing the restart of Deployment %s: %w", dep.Name, err)
 			}
 			r.gate.Back(uid)
