@@ -182,6 +182,7 @@ func TestSlowCloudScale(t *testing.T) {
 	})
 
 	// 1. Create everything at once, from several clients, and wait for Ready.
+	apiBefore, apiErr := apiServerWrites(ctx, env)
 	s.ResetCounters()
 	limitedBefore := s.RateLimited()
 	t0 := time.Now()
@@ -220,6 +221,10 @@ func TestSlowCloudScale(t *testing.T) {
 	created := time.Since(t0)
 	gwReady := waitReady(t, ctx, env, ns, cfg.gateways, cfg.links, 60*time.Minute)
 	wall := time.Since(t0)
+	apiAfter, err := apiServerWrites(ctx, env)
+	if apiErr == nil {
+		apiErr = err
+	}
 	fmt.Printf("create: %s\n", split)
 	cc := s.Counters()
 	limited := s.RateLimited() - limitedBefore
@@ -248,6 +253,13 @@ func TestSlowCloudScale(t *testing.T) {
 	// Each is a create the kube-apiserver pays for, as it does for the owned objects.
 	ev := eventsSince(t, ctx, c, t0)
 	fmt.Printf("create: Events %d (%.1f per gateway)\n", ev, float64(ev)/float64(cfg.gateways))
+	if apiErr != nil {
+		fmt.Printf("create: the kube-apiserver's request counts not read: %v\n", apiErr)
+	} else {
+		byKind, total := apiServerWritesSince(apiBefore, apiAfter)
+		fmt.Printf("create: kube-apiserver writes %d (%.1f per gateway; the harness's creates of the gateways and links included): %s\n",
+			total, float64(total)/float64(cfg.gateways), topRoutes(byKind, 16))
+	}
 	for _, verb := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
 		sum, _ := op.Metrics(ctx, "rest_client_request_duration_seconds_sum", "verb="+verb)
 		n, _ := op.Metrics(ctx, "rest_client_request_duration_seconds_count", "verb="+verb)
