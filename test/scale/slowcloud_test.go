@@ -251,8 +251,8 @@ func TestSlowCloudScale(t *testing.T) {
 	fmt.Printf("create: requests by route: %s\n", topRoutes(cc.ByRoute, 14))
 	fmt.Printf("create: lists of every port of a network (the links' occupied transit addresses) %d\n", cc.Tallies[wholeNetworkPortLists])
 	// Each is a create the kube-apiserver pays for, as it does for the owned objects.
-	ev := eventsSince(t, ctx, c, t0)
-	fmt.Printf("create: Events %d (%.1f per gateway)\n", ev, float64(ev)/float64(cfg.gateways))
+	ev, reasons := eventReasonsSince(t, ctx, c, t0)
+	fmt.Printf("create: Events %d (%.1f per gateway); occurrences by kind and reason: %s\n", ev, float64(ev)/float64(cfg.gateways), topRoutes(reasons, 12))
 	if apiErr != nil {
 		fmt.Printf("create: the kube-apiserver's request counts not read: %v\n", apiErr)
 	} else {
@@ -518,16 +518,30 @@ func (v objectVersions) changed(t *testing.T, ctx context.Context, c client.Clie
 }
 
 func eventsSince(t *testing.T, ctx context.Context, c client.Client, since time.Time) int {
+	n, _ := eventReasonsSince(t, ctx, c, since)
+	return n
+}
+
+// eventReasonsSince counts the Events created since then and their occurrences by
+// "kind reason" (an Event repeated within its series counts each time: the repeats are
+// the kube-apiserver's Event patches).
+func eventReasonsSince(t *testing.T, ctx context.Context, c client.Client, since time.Time) (int, map[string]int) {
 	t.Helper()
 	var l eventsv1.EventList
 	must(t, c.List(ctx, &l))
 	n := 0
+	by := map[string]int{}
 	for _, e := range l.Items {
 		if !e.CreationTimestamp.Time.Before(since.Truncate(time.Second)) {
 			n++
+			times := 1
+			if e.Series != nil {
+				times = int(e.Series.Count)
+			}
+			by[e.Regarding.Kind+" "+e.Reason] += times
 		}
 	}
-	return n
+	return n, by
 }
 
 type rssSampler struct {
