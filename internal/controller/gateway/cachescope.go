@@ -48,8 +48,9 @@ func CacheScope() map[client.Object]cache.ByObject {
 // 1,000 gateways), yet the operator needs it only to compare a Deployment that changed
 // with the rendering; it reads that one whole from the API server (wholeDeployment).
 // A cached Deployment is never written back as it is: the operator writes the
-// rendering's spec over it, or patches its annotations. Cache transforms replace the
-// manager's default one, so this one strips the managed fields too.
+// rendering's spec over it, and a paced restart's completion reads it whole before it
+// updates its annotations. Cache transforms replace the manager's default one, so this
+// one strips the managed fields too.
 func withoutPodTemplate(obj any) (any, error) {
 	obj, err := stripManagedFields(obj)
 	if d, ok := obj.(*appsv1.Deployment); ok {
