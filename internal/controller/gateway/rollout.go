@@ -177,6 +177,23 @@ func tunnelsUpNow(g *gateway) int {
 	return n
 }
 
+// completeRestart removes a paced restart's marks from the gateway's Deployment. It reads
+// the Deployment whole first: the cached one has no pod template (withoutPodTemplate),
+// and written back it would lose it. (An update, not a patch: the operator's role has no
+// patch on Deployments.)
+func (r *Reconciler) completeRestart(ctx context.Context, cached *appsv1.Deployment) error {
+	dep, err := r.wholeDeployment(ctx, cached)
+	if err != nil {
+		return err
+	}
+	delete(dep.Annotations, render.AnnotationRolloutStarted)
+	delete(dep.Annotations, render.AnnotationRolloutTunnels)
+	if err := r.Client.Update(ctx, dep); err != nil {
+		return fmt.Errorf("completing the restart of Deployment %s: %w", dep.Name, err)
+	}
+	return nil
+}
+
 // ensurePodUpToDate records where the gateway stands in a paced restart (PodUpToDate)
 // and completes its restart when the new pod is ready and the tunnels that were up
 // before are up again. It runs after the pod and the tunnels were observed. It returns
@@ -202,17 +219,8 @@ func (r *Reconciler) ensurePodUpToDate(ctx context.Context, g *gateway) (time.Du
 		// every replica it runs is of it.
 		replaced := dep.Status.ObservedGeneration >= dep.Generation && dep.Status.UpdatedReplicas >= 1 && dep.Status.Replicas == dep.Status.UpdatedReplicas
 		if replaced && ready && tunnelsUp >= before {
-			// Read whole: the cached Deployment has no pod template (withoutPodTemplate),
-			// and written back it would lose it. (An update, not a patch: the operator's
-			// role has no patch on Deployments.)
-			dep, err := r.wholeDeployment(ctx, dep)
-			if err != nil {
+			if err := r.completeRestart(ctx, dep); err != nil {
 				return 0, err
-			}
-			delete(dep.Annotations, render.AnnotationRolloutStarted)
-			delete(dep.Annotations, render.AnnotationRolloutTunnels)
-			if err := r.Client.Update(ctx, dep); err != nil {
-				return 0, fmt.Errorf("completing the restart of Deployment %s: %w", dep.Name, err)
 			}
 			r.gate.Back(uid)
 			logr.FromContextOrDiscard(ctx).Info("the gateway is back after its paced restart", "deployment", dep.Name, "after", r.now().Sub(since).Round(time.Second).String())

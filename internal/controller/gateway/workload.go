@@ -391,12 +391,8 @@ func (r *Reconciler) applyDeployment(ctx context.Context, g *gateway, d *appsv1.
 		r.rememberMatched(uid, hash, d)
 		return nil
 	}
-	if !r.matches(uid, hash, live) {
-		// Changed since the operator last wrote or compared it: the comparison needs the
-		// pod template, which the cache does not keep.
-		if live, err = r.wholeDeployment(ctx, live); err != nil {
-			return err
-		}
+	if live, err = r.toCompare(ctx, uid, hash, live); err != nil {
+		return err
 	}
 	metaSame, err := ownedMeta(d, live)
 	if err != nil {
@@ -439,6 +435,16 @@ func (r *Reconciler) applyDeployment(ctx context.Context, g *gateway, d *appsv1.
 		log.Info("applied a new rendering of the gateway Deployment", "deployment", d.Name, "fields", drift)
 	}
 	return nil
+}
+
+// toCompare is the live Deployment as the comparison with the rendering needs it: the
+// cached one while it is unchanged since the operator last wrote or compared it (no
+// comparison follows), else read whole, as the cache does not keep the pod template.
+func (r *Reconciler) toCompare(ctx context.Context, uid types.UID, hash string, cached *appsv1.Deployment) (*appsv1.Deployment, error) {
+	if r.matches(uid, hash, cached) {
+		return cached, nil
+	}
+	return r.wholeDeployment(ctx, cached)
 }
 
 // wholeDeployment reads the Deployment the cache holds as cached (without its pod
