@@ -52,8 +52,10 @@ func (s *lswSite) conn() string          { return "bnerd-" + s.tunnel }
 func (s *lswSite) proc() string          { return "pluto-" + s.n }
 
 // ipsec runs one of libreswan's programs in the site's chroot and network namespace.
+// Bounded: whack waits for pluto's answer, and a wait that never ends would hold the VM
+// run until its deadline (a run of the whole tier spent 30 minutes in one whack).
 func (s *lswSite) ipsec(prog string, args ...string) (string, error) {
-	return s.e.Sh(s.ns("p"), append([]string{"chroot", s.root, "/usr/libexec/ipsec/" + prog}, args...)...)
+	return s.e.Sh(s.ns("p"), append([]string{"timeout", "120", "chroot", s.root, "/usr/libexec/ipsec/" + prog}, args...)...)
 }
 
 // render is `kubectl vpn peer-config --format libreswan --include-secret` for the site.
@@ -702,9 +704,11 @@ func TestLibreswanClient(t *testing.T) {
 			}
 			for _, r := range []rekey{
 				{"CHILD by the gateway", false, func() (string, error) { return e.Swanctl("g", "--rekey", "--child", s.tunnel) }, "generating"},
-				{"CHILD by libreswan", false, func() (string, error) { return s.ipsec("whack", "--name", s.conn(), s.rekeyChild) }, "parsed"},
+				// --asynchronous: whack returns once pluto took the command; the SAs and the
+				// gateway's log below say whether the rekey happened.
+				{"CHILD by libreswan", false, func() (string, error) { return s.ipsec("whack", "--asynchronous", "--name", s.conn(), s.rekeyChild) }, "parsed"},
 				{"IKE by the gateway", true, func() (string, error) { return e.Swanctl("g", "--rekey", "--ike", s.tunnel) }, "generating"},
-				{"IKE by libreswan", true, func() (string, error) { return s.ipsec("whack", "--name", s.conn(), "--rekey-ike") }, "parsed"},
+				{"IKE by libreswan", true, func() (string, error) { return s.ipsec("whack", "--asynchronous", "--name", s.conn(), "--rekey-ike") }, "parsed"},
 			} {
 				before, ok := e.awaitSettled(t, s.tunnel, "before "+r.name)
 				if !ok {
