@@ -94,21 +94,16 @@ func TestChartUpgradeFromThePreviousRelease(t *testing.T) {
 	if err := e.site.ConfigurePeers(peers); err != nil {
 		t.Fatal(err)
 	}
+	// Each gateway's running pod of the previous release (the one the upgrade must
+	// replace), then its tunnel up and answering: the probes below count from here.
+	before := e.gatewayPods(names)
 	urls := map[string]string{}
 	for _, n := range names {
+		e.runsImages(before[n], w.Previous.Images, n+" before the upgrade")
 		e.waitFor(n+": tunnelsReady 1/1", 3*time.Minute, func() bool { return get(n).Status.TunnelsReady == "1/1" })
 		urls[n] = "https://" + world.VIPOf(get(n).Status.Exposures, "directory") + ":636/"
 		e.waitFor(n+": the directory answers through the tunnel", 2*time.Minute, func() bool {
 			return e.answers(world.SiteHostNamespace, urls[n], world.DirectoryBody)
-		})
-	}
-	before := e.gatewayPods(names)
-	for n, p := range before {
-		e.runsImages(p, w.Previous.Images, n+" before the upgrade")
-		// Still (or again, after a pod replaced while gatewayPods looked) carrying
-		// traffic: the probes below count from here.
-		e.waitFor(n+": tunnel up and answering before the upgrade", 3*time.Minute, func() bool {
-			return get(n).Status.TunnelsReady == "1/1" && e.answers(world.SiteHostNamespace, urls[n], world.DirectoryBody)
 		})
 	}
 	b, err := rollout.ParseBudget(operatorconfig.DefaultGatewayRolloutBudget)
