@@ -1,7 +1,8 @@
 // Command testreport reads `go test -json` on stdin and prints what `go test` would
-// (package results, and the output of failing tests), then lists every skipped test
-// with its reason. With -forbid-skips (what `make test` passes when the environment
-// requires every tier to run, as CI does) a skipped test fails the run.
+// (package results, and the output of failing tests), then the longest tests, what the
+// machine's CPUs did meanwhile (cpu.go) and every skipped test with its reason. With
+// -forbid-skips (what `make test` passes when the environment requires every tier to
+// run, as CI does) a skipped test fails the run.
 //
 //	go test -json ./... 2>&1 | go run ./hack/testreport -forbid-skips -list skips.txt
 package main
@@ -15,6 +16,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"time"
 )
 
 // event is one line of test2json output.
@@ -197,6 +199,7 @@ func main() {
 	forbid := flag.Bool("forbid-skips", false, "fail when any test was skipped")
 	list := flag.String("list", "", "also write the skipped tests to this file")
 	flag.Parse()
+	cpu := startCPUSampler(15 * time.Second)
 	r, err := Read(os.Stdin, os.Stdout)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "testreport: %v\n", err)
@@ -206,6 +209,7 @@ func main() {
 	for _, d := range r.Durations[:min(longest, len(r.Durations))] {
 		fmt.Printf("  %7.1fs %s %s\n", d.Seconds, d.Package, d.Test)
 	}
+	fmt.Print(cpu.end(5 * time.Minute))
 	var b strings.Builder
 	fmt.Fprintf(&b, "skipped tests: %d\n", len(r.Skips))
 	for _, s := range r.Skips {

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A real `go test -json` run of a package with a passing, a skipped and a failing test
@@ -150,5 +151,62 @@ func TestPass(t *testing.T) {}
 	}
 	if !strings.Contains(out.String(), "a leak") {
 		t.Errorf("TestMain's message is not printed:\n%s", out.String())
+	}
+}
+
+// /proc/stat's aggregate line is summed into busy, idle and stolen ticks, and the cpuN
+// lines are counted; a line too short or not numeric is an error, not zeros.
+func TestParseProcStat(t *testing.T) {
+	stat := "cpu  100 5 50 1000 20 3 7 11 40 0\ncpu0 50 2 25 500 10 1 3 5 20 0\ncpu1 50 3 25 500 10 2 4 6 20 0\nintr 1 2 3\nctxt 99\n"
+	got, cpus, err := parseProcStat([]byte(stat))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (cpuTimes{busy: 100 + 5 + 50 + 3 + 7, idle: 1000 + 20, steal: 11}); got != want || cpus != 2 {
+		t.Errorf("got %+v on %d CPUs, want %+v on 2", got, cpus, want)
+	}
+	for _, bad := range []string{"cpu  1 2 3\ncpu0 1 2 3\n", "cpu  1 2 x 4 5 6 7 8\ncpu0 1\n", "intr 1\n", "cpu  1 2 3 4 5 6 7 8\n"} {
+		if _, _, err := parseProcStat([]byte(bad)); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+// The summary's totals are the last sample less the first, and each slice's busy share
+// is its own: a run busy for its first ten minutes and idle for its last five reads
+// 100 %, 100 %, 0 % in slices of five minutes, with the samples a minute apart.
+func TestSummarizeSlices(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	var samples []cpuSample
+	var c cpuTimes
+	for m := 0; m <= 15; m++ {
+		samples = append(samples, cpuSample{at: t0.Add(time.Duration(m) * time.Minute), cpuTimes: c})
+		if m < 10 {
+			c.busy += 2 * 60 * userHZ // both CPUs busy for the minute
+		} else {
+			c.idle += 2 * 60 * userHZ
+		}
+	}
+	u := summarize(samples, 2, 5*time.Minute)
+	if u.wall != 900 || u.busy != 1200 || u.idle != 600 || u.steal != 0 {
+		t.Errorf("totals: %+v", u)
+	}
+	want := []float64{1, 1, 0}
+	if len(u.busyShare) != len(want) {
+		t.Fatalf("slices: %v, want %v", u.busyShare, want)
+	}
+	for i := range want {
+		if u.busyShare[i] != want[i] {
+			t.Errorf("slice %d: %v, want %v", i, u.busyShare[i], want[i])
+		}
+	}
+	line := u.String()
+	for _, part := range []string{"2 CPUs", "(900 s)", "busy 1200 s", "idle 600 s", "busy/CPUs 600 s", "100% 100% 0%"} {
+		if !strings.Contains(line, part) {
+			t.Errorf("%q lacks %q", line, part)
+		}
+	}
+	if got := summarize(samples[:1], 2, time.Minute).String(); !strings.Contains(got, "not measured") {
+		t.Errorf("one sample: %q", got)
 	}
 }
