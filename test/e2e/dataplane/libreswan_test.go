@@ -492,41 +492,31 @@ func (e *env) lswTopology(sites []*lswSite) {
 // public address: the box keeps only a private address, the gateway's peer.address is
 // now the NAT's, and the generated configuration stays as it was (left=%defaultroute).
 func (s *lswSite) behindNAT(t testing.TB) {
-	e, p, n := s.e, s.ns("p"), s.ns("n")
-	must := func(ns string, args ...string) {
-		t.Helper()
-		if out, err := e.Sh(ns, args...); err != nil {
-			t.Fatalf("%s: %v: %v\n%s", ns, args, err, out)
-		}
-	}
-	must("", "ip", "netns", "add", n)
-	e.T.Cleanup(func() { _, _ = e.Sh("", "ip", "netns", "del", n) })
-	must(n, "ip", "link", "set", "lo", "up")
-	must(n, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv4.ip_forward=1")
-	// The box's uplink now ends at the NAT router; the NAT router takes the bridge port.
-	must(p, "ip", "link", "del", "wan0")
-	must("", "ip", "link", "add", "wan0", "netns", p, "type", "veth", "peer", "name", "in0", "netns", n)
-	must("", "ip", "link", "add", "out0", "netns", n, "type", "veth", "peer", "name", "site"+s.n, "netns", e.NS("r"))
-	must(e.NS("r"), "ip", "link", "set", "site"+s.n, "master", "wan0")
-	for _, l := range []struct{ ns, dev string }{{p, "wan0"}, {n, "in0"}, {n, "out0"}, {e.NS("r"), "site" + s.n}} {
-		must(l.ns, "ip", "link", "set", l.dev, "up")
-	}
-	private := "198.19." + s.n + "."
-	must(p, "ip", "addr", "add", private+"2/24", "dev", "wan0")
-	must(p, "ip", "route", "add", "default", "via", private+"1")
-	must(n, "ip", "addr", "add", private+"1/24", "dev", "in0")
-	must(n, "ip", "addr", "add", s.wan+"/24", "dev", "out0")
-	must(n, "ip", "route", "add", "default", "via", routerWAN)
-	must(n, "ip", "route", "add", s.lan, "via", private+"2")
-	cmd := exec.Command("ip", "netns", "exec", n, "nft", "-f", "-")
-	cmd.Stdin = strings.NewReader(`table ip nat {
+	p, n, private := "p"+s.n, "n"+s.n, "198.19."+s.n+"."
+	s.e.ApplyT(t, netns.Topology{
+		// The box's uplink now ends at the NAT router, which takes its bridge port.
+		Gone:       []netns.Device{{Role: p, Name: "wan0"}},
+		Namespaces: []string{n},
+		Links: []netns.Link{
+			{A: p, ADev: "wan0", B: n, BDev: "in0"},
+			{A: "r", ADev: "site" + s.n, B: n, BDev: "out0", Bridge: "wan0"},
+		},
+		Addrs: []netns.Addr{
+			{Role: p, Dev: "wan0", CIDR: private + "2/24"},
+			{Role: n, Dev: "in0", CIDR: private + "1/24"},
+			{Role: n, Dev: "out0", CIDR: s.wan + "/24"},
+		},
+		Routes: []netns.Route{
+			{Role: p, Dst: "default", Via: private + "1"},
+			{Role: n, Dst: "default", Via: routerWAN},
+			{Role: n, Dst: s.lan, Via: private + "2"},
+		},
+		Tables: []netns.Table{{Role: n, Rules: `table ip nat {
   chain post { type nat hook postrouting priority srcnat; policy accept;
     oifname "out0" masquerade
   }
-}`)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("NAT in %s: %v\n%s", n, err, out)
-	}
+}`}},
+	})
 }
 
 // probe: one ping from the site's client host crosses the tunnel to the plaintext-

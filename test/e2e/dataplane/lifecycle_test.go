@@ -637,21 +637,19 @@ func (e *env) onPort(read statusReader) bool {
 // An SA built over the pod network anyway (initiated by hand before init-nat ran) is
 // ended and rebuilt on the port once the routing is there.
 func (e *env) startOrder(t *testing.T, read statusReader) {
-	g, r := e.NS("g"), e.NS("r")
-	e.Must("", "ip", "link", "add", "eth0", "netns", g, "type", "veth", "peer", "name", "pod0", "netns", r)
-	e.Must(g, "ip", "addr", "add", "10.244.0.2/24", "dev", "eth0")
-	e.Must(r, "ip", "addr", "add", "10.244.0.1/24", "dev", "pod0")
-	e.Must(g, "ip", "link", "set", "eth0", "up")
-	e.Must(r, "ip", "link", "set", "pod0", "up")
-	e.Must(g, "ip", "route", "add", "default", "via", "10.244.0.1")
-	e.NFT("r", `table ip tn_podnat {
+	e.Apply(netns.Topology{
+		Links:  []netns.Link{{A: "g", ADev: "eth0", B: "r", BDev: "pod0"}},
+		Addrs:  []netns.Addr{{Role: "g", Dev: "eth0", CIDR: "10.244.0.2/24"}, {Role: "r", Dev: "pod0", CIDR: "10.244.0.1/24"}},
+		Routes: []netns.Route{{Role: "g", Dst: "default", Via: "10.244.0.1"}},
+		Tables: []netns.Table{{Role: "r", Rules: `table ip tn_podnat {
   chain post { type nat hook postrouting priority srcnat; policy accept;
     oifname "wan0" ip saddr 10.244.0.0/24 masquerade
   }
-}`)
+}`}},
+	})
 	defer func() {
-		_, _ = e.Sh(g, "ip", "link", "del", "eth0")
-		_, _ = e.Sh(r, "nft", "delete", "table", "ip", "tn_podnat")
+		_, _ = e.Sh(e.NS("g"), "ip", "link", "del", "eth0")
+		_, _ = e.Sh(e.NS("r"), "nft", "delete", "table", "ip", "tn_podnat")
 	}()
 	anyPeer := defaultPeer()
 	anyPeer.ike, anyPeer.esp, anyPeer.anyRemote = "aes256gcm16-prfsha384-x25519", "aes256gcm16-x25519", true

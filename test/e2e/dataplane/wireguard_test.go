@@ -8,15 +8,11 @@ package dataplane
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"bnerd.net/vpn-operator/internal/agent/nat"
 	"bnerd.net/vpn-operator/internal/gatewayconfig"
@@ -44,43 +40,29 @@ func TestWireGuardKernel(t *testing.T) {
 	if out, err := exec.Command("modprobe", "wireguard").CombinedOutput(); err != nil {
 		t.Fatalf("modprobe wireguard: %v %s", err, out)
 	}
-	dir := t.TempDir()
-	rnd := make([]byte, 3)
-	_, _ = rand.Read(rnd)
-	pfx := "bwg" + hex.EncodeToString(rnd) + "-"
-	ns := func(r string) string { return pfx + r }
-	run := func(n string, args ...string) string {
-		t.Helper()
-		if n != "" {
-			args = append([]string{"ip", "netns", "exec", n}, args...)
-		}
-		out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s %v: %v\n%s", n, args, err, out)
-		}
-		return string(out)
-	}
-	for _, r := range []string{"a", "b", "w"} {
-		run("", "ip", "netns", "add", ns(r))
-		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns(r)).Run() })
-		run(ns(r), "ip", "link", "set", "lo", "up")
-		run(ns(r), "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
-	}
-	run(ns("w"), "ip", "link", "add", "br0", "type", "bridge")
-	run(ns("w"), "ip", "link", "set", "br0", "up")
-	for r, addr := range map[string]string{"a": "192.0.2.1/24", "b": "192.0.2.2/24"} {
-		run("", "ip", "link", "add", "wire0", "netns", ns(r), "type", "veth", "peer", "name", "p"+r, "netns", ns("w"))
-		run(ns("w"), "ip", "link", "set", "p"+r, "master", "br0", "up")
-		run(ns(r), "ip", "addr", "add", addr, "dev", "wire0")
-		run(ns(r), "ip", "link", "set", "wire0", "up")
-	}
-	// a is the gateway side (100.64.9.1), b the peer site (198.51.100.1). Each routes the
-	// other's subnet into wg0; the default routes over the wire are the leak path a
-	// missing tunnel would take.
-	run(ns("a"), "ip", "addr", "add", "100.64.9.1/32", "dev", "lo")
-	run(ns("b"), "ip", "addr", "add", "198.51.100.1/32", "dev", "lo")
-	run(ns("a"), "ip", "route", "add", "default", "via", "192.0.2.2")
-	run(ns("b"), "ip", "route", "add", "default", "via", "192.0.2.1")
+	e := netns.New(t, "bwg")
+	dir, ns, run := e.Dir, e.NS, e.Must
+	// a is the gateway side (100.64.9.1), b the peer site (198.51.100.1), w the wire
+	// between them (a bridge). Each end routes the other's subnet into wg0; the default
+	// routes over the wire are the leak path a missing tunnel would take.
+	e.Apply(netns.Topology{
+		Namespaces: []string{"a", "b", "w"},
+		Bridges:    []netns.Bridge{{Role: "w", Name: "br0"}},
+		Links: []netns.Link{
+			{A: "w", ADev: "pa", B: "a", BDev: "wire0", Bridge: "br0"},
+			{A: "w", ADev: "pb", B: "b", BDev: "wire0", Bridge: "br0"},
+		},
+		Addrs: []netns.Addr{
+			{Role: "a", Dev: "wire0", CIDR: "192.0.2.1/24"},
+			{Role: "b", Dev: "wire0", CIDR: "192.0.2.2/24"},
+			{Role: "a", Dev: "lo", CIDR: "100.64.9.1/32"},
+			{Role: "b", Dev: "lo", CIDR: "198.51.100.1/32"},
+		},
+		Routes: []netns.Route{
+			{Role: "a", Dst: "default", Via: "192.0.2.2"},
+			{Role: "b", Dst: "default", Via: "192.0.2.1"},
+		},
+	})
 	keys := map[string]string{}
 	for _, r := range []string{"a", "b"} {
 		k := strings.TrimSpace(run("", "wg", "genkey"))
@@ -140,33 +122,9 @@ func TestWireGuardKernel(t *testing.T) {
 	guard()
 
 	capture := func(name string) func() wire {
-		f := filepath.Join(dir, name+".pcap")
-		logf := filepath.Join(dir, name+".log")
-		lf, err := os.Create(logf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command("ip", "netns", "exec", ns("w"), "tcpdump", "-ni", "br0", "-s", "128", "--immediate-mode", "-U", "-w", f)
-		cmd.Stdout, cmd.Stderr = lf, lf
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		deadline := time.Now().Add(netns.Scaled(time.Minute))
-		for {
-			b, _ := os.ReadFile(logf)
-			if strings.Contains(string(b), "listening on") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("tcpdump never listened")
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		stop := e.Capture(name, "w", "br0", 128)
 		return func() wire {
-			time.Sleep(netns.Scaled(300 * time.Millisecond))
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			_ = cmd.Wait()
-			lf.Close()
+			f := stop()
 			return wire{
 				all:   readPcap(t, f, "ip"),
 				esp:   readPcap(t, f, "udp port 51820"),

@@ -145,24 +145,21 @@ func (e *Env) NS(role string) string { return e.Prefix + role }
 // AddNS creates the namespaces of roles (loopback up, IPv6 off, forwarding on) and
 // deletes them when the test ends.
 func (e *Env) AddNS(roles ...string) {
-	for _, r := range roles {
-		e.Must("", "ip", "netns", "add", e.NS(r))
-		r := r
-		e.T.Cleanup(func() { _, _ = e.Sh("", "ip", "netns", "del", e.NS(r)) })
-		e.Must(e.NS(r), "ip", "link", "set", "lo", "up")
-		e.Must(e.NS(r), "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv4.ip_forward=1")
-	}
+	e.T.Helper()
+	e.Apply(Topology{Namespaces: roles})
 }
 
 // Link joins two namespaces with a veth pair (names an and bn), both up.
 func (e *Env) Link(a, an, b, bn string) {
-	e.Must("", "ip", "link", "add", an, "netns", e.NS(a), "type", "veth", "peer", "name", bn, "netns", e.NS(b))
-	e.Must(e.NS(a), "ip", "link", "set", an, "up")
-	e.Must(e.NS(b), "ip", "link", "set", bn, "up")
+	e.T.Helper()
+	e.Apply(Topology{Links: []Link{{A: a, ADev: an, B: b, BDev: bn}}})
 }
 
 // Addr adds an address to a device of role.
-func (e *Env) Addr(role, dev, addr string) { e.Must(e.NS(role), "ip", "addr", "add", addr, "dev", dev) }
+func (e *Env) Addr(role, dev, addr string) {
+	e.T.Helper()
+	e.Apply(Topology{Addrs: []Addr{{Role: role, Dev: dev, CIDR: addr}}})
+}
 
 // Sh runs a command in namespace ns (empty: the test's own) and returns its output.
 func (e *Env) Sh(ns string, args ...string) (string, error) {
@@ -186,11 +183,7 @@ func (e *Env) Must(ns string, args ...string) string {
 // NFT loads rules (nft -f syntax) in role's namespace.
 func (e *Env) NFT(role, rules string) {
 	e.T.Helper()
-	cmd := exec.Command("ip", "netns", "exec", e.NS(role), "nft", "-f", "-")
-	cmd.Stdin = strings.NewReader(rules)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		e.T.Fatalf("nft in %s: %v\n%s", role, err, out)
-	}
+	e.Apply(Topology{Tables: []Table{{Role: role, Rules: rules}}})
 }
 
 // Start runs a long-lived process in ns (empty: the test's own namespace); its output

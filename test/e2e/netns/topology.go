@@ -1,12 +1,20 @@
 package netns
 
-import "strings"
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
 
 // Topology is a test's network world, declared as data rather than built command by
 // command: the suites' worlds differ in their sites and addresses, not in how a veth
 // pair, a bridge or a route is made, and a declaration reads as the diagram it stands
 // for. Roles are namespace roles (NS); devices are named inside their namespace.
 type Topology struct {
+	// Gone are devices deleted before anything is built: a world changed mid-test
+	// applies a second Topology whose Gone names what the change replaces (a veth's
+	// peer goes with it).
+	Gone []Device
 	// Namespaces are created first, in this order (AddNS: loopback up, IPv6 off,
 	// forwarding on).
 	Namespaces []string
@@ -21,6 +29,9 @@ type Topology struct {
 
 // Bridge is a bridge device in a role's namespace, brought up when made.
 type Bridge struct{ Role, Name string }
+
+// Device is a device of a role's namespace.
+type Device struct{ Role, Name string }
 
 // Link is a veth pair between two namespaces, both ends up (ADev in A, BDev in B).
 type Link struct {
@@ -39,30 +50,63 @@ type Route struct{ Role, Dst, Via string }
 // Table is an nftables rule set loaded in a role's namespace.
 type Table struct{ Role, Rules string }
 
-// Apply builds t in a fixed order, each kind before what may depend on it: namespaces,
-// bridges, links (enslaved to their bridge), addresses, routes, tables. The namespaces
-// are deleted when the test ends; any step that fails fails the test.
+// Apply builds t in a fixed order, each kind before what may depend on it: devices
+// gone, namespaces, bridges, links (enslaved to their bridge), addresses, routes,
+// tables. The namespaces are deleted when the environment's test ends; any step that
+// fails fails it.
 func (e *Env) Apply(t Topology) {
 	e.T.Helper()
-	e.AddNS(t.Namespaces...)
-	for _, b := range t.Bridges {
-		e.Must(e.NS(b.Role), "ip", "link", "add", b.Name, "type", "bridge")
-		e.Must(e.NS(b.Role), "ip", "link", "set", b.Name, "up")
-	}
-	for _, l := range t.Links {
-		e.Link(l.A, l.ADev, l.B, l.BDev)
-		if l.Bridge != "" {
-			e.Must(e.NS(l.A), "ip", "link", "set", l.ADev, "master", l.Bridge)
+	e.ApplyT(e.T, t)
+}
+
+// ApplyT is Apply failing t instead of the environment's test: a step that changes one
+// site's world in its own subtest (several sites at once, each on its goroutine).
+func (e *Env) ApplyT(t testing.TB, topo Topology) {
+	t.Helper()
+	must := func(role string, args ...string) {
+		t.Helper()
+		if out, err := e.Sh(e.NS(role), args...); err != nil {
+			t.Fatalf("%s: %v: %v\n%s", e.NS(role), args, err, out)
 		}
 	}
-	for _, a := range t.Addrs {
-		e.Addr(a.Role, a.Dev, a.CIDR)
+	for _, d := range topo.Gone {
+		must(d.Role, "ip", "link", "del", d.Name)
 	}
-	for _, r := range t.Routes {
-		e.Must(e.NS(r.Role), "ip", "route", "add", r.Dst, "via", r.Via)
+	for _, r := range topo.Namespaces {
+		if out, err := e.Sh("", "ip", "netns", "add", e.NS(r)); err != nil {
+			t.Fatalf("ip netns add %s: %v\n%s", e.NS(r), err, out)
+		}
+		ns := e.NS(r)
+		e.T.Cleanup(func() { _, _ = e.Sh("", "ip", "netns", "del", ns) })
+		must(r, "ip", "link", "set", "lo", "up")
+		must(r, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv4.ip_forward=1")
 	}
-	for _, tb := range t.Tables {
-		e.NFT(tb.Role, tb.Rules)
+	for _, b := range topo.Bridges {
+		must(b.Role, "ip", "link", "add", b.Name, "type", "bridge")
+		must(b.Role, "ip", "link", "set", b.Name, "up")
+	}
+	for _, l := range topo.Links {
+		if out, err := e.Sh("", "ip", "link", "add", l.ADev, "netns", e.NS(l.A), "type", "veth", "peer", "name", l.BDev, "netns", e.NS(l.B)); err != nil {
+			t.Fatalf("veth %s/%s-%s/%s: %v\n%s", l.A, l.ADev, l.B, l.BDev, err, out)
+		}
+		must(l.A, "ip", "link", "set", l.ADev, "up")
+		must(l.B, "ip", "link", "set", l.BDev, "up")
+		if l.Bridge != "" {
+			must(l.A, "ip", "link", "set", l.ADev, "master", l.Bridge)
+		}
+	}
+	for _, a := range topo.Addrs {
+		must(a.Role, "ip", "addr", "add", a.CIDR, "dev", a.Dev)
+	}
+	for _, r := range topo.Routes {
+		must(r.Role, "ip", "route", "add", r.Dst, "via", r.Via)
+	}
+	for _, tb := range topo.Tables {
+		cmd := exec.Command("ip", "netns", "exec", e.NS(tb.Role), "nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(tb.Rules)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("nft in %s: %v\n%s", tb.Role, err, out)
+		}
 	}
 }
 
