@@ -123,6 +123,15 @@ define openstack-up
   bash hack/openstack.sh --release $(1) up "$(2)" >/dev/null; }; }
 endef
 
+# The order the Go tests' packages start in (go test starts them in the order named, a
+# package named twice once, at most -p at a time): the kernel VMs run one at a time (a
+# lock in hack/vm/run.sh), so the VM tests are a chain that bounds the run. The dataplane
+# package, whose VM test is the longest, starts first, beside the product e2e; the
+# routed package, whose VM would wait for the dataplane's holding a slot, starts last.
+TEST_PKGS_FIRST = ./test/e2e/dataplane ./test/e2e/product
+TEST_PKGS_LAST = ./test/e2e/routed
+TEST_PKGS_ORDERED = $(TEST_PKGS_FIRST) $$($(GO) list ./... | grep -vx '$(subst ./,bnerd.net/vpn-operator/,$(TEST_PKGS_LAST))') $(TEST_PKGS_LAST)
+
 test: openstack-prepare deps controlplane node-deps vm-image fmt-check vet
 	@# As root two real OpenStacks (hack/openstack.sh) join the run, Zed and 2025.1, side
 	@# by side on their own loopback addresses: up at once before the tests, down at the
@@ -141,7 +150,7 @@ test: openstack-prepare deps controlplane node-deps vm-image fmt-check vet
 	fi; \
 	echo "make test: the Go tests start at $$(date -u +%T)"; \
 	KUBEBUILDER_ASSETS=$$(bash hack/controlplane.sh --print-dir) \
-	  $(GO) test -json -count=1 -timeout 45m ./... 2>&1 | $(TESTREPORT)
+	  $(GO) test -json -count=1 -timeout 45m $(TEST_PKGS_ORDERED) 2>&1 | $(TESTREPORT)
 	@# The Helm chart's tests live in their own module (the Helm SDK's dependencies stay
 	@# out of the operator's).
 	@echo "make test: the chart module's tests start at $$(date -u +%T)"
