@@ -91,7 +91,8 @@ func summarize(samples []cpuSample, cpus int, slice time.Duration) cpuUse {
 	u.steal = float64(last.steal-first.steal) / userHZ
 	from := first
 	for i, s := range samples[1:] {
-		if s.at.Sub(from.at) < slice && i < len(samples)-2 {
+		last := i == len(samples)-2
+		if s.at.Sub(from.at) < slice && !last {
 			continue
 		}
 		all := (s.busy - from.busy) + (s.idle - from.idle) + (s.steal - from.steal)
