@@ -173,9 +173,15 @@ func (e *Env) Sh(ns string, args ...string) (string, error) {
 // Must is Sh that fails the test on error.
 func (e *Env) Must(ns string, args ...string) string {
 	e.T.Helper()
+	return e.MustT(e.T, ns, args...)
+}
+
+// MustT is Must failing t instead of the environment's test (a site's own subtest).
+func (e *Env) MustT(t testing.TB, ns string, args ...string) string {
+	t.Helper()
 	out, err := e.Sh(ns, args...)
 	if err != nil {
-		e.T.Fatalf("%s: %v: %v\n%s", ns, args, err, out)
+		t.Fatalf("%s: %v: %v\n%s", ns, args, err, out)
 	}
 	return out
 }

@@ -65,18 +65,14 @@ func (e *Env) ApplyT(t testing.TB, topo Topology) {
 	t.Helper()
 	must := func(role string, args ...string) {
 		t.Helper()
-		if out, err := e.Sh(e.NS(role), args...); err != nil {
-			t.Fatalf("%s: %v: %v\n%s", e.NS(role), args, err, out)
-		}
+		e.MustT(t, e.NS(role), args...)
 	}
 	for _, d := range topo.Gone {
 		must(d.Role, "ip", "link", "del", d.Name)
 	}
 	for _, r := range topo.Namespaces {
-		if out, err := e.Sh("", "ip", "netns", "add", e.NS(r)); err != nil {
-			t.Fatalf("ip netns add %s: %v\n%s", e.NS(r), err, out)
-		}
 		ns := e.NS(r)
+		e.MustT(t, "", "ip", "netns", "add", ns)
 		e.T.Cleanup(func() { _, _ = e.Sh("", "ip", "netns", "del", ns) })
 		must(r, "ip", "link", "set", "lo", "up")
 		must(r, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv4.ip_forward=1")
@@ -86,9 +82,7 @@ func (e *Env) ApplyT(t testing.TB, topo Topology) {
 		must(b.Role, "ip", "link", "set", b.Name, "up")
 	}
 	for _, l := range topo.Links {
-		if out, err := e.Sh("", "ip", "link", "add", l.ADev, "netns", e.NS(l.A), "type", "veth", "peer", "name", l.BDev, "netns", e.NS(l.B)); err != nil {
-			t.Fatalf("veth %s/%s-%s/%s: %v\n%s", l.A, l.ADev, l.B, l.BDev, err, out)
-		}
+		e.MustT(t, "", "ip", "link", "add", l.ADev, "netns", e.NS(l.A), "type", "veth", "peer", "name", l.BDev, "netns", e.NS(l.B))
 		must(l.A, "ip", "link", "set", l.ADev, "up")
 		must(l.B, "ip", "link", "set", l.BDev, "up")
 		if l.Bridge != "" {
